@@ -1,0 +1,20 @@
+// The `orchard` subcommands. Each lives in its own <name>_command.cpp, parses its own arguments with
+// ArgParser, and returns the process exit status (0 ok; 1 a negative answer, e.g. input rejected; 2 bad
+// input). Errors are thrown; main() turns them into one line on stderr and exit status 2.
+#pragma once
+
+#include <span>
+#include <string>
+
+namespace orchard::cli {
+
+struct Command {
+  const char* name;
+  const char* summary;  // one line for `orchard --help`
+  int (*run)(std::span<const std::string> args);
+};
+
+int run_tokenize(std::span<const std::string> args);
+int run_detokenize(std::span<const std::string> args);
+
+}  // namespace orchard::cli

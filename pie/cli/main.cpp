@@ -1,0 +1,59 @@
+// `orchard`: one binary, one subcommand per concern. See `orchard --help`.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "arg_parser.h"
+#include "commands.h"
+
+namespace {
+
+using orchard::cli::Command;
+
+constexpr Command kCommands[] = {
+    {"tokenize", "text -> token ids with a model's tokenizer", orchard::cli::run_tokenize},
+    {"detokenize", "token ids -> text (raw bytes) with a model's tokenizer",
+     orchard::cli::run_detokenize},
+};
+
+void print_help() {
+  std::string out =
+      "usage: orchard <command> [options]\n\n"
+      "Orchard: structured-generation-first LLM inference. Output that always fits the user's\n"
+      "JSON Schema, grammar or regex.\n\ncommands:\n";
+  for (const Command& c : kCommands) out += fmt::format("  {:<12} {}\n", c.name, c.summary);
+  out += "\n`orchard <command> --help` describes a command. Exit status: 0 success, 1 a negative\n"
+         "answer (such as input rejected by a grammar), 2 bad arguments or bad input.\n";
+  std::fputs(out.c_str(), stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_help();
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::puts("orchard " ORCHARD_VERSION);
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (args[0] != c.name) continue;
+    try {
+      return c.run(std::span<const std::string>(args).subspan(1));
+    } catch (const orchard::cli::UsageError& e) {
+      std::fprintf(stderr, "orchard %s: %s (see 'orchard %s --help')\n", c.name, e.what(), c.name);
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "orchard %s: %s\n", c.name, e.what());
+      return 2;
+    }
+  }
+  std::fprintf(stderr, "orchard: unknown command '%s' (see 'orchard --help')\n", args[0].c_str());
+  return 2;
+}

@@ -1,0 +1,103 @@
+// The grammar IR: rules over byte-level terminals. Every front-end (GBNF, Lark, regex, JSON Schema)
+// produces a Grammar; the Compiler turns a Grammar plus a Vocabulary into a CompiledGrammar.
+// Expressions live in one arena and are referred to by ExprId; rules may refer to each other (and to
+// themselves) by RuleId. A Grammar is a plain value: copyable, comparable by content hash.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pse/error.h"
+
+namespace pse {
+
+using RuleId = std::uint32_t;
+using ExprId = std::uint32_t;
+
+enum class ExprKind : std::uint8_t {
+  kEmpty,      // matches the empty string
+  kBytes,      // a literal byte string (UTF-8 for text; any bytes allowed)
+  kCharClass,  // one Unicode scalar value in (or, when negated, not in) `ranges`, matched as UTF-8
+  kSequence,   // children one after another
+  kChoice,     // exactly one of the children
+  kRepeat,     // child repeated min..max times (max == kUnbounded: no upper bound)
+  kRuleRef,    // the body of rule `rule`
+};
+
+// Inclusive range of Unicode code points.
+struct CharRange {
+  std::uint32_t lo = 0;
+  std::uint32_t hi = 0;
+  friend bool operator==(const CharRange&, const CharRange&) = default;
+};
+
+inline constexpr std::uint32_t kUnbounded = std::numeric_limits<std::uint32_t>::max();
+inline constexpr std::uint32_t kMaxCodePoint = 0x10FFFF;
+
+struct Expr {
+  ExprKind kind = ExprKind::kEmpty;
+  std::string bytes;                // kBytes
+  std::vector<CharRange> ranges;    // kCharClass: sorted, disjoint, non-adjacent (normalized)
+  bool negated = false;             // kCharClass: complement within [0, 0x10FFFF] minus surrogates
+  std::vector<ExprId> children;     // kSequence, kChoice; kRepeat has exactly one
+  std::uint32_t min = 0;            // kRepeat
+  std::uint32_t max = 0;            // kRepeat
+  RuleId rule = 0;                  // kRuleRef
+};
+
+struct Rule {
+  std::string name;
+  ExprId body = 0;
+  bool defined = false;
+};
+
+class Grammar {
+ public:
+  // Builders. Each returns the id of the new expression. Character-class ranges are normalized
+  // (sorted, merged); an empty non-negated class matches nothing (a valid but dead alternative).
+  ExprId add_empty();
+  ExprId add_bytes(std::string bytes);
+  ExprId add_char_class(std::vector<CharRange> ranges, bool negated = false);
+  ExprId add_sequence(std::vector<ExprId> children);
+  ExprId add_choice(std::vector<ExprId> children);
+  // Throws GrammarError when min > max.
+  ExprId add_repeat(ExprId child, std::uint32_t min, std::uint32_t max);
+  ExprId add_rule_ref(RuleId rule);
+
+  // Rules: declare first (for forward references), define once. Throws GrammarError on a duplicate
+  // definition. find_rule returns kNoRule when absent.
+  static constexpr RuleId kNoRule = std::numeric_limits<RuleId>::max();
+  RuleId declare_rule(std::string_view name);
+  void define_rule(RuleId rule, ExprId body);
+  RuleId add_rule(std::string_view name, ExprId body) {
+    RuleId r = declare_rule(name);
+    define_rule(r, body);
+    return r;
+  }
+  RuleId find_rule(std::string_view name) const;
+  void set_root(RuleId rule);
+
+  RuleId root() const { return root_; }
+  const std::vector<Rule>& rules() const { return rules_; }
+  const std::vector<Expr>& exprs() const { return exprs_; }
+  const Expr& expr(ExprId id) const { return exprs_.at(id); }
+  const Rule& rule(RuleId id) const { return rules_.at(id); }
+
+  // Checks that the root is set and every referenced rule is defined; throws GrammarError naming the
+  // first undefined rule. Does not reject empty languages (the compiler does, with a clear error).
+  void validate() const;
+  // A GBNF-like rendering, for debugging and error messages (not a stable format).
+  std::string to_string() const;
+  // 64-bit content hash (rules, expressions, root), the compile cache's key.
+  std::uint64_t hash() const;
+
+ private:
+  std::vector<Expr> exprs_;
+  std::vector<Rule> rules_;
+  RuleId root_ = kNoRule;
+};
+
+}  // namespace pse
