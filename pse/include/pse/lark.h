@@ -1,0 +1,16 @@
+// A Lark-style EBNF, the subset documented in docs/grammars.md: rules `name: a b | c`, terminals
+// `NAME: ...` (uppercase, may be regexes /.../flags or strings "..."i), `?`, `*`, `+`, `[...]` optional,
+// `~ n` and `~ n..m` repetition, `%ignore` is rejected (constrained output must say where whitespace goes),
+// `%import common.X` for the common terminals. The start rule is `start`.
+#pragma once
+
+#include <string_view>
+
+#include "pse/grammar.h"
+
+namespace pse {
+
+// Throws GrammarError with line, column and what was expected.
+Grammar parse_lark(std::string_view text, std::string_view start_rule = "start");
+
+}  // namespace pse
