@@ -17,6 +17,10 @@ constexpr Command kCommands[] = {
     {"tokenize", "text -> token ids with a model's tokenizer", orchard::cli::run_tokenize},
     {"detokenize", "token ids -> text (raw bytes) with a model's tokenizer",
      orchard::cli::run_detokenize},
+    {"bench", "benchmarks: `bench kernels` rates CPU kernels against this machine's limits",
+     orchard::cli::run_bench},
+    {"grammar", "grammars: compile, check a text, list allowed tokens, benchmark masks",
+     orchard::cli::run_grammar},
 };
 
 void print_help() {

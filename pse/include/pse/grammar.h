@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "pse/error.h"
@@ -57,7 +59,9 @@ struct Rule {
 class Grammar {
  public:
   // Builders. Each returns the id of the new expression. Character-class ranges are normalized
-  // (sorted, merged); an empty non-negated class matches nothing (a valid but dead alternative).
+  // (sorted, merged, surrogates U+D800..U+DFFF removed); an empty non-negated class matches nothing
+  // (a valid but dead alternative); a range with lo > hi or past U+10FFFF throws GrammarError. Child
+  // expressions and rules must already exist (GrammarError otherwise); the grammar is unchanged on a throw.
   ExprId add_empty();
   ExprId add_bytes(std::string bytes);
   ExprId add_char_class(std::vector<CharRange> ranges, bool negated = false);
@@ -67,8 +71,9 @@ class Grammar {
   ExprId add_repeat(ExprId child, std::uint32_t min, std::uint32_t max);
   ExprId add_rule_ref(RuleId rule);
 
-  // Rules: declare first (for forward references), define once. Throws GrammarError on a duplicate
-  // definition. find_rule returns kNoRule when absent.
+  // Rules: declare first (for forward references), define once. declare_rule of an existing name
+  // returns its id. Throws GrammarError on a duplicate definition or an empty name. find_rule returns
+  // kNoRule when absent.
   static constexpr RuleId kNoRule = std::numeric_limits<RuleId>::max();
   RuleId declare_rule(std::string_view name);
   void define_rule(RuleId rule, ExprId body);
@@ -98,6 +103,12 @@ class Grammar {
   std::vector<Expr> exprs_;
   std::vector<Rule> rules_;
   RuleId root_ = kNoRule;
+  // name -> id, for find_rule in O(1); transparent lookup by string_view.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, RuleId, NameHash, std::equal_to<>> rule_index_;
 };
 
 }  // namespace pse

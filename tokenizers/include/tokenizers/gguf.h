@@ -72,6 +72,8 @@ class File {
   const Value& at(std::string_view key) const;
   const std::vector<TensorInfo>& tensors() const;
   const TensorInfo* find_tensor(std::string_view name) const;
+  // File offset where the tensor data section starts (after the infos, aligned).
+  std::uint64_t data_offset() const;
   // The bytes of a tensor inside the mapping (valid while any copy of this File lives).
   std::span<const std::uint8_t> tensor_data(const TensorInfo& info) const;
   const std::string& name() const;
@@ -114,6 +116,17 @@ Value make_int32(std::int32_t v);
 Value make_float32(float v);
 Value make_bool(bool v);
 Value make_array(ValueType element_type, std::vector<Value> items);
+// Any integer type (kUint8..kUint64 / kInt8..kInt64); the Writer throws InputError when it does not fit.
+Value make_uint(ValueType type, std::uint64_t v);
+Value make_int(ValueType type, std::int64_t v);
+Value make_float64(double v);
+
+// "uint32", "string", ... ("invalid" for a number outside the enum).
+std::string_view value_type_name(ValueType type);
+// ggml type name ("q8_0", "bf16"; "unknown" past the table) and block size in elements (0 when the
+// type is unknown or was removed from GGUF files).
+std::string_view ggml_type_name(std::uint32_t type);
+std::uint32_t ggml_block_size(std::uint32_t type);
 
 // Size in bytes of a tensor of ggml type `type` with `n_elements` elements (a multiple of the block
 // size); 0 when the type is unknown. Throws FormatError when n_elements is not a whole number of blocks.

@@ -59,6 +59,9 @@ class Tokenizer {
   // Hugging Face tokenizer.json, a llama2.c tokenizer .bin, or a folder holding encoder.json + vocab.bpe
   // (Llama 3 rules and its 256 special tokens) or tokenizer.json. Throws FileError / FormatError.
   static Tokenizer load(const std::filesystem::path& path);
+  // Same as load, from a file image in memory (GGUF, tokenizer.json text or llama2.c tokenizer.bin);
+  // `name` appears in error messages. Throws FileError (no recognised kind) / FormatError.
+  static Tokenizer parse(std::span<const std::uint8_t> bytes, const std::string& name = "<memory>");
 
   // Encodes UTF-8 text. Throws InputError when `text` is not valid UTF-8 (naming the byte offset).
   std::vector<TokenId> encode(std::string_view text, const EncodeOptions& options = {}) const;
@@ -85,6 +88,9 @@ class Tokenizer {
   bool add_eos_by_default() const;
   // The GGUF tokenizer.ggml.pre name (or the closest equivalent for other sources): "llama-bpe", "gpt-2".
   const std::string& pre_tokenizer_name() const;
+  // Whether decoding drops one leading space of the first non-control piece (the SentencePiece dummy
+  // prefix, WordPiece's word-initial space).
+  bool strips_leading_space() const;
 
   struct Impl;
   explicit Tokenizer(std::shared_ptr<const Impl> impl);

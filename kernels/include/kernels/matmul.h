@@ -1,0 +1,45 @@
+// Matrix-vector and matrix-matrix products with a weight matrix of any tensor::DType.
+//
+// The weight W is [n_out, n_in] (n_out rows of n_in elements, each row w_row_bytes apart). For the
+// quantized types the activations are quantized on the fly as llama.cpp does (vec_dot_type): q8_0 for
+// q4_0/q4_1/q5_0/q5_1/q8_0, q8_K for the K types; f32/f16/bf16 weights take f32 activations. Every
+// product has a scalar reference (*_ref) and a fast version (AVX2/FMA, AVX-512/VNNI), chosen at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/isa.h"
+#include "tensor/dtype.h"
+#include "tensor/thread_pool.h"
+
+namespace kernels {
+
+struct MatmulParams {
+  tensor::DType w_type = tensor::DType::f32;
+  const void* w = nullptr;       // [n_out, n_in] of w_type, rows w_row_bytes apart
+  std::size_t w_row_bytes = 0;   // 0: dense rows (tensor::row_bytes(w_type, n_in))
+  std::int64_t n_out = 0;
+  std::int64_t n_in = 0;         // a multiple of block_size(w_type)
+};
+
+// The type the activations are converted to for a dot product with weights of type w.
+tensor::DType vec_dot_type(tensor::DType w);
+
+// One dot product: a weight row (n elements of type w) with activations already converted to
+// vec_dot_type(w). Throws ShapeError when n is not a multiple of the block size.
+float vec_dot_ref(tensor::DType w, std::int64_t n, const void* w_row, const void* x);
+float vec_dot(tensor::DType w, std::int64_t n, const void* w_row, const void* x, Isa isa = best_isa());
+
+// y [n_out] = W x, x [n_in] f32. Throws ShapeError on bad sizes (nothing written).
+void matvec_ref(const MatmulParams& p, const float* x, float* y);
+// Same, parallel over rows on `pool` (nullptr: the calling thread only).
+void matvec(const MatmulParams& p, const float* x, float* y, tensor::ThreadPool* pool,
+            Isa isa = best_isa());
+
+// y [n_tokens, n_out] = x [n_tokens, n_in] W^T (rows of x and y dense). Same errors.
+void matmul_ref(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y);
+void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y,
+            tensor::ThreadPool* pool, Isa isa = best_isa());
+
+}  // namespace kernels

@@ -1,0 +1,21 @@
+// Per-ISA tables of dot-product kernels (private to kernels/). A DotFn computes the dot product of one
+// weight row of n elements with activations in vec_dot_type(w); nullptr means "no version for this ISA".
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace kernels::detail {
+
+using DotFn = float (*)(std::int64_t n, const void* w, const void* x);
+// Activation quantizer for one row of n floats (bit-exact to the reference).
+using QuantizeFn = void (*)(const float* x, void* y, std::int64_t n);
+
+DotFn dot_ref_fn(tensor::DType w);
+DotFn dot_avx2_fn(tensor::DType w);
+DotFn dot_avx512_fn(tensor::DType w);
+
+QuantizeFn quantize_avx2_fn(tensor::DType t);
+
+}  // namespace kernels::detail

@@ -1,0 +1,62 @@
+#include "kernels/isa.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace kernels {
+namespace {
+
+bool cpu_has(Isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::avx512:
+      return cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vnni");
+  }
+  return false;
+#else
+  return isa == Isa::scalar;
+#endif
+}
+
+Isa detect() {
+  Isa best = cpu_has(Isa::avx512) ? Isa::avx512 : cpu_has(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+  if (const char* env = std::getenv("ORCHARD_ISA")) {
+    const std::string want = env;
+    if (want == "scalar") best = Isa::scalar;
+    if (want == "avx2" && best == Isa::avx512) best = Isa::avx2;
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+Isa best_isa() {
+  static const Isa best = detect();
+  return best;
+}
+
+bool isa_supported(Isa isa) { return cpu_has(isa); }
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (cpu_has(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+}  // namespace kernels

@@ -1,0 +1,154 @@
+#include "kernels/matmul.h"
+
+#include <string>
+#include <vector>
+
+#include "dot.h"
+#include "kernels/error.h"
+#include "kernels/quant.h"
+#include "quant_common.h"
+
+namespace kernels {
+namespace {
+
+using tensor::DType;
+
+detail::DotFn pick_dot(DType w, Isa isa, const char* op) {
+  detail::DotFn fn = nullptr;
+  if (isa == Isa::avx512 && isa_supported(Isa::avx512)) fn = detail::dot_avx512_fn(w);
+  if (fn == nullptr && isa != Isa::scalar && isa_supported(Isa::avx2)) fn = detail::dot_avx2_fn(w);
+  if (fn == nullptr) fn = detail::dot_ref_fn(w);
+  if (fn == nullptr) {
+    throw UnsupportedError(std::string("[kernels::") + op + "] weights of type " + std::string(tensor::dtype_name(w)) +
+                           " are not supported (q8_K is an activation-only type)");
+  }
+  return fn;
+}
+
+std::size_t check_params(const MatmulParams& p, const char* op) {
+  if (p.n_out < 0 || p.n_in < 0) {
+    throw ShapeError(std::string("[kernels::") + op + "] negative size [" + std::to_string(p.n_out) + ", " +
+                     std::to_string(p.n_in) + "]");
+  }
+  detail::check_row(op, p.w_type, p.n_in);
+  const std::size_t dense = tensor::row_bytes(p.w_type, p.n_in);
+  if (p.w_row_bytes != 0 && p.w_row_bytes < dense) {
+    throw ShapeError(std::string("[kernels::") + op + "] w_row_bytes " + std::to_string(p.w_row_bytes) +
+                     " is smaller than a row of " + std::to_string(p.n_in) + " " +
+                     std::string(tensor::dtype_name(p.w_type)) + " (" + std::to_string(dense) + " bytes)");
+  }
+  if ((p.w == nullptr && p.n_out > 0 && p.n_in > 0)) {
+    throw ShapeError(std::string("[kernels::") + op + "] null weight pointer");
+  }
+  return p.w_row_bytes != 0 ? p.w_row_bytes : dense;
+}
+
+// Per-thread scratch for the converted activations (reused between calls: no allocation per layer).
+std::vector<unsigned char>& act_scratch(std::size_t bytes) {
+  thread_local std::vector<unsigned char> buf;
+  if (buf.size() < bytes) buf.resize(bytes);
+  return buf;
+}
+
+void run_rows(std::int64_t n_out, tensor::ThreadPool* pool, tensor::FunctionRef<void(std::int64_t, std::int64_t)> fn) {
+  // Rows in static contiguous ranges: each thread streams its own part of W, front to back.
+  constexpr std::int64_t kGrain = 16;
+  if (pool == nullptr || pool->n_threads() == 1 || n_out < 2 * kGrain) {
+    fn(0, n_out);
+  } else {
+    pool->parallel_for_static(n_out, fn, kGrain);
+  }
+}
+
+}  // namespace
+
+DType vec_dot_type(DType w) {
+  switch (w) {
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16: return DType::f32;
+    case DType::q4_0:
+    case DType::q4_1:
+    case DType::q5_0:
+    case DType::q5_1:
+    case DType::q8_0: return DType::q8_0;
+    case DType::q2_K:
+    case DType::q3_K:
+    case DType::q4_K:
+    case DType::q5_K:
+    case DType::q6_K:
+    case DType::q8_K: return DType::q8_K;
+  }
+  throw UnsupportedError("[kernels::vec_dot_type] unknown dtype " + std::to_string(static_cast<int>(w)));
+}
+
+float vec_dot_ref(DType w, std::int64_t n, const void* w_row, const void* x) {
+  detail::check_row("vec_dot_ref", w, n);
+  return pick_dot(w, Isa::scalar, "vec_dot_ref")(n, w_row, x);
+}
+
+float vec_dot(DType w, std::int64_t n, const void* w_row, const void* x, Isa isa) {
+  detail::check_row("vec_dot", w, n);
+  return pick_dot(w, isa, "vec_dot")(n, w_row, x);
+}
+
+void matvec_ref(const MatmulParams& p, const float* x, float* y) { matmul_ref(p, x, 1, y); }
+
+void matvec(const MatmulParams& p, const float* x, float* y, tensor::ThreadPool* pool, Isa isa) {
+  matmul(p, x, 1, y, pool, isa);
+}
+
+void matmul_ref(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y) {
+  const std::size_t stride = check_params(p, "matmul_ref");
+  const detail::DotFn dot = pick_dot(p.w_type, Isa::scalar, "matmul_ref");
+  const DType act = vec_dot_type(p.w_type);
+  const std::size_t act_bytes = tensor::row_bytes(act, p.n_in);
+  std::vector<unsigned char> xq(act_bytes * static_cast<std::size_t>(std::max<std::int64_t>(n_tokens, 0)));
+  for (std::int64_t t = 0; t < n_tokens; ++t) {
+    quantize_row_ref(act, x + t * p.n_in, xq.data() + static_cast<std::size_t>(t) * act_bytes, p.n_in);
+  }
+  const auto* w = static_cast<const unsigned char*>(p.w);
+  for (std::int64_t t = 0; t < n_tokens; ++t) {
+    for (std::int64_t r = 0; r < p.n_out; ++r) {
+      y[t * p.n_out + r] = dot(p.n_in, w + static_cast<std::size_t>(r) * stride, xq.data() + static_cast<std::size_t>(t) * act_bytes);
+    }
+  }
+}
+
+void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y, tensor::ThreadPool* pool, Isa isa) {
+  const std::size_t stride = check_params(p, "matmul");
+  if (n_tokens < 0) throw ShapeError("[kernels::matmul] negative n_tokens " + std::to_string(n_tokens));
+  if (n_tokens == 0 || p.n_out == 0) return;
+  const detail::DotFn dot = pick_dot(p.w_type, isa, "matmul");
+  const DType act = vec_dot_type(p.w_type);
+  const auto* w = static_cast<const unsigned char*>(p.w);
+  const unsigned char* xq = reinterpret_cast<const unsigned char*>(x);
+  std::size_t act_bytes = static_cast<std::size_t>(p.n_in) * sizeof(float);
+  if (act != DType::f32) {
+    act_bytes = tensor::row_bytes(act, p.n_in);
+    std::vector<unsigned char>& buf = act_scratch(act_bytes * static_cast<std::size_t>(n_tokens));
+    for (std::int64_t t = 0; t < n_tokens; ++t) {
+      quantize_row(act, x + t * p.n_in, buf.data() + static_cast<std::size_t>(t) * act_bytes, p.n_in, isa);
+    }
+    xq = buf.data();
+  }
+  const std::int64_t n_in = p.n_in, n_out = p.n_out;
+  run_rows(n_out, pool, [&](std::int64_t begin, std::int64_t end) {
+    // Tokens in tiles so a block of weight rows stays in cache while every token of the tile uses it.
+    constexpr std::int64_t kRowTile = 16, kTokenTile = 32;
+    for (std::int64_t r0 = begin; r0 < end; r0 += kRowTile) {
+      const std::int64_t r1 = std::min(end, r0 + kRowTile);
+      for (std::int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+        const std::int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
+          for (std::int64_t t = t0; t < t1; ++t) {
+            y[t * n_out + r] = dot(n_in, wr, xq + static_cast<std::size_t>(t) * act_bytes);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace kernels

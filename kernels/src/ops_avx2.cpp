@@ -1,0 +1,211 @@
+// AVX2 + FMA element-wise kernels, compiled for that target with a pragma and called only on CPUs that
+// have it. exp is a Cephes-style polynomial (about 2 ulp), enough for the 1e-6 bounds of the tests.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "ops_internal.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+
+namespace kernels::detail::avx2 {
+namespace {
+
+inline float hsum(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+inline float hmax(__m256 x) {
+  __m128 r = _mm_max_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_max_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// e^x: x = k ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^k through the exponent bits.
+// Below -87.3 (where e^x leaves the normal range) the result is 0; above 88.4 it is +inf.
+inline __m256 exp256(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  const __m256 overflow = _mm256_cmp_ps(x, _mm256_set1_ps(88.37626f), _CMP_GT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.37626f));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3333519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  const __m256 v = _mm256_andnot_ps(underflow, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+  return _mm256_blendv_ps(v, _mm256_set1_ps(INFINITY), overflow);
+}
+
+inline __m256 silu256(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(x, _mm256_add_ps(one, e));
+}
+
+inline __m256 gelu256(__m256 x) {
+  // 0.5 x (1 + tanh(u)) = x / (1 + e^{-2u}): no cancellation where tanh(u) is near -1.
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  const __m256 u = _mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608028654f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(u)));
+}
+
+inline float silu1(float x) { return x / (1.0f + std::exp(-x)); }
+inline float gelu1(float x) {
+  return x / (1.0f + std::exp(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace
+
+void rms_norm(const NormParams& p, const float* x, const float* weight, float* y) {
+  for (std::int64_t r = 0; r < p.n_rows; ++r) {
+    const float* xr = x + r * p.n;
+    float* yr = y + r * p.n;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    std::int64_t i = 0;
+    for (; i + 16 <= p.n; i += 16) {
+      const __m256 v0 = _mm256_loadu_ps(xr + i), v1 = _mm256_loadu_ps(xr + i + 8);
+      a0 = _mm256_fmadd_ps(v0, v0, a0);
+      a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    double ss = hsum(_mm256_add_ps(a0, a1));
+    for (; i < p.n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(p.n) + p.eps));
+    const __m256 vinv = _mm256_set1_ps(inv);
+    i = 0;
+    for (; i + 8 <= p.n; i += 8) {
+      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + i), vinv);
+      if (weight) v = _mm256_mul_ps(v, _mm256_loadu_ps(weight + i));
+      _mm256_storeu_ps(yr + i, v);
+    }
+    for (; i < p.n; ++i) yr[i] = xr[i] * inv * (weight ? weight[i] : 1.0f);
+  }
+}
+
+void layer_norm(const NormParams& p, const float* x, const float* weight, const float* bias, float* y) {
+  for (std::int64_t r = 0; r < p.n_rows; ++r) {
+    const float* xr = x + r * p.n;
+    float* yr = y + r * p.n;
+    __m256 s = _mm256_setzero_ps();
+    std::int64_t i = 0;
+    for (; i + 8 <= p.n; i += 8) s = _mm256_add_ps(s, _mm256_loadu_ps(xr + i));
+    double sum = hsum(s);
+    for (; i < p.n; ++i) sum += xr[i];
+    const float mean = static_cast<float>(sum / static_cast<double>(p.n));
+    const __m256 vmean = _mm256_set1_ps(mean);
+    __m256 v2 = _mm256_setzero_ps();
+    i = 0;
+    for (; i + 8 <= p.n; i += 8) {
+      const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xr + i), vmean);
+      v2 = _mm256_fmadd_ps(d, d, v2);
+    }
+    double var = hsum(v2);
+    for (; i < p.n; ++i) var += static_cast<double>(xr[i] - mean) * (xr[i] - mean);
+    const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(p.n) + p.eps));
+    const __m256 vinv = _mm256_set1_ps(inv);
+    i = 0;
+    for (; i + 8 <= p.n; i += 8) {
+      __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmean), vinv);
+      if (weight) v = _mm256_mul_ps(v, _mm256_loadu_ps(weight + i));
+      if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + i));
+      _mm256_storeu_ps(yr + i, v);
+    }
+    for (; i < p.n; ++i) yr[i] = (xr[i] - mean) * inv * (weight ? weight[i] : 1.0f) + (bias ? bias[i] : 0.0f);
+  }
+}
+
+void silu(std::int64_t n, const float* x, float* y) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu256(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) y[i] = silu1(x[i]);
+}
+
+void gelu(std::int64_t n, const float* x, float* y) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu256(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) y[i] = gelu1(x[i]);
+}
+
+void swiglu(std::int64_t n, const float* gate, const float* up, float* y) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(silu256(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) y[i] = silu1(gate[i]) * up[i];
+}
+
+void add(std::int64_t n, const float* a, const float* b, float* y) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void mul(std::int64_t n, const float* a, const float* b, float* y) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+bool softmax(const SoftmaxParams& p, const float* x, float* y) {
+  // Check every row first so an all -inf row leaves y untouched.
+  for (std::int64_t r = 0; r < p.n_rows; ++r) {
+    const float* xr = x + r * p.n;
+    bool any = false;
+    for (std::int64_t i = 0; i < p.n && !any; ++i) any = !(std::isinf(p.scale * xr[i]) && p.scale * xr[i] < 0);
+    if (!any) return false;
+  }
+  const __m256 vscale = _mm256_set1_ps(p.scale);
+  for (std::int64_t r = 0; r < p.n_rows; ++r) {
+    const float* xr = x + r * p.n;
+    float* yr = y + r * p.n;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    std::int64_t i = 0;
+    for (; i + 8 <= p.n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_mul_ps(_mm256_loadu_ps(xr + i), vscale));
+    float max = hmax(vmax);
+    for (; i < p.n; ++i) max = std::max(max, p.scale * xr[i]);
+    const __m256 vm = _mm256_set1_ps(max);
+    __m256 vsum = _mm256_setzero_ps();
+    i = 0;
+    for (; i + 8 <= p.n; i += 8) {
+      const __m256 e = exp256(_mm256_fmsub_ps(_mm256_loadu_ps(xr + i), vscale, vm));
+      _mm256_storeu_ps(yr + i, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    double sum = hsum(vsum);
+    for (; i < p.n; ++i) {
+      yr[i] = std::exp(p.scale * xr[i] - max);
+      sum += yr[i];
+    }
+    const __m256 vinv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+    i = 0;
+    for (; i + 8 <= p.n; i += 8) _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_loadu_ps(yr + i), vinv));
+    for (; i < p.n; ++i) yr[i] *= static_cast<float>(1.0 / sum);
+  }
+  return true;
+}
+
+}  // namespace kernels::detail::avx2
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif

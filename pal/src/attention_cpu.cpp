@@ -1,0 +1,172 @@
+// The fast CPU paged attention: validation, cutting the batch into units (sequence x KV head x run of
+// query tokens), the ISA chosen once at run time, and the units spread over the thread pool.
+#include <tensor/thread_pool.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "attention_checks.h"
+#include "attention_unit.h"
+#include "pal/attention.h"
+#include "pal/error.h"
+
+namespace pal {
+namespace {
+
+enum class Isa { kAvx512, kAvx2, kScalar };
+
+Isa detect_isa() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx2;
+  }
+#endif
+  return Isa::kScalar;
+}
+
+std::atomic<Isa>& chosen_isa() {
+  static std::atomic<Isa> isa{detect_isa()};
+  return isa;
+}
+
+Isa cpu_isa() { return chosen_isa().load(std::memory_order_relaxed); }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+// Query tokens per prefill unit: enough rows (tokens x group) to reuse each converted K/V page, few enough
+// that the accumulators stay in L1/L2 and the units spread over the threads.
+std::int32_t prefill_block(std::int32_t group) { return std::max<std::int32_t>(1, 64 / group); }
+
+void run_units(const std::vector<detail::AttentionUnit>& units, std::int32_t max_tokens, std::int32_t group,
+               std::int32_t head_dim, tensor::ThreadPool* pool) {
+  const Isa isa = cpu_isa();
+  const std::int64_t scratch_floats = detail::unit_scratch_floats(max_tokens, group, head_dim);
+  auto body = [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> storage(static_cast<std::size_t>(scratch_floats + 16));
+    auto addr = reinterpret_cast<std::uintptr_t>(storage.data());
+    float* scratch = storage.data() + ((64 - addr % 64) % 64) / sizeof(float);
+    for (std::int64_t i = begin; i < end; ++i) {
+      detail::AttentionUnit u = units[static_cast<std::size_t>(i)];
+      u.scratch = scratch;
+      if (isa == Isa::kAvx512) {
+        detail::run_unit_avx512(u);
+      } else {
+        detail::run_unit_avx2(u);
+      }
+    }
+  };
+  if (pool != nullptr && units.size() > 1) {
+    pool->parallel_for(static_cast<std::int64_t>(units.size()), body, 1);
+  } else {
+    body(0, static_cast<std::int64_t>(units.size()));
+  }
+}
+
+}  // namespace
+
+const char* attention_cpu_isa() { return isa_name(cpu_isa()); }
+
+std::vector<std::string> attention_cpu_isas() {
+  std::vector<std::string> out;
+  const Isa best = detect_isa();
+  if (best == Isa::kAvx512) out.emplace_back("avx512");
+  if (best == Isa::kAvx512 || best == Isa::kAvx2) out.emplace_back("avx2");
+  out.emplace_back("scalar");
+  return out;
+}
+
+void set_attention_cpu_isa(const std::string& isa) {
+  const std::vector<std::string> have = attention_cpu_isas();
+  for (const Isa candidate : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (isa != isa_name(candidate)) continue;
+    for (const std::string& h : have) {
+      if (h == isa) {
+        chosen_isa().store(candidate, std::memory_order_relaxed);
+        return;
+      }
+    }
+    throw Error(fmt::format("[pal::set_attention_cpu_isa] this CPU cannot run \"{}\"", isa));
+  }
+  throw Error(fmt::format("[pal::set_attention_cpu_isa] unknown ISA \"{}\" (avx512, avx2, scalar)", isa));
+}
+
+void decode_attention(const PagedKv& kv, const AttentionParams& params, const DecodeArgs& args,
+                      tensor::ThreadPool* pool) {
+  detail::validate_decode(kv, params, args, "pal::decode_attention");
+  if (cpu_isa() == Isa::kScalar) {  // no SIMD kernel for this CPU: the reference is the scalar path
+    decode_attention_ref(kv, params, args);
+    return;
+  }
+  const std::int32_t group = params.n_q_heads / kv.n_kv_heads;
+  const std::int64_t tok_stride = static_cast<std::int64_t>(params.n_q_heads) * kv.head_dim;
+  std::vector<detail::AttentionUnit> units;
+  units.reserve(static_cast<std::size_t>(kv.n_seqs) * kv.n_kv_heads);
+  for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
+    for (std::int32_t g = 0; g < kv.n_kv_heads; ++g) {
+      detail::AttentionUnit u;
+      u.kv = &kv;
+      u.params = &params;
+      u.seq = s;
+      u.kv_head = g;
+      u.n_tokens = 1;
+      u.first_pos = kv.seq_lens[s] - 1;
+      const std::int64_t off = s * tok_stride + static_cast<std::int64_t>(g) * group * kv.head_dim;
+      u.q = args.q + off;
+      u.out = args.out + off;
+      u.tok_stride = tok_stride;
+      units.push_back(u);
+    }
+  }
+  run_units(units, 1, group, kv.head_dim, pool);
+}
+
+void prefill_attention(const PagedKv& kv, const AttentionParams& params, const PrefillArgs& args,
+                       tensor::ThreadPool* pool) {
+  detail::validate_prefill(kv, params, args, "pal::prefill_attention");
+  if (cpu_isa() == Isa::kScalar) {
+    prefill_attention_ref(kv, params, args);
+    return;
+  }
+  const std::int32_t group = params.n_q_heads / kv.n_kv_heads;
+  const std::int32_t block = prefill_block(group);
+  const std::int64_t tok_stride = static_cast<std::int64_t>(params.n_q_heads) * kv.head_dim;
+  std::vector<detail::AttentionUnit> units;
+  for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
+    const std::int32_t n = args.qo_indptr[s + 1] - args.qo_indptr[s];
+    for (std::int32_t t0 = 0; t0 < n; t0 += block) {
+      for (std::int32_t g = 0; g < kv.n_kv_heads; ++g) {
+        detail::AttentionUnit u;
+        u.kv = &kv;
+        u.params = &params;
+        u.seq = s;
+        u.kv_head = g;
+        u.n_tokens = std::min(block, n - t0);
+        u.first_pos = kv.seq_lens[s] - n + t0;
+        const std::int64_t off = (static_cast<std::int64_t>(args.qo_indptr[s]) + t0) * tok_stride +
+                                 static_cast<std::int64_t>(g) * group * kv.head_dim;
+        u.q = args.q + off;
+        u.out = args.out + off;
+        u.tok_stride = tok_stride;
+        units.push_back(u);
+      }
+    }
+  }
+  run_units(units, block, group, kv.head_dim, pool);
+}
+
+}  // namespace pal

@@ -1,0 +1,237 @@
+// The fast CPU paged-attention kernel, written once over a small SIMD interface `Isa` and compiled per ISA
+// (attention_avx512.cpp, attention_avx2.cpp, each with its own -m flags). Everything here has internal
+// linkage, so the copies built with different instruction sets never meet at link time.
+//
+// Per unit (sequence, KV head, a run of query tokens), page by page over the pages the rows can see:
+//   1. stage the page's K rows of this KV head as f32 in L1 scratch (F16C conversion for f16 KV)
+//      and prefetch the next page (pages are scattered, so the hardware prefetcher cannot guess them);
+//   2. per query row: 16 logits (one accumulator per key, reduced W at a time by a transpose-add tree),
+//      scale, soft cap, mask (window / causal / sequence end), online-softmax update of the running max m
+//      and sum l;
+//   3. P.V for up to four rows at once, V read straight from the page (converted from f16 once for the four).
+//
+// Isa provides V, kWidth (16 or 8; a page is 16 / kWidth vectors), zero, set1, load, store, load_f16,
+// fmadd, fnmadd, mul, div, add, sub, max, min, round, pow2i, reduce_add, reduce_max, reduce_lanes (kWidth
+// accumulators -> one vector of their kWidth sums), mask_range (lanes outside [a, b) -> fill), prefetch,
+// exp, tanh (simd_math.h).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "attention_unit.h"
+
+namespace pal::detail {
+namespace {
+
+template <class Isa, int D>
+struct Kernel {
+  using V = typename Isa::V;
+  static constexpr int W = Isa::kWidth;
+  static constexpr int kChunks = D / W;
+  static constexpr int kPageVecs = kPageSize / W;
+  static_assert(D % W == 0, "head dim must be a multiple of the vector width");
+  static_assert(kPageSize % W == 0, "page size must be a multiple of the vector width");
+
+  // Copies slots [a, b) of a page (rows src_stride elements apart) into dst[16][D] as f32.
+  static void stage_f16(const std::uint16_t* src, std::int64_t src_stride, int a, int b, float* dst) {
+    for (int t = a; t < b; ++t) {
+      const std::uint16_t* s = src + t * src_stride;
+      float* d = dst + t * D;
+      for (int c = 0; c < kChunks; ++c) Isa::store(d + c * W, Isa::load_f16(s + c * W));
+    }
+  }
+  static void stage_f32(const float* src, std::int64_t src_stride, int a, int b, float* dst) {
+    for (int t = a; t < b; ++t) std::memcpy(dst + t * D, src + t * src_stride, sizeof(float) * D);
+  }
+
+  // Prefetches the 16 rows of one page of one KV head (row_bytes each, row_stride_bytes apart).
+  static void prefetch_page(const char* p, std::int64_t row_stride_bytes, int row_bytes) {
+    for (int t = 0; t < kPageSize; ++t) {
+      for (int off = 0; off < row_bytes; off += 64) Isa::prefetch(p + t * row_stride_bytes + off);
+    }
+  }
+
+  // logits[16] (as kPageVecs vectors) of query q against the staged keys kf[16][D].
+  static void qk(const float* q, const float* kf, V* out) {
+    for (int kb = 0; kb < kPageVecs; ++kb) {
+      V acc[W];
+      for (int j = 0; j < W; ++j) acc[j] = Isa::zero();
+      const float* kbase = kf + kb * W * D;
+      for (int c = 0; c < kChunks; ++c) {
+        const V qv = Isa::load(q + c * W);
+        for (int j = 0; j < W; ++j) acc[j] = Isa::fmadd(qv, Isa::load(kbase + j * D + c * W), acc[j]);
+      }
+      out[kb] = Isa::reduce_lanes(acc);
+    }
+  }
+
+  // o[r] = o[r] * alpha[r] + sum_{t in [a, b)} p[r][t] * v[t] for R rows at once, reading V straight from
+  // the page (rows v_stride elements apart; converted from f16 once for the R rows).
+  template <int R, bool F16>
+  static void pv(float* const* o, const float* const* p, const float* alpha, const void* v, std::int64_t v_stride,
+                 int a, int b) {
+    for (int c = 0; c < kChunks; ++c) {
+      V acc[R];
+      for (int i = 0; i < R; ++i) acc[i] = Isa::mul(Isa::load(o[i] + c * W), Isa::set1(alpha[i]));
+      for (int t = a; t < b; ++t) {
+        V vv;
+        if constexpr (F16) {
+          vv = Isa::load_f16(static_cast<const std::uint16_t*>(v) + t * v_stride + c * W);
+        } else {
+          vv = Isa::load(static_cast<const float*>(v) + t * v_stride + c * W);
+        }
+        for (int i = 0; i < R; ++i) acc[i] = Isa::fmadd(Isa::set1(p[i][t]), vv, acc[i]);
+      }
+      for (int i = 0; i < R; ++i) Isa::store(o[i] + c * W, acc[i]);
+    }
+  }
+
+  template <bool F16>
+  static void pv_rows(int count, float* const* o, const float* const* p, const float* alpha, const void* v,
+                      std::int64_t v_stride, int a, int b) {
+    switch (count) {
+      case 4: pv<4, F16>(o, p, alpha, v, v_stride, a, b); break;
+      case 3: pv<3, F16>(o, p, alpha, v, v_stride, a, b); break;
+      case 2: pv<2, F16>(o, p, alpha, v, v_stride, a, b); break;
+      case 1: pv<1, F16>(o, p, alpha, v, v_stride, a, b); break;
+      default: break;
+    }
+  }
+
+  static void run(const AttentionUnit& u) {
+    const PagedKv& kv = *u.kv;
+    const AttentionParams& prm = *u.params;
+    const int group = prm.n_q_heads / kv.n_kv_heads;
+    const int rows = u.n_tokens * group;
+    const std::int64_t window = prm.sliding_window;
+    const float cap = prm.logit_soft_cap;
+    const bool f16 = kv.dtype == tensor::DType::f16;
+    const std::int64_t row_stride = static_cast<std::int64_t>(kv.n_kv_heads) * D;  // elements between slots
+    const std::int64_t elem_bytes = f16 ? 2 : 4;
+
+    // Scratch: o[rows][D] | p[rows][16] | m[rows] | l[rows] | alpha[rows] | pad | kf[16][D]
+    float* o = u.scratch;
+    float* pbuf = o + static_cast<std::int64_t>(rows) * D;
+    float* m = pbuf + static_cast<std::int64_t>(rows) * kPageSize;
+    float* l = m + rows;
+    float* alpha = l + rows;
+    const std::int64_t used = static_cast<std::int64_t>(rows) * (D + kPageSize + 3);
+    float* kf = u.scratch + (used + 15) / 16 * 16;
+    for (int r = 0; r < rows; ++r) {
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+      for (int c = 0; c < kChunks; ++c) Isa::store(o + r * D + c * W, Isa::zero());
+    }
+
+    const std::int64_t last_pos = u.first_pos + u.n_tokens - 1;
+    const std::int64_t first_key =
+        window > 0 ? (u.first_pos - window + 1 > 0 ? u.first_pos - window + 1 : 0) : 0;
+    const std::int32_t* pages = kv.page_indices + kv.page_indptr[u.seq];
+    const char* kbytes = static_cast<const char*>(kv.k_pages);
+    const char* vbytes = static_cast<const char*>(kv.v_pages);
+    const V vscale = Isa::set1(prm.scale);
+    const V vcap = Isa::set1(cap);
+
+    const std::int64_t pg_first = first_key / kPageSize;
+    const std::int64_t pg_last = last_pos / kPageSize;
+    for (std::int64_t pg = pg_first; pg <= pg_last; ++pg) {
+      const std::int64_t base = pg * kPageSize;
+      const int ua = static_cast<int>(first_key > base ? first_key - base : 0);
+      const int ub = static_cast<int>(last_pos + 1 < base + kPageSize ? last_pos + 1 - base : kPageSize);
+      const std::int64_t elem = kv_offset(kv, pages[pg], 0, u.kv_head);
+      if (pg + 1 <= pg_last) {
+        const std::int64_t next = kv_offset(kv, pages[pg + 1], 0, u.kv_head) * elem_bytes;
+        prefetch_page(kbytes + next, row_stride * elem_bytes, static_cast<int>(D * elem_bytes));
+        prefetch_page(vbytes + next, row_stride * elem_bytes, static_cast<int>(D * elem_bytes));
+      }
+      const void* vpage;
+      if (f16) {
+        stage_f16(static_cast<const std::uint16_t*>(kv.k_pages) + elem, row_stride, ua, ub, kf);
+        vpage = static_cast<const std::uint16_t*>(kv.v_pages) + elem;
+      } else {
+        stage_f32(static_cast<const float*>(kv.k_pages) + elem, row_stride, ua, ub, kf);
+        vpage = static_cast<const float*>(kv.v_pages) + elem;
+      }
+
+      // Rows that see part of this page; the P.V pass takes them four at a time.
+      int pending = 0;
+      float* orow[4];
+      const float* prow[4];
+      float arow[4];
+      auto flush = [&](int count) {
+        if (f16) {
+          pv_rows<true>(count, orow, prow, arow, vpage, row_stride, ua, ub);
+        } else {
+          pv_rows<false>(count, orow, prow, arow, vpage, row_stride, ua, ub);
+        }
+      };
+      for (int r = 0; r < rows; ++r) {
+        const int tok = r / group;
+        const int h = r % group;
+        const std::int64_t pos = u.first_pos + tok;
+        const std::int64_t lo = window > 0 ? pos - window + 1 : 0;
+        const int a = static_cast<int>(lo > base ? lo - base : 0);
+        const int b = static_cast<int>(pos + 1 < base + kPageSize ? pos + 1 - base : kPageSize);
+        if (a >= b) continue;
+        const float* q = u.q + tok * u.tok_stride + static_cast<std::int64_t>(h) * D;
+
+        V s[kPageVecs];
+        qk(q, kf, s);
+        V vmax = Isa::set1(-INFINITY);
+        for (int i = 0; i < kPageVecs; ++i) {
+          V x = Isa::mul(s[i], vscale);
+          if (cap > 0.0f) x = Isa::mul(vcap, Isa::tanh(Isa::div(x, vcap)));
+          s[i] = Isa::mask_range(x, i * W, a, b, -INFINITY);
+          vmax = Isa::max(vmax, s[i]);
+        }
+        const float page_max = Isa::reduce_max(vmax);
+        const float m_new = m[r] > page_max ? m[r] : page_max;
+        alpha[r] = std::exp(m[r] - m_new);  // exp(-inf) == 0 on the first page
+        m[r] = m_new;
+        const V vm = Isa::set1(m_new);
+        V vsum = Isa::zero();
+        float* p = pbuf + static_cast<std::int64_t>(r) * kPageSize;
+        for (int i = 0; i < kPageVecs; ++i) {
+          const V e = Isa::mask_range(Isa::exp(Isa::sub(s[i], vm)), i * W, a, b, 0.0f);
+          vsum = Isa::add(vsum, e);
+          Isa::store(p + i * W, e);
+        }
+        l[r] = l[r] * alpha[r] + Isa::reduce_add(vsum);
+        orow[pending] = o + static_cast<std::int64_t>(r) * D;
+        prow[pending] = p;
+        arow[pending] = alpha[r];
+        if (++pending == 4) {
+          flush(4);
+          pending = 0;
+        }
+      }
+      flush(pending);
+    }
+
+    for (int r = 0; r < rows; ++r) {
+      const int tok = r / group;
+      const int h = r % group;
+      float* dst = u.out + tok * u.tok_stride + static_cast<std::int64_t>(h) * D;
+      const V inv = Isa::set1(1.0f / l[r]);
+      for (int c = 0; c < kChunks; ++c) Isa::store(dst + c * W, Isa::mul(Isa::load(o + r * D + c * W), inv));
+    }
+  }
+};
+
+// Runtime head dim -> compile-time kernel (validation has already rejected any other head dim).
+template <class Isa>
+void run_unit(const AttentionUnit& u) {
+  switch (u.kv->head_dim) {
+    case 64: Kernel<Isa, 64>::run(u); break;
+    case 80: Kernel<Isa, 80>::run(u); break;
+    case 96: Kernel<Isa, 96>::run(u); break;
+    case 128: Kernel<Isa, 128>::run(u); break;
+    case 256: Kernel<Isa, 256>::run(u); break;
+    default: break;  // unreachable: validate_paged_kv throws first
+  }
+}
+
+}  // namespace
+}  // namespace pal::detail

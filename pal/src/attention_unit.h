@@ -1,0 +1,36 @@
+// One unit of work of the fast CPU attention: a sequence, a KV head, and a run of consecutive query
+// tokens of that sequence (1 in decode), i.e. n_tokens x group query rows that share every K/V row read.
+// attention_cpu.cpp cuts the batch into units and hands each to the kernel of the ISA in hand.
+#pragma once
+
+#include <cstdint>
+
+#include "pal/attention.h"
+
+namespace pal::detail {
+
+struct AttentionUnit {
+  const PagedKv* kv = nullptr;
+  const AttentionParams* params = nullptr;
+  std::int32_t seq = 0;
+  std::int32_t kv_head = 0;
+  std::int32_t n_tokens = 0;     // query tokens in this unit
+  std::int64_t first_pos = 0;    // position of the first of them; token i sits at first_pos + i
+  const float* q = nullptr;      // query row of token 0, head kv_head * group: [n_tokens][tok_stride]
+  float* out = nullptr;          // same layout as q
+  std::int64_t tok_stride = 0;   // floats between consecutive tokens (n_q_heads * head_dim)
+  float* scratch = nullptr;      // unit_scratch_floats(...) floats, 64-byte aligned
+};
+
+// Floats of scratch a unit of n_tokens tokens needs.
+inline std::int64_t unit_scratch_floats(std::int32_t n_tokens, std::int32_t group, std::int32_t head_dim) {
+  const std::int64_t rows = static_cast<std::int64_t>(n_tokens) * group;
+  // o[rows][head_dim], p[rows][16], m, l, alpha [rows]; the staged K page [16][head_dim]; alignment pad.
+  return rows * (head_dim + 16 + 3) + 16 * static_cast<std::int64_t>(head_dim) + 64;
+}
+
+// The per-ISA kernels (attention_avx512.cpp, attention_avx2.cpp); call only when the CPU has the ISA.
+void run_unit_avx512(const AttentionUnit& unit);
+void run_unit_avx2(const AttentionUnit& unit);
+
+}  // namespace pal::detail

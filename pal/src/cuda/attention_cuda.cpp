@@ -1,0 +1,266 @@
+// Host side of the CUDA paged attention: validation, variant selection, split sizing, launches.
+#include "pal/cuda/attention_cuda.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "launch_cache.h"
+#include "pal/error.h"
+#include "tensor/cuda/device.h"
+#include "tensor/cuda/memory_pool.h"
+
+namespace pal::cuda {
+namespace {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeUnroll = 2;
+constexpr int kDecodeMmaKeys = 32;  // MMA_KEYS in decode_attention.cu
+constexpr int kPrefillBlockM = 64;
+constexpr std::int32_t kMaxChunk = 4096;  // MAX_CHUNK in decode_attention.cu
+constexpr unsigned kMergeThreads = 256;   // MERGE_THREADS in decode_attention.cu
+constexpr int kPrefillBlockN = 64;
+
+// Mirrors DecodeParams in decode_attention.cu field by field.
+struct DecodeParams {
+  const void* k_pages;
+  const void* v_pages;
+  const std::int32_t* page_indptr;
+  const std::int32_t* page_indices;
+  const std::int32_t* seq_lens;
+  const float* q;
+  float* out;
+  float* part_o;
+  float* part_ml;
+  std::int32_t n_kv_heads;
+  std::int32_t n_q_heads;
+  std::int32_t n_splits;
+  std::int32_t chunk;
+  float scale;
+  float soft_cap;
+  std::int32_t window;
+};
+
+// Mirrors PrefillParams in prefill_attention.cu.
+struct PrefillParams {
+  const void* k_pages;
+  const void* v_pages;
+  const std::int32_t* page_indptr;
+  const std::int32_t* page_indices;
+  const std::int32_t* seq_lens;
+  const std::int32_t* qo_indptr;
+  const float* q;
+  float* out;
+  std::int32_t n_kv_heads;
+  std::int32_t n_q_heads;
+  float scale;
+  float soft_cap;
+  std::int32_t window;
+};
+
+void validate(const PagedKv& kv, const AttentionParams& p, const char* op) {
+  if (kv.dtype != tensor::DType::f16 && kv.dtype != tensor::DType::bf16) {
+    throw Error(fmt::format("[{}] KV dtype {} is not supported on CUDA (f16 or bf16)", op,
+                            static_cast<int>(kv.dtype)));
+  }
+  if (kv.head_dim != 64 && kv.head_dim != 128 && kv.head_dim != 256) {
+    throw Error(fmt::format("[{}] head_dim {} is not supported on CUDA (64, 128 or 256)", op, kv.head_dim));
+  }
+  if (kv.n_kv_heads <= 0 || p.n_q_heads <= 0 || p.n_q_heads % kv.n_kv_heads != 0) {
+    throw Error(fmt::format("[{}] n_q_heads {} must be a positive multiple of n_kv_heads {}", op, p.n_q_heads,
+                            kv.n_kv_heads));
+  }
+  if (kv.n_seqs < 0) throw Error(fmt::format("[{}] n_seqs {} is negative", op, kv.n_seqs));
+  if (kv.n_seqs > 0 && (kv.k_pages == nullptr || kv.v_pages == nullptr || kv.page_indptr == nullptr ||
+                        kv.page_indices == nullptr || kv.seq_lens == nullptr)) {
+    throw Error(fmt::format("[{}] a KV cache pointer (pages, page table or seq_lens) is null", op));
+  }
+  if (!std::isfinite(p.scale)) throw Error(fmt::format("[{}] scale {} is not finite", op, p.scale));
+  if (p.sliding_window < 0) throw Error(fmt::format("[{}] sliding_window {} is negative", op, p.sliding_window));
+  if (!(p.logit_soft_cap >= 0.0f) || !std::isfinite(p.logit_soft_cap)) {
+    throw Error(fmt::format("[{}] logit_soft_cap {} must be finite and >= 0", op, p.logit_soft_cap));
+  }
+}
+
+std::vector<std::string> base_options(const PagedKv& kv) {
+  return {"-DHEAD_DIM=" + std::to_string(kv.head_dim),
+          std::string("-DKV_BF16=") + (kv.dtype == tensor::DType::bf16 ? "1" : "0")};
+}
+
+std::vector<std::string> decode_options(std::int32_t head_dim, bool bf16, std::int32_t group,
+                                        std::int32_t unroll = kDecodeUnroll) {
+  return {"-DHEAD_DIM=" + std::to_string(head_dim), std::string("-DKV_BF16=") + (bf16 ? "1" : "0"),
+          "-DGROUP=" + std::to_string(group), "-DN_WARPS=" + std::to_string(kDecodeWarps),
+          "-DUNROLL=" + std::to_string(unroll)};
+}
+
+// Tokens per split. Splits trade parallelism for merge work and per-block overhead; the cost model counts
+// the waves of blocks the machine runs (blocks beyond one full wave wait) times the work of one block,
+// with a fixed overhead per block worth about 64 tokens.
+std::int32_t decode_chunk(std::int32_t n_seqs, std::int32_t n_kv_heads, std::int32_t max_seq_len,
+                          const tensor::cuda::Kernel& kernel, const std::string& variant, int shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::string, int> occupancy;  // variant -> blocks per multiprocessor
+  int per_sm = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = occupancy.find(variant);
+    if (it == occupancy.end()) {
+      it = occupancy.emplace(variant, std::max(1, kernel.max_active_blocks_per_sm(kDecodeWarps * 32, shared_bytes)))
+               .first;
+    }
+    per_sm = it->second;
+  }
+  const std::int64_t wave = static_cast<std::int64_t>(per_sm) * detail::n_sms();
+  const std::int64_t pairs = static_cast<std::int64_t>(n_seqs) * n_kv_heads;
+  std::int64_t best_chunk = kMaxChunk;
+  double best_cost = 1e300;
+  for (std::int64_t chunk = 64; chunk <= kMaxChunk; chunk += 64) {
+    const std::int64_t splits = (max_seq_len + chunk - 1) / chunk;
+    const std::int64_t waves = (pairs * splits + wave - 1) / wave;
+    const double cost = static_cast<double>(waves) * (std::min<std::int64_t>(chunk, max_seq_len) + 64) +
+                        (splits > 1 ? 32.0 : 0.0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best_chunk = chunk;
+    }
+    if (chunk >= max_seq_len) break;
+  }
+  return static_cast<std::int32_t>(best_chunk);
+}
+
+// The decode kernel for these shapes: the tensor-core one (head_dim <= 128, at most 16 query heads per KV
+// head) unless the SIMT one is asked for; its dynamic shared memory.
+struct DecodeKernel {
+  tensor::cuda::Kernel kernel;
+  int shared_bytes = 0;
+  std::string variant;  // options that change occupancy
+};
+
+DecodeKernel decode_kernel(std::int32_t head_dim, bool bf16, std::int32_t group, std::int32_t unroll, bool simt) {
+  const auto options = decode_options(head_dim, bf16, group, unroll);
+  DecodeKernel k;
+  k.variant = options[0] + options[1] + options[2] + options[4] + (simt ? "simt" : "mma");
+  if (!simt && head_dim <= 128 && group <= 16) {
+    k.shared_bytes = kDecodeWarps * 4 * kDecodeMmaKeys * (head_dim + 8) * 2;
+    k.kernel = detail::kernel("decode_attention.cu", options, "decode_attention_mma", k.shared_bytes);
+  } else {
+    k.kernel = detail::kernel("decode_attention.cu", options, "decode_attention_split");
+  }
+  return k;
+}
+
+int prefill_shared_bytes(std::int32_t head_dim) {
+  return (kPrefillBlockM + 4 * kPrefillBlockN) * (head_dim + 8) * 2;
+}
+
+}  // namespace
+
+void decode_attention(const PagedKv& kv, const AttentionParams& params, const DecodeArgs& args,
+                      std::int32_t max_seq_len, const tensor::cuda::Stream* stream, const DecodeTuning& tuning) {
+  constexpr const char* op = "pal::cuda::decode_attention";
+  validate(kv, params, op);
+  if (kv.n_seqs == 0) return;
+  if (args.q == nullptr || args.out == nullptr) throw Error(fmt::format("[{}] q or out is null", op));
+  if (max_seq_len <= 0) throw Error(fmt::format("[{}] max_seq_len {} must be positive", op, max_seq_len));
+  if (tuning.chunk < 0 || tuning.chunk % 64 != 0 || tuning.chunk > kMaxChunk) {
+    throw Error(fmt::format("[{}] tuning chunk {} must be a multiple of 64 in [0, {}]", op, tuning.chunk, kMaxChunk));
+  }
+  const std::int32_t group = params.n_q_heads / kv.n_kv_heads;
+  // The tensor-core kernel takes up to 16 query heads per KV head (one MMA tile of rows); the SIMT kernel
+  // (head_dim 256, or asked for) holds group * head_dim floats per warp in its merge buffer.
+  const bool simt = tuning.simt || kv.head_dim > 128;
+  const std::int32_t max_group = simt ? 2048 / kv.head_dim : 16;
+  if (group > max_group) {
+    throw Error(fmt::format("[{}] {} query heads per KV head at head_dim {}: at most {} are supported on CUDA", op,
+                            group, kv.head_dim, max_group));
+  }
+  if (tuning.unroll != 0 && tuning.unroll != 1 && tuning.unroll != 2 && tuning.unroll != 4) {
+    throw Error(fmt::format("[{}] tuning unroll {} must be 0, 1, 2 or 4", op, tuning.unroll));
+  }
+  const DecodeKernel dk = decode_kernel(kv.head_dim, kv.dtype == tensor::DType::bf16, group,
+                                        tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll, simt);
+  std::int32_t chunk = tuning.chunk;
+  if (chunk == 0) chunk = decode_chunk(kv.n_seqs, kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant, dk.shared_bytes);
+  // A split stages at most kMaxChunk page ids, and the merge at most kMaxChunk splits.
+  chunk = std::max<std::int32_t>(chunk, static_cast<std::int32_t>((max_seq_len + kMaxChunk - 1) / kMaxChunk + 63) / 64 * 64);
+  chunk = std::min(chunk, kMaxChunk);
+  const std::int32_t n_splits = (max_seq_len + chunk - 1) / chunk;
+  const auto options = decode_options(kv.head_dim, kv.dtype == tensor::DType::bf16, group,
+                                      tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll);
+
+  tensor::cuda::DeviceBuffer part_o, part_ml;
+  DecodeParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, args.q, args.out,
+                 nullptr, nullptr, kv.n_kv_heads, params.n_q_heads, n_splits, chunk, params.scale,
+                 params.logit_soft_cap, params.sliding_window};
+  if (n_splits > 1) {
+    const std::size_t rows = static_cast<std::size_t>(kv.n_seqs) * params.n_q_heads * n_splits;
+    part_o = tensor::cuda::MemoryPool::global().allocate(rows * kv.head_dim * sizeof(float));
+    part_ml = tensor::cuda::MemoryPool::global().allocate(rows * 2 * sizeof(float));
+    p.part_o = part_o.as<float>();
+    p.part_ml = part_ml.as<float>();
+  }
+  void* argv[] = {&p};
+  dk.kernel.launch({static_cast<unsigned>(n_splits), static_cast<unsigned>(kv.n_kv_heads),
+                   static_cast<unsigned>(kv.n_seqs)},
+                  {kDecodeWarps * 32, 1, 1}, static_cast<unsigned>(dk.shared_bytes), stream, argv);
+  if (n_splits > 1) {
+    detail::kernel("decode_attention.cu", options, "decode_attention_merge")
+        .launch({static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs), 1},
+                {kMergeThreads, 1, 1}, 0, stream, argv);
+  }
+  // The workspace returns to the pool now; the pool hands it out again only to work queued after this
+  // on the same stream order (single-stream use) -- callers with several streams synchronize first.
+}
+
+void prefill_attention(const PagedKv& kv, const AttentionParams& params, const PrefillArgs& args,
+                       std::int32_t max_q_len, const tensor::cuda::Stream* stream) {
+  constexpr const char* op = "pal::cuda::prefill_attention";
+  validate(kv, params, op);
+  if (kv.n_seqs == 0) return;
+  if (args.q == nullptr || args.out == nullptr || args.qo_indptr == nullptr) {
+    throw Error(fmt::format("[{}] q, out or qo_indptr is null", op));
+  }
+  if (max_q_len <= 0) throw Error(fmt::format("[{}] max_q_len {} must be positive", op, max_q_len));
+  const auto options = base_options(kv);
+  PrefillParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, args.qo_indptr,
+                  args.q, args.out, kv.n_kv_heads, params.n_q_heads, params.scale, params.logit_soft_cap,
+                  params.sliding_window};
+  void* argv[] = {&p};
+  const int shared = prefill_shared_bytes(kv.head_dim);
+  tensor::cuda::Kernel k = detail::kernel("prefill_attention.cu", options, "prefill_attention", shared);
+  k.launch({static_cast<unsigned>((max_q_len + kPrefillBlockM - 1) / kPrefillBlockM),
+            static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs)},
+           {128, 1, 1}, static_cast<unsigned>(shared), stream, argv);
+}
+
+std::int32_t decode_default_chunk(const PagedKv& kv, const AttentionParams& params, std::int32_t max_seq_len) {
+  constexpr const char* op = "pal::cuda::decode_default_chunk";
+  validate(kv, params, op);
+  if (max_seq_len <= 0) throw Error(fmt::format("[{}] max_seq_len {} must be positive", op, max_seq_len));
+  const DecodeKernel dk = decode_kernel(kv.head_dim, kv.dtype == tensor::DType::bf16, params.n_q_heads / kv.n_kv_heads,
+                                        kDecodeUnroll, kv.head_dim > 128);
+  std::int32_t chunk = decode_chunk(std::max(1, kv.n_seqs), kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant,
+                                    dk.shared_bytes);
+  chunk = std::max<std::int32_t>(chunk, static_cast<std::int32_t>((max_seq_len + kMaxChunk - 1) / kMaxChunk + 63) / 64 * 64);
+  return std::min(chunk, kMaxChunk);
+}
+
+std::vector<KernelVariant> kernel_variants() {
+  std::vector<KernelVariant> out;
+  for (std::int32_t d : {64, 128, 256}) {
+    for (bool bf16 : {false, true}) {
+      for (std::int32_t group : {1, 4}) out.push_back({"decode_attention.cu", decode_options(d, bf16, group)});
+      std::vector<std::string> o = {"-DHEAD_DIM=" + std::to_string(d), std::string("-DKV_BF16=") + (bf16 ? "1" : "0")};
+      out.push_back({"prefill_attention.cu", o});
+      out.push_back({"kv_write.cu", o});
+    }
+  }
+  return out;
+}
+
+}  // namespace pal::cuda

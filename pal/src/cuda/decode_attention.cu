@@ -1,0 +1,496 @@
+// Paged decode attention, split-KV (flash-decoding). One block per (split, KV head, sequence) handles the
+// GROUP query heads that share the KV head over `chunk` tokens; a second kernel merges the splits.
+// Compile-time: HEAD_DIM (64, 128, 256), GROUP (query heads per KV head), KV_BF16, N_WARPS, UNROLL.
+//
+// Each token's HEAD_DIM-vector of one KV head is read by LANES = HEAD_DIM / 8 lanes with 16-byte loads, so
+// a warp covers 32 / LANES tokens per step and UNROLL steps are in flight before the first use. The
+// softmax runs online in the log2 domain, once per UNROLL steps. The block's page ids are staged in shared
+// memory first (no dependent page-table load before each KV load), and the next step's K and V are loaded
+// while the current one is computed. A split covers at most MAX_CHUNK tokens.
+
+#define LANES (HEAD_DIM / 8)
+#define TOKENS_PER_WARP (32 / LANES)
+#define MAX_CHUNK 4096
+
+struct DecodeParams {
+  const kv_t* k_pages;       // [n_pages][16][n_kv_heads][HEAD_DIM]
+  const kv_t* v_pages;       // [n_pages][16][n_kv_heads][HEAD_DIM]
+  const int* page_indptr;    // [n_seqs + 1]
+  const int* page_indices;   // [page_indptr[n_seqs]]
+  const int* seq_lens;       // [n_seqs]
+  const float* q;            // [n_seqs][n_q_heads][HEAD_DIM]
+  float* out;                // [n_seqs][n_q_heads][HEAD_DIM]
+  float* part_o;             // [n_seqs][n_q_heads][n_splits][HEAD_DIM], unnormalized (n_splits > 1)
+  float* part_ml;            // [n_seqs][n_q_heads][n_splits][2]: running max (log2 domain), sum
+  int n_kv_heads;
+  int n_q_heads;
+  int n_splits;
+  int chunk;                 // tokens per split
+  float scale;               // logits = scale * q.k
+  float soft_cap;            // 0: off
+  int window;                // 0: off
+};
+
+__device__ __forceinline__ float score_to_log2(float dot, const DecodeParams& p) {
+  // q was pre-multiplied by scale (and by log2(e) when there is no soft cap).
+  if (p.soft_cap > 0.0f) return p.soft_cap * tanhf(dot / p.soft_cap) * ORCHARD_LOG2E;
+  return dot;
+}
+
+extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_split(const DecodeParams p) {
+  const int split = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int seq = blockIdx.z;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int sub = lane / LANES;  // which of the warp's tokens
+  const int dl = lane % LANES;   // which 8 dims
+
+  const int len = p.seq_lens[seq];
+  int t_begin = split * p.chunk;
+  const int t_end = min(len, t_begin + p.chunk);
+  if (p.window > 0) t_begin = max(t_begin, len - p.window);
+
+  const float q_mul = p.soft_cap > 0.0f ? p.scale : p.scale * ORCHARD_LOG2E;
+  float q[GROUP][8];
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    const float4* qp = reinterpret_cast<const float4*>(
+        p.q + (static_cast<long long>(seq) * p.n_q_heads + kvh * GROUP + g) * HEAD_DIM + dl * 8);
+    const float4 a = qp[0], b = qp[1];
+    q[g][0] = a.x * q_mul; q[g][1] = a.y * q_mul; q[g][2] = a.z * q_mul; q[g][3] = a.w * q_mul;
+    q[g][4] = b.x * q_mul; q[g][5] = b.y * q_mul; q[g][6] = b.z * q_mul; q[g][7] = b.w * q_mul;
+  }
+
+  float m[GROUP], l[GROUP], acc[GROUP][8];
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    m[g] = ORCHARD_NEG_BIG;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+  }
+
+  // The split's page ids, staged in shared memory.
+  __shared__ int sm_pages[MAX_CHUNK / 16 + 1];
+  const int* pages = p.page_indices + p.page_indptr[seq];
+  const int first_page = t_begin >> 4;
+  if (t_begin < t_end) {
+    const int n_pages = ((t_end - 1) >> 4) - first_page + 1;
+    for (int i = threadIdx.x; i < n_pages; i += N_WARPS * 32) sm_pages[i] = pages[first_page + i];
+  }
+  __syncthreads();
+
+  const long long slot_stride = static_cast<long long>(p.n_kv_heads) * HEAD_DIM;
+  const long long head_off = static_cast<long long>(kvh) * HEAD_DIM + dl * 8;
+  const int step = N_WARPS * TOKENS_PER_WARP * UNROLL;
+
+  uint4 kr[UNROLL], vr[UNROLL];
+  auto load = [&](int base, uint4* kd, uint4* vd) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int t = base + u * TOKENS_PER_WARP + sub;
+      if (t < t_end) {
+        const long long off = (static_cast<long long>(sm_pages[(t >> 4) - first_page]) * 16 + (t & 15)) * slot_stride + head_off;
+        kd[u] = __ldg(reinterpret_cast<const uint4*>(p.k_pages + off));
+        vd[u] = __ldg(reinterpret_cast<const uint4*>(p.v_pages + off));
+      } else {
+        kd[u] = make_uint4(0, 0, 0, 0);
+        vd[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  int base = t_begin + warp * TOKENS_PER_WARP * UNROLL;
+  if (base < t_end) load(base, kr, vr);
+
+  for (; base < t_end; base += step) {
+    uint4 kn[UNROLL], vn[UNROLL];
+    if (base + step < t_end) load(base + step, kn, vn);  // in flight while this step computes
+    float s[UNROLL][GROUP];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      float kf[8];
+      kv8_to_f32(kr[u], kf);
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d = fmaf(q[g][i], kf[i], d);
+        s[u][g] = d;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+#pragma unroll
+        for (int off = LANES / 2; off > 0; off >>= 1) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const bool valid = base + u * TOKENS_PER_WARP + sub < t_end;
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) s[u][g] = valid ? score_to_log2(s[u][g], p) : -INFINITY;
+    }
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) mx = fmaxf(mx, s[u][g]);
+      const float corr = exp2f(m[g] - mx);
+      m[g] = mx;
+      l[g] *= corr;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] *= corr;
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      float vf[8];
+      kv8_to_f32(vr[u], vf);
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+        const float pw = exp2f(s[u][g] - m[g]);
+        l[g] += pw;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(pw, vf[i], acc[g][i]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      kr[u] = kn[u];
+      vr[u] = vn[u];
+    }
+  }
+
+  // Merge the warp's token groups (lanes with the same dims), then the warps through shared memory.
+#pragma unroll
+  for (int off = LANES; off < 32; off <<= 1) {
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[g], off);
+      const float lo = __shfl_xor_sync(0xffffffffu, l[g], off);
+      const float mn = fmaxf(m[g], mo);
+      const float a = exp2f(m[g] - mn), b = exp2f(mo - mn);
+      m[g] = mn;
+      l[g] = l[g] * a + lo * b;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float ao = __shfl_xor_sync(0xffffffffu, acc[g][i], off);
+        acc[g][i] = acc[g][i] * a + ao * b;
+      }
+    }
+  }
+
+  __shared__ float sm_m[N_WARPS][GROUP];
+  __shared__ float sm_l[N_WARPS][GROUP];
+  __shared__ __align__(16) float sm_acc[N_WARPS][GROUP][HEAD_DIM];
+  if (sub == 0) {
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      if (dl == 0) {
+        sm_m[warp][g] = m[g];
+        sm_l[warp][g] = l[g];
+      }
+      float4* dst = reinterpret_cast<float4*>(&sm_acc[warp][g][dl * 8]);
+      dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+      dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+    }
+  }
+  __syncthreads();
+
+  for (int idx = threadIdx.x; idx < GROUP * HEAD_DIM; idx += N_WARPS * 32) {
+    const int g = idx / HEAD_DIM;
+    const int d = idx % HEAD_DIM;
+    float mx = ORCHARD_NEG_BIG;
+#pragma unroll
+    for (int w = 0; w < N_WARPS; ++w) mx = fmaxf(mx, sm_m[w][g]);
+    float sum = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < N_WARPS; ++w) {
+      const float f = exp2f(sm_m[w][g] - mx);
+      sum += sm_l[w][g] * f;
+      o += sm_acc[w][g][d] * f;
+    }
+    const long long row = static_cast<long long>(seq) * p.n_q_heads + kvh * GROUP + g;
+    if (p.n_splits == 1) {
+      p.out[row * HEAD_DIM + d] = sum > 0.0f ? o / sum : 0.0f;
+    } else {
+      p.part_o[(row * p.n_splits + split) * HEAD_DIM + d] = o;
+      if (d == 0) {
+        p.part_ml[(row * p.n_splits + split) * 2] = mx;
+        p.part_ml[(row * p.n_splits + split) * 2 + 1] = sum;
+      }
+    }
+  }
+}
+
+// Merges the splits of one (sequence, query head): grid (n_q_heads, n_seqs), MERGE_THREADS threads. Each
+// thread owns 4 dims of one group of splits (split s goes to group s % MERGE_GROUPS); the groups meet in
+// shared memory.
+#define MERGE_THREADS 256
+#define MERGE_GROUPS (MERGE_THREADS / (HEAD_DIM / 4))
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_merge(const DecodeParams p) {
+  __shared__ float sm_w[MAX_CHUNK];  // per split: exp2(m_s - max) (n_splits <= MAX_CHUNK)
+  __shared__ float sm_red[32];
+  __shared__ __align__(16) float sm_o[MERGE_GROUPS][HEAD_DIM];
+  const long long row = static_cast<long long>(blockIdx.y) * p.n_q_heads + blockIdx.x;
+  const float* ml = p.part_ml + row * p.n_splits * 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  float mx = ORCHARD_NEG_BIG;
+  for (int s = threadIdx.x; s < p.n_splits; s += MERGE_THREADS) mx = fmaxf(mx, ml[2 * s]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if (lane == 0) sm_red[warp] = mx;
+  __syncthreads();
+  mx = sm_red[0];
+  for (int w = 1; w < MERGE_THREADS / 32; ++w) mx = fmaxf(mx, sm_red[w]);
+  float sum = 0.0f;
+  for (int s = threadIdx.x; s < p.n_splits; s += MERGE_THREADS) {
+    const float w = exp2f(ml[2 * s] - mx);
+    sm_w[s] = w;
+    sum += w * ml[2 * s + 1];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  __syncthreads();  // everyone has read sm_red[] for the max
+  if (lane == 0) sm_red[warp] = sum;
+  __syncthreads();
+  sum = 0.0f;
+  for (int w = 0; w < MERGE_THREADS / 32; ++w) sum += sm_red[w];
+
+  const int dq = threadIdx.x % (HEAD_DIM / 4);
+  const int grp = threadIdx.x / (HEAD_DIM / 4);
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4* po = reinterpret_cast<const float4*>(p.part_o + row * p.n_splits * HEAD_DIM) + dq;
+#pragma unroll 4
+  for (int s = grp; s < p.n_splits; s += MERGE_GROUPS) {
+    const float4 v = po[static_cast<long long>(s) * (HEAD_DIM / 4)];
+    const float w = sm_w[s];
+    o.x += w * v.x; o.y += w * v.y; o.z += w * v.z; o.w += w * v.w;
+  }
+  reinterpret_cast<float4*>(&sm_o[grp][0])[dq] = o;
+  __syncthreads();
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int d = threadIdx.x; d < HEAD_DIM; d += MERGE_THREADS) {
+    float t = 0.0f;
+#pragma unroll
+    for (int g = 0; g < MERGE_GROUPS; ++g) t += sm_o[g][d];
+    p.out[row * HEAD_DIM + d] = t * inv;
+  }
+}
+
+// --- Tensor-core decode (HEAD_DIM <= 128, GROUP <= 16) ------------------------------------------------------
+// The GROUP query heads of a KV head are the rows of an m16n8k16 MMA (padded to 16), so a token costs a few
+// tensor-core instructions instead of GROUP * HEAD_DIM / 8 FMAs per lane, and K/V stream through shared
+// memory by cp.async: each warp owns tiles of MMA_KEYS keys (tile i of the split goes to warp i % N_WARPS),
+// two stages deep, with its own online softmax; the warps meet in shared memory at the end.
+#if HEAD_DIM <= 128 && GROUP <= 16
+#define MMA_KEYS 32
+#define MMA_STRIDE (HEAD_DIM + 8)
+#define MMA_WARP_ELEMS (4 * MMA_KEYS * MMA_STRIDE)  // 2 stages x (K, V)
+
+__device__ __forceinline__ void mma_load_tile(const DecodeParams& p, const int* pages, int first_page, int kvh,
+                                              long long slot_stride, int tile_start, int t_end, kv_t* sk, kv_t* sv,
+                                              int lane) {
+  constexpr int kChunks = HEAD_DIM / 8;
+#pragma unroll
+  for (int c = lane; c < MMA_KEYS * kChunks; c += 32) {
+    const int r = c / kChunks;
+    const int col = (c % kChunks) * 8;
+    const int t = tile_start + r;
+    const bool valid = t < t_end;
+    long long off = 0;
+    if (valid) off = (static_cast<long long>(pages[(t >> 4) - first_page]) * 16 + (t & 15)) * slot_stride + kvh * HEAD_DIM + col;
+    cp_async16(sk + r * MMA_STRIDE + col, p.k_pages + off, valid);
+    cp_async16(sv + r * MMA_STRIDE + col, p.v_pages + off, valid);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(const DecodeParams p) {
+  extern __shared__ __align__(16) kv_t dsmem[];
+  __shared__ int sm_pages[MAX_CHUNK / 16 + 1];
+  __shared__ float sm_m[N_WARPS][16];
+  __shared__ float sm_l[N_WARPS][16];
+  const int split = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int seq = blockIdx.z;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  const int mi = lane >> 3;
+
+  const int len = p.seq_lens[seq];
+  int t_begin = split * p.chunk;
+  const int t_end = min(len, t_begin + p.chunk);
+  if (p.window > 0) t_begin = max(t_begin, len - p.window);
+  const int first_page = t_begin >> 4;
+  if (t_begin < t_end) {
+    const int* pages = p.page_indices + p.page_indptr[seq];
+    const int n_pages = ((t_end - 1) >> 4) - first_page + 1;
+    for (int i = threadIdx.x; i < n_pages; i += N_WARPS * 32) sm_pages[i] = pages[first_page + i];
+  }
+  __syncthreads();
+
+  // Query rows (the group's heads) as A fragments; rows past GROUP are zeros.
+  unsigned qa[HEAD_DIM / 16][4];
+  {
+    const float* qb = p.q + (static_cast<long long>(seq) * p.n_q_heads + kvh * GROUP) * HEAD_DIM;
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = g + (r & 1) * 8;
+        const int col = kk * 16 + 2 * t4 + (r >> 1) * 8;
+        float2 v = make_float2(0.f, 0.f);
+        if (row < GROUP) v = *reinterpret_cast<const float2*>(qb + row * HEAD_DIM + col);
+        qa[kk][r] = f32x2_to_kv2(v.x, v.y);
+      }
+    }
+  }
+
+  const long long slot_stride = static_cast<long long>(p.n_kv_heads) * HEAD_DIM;
+  const float s_mul = p.soft_cap > 0.0f ? p.scale : p.scale * ORCHARD_LOG2E;
+  kv_t* my = dsmem + warp * MMA_WARP_ELEMS;
+  const int n_tiles = t_begin < t_end ? (t_end - t_begin + MMA_KEYS - 1) / MMA_KEYS : 0;
+
+  float o[HEAD_DIM / 8][4];
+#pragma unroll
+  for (int i = 0; i < HEAD_DIM / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+
+  int it = warp;
+  if (it < n_tiles) {
+    mma_load_tile(p, sm_pages, first_page, kvh, slot_stride, t_begin + it * MMA_KEYS, t_end, my,
+                  my + 2 * MMA_KEYS * MMA_STRIDE, lane);
+  }
+  cp_async_commit();
+  int stage = 0;
+  for (; it < n_tiles; it += N_WARPS) {
+    const int nxt = it + N_WARPS;
+    if (nxt < n_tiles) {
+      mma_load_tile(p, sm_pages, first_page, kvh, slot_stride, t_begin + nxt * MMA_KEYS, t_end,
+                    my + (stage ^ 1) * MMA_KEYS * MMA_STRIDE, my + (2 + (stage ^ 1)) * MMA_KEYS * MMA_STRIDE, lane);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncwarp();
+    const kv_t* sk = my + stage * MMA_KEYS * MMA_STRIDE;
+    const kv_t* sv = my + (2 + stage) * MMA_KEYS * MMA_STRIDE;
+    const int tile_start = t_begin + it * MMA_KEYS;
+
+    float s[MMA_KEYS / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < MMA_KEYS / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+#pragma unroll
+      for (int nt = 0; nt < MMA_KEYS / 8; nt += 2) {
+        unsigned b[4];
+        ldmatrix_x4(b, sk + ((nt + (mi >> 1)) * 8 + (lane & 7)) * MMA_STRIDE + kk * 16 + (mi & 1) * 8);
+        mma16816(s[nt], qa[kk], b);
+        mma16816(s[nt + 1], qa[kk], b + 2);
+      }
+    }
+    const bool need_mask = tile_start + MMA_KEYS > t_end;
+    float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+    for (int nt = 0; nt < MMA_KEYS / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * s_mul;
+        if (p.soft_cap > 0.0f) x = p.soft_cap * tanhf(x / p.soft_cap) * ORCHARD_LOG2E;
+        if (need_mask && tile_start + nt * 8 + 2 * t4 + (e & 1) >= t_end) x = -INFINITY;
+        s[nt][e] = x;
+        if (e < 2) mx_a = fmaxf(mx_a, x); else mx_b = fmaxf(mx_b, x);
+      }
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float ref_a = mx_a == -INFINITY ? 0.0f : mx_a;
+    const float ref_b = mx_b == -INFINITY ? 0.0f : mx_b;
+    const float corr_a = exp2f(m_a - ref_a), corr_b = exp2f(m_b - ref_b);
+    m_a = mx_a;
+    m_b = mx_b;
+    l_a *= corr_a;
+    l_b *= corr_b;
+#pragma unroll
+    for (int i = 0; i < HEAD_DIM / 8; ++i) {
+      o[i][0] *= corr_a; o[i][1] *= corr_a;
+      o[i][2] *= corr_b; o[i][3] *= corr_b;
+    }
+    unsigned pa[MMA_KEYS / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < MMA_KEYS / 8; ++nt) {
+      const float p0 = exp2f(s[nt][0] - ref_a), p1 = exp2f(s[nt][1] - ref_a);
+      const float p2 = exp2f(s[nt][2] - ref_b), p3 = exp2f(s[nt][3] - ref_b);
+      l_a += p0 + p1;
+      l_b += p2 + p3;
+      pa[nt / 2][(nt & 1) * 2 + 0] = f32x2_to_kv2(p0, p1);
+      pa[nt / 2][(nt & 1) * 2 + 1] = f32x2_to_kv2(p2, p3);
+    }
+#pragma unroll
+    for (int kk = 0; kk < MMA_KEYS / 16; ++kk) {
+      const kv_t* vrow = sv + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * MMA_STRIDE + (mi >> 1) * 8;
+#pragma unroll
+      for (int dn = 0; dn < HEAD_DIM / 8; dn += 2) {
+        unsigned b[4];
+        ldmatrix_x4_trans(b, vrow + dn * 8);
+        mma16816(o[dn], pa[kk], b);
+        mma16816(o[dn + 1], pa[kk], b + 2);
+      }
+    }
+    __syncwarp();  // every lane is done with this stage before it is refilled
+    stage ^= 1;
+  }
+  cp_async_wait<0>();
+
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  __syncthreads();  // all warps are out of their tiles: the tile memory becomes the merge buffer
+  float* sm_o = reinterpret_cast<float*>(dsmem);  // [N_WARPS][16][HEAD_DIM]
+  float* ow = sm_o + warp * 16 * HEAD_DIM;
+#pragma unroll
+  for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
+    *reinterpret_cast<float2*>(ow + g * HEAD_DIM + dn * 8 + 2 * t4) = make_float2(o[dn][0], o[dn][1]);
+    *reinterpret_cast<float2*>(ow + (g + 8) * HEAD_DIM + dn * 8 + 2 * t4) = make_float2(o[dn][2], o[dn][3]);
+  }
+  if (t4 == 0) {
+    sm_m[warp][g] = m_a;
+    sm_m[warp][g + 8] = m_b;
+    sm_l[warp][g] = l_a;
+    sm_l[warp][g + 8] = l_b;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < GROUP * HEAD_DIM; idx += N_WARPS * 32) {
+    const int r = idx / HEAD_DIM;
+    const int d = idx % HEAD_DIM;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < N_WARPS; ++w) mx = fmaxf(mx, sm_m[w][r]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < N_WARPS; ++w) {
+      const float f = sm_m[w][r] == -INFINITY ? 0.0f : exp2f(sm_m[w][r] - mx);
+      sum += sm_l[w][r] * f;
+      acc += sm_o[(w * 16 + r) * HEAD_DIM + d] * f;
+    }
+    const long long row = static_cast<long long>(seq) * p.n_q_heads + kvh * GROUP + r;
+    if (p.n_splits == 1) {
+      p.out[row * HEAD_DIM + d] = sum > 0.0f ? acc / sum : 0.0f;
+    } else {
+      p.part_o[(row * p.n_splits + split) * HEAD_DIM + d] = acc;
+      if (d == 0) {
+        p.part_ml[(row * p.n_splits + split) * 2] = fmaxf(mx, ORCHARD_NEG_BIG);
+        p.part_ml[(row * p.n_splits + split) * 2 + 1] = sum;
+      }
+    }
+  }
+}
+#endif

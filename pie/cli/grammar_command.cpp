@@ -1,0 +1,326 @@
+// `orchard grammar`: compile a grammar, check a text against it token by token, list the tokens a
+// grammar allows after a prefix, and benchmark the per-token masks. Grammars come from GBNF, Lark or a
+// regex (JSON Schema joins through --schema).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arg_parser.h"
+#include "commands.h"
+#include "grammar_vocabulary.h"
+#include "pse/compiler.h"
+#include "pse/gbnf.h"
+#include "pse/lark.h"
+#include "pse/matcher.h"
+#include "pse/regex.h"
+#include "read_input.h"
+#include "tokenizers/tokenizer.h"
+
+namespace orchard::cli {
+
+namespace {
+
+constexpr const char* kGrammarSynopsis = "(--gbnf FILE | --lark FILE | --regex PATTERN)";
+
+struct GrammarSource {
+  std::optional<std::string> gbnf, lark, regex;
+  // --schema FILE (JSON Schema) is added here by the JSON Schema front-end: one more source, same rule
+  // (exactly one source given).
+
+  void add_options(ArgParser& p) {
+    p.option("gbnf", 0, "FILE", "the grammar in GBNF (llama.cpp's format)", &gbnf)
+        .option("lark", 0, "FILE", "the grammar in Lark-style EBNF", &lark)
+        .option("regex", 0, "PATTERN", "the grammar is this regex (whole-text match)", &regex);
+  }
+
+  pse::Grammar load() const {
+    const int n = (gbnf ? 1 : 0) + (lark ? 1 : 0) + (regex ? 1 : 0);
+    if (n != 1) throw UsageError(fmt::format("give exactly one grammar: {}", kGrammarSynopsis));
+    if (gbnf) return pse::parse_gbnf(read_input(*gbnf));
+    if (lark) return pse::parse_lark(read_input(*lark));
+    return pse::parse_regex(*regex);
+  }
+};
+
+// Printable ASCII as is; quotes, backslash and control bytes escaped.
+std::string escape(std::string_view bytes) {
+  std::string out;
+  for (unsigned char c : bytes) {
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      default:
+        if (c >= 0x20 && c < 0x7F) {
+          out.push_back(static_cast<char>(c));
+        } else {
+          out += fmt::format("\\x{:02x}", c);
+        }
+    }
+  }
+  return out;
+}
+
+void print_stats(const pse::CompiledGrammar& cg, double compile_ms) {
+  const pse::CompileStats& s = cg.stats();
+  fmt::print("rules              {}\n", s.n_rules);
+  fmt::print("automaton states   {}\n", s.n_states);
+  fmt::print("scanning states    {} (one token table each)\n", s.n_scan_states);
+  fmt::print("uncertain tokens   {} (checked against the stack at run time)\n", s.n_uncertain);
+  fmt::print("memory             {:.1f} KiB\n", s.memory_bytes / 1024.0);
+  fmt::print("compile            {:.2f} ms (automaton {:.2f} ms, token tables {:.2f} ms)\n", compile_ms,
+             s.automaton_ms, s.tables_ms);
+  fmt::print("vocabulary         {} tokens, {} rows\n", cg.vocabulary().n_tokens(), cg.vocabulary().n_rows());
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// 256 one-byte tokens: the automaton statistics of a grammar when no tokenizer is given.
+std::shared_ptr<const pse::Vocabulary> byte_vocabulary() {
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  return std::make_shared<pse::Vocabulary>(std::move(t), std::vector<pse::TokenId>{},
+                                           std::vector<pse::TokenId>{});
+}
+
+int grammar_compile(std::span<const std::string> args) {
+  GrammarSource src;
+  std::optional<std::string> tokenizer_path;
+  ArgParser p(fmt::format("orchard grammar compile {} [-t TOKENIZER]", kGrammarSynopsis),
+              "Compiles the grammar and prints its statistics, or the error (exit status 2). Without a\n"
+              "tokenizer it compiles against the 256 one-byte tokens.");
+  src.add_options(p);
+  p.option("tokenizer", 't', "TOKENIZER", "compile against this tokenizer's vocabulary", &tokenizer_path);
+  if (!p.parse(args)) return 0;
+  pse::Grammar g = src.load();
+  auto vocab = tokenizer_path ? grammar_vocabulary(tokenizers::Tokenizer::load(*tokenizer_path))
+                              : byte_vocabulary();
+  const auto t0 = std::chrono::steady_clock::now();
+  pse::CompiledGrammar cg = pse::compile_grammar(g, vocab);
+  print_stats(cg, ms_since(t0));
+  return 0;
+}
+
+int grammar_check(std::span<const std::string> args) {
+  GrammarSource src;
+  std::optional<std::string> tokenizer_path, input;
+  ArgParser p(fmt::format("orchard grammar check -t TOKENIZER {} [INPUT|-]", kGrammarSynopsis),
+              "Tokenizes INPUT (standard input for '-' or none; no special tokens) and feeds it to the\n"
+              "grammar token by token. Exit status: 0 every token was allowed and the grammar may stop\n"
+              "there; 1 rejected (says at which token and byte) or incomplete; 2 a bad grammar or arguments.");
+  src.add_options(p);
+  p.option("tokenizer", 't', "TOKENIZER", "tokenizer file or folder (required)", &tokenizer_path)
+      .positional("INPUT", "the text to check; '-' or absent for standard input", false, &input);
+  if (!p.parse(args)) return 0;
+  if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
+  pse::Grammar g = src.load();
+  const tokenizers::Tokenizer tok = tokenizers::Tokenizer::load(*tokenizer_path);
+  pse::Matcher m(pse::compile_grammar(g, grammar_vocabulary(tok)));
+  const std::string text = read_input(input);
+  const std::vector<tokenizers::TokenId> ids = tok.encode(text);
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::string& bytes = tok.token_bytes(ids[i]);
+    if (!m.accept_token(ids[i])) {
+      // Say which byte of the token broke it.
+      std::size_t k = 0;
+      pse::Matcher probe = m.fork();
+      while (k < bytes.size() && probe.accept_bytes(std::string_view(bytes).substr(k, 1))) ++k;
+      fmt::print("rejected: token {} of {} (id {}, \"{}\") at byte {}: byte {} \"{}\" is not allowed after "
+                 "\"{}\"\n",
+                 i, ids.size(), ids[i], escape(bytes), offset, offset + k,
+                 escape(std::string_view(bytes).substr(k, 1)),
+                 escape(std::string_view(text).substr(offset + k >= 40 ? offset + k - 40 : 0,
+                                                      std::min<std::size_t>(offset + k, 40))));
+      return 1;
+    }
+    offset += bytes.size();
+  }
+  if (!m.can_stop()) {
+    const std::string forced = m.forced_continuation(64);
+    fmt::print("incomplete: all {} tokens allowed, but the grammar cannot stop after byte {}{}\n", ids.size(),
+               offset, forced.empty() ? "" : fmt::format(" (it continues with \"{}\")", escape(forced)));
+    return 1;
+  }
+  fmt::print("accepted: {} tokens, {} bytes\n", ids.size(), offset);
+  return 0;
+}
+
+int grammar_mask(std::span<const std::string> args) {
+  GrammarSource src;
+  std::optional<std::string> tokenizer_path, prefix, limit_text;
+  ArgParser p(fmt::format("orchard grammar mask -t TOKENIZER {} [--prefix TEXT] [--limit N]", kGrammarSynopsis),
+              "Tokenizes the prefix (no special tokens), feeds it, and lists the tokens the grammar allows\n"
+              "next: how many, then id and bytes of the first N. Exit status 1 when the prefix is rejected.");
+  src.add_options(p);
+  p.option("tokenizer", 't', "TOKENIZER", "tokenizer file or folder (required)", &tokenizer_path)
+      .option("prefix", 0, "TEXT", "the output so far (default: empty)", &prefix)
+      .option("limit", 'n', "N", "list at most N tokens (default 50; 0 for all)", &limit_text);
+  if (!p.parse(args)) return 0;
+  if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
+  const long long limit = limit_text ? parse_int(*limit_text, "--limit", 0, 1LL << 40) : 50;
+  pse::Grammar g = src.load();
+  const tokenizers::Tokenizer tok = tokenizers::Tokenizer::load(*tokenizer_path);
+  pse::Matcher m(pse::compile_grammar(g, grammar_vocabulary(tok)));
+  const std::vector<tokenizers::TokenId> ids = tok.encode(prefix.value_or(""));
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (!m.accept_token(ids[i])) {
+      fmt::print("rejected: prefix token {} (id {}, \"{}\") is not allowed\n", i, ids[i],
+                 escape(tok.token_bytes(ids[i])));
+      return 1;
+    }
+  }
+  std::vector<std::uint32_t> mask(m.mask_words());
+  m.fill_next_token_bitmask(mask);
+  std::vector<pse::TokenId> allowed;
+  for (std::size_t id = 0; id < mask.size() * 32; ++id)
+    if ((mask[id >> 5] >> (id & 31)) & 1) allowed.push_back(static_cast<pse::TokenId>(id));
+  fmt::print("{} tokens allowed{}{}\n", allowed.size(), m.can_stop() ? " (end of sequence among them)" : "",
+             m.forced_continuation(64).empty() ? ""
+                                               : fmt::format("; forced continuation \"{}\"",
+                                                             escape(m.forced_continuation(64))));
+  for (std::size_t i = 0; i < allowed.size() && (limit == 0 || static_cast<long long>(i) < limit); ++i) {
+    fmt::print("{:>8} \"{}\"\n", allowed[i], escape(tok.token_bytes(allowed[i])));
+  }
+  return 0;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+int grammar_bench(std::span<const std::string> args) {
+  GrammarSource src;
+  std::optional<std::string> tokenizer_path, docs_path, repeat_text, save_tokens, json_out;
+  ArgParser p(fmt::format("orchard grammar bench -t TOKENIZER {} --docs FILE [--repeat N] [--save-tokens FILE]",
+                          kGrammarSynopsis),
+              "Times the grammar's compile (cold, no cache: the median of 5) and the next-token mask at\n"
+              "every token of every document (one thread), then prints p50/p99/p99.9/max. FILE is a JSON\n"
+              "array of strings, each a valid document; each is tokenized without special tokens and\n"
+              "followed by an end-of-sequence token. --save-tokens writes the token ids used (a JSON\n"
+              "array of arrays) for peers (tests/bench/peers/grammar_peers.py) to replay.");
+  src.add_options(p);
+  p.option("tokenizer", 't', "TOKENIZER", "tokenizer file or folder (required)", &tokenizer_path)
+      .option("docs", 0, "FILE", "JSON array of documents (required)", &docs_path)
+      .option("repeat", 'r', "N", "passes over the documents (default 3)", &repeat_text)
+      .option("save-tokens", 0, "FILE", "write the token ids of the documents here", &save_tokens)
+      .option("json", 0, "FILE", "also write the figures as JSON here", &json_out);
+  if (!p.parse(args)) return 0;
+  if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
+  if (!docs_path) throw UsageError("missing option --docs FILE");
+  const long long repeat = repeat_text ? parse_int(*repeat_text, "--repeat", 1, 1000) : 3;
+  pse::Grammar g = src.load();
+  const tokenizers::Tokenizer tok = tokenizers::Tokenizer::load(*tokenizer_path);
+  auto vocab = grammar_vocabulary(tok);
+  const nlohmann::json docs = nlohmann::json::parse(read_input(*docs_path));
+  if (!docs.is_array()) throw UsageError("--docs: the file must hold a JSON array of strings");
+  std::vector<std::vector<tokenizers::TokenId>> tokens;
+  for (const auto& d : docs) {
+    if (!d.is_string()) throw UsageError("--docs: the file must hold a JSON array of strings");
+    tokens.push_back(tok.encode(d.get<std::string>()));
+  }
+  if (save_tokens) {
+    std::ofstream out(*save_tokens);
+    out << nlohmann::json(tokens).dump() << "\n";
+    if (!out) throw std::runtime_error(fmt::format("cannot write {}", *save_tokens));
+  }
+  std::vector<double> compile_ms;
+  pse::CompiledGrammar cg = pse::compile_grammar(g, vocab);
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cg = pse::compile_grammar(g, vocab);
+    compile_ms.push_back(ms_since(t0));
+  }
+  const pse::TokenId eos = vocab->eos_ids().empty() ? -1 : vocab->eos_ids()[0];
+  std::vector<double> mask_us;
+  std::vector<std::uint32_t> mask;
+  std::size_t n_rejected_docs = 0;
+  for (long long r = 0; r < repeat; ++r) {
+    for (std::size_t d = 0; d < tokens.size(); ++d) {
+      pse::Matcher m(cg);
+      mask.assign(m.mask_words(), 0);
+      bool ok = true;
+      for (std::size_t i = 0; i <= tokens[d].size() && ok; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        m.fill_next_token_bitmask(mask);
+        mask_us.push_back(ms_since(t0) * 1000);
+        const pse::TokenId next = i < tokens[d].size() ? tokens[d][i] : eos;
+        if (next < 0) break;
+        ok = ((mask[next >> 5] >> (next & 31)) & 1) && m.accept_token(next);
+      }
+      if (!ok && r == 0) {
+        ++n_rejected_docs;
+        std::fprintf(stderr, "warning: document %zu is not accepted by the grammar\n", d);
+      }
+    }
+  }
+  const double p50 = percentile(mask_us, 0.5), p99 = percentile(mask_us, 0.99),
+               p999 = percentile(mask_us, 0.999), mx = percentile(mask_us, 1.0);
+  double mean = 0;
+  for (double v : mask_us) mean += v;
+  mean /= std::max<std::size_t>(1, mask_us.size());
+  const double compile_median = percentile(compile_ms, 0.5);
+  fmt::print("documents      {} ({} rejected), {} masks over {} passes\n", tokens.size(), n_rejected_docs,
+             mask_us.size(), repeat);
+  fmt::print("compile        {:.2f} ms (median of 5; states {}, token tables {})\n", compile_median,
+             cg.stats().n_states, cg.stats().n_scan_states);
+  fmt::print("mask           p50 {:.1f} us  p99 {:.1f} us  p99.9 {:.1f} us  max {:.1f} us  mean {:.1f} us\n",
+             p50, p99, p999, mx, mean);
+  if (json_out) {
+    nlohmann::json j = {{"documents", tokens.size()}, {"rejected_documents", n_rejected_docs},
+                        {"masks", mask_us.size()},    {"compile_ms", compile_median},
+                        {"p50_us", p50},              {"p99_us", p99},
+                        {"p999_us", p999},            {"max_us", mx},
+                        {"mean_us", mean}};
+    std::ofstream out(*json_out);
+    out << j.dump(2) << "\n";
+  }
+  return n_rejected_docs == 0 ? 0 : 1;
+}
+
+void print_grammar_help() {
+  std::fputs(
+      "usage: orchard grammar <compile|check|mask|bench> [options]\n\n"
+      "  compile   compile a grammar and print its statistics (or the error)\n"
+      "  check     feed a text token by token; exit 0 accepted, 1 rejected, 2 bad grammar/arguments\n"
+      "  mask      list the tokens allowed after a prefix\n"
+      "  bench     time compile and per-token masks along documents\n\n"
+      "`orchard grammar <subcommand> --help` describes each.\n",
+      stdout);
+}
+
+}  // namespace
+
+int run_grammar(std::span<const std::string> args) {
+  if (args.empty()) {
+    print_grammar_help();
+    return 2;
+  }
+  const std::string& sub = args[0];
+  auto rest = args.subspan(1);
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    print_grammar_help();
+    return 0;
+  }
+  if (sub == "compile") return grammar_compile(rest);
+  if (sub == "check") return grammar_check(rest);
+  if (sub == "mask") return grammar_mask(rest);
+  if (sub == "bench") return grammar_bench(rest);
+  throw UsageError(fmt::format("unknown subcommand '{}' (compile, check, mask, bench)", sub));
+}
+
+}  // namespace orchard::cli

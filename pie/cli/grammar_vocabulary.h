@@ -1,0 +1,19 @@
+// Adapter: a tokenizers::Tokenizer's vocabulary as the plain pse::Vocabulary the grammar engine compiles
+// against (pse itself never links the tokenizers layer).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "pse/vocabulary.h"
+#include "tokenizers/tokenizer.h"
+
+namespace orchard::cli {
+
+// token id -> the bytes it produces in the middle of a text; special tokens (is_special) are never text;
+// end of sequence: special_tokens().end_of_generation (and eos). n_rows: the model's logits rows, 0 for
+// the tokenizer's size. Throws pse::InputError when n_rows is smaller than the vocabulary.
+std::shared_ptr<const pse::Vocabulary> grammar_vocabulary(const tokenizers::Tokenizer& tokenizer,
+                                                          std::size_t n_rows = 0);
+
+}  // namespace orchard::cli

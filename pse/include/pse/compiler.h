@@ -1,0 +1,83 @@
+// Grammar + Vocabulary -> CompiledGrammar: the byte automaton of the grammar and, per automaton state
+// that reads bytes, the tokens it accepts or rejects whatever the parser stack holds (only the few
+// tokens that run past the end of their rule are checked at run time). A CompiledGrammar is immutable,
+// thread-safe and cheap to copy (a handle); a Compiler caches them by content hash (LRU).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <list>
+#include <unordered_map>
+
+#include "pse/error.h"
+#include "pse/grammar.h"
+#include "pse/vocabulary.h"
+
+namespace pse {
+
+struct CompileOptions {
+  std::size_t max_rules = 100'000;        // input size limits (LimitError)
+  std::size_t max_exprs = 4'000'000;
+  std::size_t max_states = 2'000'000;     // automaton states (counted repetitions multiply them)
+  double max_compile_ms = 10'000;         // wall-clock bound on compile()
+  std::size_t max_memory_bytes = std::size_t{1} << 30;  // automaton + token tables
+  // true: every token table is built in compile() (steady mask times afterwards). false, or more
+  // states that read bytes than eager_state_limit: each table is built on first use (fast compile;
+  // the first mask at each state pays for it).
+  bool precompute = true;
+  std::size_t eager_state_limit = 50'000;
+};
+
+struct CompileStats {
+  std::size_t n_rules = 0;
+  std::size_t n_states = 0;        // automaton states after pruning
+  std::size_t n_scan_states = 0;   // reachable states that read bytes (one token table each)
+  std::size_t n_uncertain = 0;     // tokens left to run-time checks, summed over built tables
+  std::size_t memory_bytes = 0;    // automaton + built token tables
+  double automaton_ms = 0;
+  double tables_ms = 0;
+  bool precomputed = false;
+};
+
+class CompiledGrammar {
+ public:
+  struct Impl;
+  explicit CompiledGrammar(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  const Vocabulary& vocabulary() const;
+  const CompileStats& stats() const;
+  const std::shared_ptr<const Impl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Compiles without a cache. Throws GrammarError (undefined rule, no root, empty language) or
+// LimitError (input size, states, time, memory).
+CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vocabulary> vocabulary,
+                                const CompileOptions& options = {});
+
+// A compile cache for one vocabulary, keyed by Grammar::hash() (plus the vocabulary's hash and the
+// options), holding at most `capacity` grammars (least recently used evicted). Thread-safe.
+class Compiler {
+ public:
+  Compiler(std::shared_ptr<const Vocabulary> vocabulary, CompileOptions options = {},
+           std::size_t capacity = 64);
+  // Cached compile_grammar; throws as it does (errors are not cached).
+  CompiledGrammar compile(const Grammar& grammar);
+  std::size_t cache_size() const;
+  std::size_t cache_hits() const;
+  const Vocabulary& vocabulary() const { return *vocabulary_; }
+
+ private:
+  std::shared_ptr<const Vocabulary> vocabulary_;
+  CompileOptions options_;
+  std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::list<std::pair<std::uint64_t, CompiledGrammar>> lru_;  // most recent first
+  std::unordered_map<std::uint64_t, std::list<std::pair<std::uint64_t, CompiledGrammar>>::iterator>
+      index_;
+  std::size_t hits_ = 0;
+};
+
+}  // namespace pse

@@ -1,0 +1,449 @@
+#include "automaton.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace pse::detail {
+
+namespace {
+
+// One UTF-8 encoded range: byte i lies in [lo[i], hi[i]] for i < n.
+struct Utf8Seq {
+  int n = 0;
+  std::uint8_t lo[4] = {};
+  std::uint8_t hi[4] = {};
+};
+
+int encode_utf8(std::uint32_t cp, std::uint8_t* out) {
+  if (cp < 0x80) {
+    out[0] = static_cast<std::uint8_t>(cp);
+    return 1;
+  }
+  if (cp < 0x800) {
+    out[0] = static_cast<std::uint8_t>(0xC0 | (cp >> 6));
+    out[1] = static_cast<std::uint8_t>(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    out[0] = static_cast<std::uint8_t>(0xE0 | (cp >> 12));
+    out[1] = static_cast<std::uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+    out[2] = static_cast<std::uint8_t>(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  out[0] = static_cast<std::uint8_t>(0xF0 | (cp >> 18));
+  out[1] = static_cast<std::uint8_t>(0x80 | ((cp >> 12) & 0x3F));
+  out[2] = static_cast<std::uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+  out[3] = static_cast<std::uint8_t>(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+// Splits [lo, hi] into ranges whose encodings are products of byte ranges (the classic UTF-8 range
+// split): first at the encoding-length boundaries, then where a continuation byte does not span its
+// whole 0x80..0xBF range.
+void utf8_split(std::uint32_t lo, std::uint32_t hi, std::vector<Utf8Seq>& out) {
+  if (lo > hi) return;
+  for (std::uint32_t m : {0x7Fu, 0x7FFu, 0xFFFFu}) {
+    if (lo <= m && m < hi) {
+      utf8_split(lo, m, out);
+      utf8_split(m + 1, hi, out);
+      return;
+    }
+  }
+  std::uint8_t a[4], b[4];
+  int n = encode_utf8(lo, a);
+  for (int i = 1; i < n; ++i) {
+    std::uint32_t mask = (1u << (6 * i)) - 1;
+    if ((lo & ~mask) != (hi & ~mask)) {
+      if ((lo & mask) != 0) {
+        utf8_split(lo, lo | mask, out);
+        utf8_split((lo | mask) + 1, hi, out);
+        return;
+      }
+      if ((hi & mask) != mask) {
+        utf8_split(lo, (hi & ~mask) - 1, out);
+        utf8_split(hi & ~mask, hi, out);
+        return;
+      }
+    }
+  }
+  encode_utf8(hi, b);
+  Utf8Seq s;
+  s.n = n;
+  for (int i = 0; i < n; ++i) {
+    s.lo[i] = a[i];
+    s.hi[i] = b[i];
+  }
+  out.push_back(s);
+}
+
+struct RawState {
+  std::uint32_t rule = 0;
+  std::vector<ByteEdge> bytes;
+  std::vector<CallEdge> calls;
+  std::vector<std::uint32_t> eps;
+};
+
+class Builder {
+ public:
+  Builder(const Grammar& g, const AutomatonLimits& limits) : g_(g), limits_(limits) {}
+
+  std::vector<RawState> states;
+  std::vector<std::uint32_t> rule_start, rule_final;
+
+  void build() {
+    std::size_t n_rules = g_.rules().size();
+    rule_start.resize(n_rules);
+    rule_final.resize(n_rules);
+    for (std::size_t r = 0; r < n_rules; ++r) {
+      rule_ = static_cast<std::uint32_t>(r);
+      rule_start[r] = new_state();
+      std::uint32_t exit = emit(g_.rule(rule_).body, rule_start[r], 0);
+      rule_final[r] = new_state();
+      states[exit].eps.push_back(rule_final[r]);
+    }
+  }
+
+ private:
+  std::uint32_t new_state() {
+    if (states.size() >= limits_.max_states) {
+      throw LimitError(fmt::format(
+          "[compile] rule '{}': the grammar needs more than {} automaton states (large counted "
+          "repetitions multiply states; lower the counts or raise the limit)",
+          g_.rule(rule_).name, limits_.max_states));
+    }
+    if ((states.size() & 0xFFF) == 0 && std::chrono::steady_clock::now() > limits_.deadline) {
+      throw LimitError(fmt::format("[compile] rule '{}': compile time limit exceeded while building "
+                                   "the automaton ({} states)",
+                                   g_.rule(rule_).name, states.size()));
+    }
+    states.emplace_back();
+    states.back().rule = rule_;
+    return static_cast<std::uint32_t>(states.size() - 1);
+  }
+
+  std::uint32_t fresh_from(std::uint32_t from) {
+    std::uint32_t s = new_state();
+    states[from].eps.push_back(s);
+    return s;
+  }
+
+  std::uint32_t emit(ExprId id, std::uint32_t entry, std::size_t depth) {
+    if (depth > limits_.max_expr_depth) {
+      throw LimitError(fmt::format("[compile] rule '{}': expressions nested deeper than {}",
+                                   g_.rule(rule_).name, limits_.max_expr_depth));
+    }
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case ExprKind::kEmpty:
+        return entry;
+      case ExprKind::kBytes: {
+        std::uint32_t cur = entry;
+        for (unsigned char c : e.bytes) {
+          std::uint32_t next = new_state();
+          states[cur].bytes.push_back({c, c, next});
+          cur = next;
+        }
+        return cur;
+      }
+      case ExprKind::kCharClass: {
+        std::vector<CharRange> ranges;
+        if (!e.negated) {
+          ranges = e.ranges;
+        } else {
+          std::uint32_t next = 0;
+          for (const CharRange& r : e.ranges) {
+            if (r.lo > next) ranges.push_back({next, r.lo - 1});
+            next = r.hi + 1;
+          }
+          if (next <= kMaxCodePoint) ranges.push_back({next, kMaxCodePoint});
+        }
+        std::vector<Utf8Seq> seqs;
+        for (const CharRange& r : ranges) {
+          // Surrogates are not scalar values: never matched.
+          if (r.lo <= 0xDFFF && r.hi >= 0xD800) {
+            if (r.lo < 0xD800) utf8_split(r.lo, 0xD7FF, seqs);
+            if (r.hi > 0xDFFF) utf8_split(0xE000, std::min(r.hi, kMaxCodePoint), seqs);
+          } else {
+            utf8_split(r.lo, std::min(r.hi, kMaxCodePoint), seqs);
+          }
+        }
+        std::uint32_t exit = new_state();
+        for (const Utf8Seq& s : seqs) {
+          std::uint32_t cur = entry;
+          for (int i = 0; i + 1 < s.n; ++i) {
+            std::uint32_t next = new_state();
+            states[cur].bytes.push_back({s.lo[i], s.hi[i], next});
+            cur = next;
+          }
+          states[cur].bytes.push_back({s.lo[s.n - 1], s.hi[s.n - 1], exit});
+        }
+        return exit;
+      }
+      case ExprKind::kSequence: {
+        std::uint32_t cur = entry;
+        for (ExprId c : e.children) cur = emit(c, cur, depth + 1);
+        return cur;
+      }
+      case ExprKind::kChoice: {
+        std::uint32_t exit = new_state();
+        for (ExprId c : e.children) {
+          std::uint32_t end = emit(c, fresh_from(entry), depth + 1);
+          states[end].eps.push_back(exit);
+        }
+        return exit;
+      }
+      case ExprKind::kRepeat: {
+        std::uint32_t cur = entry;
+        for (std::uint32_t i = 0; i < e.min; ++i) cur = emit(e.children.at(0), fresh_from(cur), depth + 1);
+        if (e.max == kUnbounded) {
+          std::uint32_t loop = fresh_from(cur);
+          std::uint32_t end = emit(e.children.at(0), fresh_from(loop), depth + 1);
+          states[end].eps.push_back(loop);
+          return loop;
+        }
+        if (e.max == e.min) return cur;
+        std::uint32_t exit = new_state();
+        for (std::uint32_t i = e.min; i < e.max; ++i) {
+          states[cur].eps.push_back(exit);
+          cur = emit(e.children.at(0), fresh_from(cur), depth + 1);
+        }
+        states[cur].eps.push_back(exit);
+        return exit;
+      }
+      case ExprKind::kRuleRef: {
+        std::uint32_t next = new_state();
+        states[entry].calls.push_back({e.rule, next});
+        return next;
+      }
+    }
+    return entry;
+  }
+
+  const Grammar& g_;
+  const AutomatonLimits& limits_;
+  std::uint32_t rule_ = 0;
+};
+
+void byte_set_add_range(ByteSet& s, unsigned lo, unsigned hi) {
+  for (unsigned b = lo; b <= hi; ++b) s[b >> 6] |= 1ULL << (b & 63);
+}
+
+bool byte_set_merge(ByteSet& into, const ByteSet& from) {
+  bool changed = false;
+  for (int i = 0; i < 4; ++i) {
+    std::uint64_t v = into[i] | from[i];
+    changed |= v != into[i];
+    into[i] = v;
+  }
+  return changed;
+}
+
+}  // namespace
+
+std::size_t Automaton::memory_bytes() const {
+  return (byte_begin.size() + call_begin.size() + eps_begin.size() + state_rule.size() +
+          eps_edges.size()) * 4 +
+         byte_edges.size() * sizeof(ByteEdge) + call_edges.size() * sizeof(CallEdge) +
+         reachable.size() + rule_follow.size() * sizeof(ByteSet);
+}
+
+Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits) {
+  grammar.validate();
+  Builder b(grammar, limits);
+  b.build();
+  std::vector<RawState>& st = b.states;
+  const std::size_t n = st.size();
+  const std::size_t n_rules = grammar.rules().size();
+
+  // Productive states: those that can reach their rule's final state. Worklist over reverse edges;
+  // a call edge counts once both the callee's start and the return state are productive.
+  std::vector<std::uint8_t> prod(n, 0);
+  std::vector<std::vector<std::uint32_t>> rev(n);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    for (const ByteEdge& e : st[s].bytes) rev[e.target].push_back(s);
+    for (std::uint32_t t : st[s].eps) rev[t].push_back(s);
+    for (const CallEdge& c : st[s].calls) {
+      rev[c.target].push_back(s);
+      rev[b.rule_start[c.rule]].push_back(s);
+    }
+  }
+  auto qualifies = [&](std::uint32_t s) {
+    if (b.rule_final[st[s].rule] == s) return true;
+    for (const ByteEdge& e : st[s].bytes)
+      if (prod[e.target]) return true;
+    for (std::uint32_t t : st[s].eps)
+      if (prod[t]) return true;
+    for (const CallEdge& c : st[s].calls)
+      if (prod[c.target] && prod[b.rule_start[c.rule]]) return true;
+    return false;
+  };
+  std::vector<std::uint32_t> work;
+  for (std::uint32_t r = 0; r < n_rules; ++r) {
+    prod[b.rule_final[r]] = 1;
+    work.push_back(b.rule_final[r]);
+  }
+  while (!work.empty()) {
+    std::uint32_t t = work.back();
+    work.pop_back();
+    for (std::uint32_t s : rev[t]) {
+      if (!prod[s] && qualifies(s)) {
+        prod[s] = 1;
+        work.push_back(s);
+      }
+    }
+  }
+  rev.clear();
+  rev.shrink_to_fit();
+  const std::uint32_t root = grammar.root();
+  if (!prod[b.rule_start[root]]) {
+    throw GrammarError(fmt::format("[compile] the grammar's language is empty: rule '{}' matches no "
+                                   "string (every alternative needs an unmatchable part)",
+                                   grammar.rule(root).name));
+  }
+
+  Automaton a;
+  a.root = root;
+  a.rule_start = b.rule_start;
+  a.rule_final = b.rule_final;
+  a.state_rule.resize(n);
+  a.byte_begin.assign(n + 1, 0);
+  a.call_begin.assign(n + 1, 0);
+  a.eps_begin.assign(n + 1, 0);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    a.state_rule[s] = st[s].rule;
+    a.byte_begin[s] = static_cast<std::uint32_t>(a.byte_edges.size());
+    a.call_begin[s] = static_cast<std::uint32_t>(a.call_edges.size());
+    a.eps_begin[s] = static_cast<std::uint32_t>(a.eps_edges.size());
+    if (prod[s]) {
+      for (const ByteEdge& e : st[s].bytes)
+        if (prod[e.target]) a.byte_edges.push_back(e);
+      for (const CallEdge& c : st[s].calls)
+        if (prod[c.target] && prod[b.rule_start[c.rule]]) a.call_edges.push_back(c);
+      for (std::uint32_t t : st[s].eps)
+        if (prod[t]) a.eps_edges.push_back(t);
+    }
+    RawState().bytes.swap(st[s].bytes);  // free as we go
+  }
+  a.byte_begin[n] = static_cast<std::uint32_t>(a.byte_edges.size());
+  a.call_begin[n] = static_cast<std::uint32_t>(a.call_edges.size());
+  a.eps_begin[n] = static_cast<std::uint32_t>(a.eps_edges.size());
+  st.clear();
+
+  // Reachable states from the root's start.
+  a.reachable.assign(n, 0);
+  work.push_back(a.rule_start[root]);
+  a.reachable[a.rule_start[root]] = 1;
+  auto visit = [&](std::uint32_t t) {
+    if (!a.reachable[t]) {
+      a.reachable[t] = 1;
+      work.push_back(t);
+    }
+  };
+  while (!work.empty()) {
+    std::uint32_t s = work.back();
+    work.pop_back();
+    for (std::uint32_t i = a.byte_begin[s]; i < a.byte_begin[s + 1]; ++i) visit(a.byte_edges[i].target);
+    for (std::uint32_t i = a.eps_begin[s]; i < a.eps_begin[s + 1]; ++i) visit(a.eps_edges[i]);
+    for (std::uint32_t i = a.call_begin[s]; i < a.call_begin[s + 1]; ++i) {
+      visit(a.call_edges[i].target);
+      visit(a.rule_start[a.call_edges[i].rule]);
+    }
+  }
+
+  // Nullable rules and, per state, whether its rule's end is reachable without input (null_end) and
+  // which bytes can come first (first). Fixpoints by sweeps, latest states first (edges mostly point
+  // forward in creation order, so a few sweeps suffice).
+  a.rule_nullable.assign(n_rules, 0);
+  std::vector<std::uint8_t> null_end(n, 0);
+  std::vector<ByteSet> first(n, ByteSet{});
+  for (bool changed = true; changed;) {
+    changed = false;
+    if (std::chrono::steady_clock::now() > limits.deadline) {
+      throw LimitError("[compile] compile time limit exceeded in the nullable analysis");
+    }
+    for (std::uint32_t s = static_cast<std::uint32_t>(n); s-- > 0;) {
+      if (!prod[s]) continue;
+      bool ne = a.is_final(s);
+      ByteSet f = first[s];
+      for (std::uint32_t i = a.byte_begin[s]; i < a.byte_begin[s + 1]; ++i)
+        byte_set_add_range(f, a.byte_edges[i].lo, a.byte_edges[i].hi);
+      for (std::uint32_t i = a.eps_begin[s]; i < a.eps_begin[s + 1]; ++i) {
+        ne = ne || null_end[a.eps_edges[i]];
+        byte_set_merge(f, first[a.eps_edges[i]]);
+      }
+      for (std::uint32_t i = a.call_begin[s]; i < a.call_begin[s + 1]; ++i) {
+        const CallEdge& c = a.call_edges[i];
+        byte_set_merge(f, first[a.rule_start[c.rule]]);
+        if (a.rule_nullable[c.rule]) {
+          ne = ne || null_end[c.target];
+          byte_set_merge(f, first[c.target]);
+        }
+      }
+      if (ne && !null_end[s]) {
+        null_end[s] = 1;
+        changed = true;
+      }
+      if (f != first[s]) {
+        first[s] = f;
+        changed = true;
+      }
+      std::uint32_t r = a.state_rule[s];
+      if (s == a.rule_start[r] && null_end[s] && !a.rule_nullable[r]) {
+        a.rule_nullable[r] = 1;
+        changed = true;
+      }
+    }
+  }
+  // Follow bytes of each rule: what the callers can read after the call returns (transitively through
+  // callers whose end is reached without input).
+  a.rule_follow.assign(n_rules, ByteSet{});
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::uint32_t s = 0; s < n; ++s) {
+      for (std::uint32_t i = a.call_begin[s]; i < a.call_begin[s + 1]; ++i) {
+        const CallEdge& c = a.call_edges[i];
+        changed |= byte_set_merge(a.rule_follow[c.rule], first[c.target]);
+        if (null_end[c.target]) {
+          changed |= byte_set_merge(a.rule_follow[c.rule], a.rule_follow[a.state_rule[c.target]]);
+        }
+      }
+    }
+  }
+  // Follow contexts: direct return states, then closed over return states that end their rule.
+  std::vector<std::vector<std::uint32_t>> direct(n_rules);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    if (!a.reachable[s]) continue;
+    for (std::uint32_t i = a.call_begin[s]; i < a.call_begin[s + 1]; ++i)
+      direct[a.call_edges[i].rule].push_back(a.call_edges[i].target);
+  }
+  a.rule_contexts.assign(n_rules, {});
+  std::vector<std::uint32_t> seen_rule(n_rules, ~0u);
+  for (std::uint32_t r = 0; r < n_rules; ++r) {
+    std::vector<std::uint32_t> out;
+    std::vector<std::uint32_t> rules{r};
+    seen_rule[r] = r;
+    bool overflow = false;
+    while (!rules.empty() && !overflow) {
+      const std::uint32_t q = rules.back();
+      rules.pop_back();
+      for (std::uint32_t t : direct[q]) {
+        out.push_back(t);
+        const std::uint32_t tr = a.state_rule[t];
+        if (null_end[t] && seen_rule[tr] != r) {
+          seen_rule[tr] = r;
+          rules.push_back(tr);
+        }
+      }
+      overflow = out.size() > Automaton::kMaxContexts;
+    }
+    if (!overflow) {
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      a.rule_contexts[r] = std::move(out);
+    }
+  }
+  return a;
+}
+
+}  // namespace pse::detail

@@ -1,0 +1,143 @@
+#include "pse/compiler.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "compiled_grammar_impl.h"
+
+namespace pse {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::uint64_t options_hash(const CompileOptions& o) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (std::uint64_t v : {std::uint64_t(o.max_rules), std::uint64_t(o.max_exprs), std::uint64_t(o.max_states),
+                          std::uint64_t(o.max_compile_ms * 1000), std::uint64_t(o.max_memory_bytes),
+                          std::uint64_t(o.precompute), std::uint64_t(o.eager_state_limit)}) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  }
+  return h;
+}
+
+}  // namespace
+
+const Vocabulary& CompiledGrammar::vocabulary() const { return *impl_->vocabulary; }
+const CompileStats& CompiledGrammar::stats() const { return impl_->stats; }
+
+CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vocabulary> vocabulary,
+                                const CompileOptions& options) {
+  if (vocabulary == nullptr) throw InputError("[compile] no vocabulary given");
+  if (grammar.rules().size() > options.max_rules) {
+    throw LimitError(fmt::format("[compile] the grammar has {} rules, over the limit of {}",
+                                 grammar.rules().size(), options.max_rules));
+  }
+  if (grammar.exprs().size() > options.max_exprs) {
+    throw LimitError(fmt::format("[compile] the grammar has {} expressions, over the limit of {}",
+                                 grammar.exprs().size(), options.max_exprs));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline =
+      t0 + std::chrono::microseconds(static_cast<std::int64_t>(options.max_compile_ms * 1000));
+  auto impl = std::make_shared<CompiledGrammar::Impl>();
+  impl->vocabulary = std::move(vocabulary);
+  detail::AutomatonLimits limits;
+  limits.max_states = options.max_states;
+  limits.deadline = deadline;
+  impl->automaton = detail::build_automaton(grammar, limits);
+  const detail::Automaton& a = impl->automaton;
+  CompileStats& st = impl->stats;
+  st.n_rules = grammar.rules().size();
+  st.n_states = a.n_states();
+  st.automaton_ms = ms_since(t0);
+
+  impl->scan_index.assign(a.n_states(), CompiledGrammar::Impl::kNoTable);
+  std::vector<std::uint32_t> scan_states;
+  for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+    if (a.reachable[s] && a.has_bytes(s)) {
+      impl->scan_index[s] = static_cast<std::uint32_t>(scan_states.size());
+      scan_states.push_back(s);
+    }
+  }
+  st.n_scan_states = scan_states.size();
+  impl->tables.resize(scan_states.size());
+  impl->table_once = std::make_unique<std::once_flag[]>(scan_states.size());
+  st.memory_bytes = a.memory_bytes() + impl->scan_index.size() * 4 +
+                    scan_states.size() * (sizeof(detail::TokenTable) + sizeof(std::once_flag));
+  if (st.memory_bytes > options.max_memory_bytes) {
+    throw LimitError(fmt::format("[compile] the automaton needs {} bytes, over the limit of {}",
+                                 st.memory_bytes, options.max_memory_bytes));
+  }
+
+  const auto t1 = std::chrono::steady_clock::now();
+  if (options.precompute && scan_states.size() <= options.eager_state_limit) {
+    for (std::size_t i = 0; i < scan_states.size(); ++i) {
+      std::call_once(impl->table_once[i], [&] {
+        impl->tables[i] = detail::build_token_table(a, *impl->vocabulary, scan_states[i], &deadline);
+      });
+      st.memory_bytes += impl->tables[i].memory_bytes();
+      st.n_uncertain += impl->tables[i].uncertain.size();
+      if (st.memory_bytes > options.max_memory_bytes) {
+        throw LimitError(fmt::format("[compile] token tables need over {} bytes, the limit ({} of {} "
+                                     "states built)",
+                                     options.max_memory_bytes, i + 1, scan_states.size()));
+      }
+    }
+    st.precomputed = true;
+  }
+  st.tables_ms = ms_since(t1);
+  return CompiledGrammar(std::move(impl));
+}
+
+Compiler::Compiler(std::shared_ptr<const Vocabulary> vocabulary, CompileOptions options,
+                   std::size_t capacity)
+    : vocabulary_(std::move(vocabulary)), options_(options), capacity_(capacity) {
+  if (vocabulary_ == nullptr) throw InputError("[compiler] no vocabulary given");
+}
+
+CompiledGrammar Compiler::compile(const Grammar& grammar) {
+  std::uint64_t key = grammar.hash();
+  key ^= vocabulary_->hash() + 0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
+  key ^= options_hash(options_) + 0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      ++hits_;
+      return it->second->second;
+    }
+  }
+  // Compiled outside the lock: two threads may compile the same grammar once each; one result is kept.
+  CompiledGrammar compiled = compile_grammar(grammar, vocabulary_, options_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  if (capacity_ == 0) return compiled;
+  lru_.emplace_front(key, compiled);
+  index_[key] = lru_.begin();
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return compiled;
+}
+
+std::size_t Compiler::cache_size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lru_.size();
+}
+
+std::size_t Compiler::cache_hits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return hits_;
+}
+
+}  // namespace pse

@@ -1,0 +1,677 @@
+// JSON Schema -> grammar of values: one rule per conjunction of schemas (so recursion through $ref works),
+// disjunctions distributed over the rest of the conjunction (oneOf only when its branches are provably
+// disjoint), then one alternative per JSON type that the constraints leave. Objects list the declared
+// properties in schema order (optional ones skippable), then the other members; arrays follow prefixItems,
+// then items. Whitespace follows the layout option.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "json_schema_internal.h"
+
+namespace pse::json_schema_detail {
+namespace {
+
+std::uint32_t type_of_value(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return kNull;
+    case json::value_t::boolean: return kBoolean;
+    case json::value_t::object: return kObject;
+    case json::value_t::array: return kArray;
+    case json::value_t::string: return kString;
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return kInteger;
+    case json::value_t::number_float: return decimal_from_json(v).is_integer() ? kInteger : kNumber;
+    default: return 0;
+  }
+}
+
+std::uint32_t code_points(const std::string& s) {
+  std::uint32_t n = 0;
+  for (char ch : s) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  return n;
+}
+
+bool has_object_constraints(const Constraints& c) {
+  return !c.object_shapes.empty() || !c.pattern_properties.empty() || !c.property_names.empty() ||
+         !c.required.empty() || c.min_properties > 0 || c.max_properties != kUnbounded;
+}
+
+bool has_array_constraints(const Constraints& c) {
+  return !c.array_shapes.empty() || c.min_items > 0 || c.max_items != kUnbounded || !c.contains.empty() ||
+         c.unique_items;
+}
+
+}  // namespace
+
+ExprId Converter::ws() {
+  auto it = cache_.find("ws");
+  if (it != cache_.end()) return it->second;
+  ExprId e = g_.add_repeat(g_.add_char_class({{'\t', '\n'}, {'\r', '\r'}, {' ', ' '}}), 0, options_.max_whitespace_run);
+  cache_["ws"] = e;
+  return e;
+}
+
+ExprId Converter::open_ws(std::uint32_t d) {
+  switch (options_.layout) {
+    case JsonLayout::kFlexible: return ws();
+    case JsonLayout::kCompact: return g_.add_empty();
+    case JsonLayout::kIndented: return g_.add_bytes("\n" + std::string((d + 1) * options_.indent_width, ' '));
+  }
+  return g_.add_empty();
+}
+
+ExprId Converter::sep(std::uint32_t d) {
+  switch (options_.layout) {
+    case JsonLayout::kFlexible: return g_.add_sequence({ws(), g_.add_bytes(","), ws()});
+    case JsonLayout::kCompact: return g_.add_bytes(",");
+    case JsonLayout::kIndented: return g_.add_bytes(",\n" + std::string((d + 1) * options_.indent_width, ' '));
+  }
+  return g_.add_empty();
+}
+
+ExprId Converter::close_ws(std::uint32_t d) {
+  switch (options_.layout) {
+    case JsonLayout::kFlexible: return ws();
+    case JsonLayout::kCompact: return g_.add_empty();
+    case JsonLayout::kIndented: return g_.add_bytes("\n" + std::string(d * options_.indent_width, ' '));
+  }
+  return g_.add_empty();
+}
+
+ExprId Converter::colon() {
+  switch (options_.layout) {
+    case JsonLayout::kFlexible: return g_.add_sequence({ws(), g_.add_bytes(":"), ws()});
+    case JsonLayout::kCompact: return g_.add_bytes(":");
+    case JsonLayout::kIndented: return g_.add_bytes(": ");
+  }
+  return g_.add_empty();
+}
+
+ExprId Converter::empty_inner() { return options_.layout == JsonLayout::kFlexible ? ws() : g_.add_empty(); }
+
+ExprId Converter::value_expr(const Conj& conj, std::uint32_t indent_depth, int depth) {
+  if (depth > static_cast<int>(options_.max_depth)) {
+    throw LimitError(fmt::format("[json_schema] {}: schemas nested deeper than {} (or a $ref chain that long)",
+                                 conj.empty() ? "" : conj[0].pointer, options_.max_depth));
+  }
+  const std::uint32_t d = options_.layout == JsonLayout::kIndented ? indent_depth : 0;
+  std::string key = std::to_string(d);
+  for (const auto& n : conj) key += "&" + n.key();
+  auto found = rules_.find(key);
+  if (found != rules_.end()) return g_.add_rule_ref(found->second);
+  const RuleId rule = g_.declare_rule(fmt::format("v{}", rules_.size()));
+  rules_.emplace(key, rule);
+  Constraints c = collect(conj, depth);
+  ExprId body;
+  if (!c.disjunctions.empty()) {
+    Disjunction& dj = c.disjunctions.front();
+    if (dj.exclusive) {
+      std::vector<Constraints> branch_c;
+      for (const auto& b : dj.branches) branch_c.push_back(collect(b, depth + 1));
+      for (std::size_t i = 0; i < branch_c.size(); ++i) {
+        for (std::size_t j = i + 1; j < branch_c.size(); ++j) {
+          if (!provably_disjoint(branch_c[i], branch_c[j], depth + 1)) {
+            fail(dj.pointer, dj.keyword,
+                 fmt::format("oneOf branches {} and {} may both match a value; oneOf is enforced only when its "
+                             "branches are provably disjoint (distinct types, constants or required discriminators)",
+                             i, j));
+          }
+        }
+      }
+    }
+    if (dj.keyword == "anyOf") {
+      // Annotations of every matching branch count for unevaluated*: mark overlapping branches.
+      bool disjoint = true;
+      std::vector<Constraints> branch_c;
+      for (const auto& b : dj.branches) branch_c.push_back(collect(b, depth + 1));
+      for (std::size_t i = 0; i < branch_c.size() && disjoint; ++i) {
+        for (std::size_t j = i + 1; j < branch_c.size() && disjoint; ++j) {
+          disjoint = provably_disjoint(branch_c[i], branch_c[j], depth + 1);
+        }
+      }
+      if (!disjoint) {
+        for (auto& b : dj.branches) {
+          for (std::size_t k = dj.n_base; k < b.size(); ++k) b[k].overlap = true;
+        }
+      }
+    }
+    std::vector<ExprId> alts;
+    for (const auto& b : dj.branches) alts.push_back(value_expr(b, indent_depth, depth + 1));
+    body = alts.empty() ? g_.add_char_class({}) : alts.size() == 1 ? alts[0] : g_.add_choice(alts);
+  } else {
+    body = emit_constraints(conj, c, indent_depth, depth);
+  }
+  g_.define_rule(rule, body);
+  check_size();
+  return g_.add_rule_ref(rule);
+}
+
+bool Converter::value_satisfies(const json& v, const Constraints& c, const std::string& pointer) {
+  const std::uint32_t t = type_of_value(v);
+  if (!(c.types & t)) return false;
+  for (const auto& e : c.excluded) {
+    if (e == v) return false;
+  }
+  if (c.values) {
+    if (std::none_of(c.values->begin(), c.values->end(), [&](const json& x) { return x == v; })) return false;
+  }
+  if (t & (kInteger | kNumber)) {
+    Decimal x = decimal_from_json(v);
+    if (c.lower) {
+      int cmp = compare(x, c.lower->value);
+      if (cmp < 0 || (cmp == 0 && c.lower->exclusive)) return false;
+    }
+    if (c.upper) {
+      int cmp = compare(x, c.upper->value);
+      if (cmp > 0 || (cmp == 0 && c.upper->exclusive)) return false;
+    }
+    if (!c.multiple_of.empty()) {
+      for (const auto& [m, p] : c.multiple_of) {
+        double q = v.get<double>() / std::stod(to_string(m));
+        if (q != static_cast<double>(static_cast<long long>(q))) return false;
+        (void)p;
+      }
+    }
+  }
+  if (t == kString) {
+    const std::string& s = v.get_ref<const std::string&>();
+    std::uint32_t n = code_points(s);
+    if (n < c.min_length || n > c.max_length) return false;
+    if (!c.patterns.empty() || !c.formats.empty()) {
+      fail(pointer, !c.patterns.empty() ? "pattern" : "format",
+           "enum / const values checked against pattern or format: not supported");
+    }
+  }
+  if (t == kObject && has_object_constraints(c)) {
+    fail(pointer, "enum", "enum / const objects together with object keywords: not supported");
+  }
+  if (t == kArray && has_array_constraints(c)) {
+    fail(pointer, "enum", "enum / const arrays together with array keywords: not supported");
+  }
+  return true;
+}
+
+ExprId Converter::emit_literal(const json& value, std::uint32_t d) {
+  switch (value.type()) {
+    case json::value_t::object: {
+      if (value.empty()) return g_.add_sequence({g_.add_bytes("{"), empty_inner(), g_.add_bytes("}")});
+      std::vector<ExprId> parts{g_.add_bytes("{"), open_ws(d)};
+      bool first = true;
+      for (auto& [k, v] : value.items()) {
+        if (!first) parts.push_back(sep(d));
+        first = false;
+        parts.push_back(string_literal(k));
+        parts.push_back(colon());
+        parts.push_back(emit_literal(v, d + 1));
+      }
+      parts.push_back(close_ws(d));
+      parts.push_back(g_.add_bytes("}"));
+      return g_.add_sequence(parts);
+    }
+    case json::value_t::array: {
+      if (value.empty()) return g_.add_sequence({g_.add_bytes("["), empty_inner(), g_.add_bytes("]")});
+      std::vector<ExprId> parts{g_.add_bytes("["), open_ws(d)};
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        if (i) parts.push_back(sep(d));
+        parts.push_back(emit_literal(value[i], d + 1));
+      }
+      parts.push_back(close_ws(d));
+      parts.push_back(g_.add_bytes("]"));
+      return g_.add_sequence(parts);
+    }
+    case json::value_t::string: return string_literal(value.get<std::string>());
+    case json::value_t::number_float: {
+      // The value, written as an integer (when it is one) or as its shortest decimal, with optional
+      // trailing zeros; 1.0 and 1 are the same JSON Schema value.
+      Decimal x = decimal_from_json(value);
+      std::string head = (x.negative ? "-" : "") + (x.int_digits.empty() ? std::string("0") : x.int_digits);
+      if (x.frac_digits.empty()) {
+        ExprId zeros = g_.add_sequence({g_.add_bytes("."), g_.add_repeat(g_.add_bytes("0"), 1, kUnbounded)});
+        return g_.add_sequence({g_.add_bytes(head), g_.add_repeat(zeros, 0, 1)});
+      }
+      return g_.add_sequence({g_.add_bytes(head + "." + x.frac_digits), g_.add_repeat(g_.add_bytes("0"), 0, kUnbounded)});
+    }
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: {
+      ExprId zeros = g_.add_sequence({g_.add_bytes("."), g_.add_repeat(g_.add_bytes("0"), 1, kUnbounded)});
+      return g_.add_sequence({g_.add_bytes(value.dump()), g_.add_repeat(zeros, 0, 1)});
+    }
+    default: return g_.add_bytes(value.dump());
+  }
+}
+
+ExprId Converter::emit_constraints(const Conj& conj, Constraints& c, std::uint32_t d, int depth) {
+  (void)conj;
+  if (c.never) return g_.add_char_class({});
+  std::vector<ExprId> alts;
+  if (c.values) {
+    std::vector<json> seen;
+    for (const auto& v : *c.values) {
+      if (std::any_of(seen.begin(), seen.end(), [&](const json& s) { return s == v; })) continue;
+      seen.push_back(v);
+      if (value_satisfies(v, c, c.values_pointer)) alts.push_back(emit_literal(v, d));
+    }
+    return alts.empty() ? g_.add_char_class({}) : alts.size() == 1 ? alts[0] : g_.add_choice(alts);
+  }
+  for (const auto& e : c.excluded) {
+    if ((type_of_value(e) & (kObject | kArray)) && (c.types & type_of_value(e))) {
+      fail(c.values_pointer, "not", fmt::format("excluding the value {} cannot be enforced exactly", json_text(e)));
+    }
+  }
+  auto excluded = [&](const json& v) {
+    return std::any_of(c.excluded.begin(), c.excluded.end(), [&](const json& e) { return e == v; });
+  };
+  if ((c.types & kNull) && !excluded(json(nullptr))) alts.push_back(g_.add_bytes("null"));
+  if (c.types & kBoolean) {
+    if (!excluded(json(true))) alts.push_back(g_.add_bytes("true"));
+    if (!excluded(json(false))) alts.push_back(g_.add_bytes("false"));
+  }
+  if (c.types & (kInteger | kNumber)) alts.push_back(emit_number(c, !(c.types & kNumber)));
+  if (c.types & kString) alts.push_back(emit_string(c));
+  if (c.types & kArray) alts.push_back(emit_array(c, d, depth));
+  if (c.types & kObject) alts.push_back(emit_object(c, d, depth));
+  return alts.empty() ? g_.add_char_class({}) : alts.size() == 1 ? alts[0] : g_.add_choice(alts);
+}
+
+ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
+  if (!c.pattern_properties.empty()) {
+    fail(c.pattern_properties[0].first, "patternProperties", "\"patternProperties\" cannot be enforced exactly");
+  }
+  // Merge the shapes: a key's schema is, per shape, its property schema or else the shape's additional one.
+  std::vector<std::string> order;
+  for (const auto& shape : c.object_shapes) {
+    for (const auto& [name, node] : shape.properties) {
+      if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+    }
+  }
+  for (const auto& r : c.required) {
+    if (std::find(order.begin(), order.end(), r) == order.end()) order.push_back(r);
+  }
+  std::map<std::string, Conj> prop_conj;
+  for (const auto& name : order) {
+    Conj conj;
+    for (const auto& shape : c.object_shapes) {
+      auto it = std::find_if(shape.properties.begin(), shape.properties.end(), [&](const auto& p) { return p.first == name; });
+      if (it != shape.properties.end()) {
+        conj.push_back(it->second);
+      } else if (shape.additional) {
+        conj.push_back(*shape.additional);
+      }
+    }
+    if (conj.empty()) conj.push_back(true_node());
+    prop_conj[name] = std::move(conj);
+  }
+  Conj additional;
+  for (const auto& shape : c.object_shapes) {
+    if (shape.additional) additional.push_back(*shape.additional);
+  }
+  if (!c.unevaluated_properties.empty()) {
+    // Exact when every evaluating shape lies under the holder (its own keywords, $ref, allOf, and
+    // branches that cannot overlap): then the unevaluated members are those no such shape declares.
+    if (c.unevaluated_properties.size() > 1) {
+      fail(c.unevaluated_properties[1].pointer, "unevaluatedProperties", "two \"unevaluatedProperties\" in one allOf are not supported");
+    }
+    const Node& u = c.unevaluated_properties[0];
+    auto under = [&](const std::string& lineage) { return lineage == u.lineage || lineage.rfind(u.lineage + "/", 0) == 0; };
+    bool any_additional = false;
+    std::set<std::string> evaluated;
+    for (const auto& shape : c.object_shapes) {
+      if (!under(shape.lineage) || shape.overlap) {
+        fail(u.pointer, "", "\"unevaluatedProperties\" with properties from outside its schema or from overlapping anyOf branches is not supported");
+      }
+      if (!shape.evaluates) continue;
+      if (shape.additional) any_additional = true;
+      for (const auto& [name, node] : shape.properties) evaluated.insert(name);
+    }
+    if (!any_additional) {
+      for (const auto& name : order) {
+        if (!evaluated.count(name)) prop_conj[name].push_back(u);
+      }
+      additional.push_back(u);
+    }
+  }
+  if (additional.empty()) additional.push_back(true_node());
+  const bool additional_allowed = !collect(additional, depth + 1).never;
+  // propertyNames: checked on declared names; it is the key grammar of the other members.
+  std::optional<ExprId> names_expr;
+  if (!c.property_names.empty()) {
+    Conj names = c.property_names;
+    names.push_back(string_node());
+    Constraints nc = collect(names, depth + 1);
+    if (!nc.disjunctions.empty()) fail(c.property_names[0].pointer, "propertyNames", "combinators inside \"propertyNames\" are not supported");
+    for (auto it = order.begin(); it != order.end();) {
+      bool ok = !nc.never && nc.patterns.empty() && nc.formats.empty() ? value_satisfies(json(*it), nc, c.property_names[0].pointer) : false;
+      if (!nc.never && (!nc.patterns.empty() || !nc.formats.empty())) {
+        fail(c.property_names[0].pointer, "propertyNames", "\"propertyNames\" with pattern or format beside declared properties is not supported");
+      }
+      if (!ok) {
+        // A declared name that propertyNames forbids can never be present.
+        if (std::find(c.required.begin(), c.required.end(), *it) != c.required.end()) return g_.add_char_class({});
+        prop_conj[*it].push_back(false_node());
+      }
+      ++it;
+    }
+    if (additional_allowed) {
+      if (!order.empty()) {
+        fail(c.property_names[0].pointer, "propertyNames",
+             "\"propertyNames\" together with declared properties and other members allowed is not supported");
+      }
+      names_expr = emit_constraints(names, nc, d, depth + 1);
+    }
+  }
+  // Members: declared keys (present or skipped) in order, then other members.
+  struct Member {
+    std::string name;
+    bool required = false;
+    bool forbidden = false;
+    ExprId expr = 0;
+  };
+  std::vector<Member> members;
+  for (const auto& name : order) {
+    Member m;
+    m.name = name;
+    m.required = std::find(c.required.begin(), c.required.end(), name) != c.required.end();
+    m.forbidden = collect(prop_conj[name], depth + 1).never;
+    if (m.forbidden && m.required) return g_.add_char_class({});
+    if (!m.forbidden) {
+      m.expr = g_.add_sequence({string_literal(name), colon(), value_expr(prop_conj[name], d + 1, depth + 1)});
+    }
+    members.push_back(std::move(m));
+  }
+  std::optional<ExprId> other;
+  if (additional_allowed) {
+    ExprId key = names_expr ? *names_expr
+                            : g_.add_sequence({g_.add_bytes("\""), order.empty() ? g_.add_repeat(json_char(), 0, kUnbounded) : string_body_excluding(order), g_.add_bytes("\"")});
+    other = g_.add_sequence({key, colon(), value_expr(additional, d + 1, depth + 1)});
+  }
+  const std::uint32_t min_p = c.min_properties;
+  const std::uint32_t max_p = c.max_properties;
+  if (min_p > max_p) return g_.add_char_class({});
+  // Count states: how many members so far, capped where the bounds stop caring.
+  const std::uint32_t cap = max_p != kUnbounded ? max_p : min_p;
+  if (cap > 64 && members.size() * (cap + 1) > 20000) {
+    fail(c.properties_count_pointer, "maxProperties", "minProperties / maxProperties too large to enforce here");
+  }
+  std::map<std::tuple<std::size_t, std::uint32_t, bool>, ExprId> memo;
+  // body(i, k, first): members from i on, k present so far (capped), first: none emitted yet; never empty.
+  std::function<ExprId(std::size_t, std::uint32_t, bool)> body = [&](std::size_t i, std::uint32_t k, bool first) -> ExprId {
+    auto key = std::make_tuple(i, k, first);
+    if (auto it = memo.find(key); it != memo.end()) return it->second;
+    std::vector<ExprId> alts;
+    if (i == members.size()) {
+      // Other members: a of them with k + a in [min, max].
+      if (!first && k >= min_p) alts.push_back(g_.add_empty());
+      if (other && (max_p == kUnbounded || k < max_p)) {
+        const std::uint32_t a_min = std::max<std::uint32_t>(1, min_p > k ? min_p - k : 0);
+        const std::uint32_t a_max = max_p == kUnbounded ? kUnbounded : max_p - k;
+        ExprId rest = g_.add_repeat(g_.add_sequence({sep(d), *other}), a_min - 1, a_max == kUnbounded ? kUnbounded : a_max - 1);
+        alts.push_back(g_.add_sequence({first ? g_.add_empty() : sep(d), *other, rest}));
+      }
+    } else {
+      const Member& m = members[i];
+      if (!m.forbidden && (max_p == kUnbounded || k < max_p)) {
+        const std::uint32_t nk = std::min(k + 1, std::max(cap, k + 1));
+        alts.push_back(g_.add_sequence({first ? g_.add_empty() : sep(d), m.expr, body(i + 1, max_p == kUnbounded ? std::min(nk, cap) : nk, false)}));
+      }
+      if (!m.required) alts.push_back(body(i + 1, k, first));
+    }
+    ExprId e = alts.empty() ? g_.add_char_class({}) : alts.size() == 1 ? alts[0] : g_.add_choice(alts);
+    memo[key] = e;
+    return e;
+  };
+  std::vector<ExprId> shapes;
+  shapes.push_back(g_.add_sequence({g_.add_bytes("{"), open_ws(d), body(0, 0, true), close_ws(d), g_.add_bytes("}")}));
+  bool empty_ok = min_p == 0 && std::none_of(members.begin(), members.end(), [](const Member& m) { return m.required; });
+  if (empty_ok) shapes.push_back(g_.add_sequence({g_.add_bytes("{"), empty_inner(), g_.add_bytes("}")}));
+  return shapes.size() == 1 ? shapes[0] : g_.add_choice(shapes);
+}
+
+ExprId Converter::emit_array(Constraints& c, std::uint32_t d, int depth) {
+  std::size_t n_prefix = 0;
+  for (const auto& s : c.array_shapes) n_prefix = std::max(n_prefix, s.prefix.size());
+  auto conj_at = [&](std::size_t i) {
+    Conj conj;
+    for (const auto& s : c.array_shapes) {
+      if (i < s.prefix.size()) {
+        conj.push_back(s.prefix[i]);
+      } else if (s.items) {
+        conj.push_back(*s.items);
+      }
+    }
+    if (conj.empty()) conj.push_back(true_node());
+    return conj;
+  };
+  if (!c.unevaluated_items.empty()) {
+    if (c.unevaluated_items.size() > 1) {
+      fail(c.unevaluated_items[1].pointer, "unevaluatedItems", "two \"unevaluatedItems\" in one allOf are not supported");
+    }
+    const Node& u = c.unevaluated_items[0];
+    auto under = [&](const std::string& lineage) { return lineage == u.lineage || lineage.rfind(u.lineage + "/", 0) == 0; };
+    if (!c.contains.empty()) fail(u.pointer, "", "\"unevaluatedItems\" beside \"contains\" is not supported");
+    bool any_items = false;
+    std::size_t evaluated = 0;
+    for (const auto& shape : c.array_shapes) {
+      if (!under(shape.lineage) || shape.overlap) {
+        fail(u.pointer, "", "\"unevaluatedItems\" with items from outside its schema or from overlapping anyOf branches is not supported");
+      }
+      if (!shape.evaluates) continue;
+      if (shape.items) any_items = true;
+      evaluated = std::max(evaluated, shape.prefix.size());
+    }
+    if (!any_items) {
+      // Positions from `evaluated` on must also satisfy the unevaluatedItems schema.
+      ArrayShape extra;
+      extra.prefix.assign(evaluated, true_node());
+      extra.items = u;
+      extra.lineage = u.lineage;
+      c.array_shapes.push_back(extra);
+      n_prefix = std::max(n_prefix, evaluated);
+    }
+  }
+  Conj rest = conj_at(n_prefix);
+  std::uint32_t min_i = c.min_items;
+  std::uint32_t max_i = c.max_items;
+  if (collect(rest, depth + 1).never) max_i = std::min<std::uint32_t>(max_i, static_cast<std::uint32_t>(n_prefix));
+  for (std::size_t i = 0; i < n_prefix && i < max_i; ++i) {
+    if (collect(conj_at(i), depth + 1).never) {
+      max_i = static_cast<std::uint32_t>(i);
+      break;
+    }
+  }
+  if (min_i > max_i) return g_.add_char_class({});
+  auto wrap = [&](ExprId body, bool empty_ok) {
+    std::vector<ExprId> shapes{g_.add_sequence({g_.add_bytes("["), open_ws(d), body, close_ws(d), g_.add_bytes("]")})};
+    if (empty_ok) shapes.push_back(g_.add_sequence({g_.add_bytes("["), empty_inner(), g_.add_bytes("]")}));
+    return shapes.size() == 1 ? shapes[0] : g_.add_choice(shapes);
+  };
+  // contains: only on homogeneous, unbounded arrays.
+  std::uint32_t min_c = c.min_contains.value_or(1);
+  if (!c.contains.empty() && min_c > 0) {
+    if (n_prefix > 0 || c.min_items > 0 || c.max_items != kUnbounded || c.unique_items) {
+      fail(c.contains_pointer, "contains", "\"contains\" with prefixItems, minItems, maxItems or uniqueItems is not supported");
+    }
+    if (c.max_contains) {
+      fail(c.contains_pointer, "maxContains", "\"maxContains\" cannot be enforced exactly (it needs the complement of \"contains\")");
+    }
+    if (min_c > 64) fail(c.contains_pointer, "minContains", "\"minContains\" over 64 is not supported");
+    Conj with = rest;
+    for (const auto& n : c.contains) with.push_back(n);
+    ExprId el = value_expr(rest, d + 1, depth + 1);
+    ExprId hit = value_expr(with, d + 1, depth + 1);
+    ExprId before = g_.add_repeat(g_.add_sequence({el, sep(d)}), 0, kUnbounded);
+    ExprId after = g_.add_repeat(g_.add_sequence({sep(d), el}), 0, kUnbounded);
+    ExprId more = g_.add_repeat(g_.add_sequence({after, sep(d), hit}), min_c - 1, min_c - 1);
+    return wrap(g_.add_sequence({before, hit, more, after}), false);
+  }
+  if (!c.contains.empty() && c.max_contains && !(c.max_contains >= max_i)) {
+    fail(c.contains_pointer, "maxContains", "\"maxContains\" cannot be enforced exactly (it needs the complement of \"contains\")");
+  }
+  if (c.unique_items && max_i > 1) {
+    // Exact only over a small finite domain: arrays of distinct values, one rule per set of values used.
+    Constraints rc = collect(rest, depth + 1);
+    std::vector<json> domain;
+    if (n_prefix == 0 && rc.disjunctions.empty() && !rc.never) {
+      if (rc.values) {
+        for (const auto& v : *rc.values) {
+          if (value_satisfies(v, rc, c.unique_pointer) &&
+              std::none_of(domain.begin(), domain.end(), [&](const json& x) { return x == v; })) {
+            domain.push_back(v);
+          }
+        }
+      } else if ((rc.types & ~static_cast<std::uint32_t>(kNull | kBoolean)) == 0) {
+        if (rc.types & kNull) domain.push_back(nullptr);
+        if (rc.types & kBoolean) {
+          domain.push_back(true);
+          domain.push_back(false);
+        }
+        std::vector<json> kept;
+        for (const auto& v : domain) {
+          if (std::none_of(rc.excluded.begin(), rc.excluded.end(), [&](const json& e) { return e == v; })) kept.push_back(v);
+        }
+        domain = kept;
+      } else {
+        fail(c.unique_pointer, "uniqueItems", "\"uniqueItems\" is enforced only for items from a small enum, booleans or null");
+      }
+    } else {
+      fail(c.unique_pointer, "uniqueItems", "\"uniqueItems\" is enforced only for items from a small enum, booleans or null");
+    }
+    if (domain.size() > 8) fail(c.unique_pointer, "uniqueItems", "\"uniqueItems\" over more than 8 possible values is not supported");
+    std::vector<ExprId> lit;
+    for (const auto& v : domain) lit.push_back(emit_literal(v, d + 1));
+    std::map<std::uint32_t, ExprId> memo;
+    std::function<ExprId(std::uint32_t, std::uint32_t)> tail = [&](std::uint32_t used, std::uint32_t count) -> ExprId {
+      if (auto it = memo.find(used); it != memo.end()) return it->second;
+      std::vector<ExprId> alts;
+      if (count >= min_i) alts.push_back(g_.add_empty());
+      if (count < max_i) {
+        for (std::size_t k = 0; k < domain.size(); ++k) {
+          if (used & (1u << k)) continue;
+          alts.push_back(g_.add_sequence({count == 0 ? g_.add_empty() : sep(d), lit[k], tail(used | (1u << k), count + 1)}));
+        }
+      }
+      ExprId e = alts.empty() ? g_.add_char_class({}) : alts.size() == 1 ? alts[0] : g_.add_choice(alts);
+      memo[used] = e;
+      return e;
+    };
+    // The empty array is wrapped separately (tail(0) may be empty).
+    std::vector<ExprId> nonempty;
+    for (std::size_t k = 0; k < domain.size() && max_i > 0; ++k) {
+      nonempty.push_back(g_.add_sequence({lit[k], tail(1u << k, 1)}));
+    }
+    ExprId body = nonempty.empty() ? g_.add_char_class({}) : g_.add_choice(nonempty);
+    return wrap(body, min_i == 0);
+  }
+  // Elements 0..n_prefix-1 from their own schemas, then `rest`; T(i) follows element i-1.
+  std::vector<ExprId> el;
+  const std::size_t n_fixed = std::min<std::size_t>(n_prefix, max_i);
+  for (std::size_t i = 0; i < n_fixed; ++i) el.push_back(value_expr(conj_at(i), d + 1, depth + 1));
+  ExprId rest_el = max_i > n_prefix ? value_expr(rest, d + 1, depth + 1) : g_.add_char_class({});
+  // Tail after the fixed part: (sep rest){a, b}.
+  const std::uint32_t fixed = static_cast<std::uint32_t>(n_fixed);
+  auto tail_from = [&](std::uint32_t i) -> ExprId {  // i elements written, i >= fixed
+    const std::uint32_t a = min_i > i ? min_i - i : 0;
+    const std::uint32_t b = max_i == kUnbounded ? kUnbounded : max_i - i;
+    if (b == 0) return g_.add_empty();
+    return g_.add_repeat(g_.add_sequence({sep(d), rest_el}), a, b);
+  };
+  ExprId body;
+  if (fixed == 0) {
+    if (max_i == 0) return wrap(g_.add_char_class({}), true);
+    body = g_.add_sequence({rest_el, tail_from(1)});
+  } else {
+    // Build from the back: after element i-1 (i elements written).
+    ExprId after = tail_from(fixed);
+    for (std::uint32_t i = fixed - 1; i >= 1; --i) {
+      ExprId cont = g_.add_sequence({sep(d), el[i], after});
+      after = i >= min_i ? g_.add_choice({g_.add_empty(), cont}) : cont;
+    }
+    body = g_.add_sequence({el[0], after});
+  }
+  return wrap(body, min_i == 0);
+}
+
+// Whether no value can satisfy both: different types, disjoint constants, or a property that both require
+// with provably disjoint schemas.
+bool Converter::provably_disjoint(const Constraints& a, const Constraints& b, int depth) {
+  if (a.never || b.never) return true;
+  if (!a.disjunctions.empty() || !b.disjunctions.empty()) {
+    // Disjoint when every pair of their branches is.
+    const Constraints& x = !a.disjunctions.empty() ? a : b;
+    const Constraints& y = !a.disjunctions.empty() ? b : a;
+    for (const auto& branch : x.disjunctions.front().branches) {
+      if (!provably_disjoint(collect(branch, depth + 1), y, depth + 1)) return false;
+    }
+    return true;
+  }
+  auto effective_types = [](const Constraints& c) {
+    if (!c.values) return c.types;
+    std::uint32_t t = 0;
+    for (const auto& v : *c.values) t |= type_of_value(v);
+    return t & c.types;
+  };
+  const std::uint32_t common = effective_types(a) & effective_types(b);
+  if (common == 0) return true;
+  if (a.values || b.values) {
+    const Constraints& x = a.values ? a : b;
+    const Constraints& y = a.values ? b : a;
+    bool any = false;
+    for (const auto& v : *x.values) {
+      if (!(common & type_of_value(v))) continue;
+      if (y.values && std::none_of(y.values->begin(), y.values->end(), [&](const json& w) { return w == v; })) continue;
+      if (std::any_of(y.excluded.begin(), y.excluded.end(), [&](const json& w) { return w == v; })) continue;
+      if (y.values || (type_of_value(v) & (kNull | kBoolean))) {
+        any = true;
+        break;
+      }
+      return false;  // would need to check v against y's other keywords
+    }
+    if (!any) return true;
+    return false;
+  }
+  // Only objects left in common: look for a discriminating property.
+  if (common == kObject) {
+    for (const auto& name : a.required) {
+      if (std::find(b.required.begin(), b.required.end(), name) == b.required.end()) continue;
+      Conj ca, cb;
+      for (const auto& s : a.object_shapes) {
+        for (const auto& [n, node] : s.properties) {
+          if (n == name) ca.push_back(node);
+        }
+      }
+      for (const auto& s : b.object_shapes) {
+        for (const auto& [n, node] : s.properties) {
+          if (n == name) cb.push_back(node);
+        }
+      }
+      if (ca.empty() || cb.empty()) continue;
+      if (provably_disjoint(collect(ca, depth + 1), collect(cb, depth + 1), depth + 1)) return true;
+    }
+    // One forbids (false schema) a key the other requires.
+    for (int side = 0; side < 2; ++side) {
+      const Constraints& x = side ? b : a;
+      const Constraints& y = side ? a : b;
+      for (const auto& name : y.required) {
+        for (const auto& s : x.object_shapes) {
+          for (const auto& [n, node] : s.properties) {
+            if (n == name && node.schema->is_boolean() && !node.schema->get<bool>()) return true;
+          }
+        }
+      }
+    }
+  }
+  // Numbers: disjoint ranges.
+  if ((common & ~static_cast<std::uint32_t>(kInteger | kNumber)) == 0) {
+    auto below = [](const std::optional<Bound>& up, const std::optional<Bound>& lo) {
+      if (!up || !lo) return false;
+      int cmp = compare(up->value, lo->value);
+      return cmp < 0 || (cmp == 0 && (up->exclusive || lo->exclusive));
+    };
+    if (below(a.upper, b.lower) || below(b.upper, a.lower)) return true;
+  }
+  return false;
+}
+
+}  // namespace pse::json_schema_detail

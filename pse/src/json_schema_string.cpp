@@ -1,0 +1,441 @@
+// JSON Schema strings: the JSON string body (raw characters and escapes), minLength / maxLength in code
+// points, values excluded by `not`, `pattern` (an unanchored ECMA-262 search through pse::add_regex) and
+// `format`. Patterns and formats describe the decoded string; their grammar is re-encoded as JSON text:
+// a character is written raw when JSON allows it, and '"', '\\' and control characters as escapes (the
+// short form or \u00XX). \u escapes of characters that need none are accepted only in strings without
+// pattern, format, enum or exclusions (see docs/json-schema.md).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "json_schema_internal.h"
+#include "pse/regex.h"
+
+namespace pse::json_schema_detail {
+namespace {
+
+constexpr std::uint32_t kSurrogateLo = 0xD800;
+constexpr std::uint32_t kSurrogateHi = 0xDFFF;
+
+// Explicit sorted ranges of scalar values for a class (negation resolved).
+std::vector<CharRange> explicit_ranges(std::vector<CharRange> ranges, bool negated) {
+  std::sort(ranges.begin(), ranges.end(), [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
+  std::vector<CharRange> merged;
+  for (const auto& r : ranges) {
+    if (!merged.empty() && r.lo <= merged.back().hi + 1) {
+      merged.back().hi = std::max(merged.back().hi, r.hi);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  std::vector<CharRange> out;
+  if (!negated) {
+    out = merged;
+  } else {
+    std::uint32_t next = 0;
+    for (const auto& r : merged) {
+      if (r.lo > next) out.push_back({next, r.lo - 1});
+      next = r.hi + 1;
+      if (r.hi >= kMaxCodePoint) break;
+    }
+    if (next <= kMaxCodePoint && (merged.empty() || merged.back().hi < kMaxCodePoint)) out.push_back({next, kMaxCodePoint});
+  }
+  // Remove surrogates.
+  std::vector<CharRange> clean;
+  for (const auto& r : out) {
+    if (r.hi < kSurrogateLo || r.lo > kSurrogateHi) {
+      clean.push_back(r);
+    } else {
+      if (r.lo < kSurrogateLo) clean.push_back({r.lo, kSurrogateLo - 1});
+      if (r.hi > kSurrogateHi) clean.push_back({kSurrogateHi + 1, r.hi});
+    }
+  }
+  return clean;
+}
+
+bool contains(const std::vector<CharRange>& ranges, std::uint32_t cp) {
+  return std::any_of(ranges.begin(), ranges.end(), [&](const CharRange& r) { return r.lo <= cp && cp <= r.hi; });
+}
+
+const char* short_escape(std::uint32_t cp) {
+  switch (cp) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '/': return "\\/";
+    case '\b': return "\\b";
+    case '\f': return "\\f";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    default: return nullptr;
+  }
+}
+
+std::string utf8(std::uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+std::vector<std::uint32_t> decode(const std::string& s) {
+  std::vector<std::uint32_t> out;
+  for (std::size_t i = 0; i < s.size();) {
+    auto b = static_cast<unsigned char>(s[i]);
+    std::uint32_t cp = b;
+    std::size_t len = 1;
+    if (b >= 0xF0) {
+      cp = b & 0x07;
+      len = 4;
+    } else if (b >= 0xE0) {
+      cp = b & 0x0F;
+      len = 3;
+    } else if (b >= 0xC0) {
+      cp = b & 0x1F;
+      len = 2;
+    }
+    for (std::size_t k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(cp);
+    i += len;
+  }
+  return out;
+}
+
+}  // namespace
+
+// The JSON encodings of any one code point in `ranges` (scalar values).
+static ExprId encode_ranges(Grammar& g, const std::vector<CharRange>& ranges) {
+  std::vector<CharRange> raw;
+  for (const auto& r : ranges) {
+    // Raw: everything but controls, '"' and '\\'.
+    std::uint32_t lo = std::max<std::uint32_t>(r.lo, 0x20);
+    if (lo > r.hi) continue;
+    std::uint32_t start = lo;
+    for (std::uint32_t special : {std::uint32_t{'"'}, std::uint32_t{'\\'}}) {
+      if (special >= start && special <= r.hi) {
+        if (special > start) raw.push_back({start, special - 1});
+        start = special + 1;
+      }
+    }
+    if (start <= r.hi) raw.push_back({start, r.hi});
+  }
+  std::vector<ExprId> alts;
+  if (!raw.empty()) alts.push_back(g.add_char_class(raw));
+  for (std::uint32_t cp : {std::uint32_t{'"'}, std::uint32_t{'\\'}, std::uint32_t{'/'}}) {
+    if (contains(ranges, cp)) alts.push_back(g.add_bytes(short_escape(cp)));
+  }
+  for (const auto& r : ranges) {
+    for (std::uint32_t cp = r.lo; cp <= std::min<std::uint32_t>(r.hi, 0x1F); ++cp) {
+      if (const char* e = short_escape(cp)) alts.push_back(g.add_bytes(e));
+      // \u00XX, hex digits in either case.
+      auto hex = [&](unsigned v) {
+        const char lower = "0123456789abcdef"[v];
+        const char upper = "0123456789ABCDEF"[v];
+        return lower == upper ? g.add_bytes(std::string(1, lower))
+                              : g.add_char_class({{static_cast<std::uint32_t>(upper), static_cast<std::uint32_t>(upper)},
+                                                  {static_cast<std::uint32_t>(lower), static_cast<std::uint32_t>(lower)}});
+      };
+      alts.push_back(g.add_sequence({g.add_bytes("\\u00"), hex(cp >> 4), hex(cp & 0xF)}));
+    }
+  }
+  if (alts.empty()) return g.add_char_class({});
+  return alts.size() == 1 ? alts[0] : g.add_choice(alts);
+}
+
+ExprId Converter::json_char() {
+  auto it = cache_.find("json_char");
+  if (it != cache_.end()) return it->second;
+  ExprId raw = g_.add_char_class({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, /*negated=*/true);
+  ExprId hex = g_.add_char_class({{'0', '9'}, {'A', 'F'}, {'a', 'f'}});
+  ExprId hex2 = g_.add_repeat(hex, 2, 2);
+  ExprId d = g_.add_char_class({{'D', 'D'}, {'d', 'd'}});
+  // \uXXXX that is not a surrogate, or a surrogate pair.
+  ExprId non_surrogate = g_.add_choice({
+      g_.add_sequence({g_.add_char_class({{'0', '9'}, {'A', 'C'}, {'a', 'c'}, {'E', 'F'}, {'e', 'f'}}), hex, hex2}),
+      g_.add_sequence({d, g_.add_char_class({{'0', '7'}}), hex2})});
+  ExprId high = g_.add_sequence({d, g_.add_char_class({{'8', '9'}, {'A', 'B'}, {'a', 'b'}}), hex2});
+  ExprId low = g_.add_sequence({d, g_.add_char_class({{'C', 'F'}, {'c', 'f'}}), hex2});
+  ExprId u = g_.add_sequence({g_.add_bytes("u"), g_.add_choice({non_surrogate, g_.add_sequence({high, g_.add_bytes("\\u"), low})})});
+  ExprId esc = g_.add_sequence({g_.add_bytes("\\"), g_.add_choice({g_.add_char_class({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'}, {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}), u})});
+  ExprId ch = g_.add_choice({raw, esc});
+  cache_["json_char"] = ch;
+  return ch;
+}
+
+ExprId Converter::string_literal(const std::string& text) {
+  std::vector<ExprId> parts{g_.add_bytes("\"")};
+  std::string run;
+  for (std::uint32_t cp : decode(text)) {
+    if (cp >= 0x20 && cp != '"' && cp != '\\' && cp != '/') {
+      run += utf8(cp);
+      continue;
+    }
+    if (!run.empty()) parts.push_back(g_.add_bytes(run));
+    run.clear();
+    parts.push_back(encode_ranges(g_, {{cp, cp}}));
+  }
+  if (!run.empty()) parts.push_back(g_.add_bytes(run));
+  parts.push_back(g_.add_bytes("\""));
+  return g_.add_sequence(parts);
+}
+
+// Bodies (without quotes) of strings that differ from every string of `excluded`: a trie, where leaving
+// the trie (a character that no excluded string continues with) frees the rest.
+ExprId Converter::string_body_excluding(const std::vector<std::string>& excluded) {
+  struct TrieNode {
+    bool terminal = false;
+    std::map<std::uint32_t, std::size_t> next;
+  };
+  std::vector<TrieNode> trie(1);
+  for (const auto& s : excluded) {
+    std::size_t at = 0;
+    for (std::uint32_t cp : decode(s)) {
+      auto it = trie[at].next.find(cp);
+      if (it == trie[at].next.end()) {
+        trie.push_back({});
+        trie[at].next[cp] = trie.size() - 1;
+        at = trie.size() - 1;
+      } else {
+        at = it->second;
+      }
+    }
+    trie[at].terminal = true;
+  }
+  ExprId rest = g_.add_repeat(json_char(), 0, kUnbounded);
+  // Build bottom-up (children have larger indices).
+  std::vector<ExprId> expr(trie.size());
+  for (std::size_t i = trie.size(); i-- > 0;) {
+    std::vector<ExprId> alts;
+    if (!trie[i].terminal) alts.push_back(g_.add_empty());
+    std::vector<CharRange> taken;
+    for (const auto& [cp, j] : trie[i].next) {
+      alts.push_back(g_.add_sequence({encode_ranges(g_, {{cp, cp}}), expr[j]}));
+      taken.push_back({cp, cp});
+    }
+    // Any other character, raw or escaped, then anything. \u escapes of ordinary characters are not
+    // offered here (they could spell an excluded string).
+    alts.push_back(g_.add_sequence({encode_ranges(g_, explicit_ranges(taken, true)), rest}));
+    expr[i] = g_.add_choice(alts);
+  }
+  return expr[0];
+}
+
+ExprId Converter::pattern_expr(const std::string& pattern, const std::string& pointer) {
+  Grammar scratch;
+  ExprId root = 0;
+  try {
+    RegexOptions ro;
+    ro.full_match = false;
+    root = add_regex(scratch, pattern, ro);
+  } catch (const GrammarError& e) {
+    fail(pointer, "pattern", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
+  } catch (const LimitError& e) {
+    fail(pointer, "pattern", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
+  }
+  // Copy into g_, re-encoding every character as JSON string text.
+  std::vector<ExprId> map(scratch.exprs().size());
+  for (ExprId i = 0; i <= root; ++i) {
+    const Expr& e = scratch.expr(i);
+    std::vector<ExprId> children;
+    for (ExprId c : e.children) children.push_back(map[c]);
+    switch (e.kind) {
+      case ExprKind::kEmpty: map[i] = g_.add_empty(); break;
+      case ExprKind::kBytes: {
+        std::vector<ExprId> parts;
+        for (std::uint32_t cp : decode(e.bytes)) parts.push_back(encode_ranges(g_, {{cp, cp}}));
+        map[i] = parts.empty() ? g_.add_empty() : g_.add_sequence(parts);
+        break;
+      }
+      case ExprKind::kCharClass: map[i] = encode_ranges(g_, explicit_ranges(e.ranges, e.negated)); break;
+      case ExprKind::kSequence: map[i] = g_.add_sequence(std::move(children)); break;
+      case ExprKind::kChoice: map[i] = g_.add_choice(std::move(children)); break;
+      case ExprKind::kRepeat: map[i] = g_.add_repeat(children.at(0), e.min, e.max); break;
+      case ExprKind::kRuleRef: fail(pointer, "pattern", "internal: a regex produced a rule reference");
+    }
+  }
+  check_size();
+  return map[root];
+}
+
+namespace {
+
+// Regexes (over the decoded string) of the formats whose definition is a regular language.
+const std::map<std::string, std::string>& format_regexes() {
+  static const std::map<std::string, std::string> formats = [] {
+    std::map<std::string, std::string> f;
+    const std::string leap_year = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)";
+    const std::string month_day =
+        "((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
+    const std::string date = "([0-9]{4}-" + month_day + "|" + leap_year + "-02-29)";
+    const std::string offset = "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    const std::string frac = "(\\.[0-9]+)?";
+    // Second 60 only in a leap second, which is 23:59:60 UTC: the local time is 23:59 plus the offset.
+    std::string leap = "(23:59:60" + frac + "([Zz]|[+-]00:00)";
+    for (int sign : {1, -1}) {
+      for (int h = 0; h < 24; ++h) {
+        for (int m = 0; m < 60; ++m) {
+          if (h == 0 && m == 0) continue;
+          int local = ((23 * 60 + 59 + sign * (h * 60 + m)) % 1440 + 1440) % 1440;
+          leap += fmt::format("|{:02}:{:02}:60{}{}{:02}:{:02}", local / 60, local % 60, frac, sign > 0 ? "\\+" : "-", h, m);
+        }
+      }
+    }
+    leap += ")";
+    const std::string time = "(([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]" + frac + offset + "|" + leap + ")";
+    f["date"] = date;
+    f["time"] = time;
+    f["date-time"] = date + "[Tt]" + time;
+    const std::string dur_time = "T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)";
+    f["duration"] = "P(([0-9]+D|[0-9]+M([0-9]+D)?|[0-9]+Y([0-9]+M([0-9]+D)?)?)(" + dur_time + ")?|" + dur_time + "|[0-9]+W)";
+    f["uuid"] = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+    const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    const std::string ipv4 = octet + "\\." + octet + "\\." + octet + "\\." + octet;
+    f["ipv4"] = ipv4;
+    const std::string h16 = "[0-9a-fA-F]{1,4}";
+    const std::string ls32 = "(" + h16 + ":" + h16 + "|" + ipv4 + ")";
+    const std::string ipv6 = "((" + h16 + ":){6}" + ls32 + "|::(" + h16 + ":){5}" + ls32 + "|(" + h16 + ")?::(" + h16 +
+                             ":){4}" + ls32 + "|((" + h16 + ":){0,1}" + h16 + ")?::(" + h16 + ":){3}" + ls32 + "|((" +
+                             h16 + ":){0,2}" + h16 + ")?::(" + h16 + ":){2}" + ls32 + "|((" + h16 + ":){0,3}" + h16 +
+                             ")?::" + h16 + ":" + ls32 + "|((" + h16 + ":){0,4}" + h16 + ")?::" + ls32 + "|((" + h16 +
+                             ":){0,5}" + h16 + ")?::" + h16 + "|((" + h16 + ":){0,6}" + h16 + ")?::)";
+    f["ipv6"] = ipv6;
+    // "hostname" is not here: its total length bound and the A-label (Punycode) rules are not enforceable.
+    // RFC 5321 Mailbox.
+    const std::string atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
+    const std::string local = "(" + atext + "+(\\." + atext + "+)*|\"([ !#-\\[\\]-~]|\\\\[ -~])*\")";
+    const std::string subdomain = "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?";
+    const std::string domain = "(" + subdomain + "(\\." + subdomain + ")*|\\[(" + ipv4 + "|IPv6:" + ipv6 + ")\\])";
+    f["email"] = local + "@" + domain;
+    // RFC 3986 URI and URI reference; RFC 3987 IRI adds ucschar (and iprivate in queries).
+    auto uri = [&](const std::string& extra_unreserved, const std::string& extra_query) {
+      const std::string unreserved = "[A-Za-z0-9._~" + extra_unreserved + "-]";
+      const std::string pct = "%[0-9A-Fa-f]{2}";
+      const std::string sub = "[!$&'()*+,;=]";
+      const std::string pchar = "(" + unreserved + "|" + pct + "|" + sub + "|[:@])";
+      const std::string scheme = "[A-Za-z][A-Za-z0-9+.-]*";
+      const std::string userinfo = "(" + unreserved + "|" + pct + "|" + sub + "|:)*";
+      const std::string ipfuture = "[vV][0-9A-Fa-f]+\\.(" + unreserved + "|" + sub + "|:)+";
+      const std::string host = "(\\[(" + ipv6 + "|" + ipfuture + ")\\]|" + ipv4 + "|(" + unreserved + "|" + pct + "|" + sub + ")*)";
+      const std::string authority = "(" + userinfo + "@)?" + host + "(:[0-9]*)?";
+      const std::string segment = pchar + "*";
+      const std::string segment_nz = pchar + "+";
+      const std::string segment_nz_nc = "(" + unreserved + "|" + pct + "|" + sub + "|@)+";
+      const std::string path_abempty = "(/" + segment + ")*";
+      const std::string path_absolute = "/(" + segment_nz + "(/" + segment + ")*)?";
+      const std::string path_rootless = segment_nz + "(/" + segment + ")*";
+      const std::string path_noscheme = segment_nz_nc + "(/" + segment + ")*";
+      const std::string query = "(\\?(" + pchar + "|[/?]" + extra_query + ")*)?";
+      const std::string fragment = "(#(" + pchar + "|[/?])*)?";
+      const std::string hier = "(//" + authority + path_abempty + "|" + path_absolute + "|" + path_rootless + "|)";
+      const std::string full = scheme + ":" + hier + query + fragment;
+      const std::string relative = "(//" + authority + path_abempty + "|" + path_absolute + "|" + path_noscheme + "|)" + query + fragment;
+      return std::make_pair(full, "(" + full + "|" + relative + ")");
+    };
+    auto [u, ur] = uri("", "");
+    f["uri"] = u;
+    f["uri-reference"] = ur;
+    const std::string ucschar =
+        "\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF\\u{10000}-\\u{1FFFD}\\u{20000}-\\u{2FFFD}\\u{30000}-\\u{3FFFD}"
+        "\\u{40000}-\\u{4FFFD}\\u{50000}-\\u{5FFFD}\\u{60000}-\\u{6FFFD}\\u{70000}-\\u{7FFFD}\\u{80000}-\\u{8FFFD}"
+        "\\u{90000}-\\u{9FFFD}\\u{A0000}-\\u{AFFFD}\\u{B0000}-\\u{BFFFD}\\u{C0000}-\\u{CFFFD}\\u{D0000}-\\u{DFFFD}"
+        "\\u{E1000}-\\u{EFFFD}";
+    const std::string iprivate = "|[\\uE000-\\uF8FF\\u{F0000}-\\u{FFFFD}\\u{100000}-\\u{10FFFD}]";
+    auto [i, ir] = uri(ucschar, iprivate);
+    f["iri"] = i;
+    f["iri-reference"] = ir;
+    f["json-pointer"] = "(/([^/~]|~[01])*)*";
+    f["relative-json-pointer"] = "(0|[1-9][0-9]*)(#|(/([^/~]|~[01])*)*)";
+    const std::string literal = "([!#$&(-;=?-\\[\\]_a-z~\\u00A0-\\uD7FF\\uE000-\\uFFFD\\u{10000}-\\u{10FFFD}]|%[0-9A-Fa-f]{2})";
+    const std::string varchar = "([A-Za-z0-9_]|%[0-9A-Fa-f]{2})";
+    const std::string varspec = varchar + "(\\.?" + varchar + ")*(:[1-9][0-9]{0,3}|\\*)?";
+    f["uri-template"] = "(" + literal + "|\\{[+#./;?&=,!@|]?" + varspec + "(," + varspec + ")*\\})*";
+    return f;
+  }();
+  return formats;
+}
+
+}  // namespace
+
+ExprId Converter::format_expr(const std::string& format, const std::string& pointer) {
+  auto cached = cache_.find("format:" + format);
+  if (cached != cache_.end()) return cached->second;
+  const auto& table = format_regexes();
+  auto it = table.find(format);
+  if (it == table.end()) {
+    fail(pointer, "format", fmt::format("format \"{}\" is not supported (it cannot be enforced exactly)", format));
+  }
+  Grammar scratch;
+  ExprId root = add_regex(scratch, it->second, RegexOptions{});
+  std::vector<ExprId> map(scratch.exprs().size());
+  for (ExprId i = 0; i <= root; ++i) {
+    const Expr& e = scratch.expr(i);
+    std::vector<ExprId> children;
+    for (ExprId c : e.children) children.push_back(map[c]);
+    switch (e.kind) {
+      case ExprKind::kEmpty: map[i] = g_.add_empty(); break;
+      case ExprKind::kBytes: {
+        std::vector<ExprId> parts;
+        for (std::uint32_t cp : decode(e.bytes)) parts.push_back(encode_ranges(g_, {{cp, cp}}));
+        map[i] = parts.empty() ? g_.add_empty() : g_.add_sequence(parts);
+        break;
+      }
+      case ExprKind::kCharClass: map[i] = encode_ranges(g_, explicit_ranges(e.ranges, e.negated)); break;
+      case ExprKind::kSequence: map[i] = g_.add_sequence(std::move(children)); break;
+      case ExprKind::kChoice: map[i] = g_.add_choice(std::move(children)); break;
+      case ExprKind::kRepeat: map[i] = g_.add_repeat(children.at(0), e.min, e.max); break;
+      case ExprKind::kRuleRef: fail(pointer, "format", "internal: a regex produced a rule reference");
+    }
+  }
+  cache_["format:" + format] = map[root];
+  return map[root];
+}
+
+ExprId Converter::emit_string(const Constraints& c) {
+  const bool has_length = c.min_length > 0 || c.max_length != kUnbounded;
+  std::vector<std::string> excluded;
+  for (const auto& v : c.excluded) {
+    if (v.is_string()) excluded.push_back(v.get<std::string>());
+  }
+  int n_shapes = static_cast<int>(!c.patterns.empty()) + static_cast<int>(!c.formats.empty()) +
+                 static_cast<int>(has_length) + static_cast<int>(!excluded.empty());
+  if (c.patterns.size() > 1) {
+    fail(c.patterns[1].second, "pattern", "two patterns on one string cannot be enforced exactly (no intersection)");
+  }
+  if (c.formats.size() > 1) {
+    bool same = std::all_of(c.formats.begin(), c.formats.end(), [&](const auto& f) { return f.first == c.formats[0].first; });
+    if (!same) fail(c.formats[1].second, "format", "two different formats on one string cannot be enforced exactly");
+  }
+  if (n_shapes > 1) {
+    const std::string& p = !c.patterns.empty() ? c.patterns[0].second : !c.formats.empty() ? c.formats[0].second : c.length_pointer;
+    const char* kw = !c.patterns.empty() ? "pattern" : !c.formats.empty() ? "format" : "maxLength";
+    fail(p, kw, "pattern, format, minLength/maxLength and excluded values cannot be combined on one string exactly");
+  }
+  ExprId body;
+  if (!c.patterns.empty()) {
+    body = pattern_expr(c.patterns[0].first, c.patterns[0].second);
+  } else if (!c.formats.empty()) {
+    body = format_expr(c.formats[0].first, c.formats[0].second);
+  } else if (!excluded.empty()) {
+    body = string_body_excluding(excluded);
+  } else {
+    if (c.min_length > c.max_length) return g_.add_char_class({});
+    body = g_.add_repeat(json_char(), c.min_length, c.max_length);
+  }
+  return g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
+}
+
+}  // namespace pse::json_schema_detail

@@ -1,0 +1,577 @@
+// Lark-style EBNF -> Grammar IR, the subset documented in docs/grammars.md. Rules and terminals both
+// become IR rules (a pure context-free reading: no lexer, no maximal munch); /regex/ terminals go
+// through add_regex (ECMA-262 syntax, plus Python's (?P<name>...) and leading (?i) / (?s) flags).
+// What cannot be expressed exactly (%ignore, %declare, templates, terminal priorities) is an error.
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "char_sets.h"
+#include "pse/lark.h"
+#include "pse/regex.h"
+#include "text_cursor.h"
+
+namespace pse {
+namespace {
+
+constexpr int kMaxGroupDepth = 512;  // deeper nesting is an error, never a stack overflow
+
+// Lark's common.lark terminals, each restated as one self-contained definition in this syntax.
+struct CommonTerminal {
+  std::string_view name;
+  std::string_view definition;
+};
+constexpr CommonTerminal kCommon[] = {
+    {"DIGIT", R"(/[0-9]/)"},
+    {"HEXDIGIT", R"(/[0-9a-fA-F]/)"},
+    {"INT", R"(/[0-9]+/)"},
+    {"SIGNED_INT", R"(/[+-]?[0-9]+/)"},
+    {"DECIMAL", R"(/[0-9]+\.[0-9]*|\.[0-9]+/)"},
+    {"FLOAT", R"(/[0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?/)"},
+    {"SIGNED_FLOAT", R"(/[+-]?([0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)/)"},
+    {"NUMBER", R"(/[0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[0-9]+/)"},
+    {"SIGNED_NUMBER", R"(/[+-]?([0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[0-9]+)/)"},
+    {"ESCAPED_STRING", R"(/"([^"\\\n]|\\[^\n])*"/)"},
+    {"LETTER", R"(/[A-Za-z]/)"},
+    {"UCASE_LETTER", R"(/[A-Z]/)"},
+    {"LCASE_LETTER", R"(/[a-z]/)"},
+    {"WORD", R"(/[A-Za-z]+/)"},
+    {"CNAME", R"(/[A-Za-z_][A-Za-z0-9_]*/)"},
+    {"WS_INLINE", R"(/[ \t]+/)"},
+    {"WS", R"(/[ \t\f\r\n]+/)"},
+    {"CR", R"(/\r/)"},
+    {"LF", R"(/\n/)"},
+    {"NEWLINE", R"(/(\r?\n)+/)"},
+    {"SH_COMMENT", R"(/#[^\n]*/)"},
+    {"CPP_COMMENT", R"(/\/\/[^\n]*/)"},
+    {"C_COMMENT", R"(/\/\*([^*]|\*+[^*\/])*\*+\//)"},
+    {"SQL_COMMENT", R"(/--[^\n]*/)"},
+};
+
+const CommonTerminal* find_common(std::string_view name) {
+  for (const CommonTerminal& c : kCommon) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+bool is_lower(char c) { return c >= 'a' && c <= 'z'; }
+bool is_upper(char c) { return c >= 'A' && c <= 'Z'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_name_char(char c) { return is_lower(c) || is_upper(c) || is_digit(c) || c == '_'; }
+
+// Terminal names are UPPERCASE ([_A-Z][_A-Z0-9]*), rule names lowercase ([_a-z][_a-z0-9]*).
+bool is_terminal_name(std::string_view name) {
+  bool letter = false;
+  for (char c : name) {
+    if (is_lower(c)) return false;
+    letter = letter || is_upper(c);
+  }
+  return letter && !is_digit(name[0]);
+}
+bool is_rule_name(std::string_view name) {
+  bool letter = false;
+  for (char c : name) {
+    if (is_upper(c)) return false;
+    letter = letter || is_lower(c);
+  }
+  return letter && !is_digit(name[0]);
+}
+
+class LarkParser {
+ public:
+  LarkParser(Grammar& g, std::string_view text, std::string tag) : in_(text, std::move(tag)), g_(g) {}
+
+  void parse_definitions() {
+    skip_space(true);
+    while (!in_.at_end()) {
+      parse_statement();
+      skip_space(true);
+    }
+  }
+
+  // Parses the whole text as the body of one definition (the common terminals).
+  ExprId parse_body(bool terminal) {
+    in_terminal_ = terminal;
+    skip_space(false);
+    ExprId body = parse_expansions(0);
+    skip_space(true);
+    if (!in_.at_end()) in_.expected("the end of the definition");
+    return body;
+  }
+
+  void finish(std::string_view start_rule) {
+    for (RuleId r = 0; r < g_.rules().size(); ++r) {
+      if (!g_.rule(r).defined) {
+        auto it = first_reference_.find(r);
+        in_.fail_at(it == first_reference_.end() ? 0 : it->second,
+                    "undefined " + std::string(is_terminal_name(g_.rule(r).name) ? "terminal" : "rule") + " '" +
+                        g_.rule(r).name + "' (referenced here)");
+      }
+    }
+    check_terminal_cycles();
+    RuleId start = g_.find_rule(start_rule);
+    if (start == Grammar::kNoRule) {
+      throw GrammarError("[lark] the start rule '" + std::string(start_rule) + "' is not defined");
+    }
+    g_.set_root(start);
+    g_.validate();
+  }
+
+ private:
+  // Blanks and // comments; newlines too when `newlines` (inside brackets, between definitions).
+  void skip_space(bool newlines) {
+    while (!in_.at_end()) {
+      char c = in_.peek();
+      if (c == ' ' || c == '\t' || (newlines && (c == '\n' || c == '\r'))) {
+        in_.advance();
+      } else if (c == '/' && in_.peek(1) == '/') {
+        while (!in_.at_end() && in_.peek() != '\n') in_.advance();
+      } else if (c == '\\' && (in_.peek(1) == '\n' || (in_.peek(1) == '\r' && in_.peek(2) == '\n'))) {
+        in_.advance(in_.peek(1) == '\n' ? 2 : 3);  // explicit line continuation
+      } else {
+        break;
+      }
+    }
+  }
+
+  // At depth 0 a definition continues on the next line only when that line starts with '|'.
+  bool continues_on_next_line() {
+    std::size_t save = in_.pos();
+    skip_space(true);
+    if (in_.peek() == '|') return true;
+    in_.set_pos(save);
+    return false;
+  }
+
+  std::string parse_name() {
+    std::size_t start = in_.pos();
+    while (is_name_char(in_.peek())) in_.advance();
+    if (in_.pos() == start) in_.expected("a name");
+    return std::string(in_.text().substr(start, in_.pos() - start));
+  }
+
+  void parse_statement() {
+    if (in_.peek() == '%') {
+      parse_directive();
+      return;
+    }
+    std::size_t def_pos = in_.pos();
+    if (in_.peek() == '?' || in_.peek() == '!') in_.advance();  // tree shaping only: no effect on the language
+    std::size_t name_pos = in_.pos();
+    std::string name = parse_name();
+    bool terminal = is_terminal_name(name);
+    if (!terminal && !is_rule_name(name)) {
+      in_.fail_at(name_pos, "'" + name + "' is neither a rule name (lowercase) nor a terminal name (UPPERCASE)");
+    }
+    if (in_.peek() == '{') in_.fail("templates (name{args}) are not supported");
+    if (in_.peek() == '.') {
+      std::size_t prio = in_.pos();
+      in_.advance();
+      if (in_.peek() == '-') in_.advance();
+      if (!is_digit(in_.peek())) in_.expected("a priority number after '.'");
+      while (is_digit(in_.peek())) in_.advance();
+      if (terminal) {
+        in_.fail_at(prio, "terminal priorities are not supported: they steer Lark's lexer, and this grammar is read "
+                          "without a lexer (every tokenization is allowed)");
+      }
+      // Rule priorities only choose among parses of the same text: no effect on the language.
+    }
+    skip_space(false);
+    if (!in_.eat(':')) in_.expected("':' after the name '" + name + "'");
+    skip_space(false);
+    in_terminal_ = terminal;
+    current_terminal_ = terminal ? name : std::string();
+    if (terminal) terminal_order_.push_back(name);
+    ExprId body = parse_expansions(0);
+    in_terminal_ = false;
+    RuleId rule = g_.declare_rule(name);
+    if (g_.rule(rule).defined) in_.fail_at(def_pos, "'" + name + "' is defined twice");
+    g_.define_rule(rule, body);
+    end_of_statement(name);
+  }
+
+  void end_of_statement(const std::string& what) {
+    skip_space(false);
+    if (!in_.at_end() && in_.peek() != '\n' && in_.peek() != '\r') {
+      in_.expected("a newline or the end of the text after '" + what + "'");
+    }
+  }
+
+  void parse_directive() {
+    std::size_t at = in_.pos();
+    in_.advance();  // '%'
+    std::string directive = parse_name();
+    if (directive == "import") {
+      parse_import();
+      return;
+    }
+    if (directive == "ignore") {
+      in_.fail_at(at, "%ignore is not supported: constrained output must say where whitespace and comments go; "
+                      "write them into the rules (e.g. WS?) where they are allowed");
+    }
+    if (directive == "llguidance") {
+      skip_space(false);
+      if (!in_.starts_with("{}")) in_.fail_at(at, "%llguidance options are not supported (only %llguidance {})");
+      in_.advance(2);
+      end_of_statement("%llguidance {}");
+      return;
+    }
+    in_.fail_at(at, "the directive %" + directive + " is not supported (supported: %import common.NAME)");
+  }
+
+  // %import common.NAME [-> ALIAS] | %import common (NAME, NAME, ...)
+  void parse_import() {
+    skip_space(false);
+    std::size_t module_pos = in_.pos();
+    std::string module = parse_name();
+    if (module != "common") {
+      in_.fail_at(module_pos, "only the common module can be imported, got '" + module + "'");
+    }
+    if (in_.eat('.')) {
+      std::size_t name_pos = in_.pos();
+      std::string name = parse_name();
+      skip_space(false);
+      std::string alias = name;
+      if (in_.starts_with("->")) {
+        in_.advance(2);
+        skip_space(false);
+        alias = parse_name();
+      }
+      import_common(name, alias, name_pos);
+    } else {
+      skip_space(false);
+      if (!in_.eat('(')) in_.expected("'.' or '(' after %import common");
+      while (true) {
+        skip_space(true);
+        std::size_t name_pos = in_.pos();
+        std::string name = parse_name();
+        import_common(name, name, name_pos);
+        skip_space(true);
+        if (in_.eat(')')) break;
+        if (!in_.eat(',')) in_.expected("',' or ')' in the import list");
+      }
+    }
+    end_of_statement("%import");
+  }
+
+  void import_common(const std::string& name, const std::string& alias, std::size_t at) {
+    const CommonTerminal* common = find_common(name);
+    if (common == nullptr) {
+      in_.fail_at(at, "common." + name + " is not available (see docs/grammars.md for the common terminals)");
+    }
+    if (!is_terminal_name(alias)) in_.fail_at(at, "the alias of a terminal must be a terminal name, got '" + alias + "'");
+    RuleId rule = g_.declare_rule(alias);
+    if (g_.rule(rule).defined) in_.fail_at(at, "'" + alias + "' is defined twice");
+    LarkParser sub(g_, common->definition, "lark common." + name);
+    g_.define_rule(rule, sub.parse_body(true));
+  }
+
+  ExprId parse_expansions(int depth) {
+    std::vector<ExprId> alternatives;
+    while (true) {
+      alternatives.push_back(parse_alias(depth));
+      if (depth == 0 && (in_.peek() == '\n' || in_.peek() == '\r') && !continues_on_next_line()) break;
+      if (!in_.eat('|')) break;
+      skip_space(depth > 0);
+    }
+    return alternatives.size() == 1 ? alternatives[0] : g_.add_choice(std::move(alternatives));
+  }
+
+  ExprId parse_alias(int depth) {
+    ExprId e = parse_expansion(depth);
+    if (in_.starts_with("->")) {  // an alias only renames the tree node
+      in_.advance(2);
+      skip_space(false);
+      parse_name();
+      skip_space(depth > 0);
+    }
+    return e;
+  }
+
+  ExprId parse_expansion(int depth) {
+    std::vector<ExprId> items;
+    bool nested = depth > 0;
+    while (!in_.at_end()) {
+      char c = in_.peek();
+      if (c == '|' || c == ')' || c == ']' || c == '\n' || c == '\r' || (c == '-' && in_.peek(1) == '>')) break;
+      ExprId atom = parse_atom(depth);
+      skip_space(nested);
+      items.push_back(parse_operators(atom, nested));
+    }
+    if (items.empty()) return g_.add_empty();
+    return items.size() == 1 ? items[0] : g_.add_sequence(std::move(items));
+  }
+
+  std::uint32_t parse_count() {
+    std::size_t start = in_.pos();
+    if (!is_digit(in_.peek())) in_.expected("a number");
+    std::uint64_t v = 0;
+    while (is_digit(in_.peek())) {
+      v = v * 10 + static_cast<std::uint64_t>(in_.peek() - '0');
+      if (v >= kUnbounded) in_.fail_at(start, "repetition count is too large (the limit is 4294967294)");
+      in_.advance();
+    }
+    return static_cast<std::uint32_t>(v);
+  }
+
+  ExprId parse_operators(ExprId atom, bool nested) {
+    while (true) {
+      char c = in_.peek();
+      std::size_t at = in_.pos();
+      if (c == '?' || c == '*' || c == '+') {
+        in_.advance();
+        atom = g_.add_repeat(atom, c == '+' ? 1 : 0, c == '?' ? 1 : kUnbounded);
+      } else if (c == '~') {
+        in_.advance();
+        skip_space(nested);
+        std::uint32_t min = parse_count();
+        std::uint32_t max = min;
+        if (in_.starts_with("..")) {
+          in_.advance(2);
+          max = parse_count();
+        }
+        if (min > max) {
+          in_.fail_at(at, "bad repetition ~ " + std::to_string(min) + ".." + std::to_string(max) +
+                              ": the minimum is greater than the maximum");
+        }
+        atom = g_.add_repeat(atom, min, max);
+      } else {
+        return atom;
+      }
+      skip_space(nested);
+    }
+  }
+
+  ExprId parse_atom(int depth) {
+    std::size_t at = in_.pos();
+    char c = in_.peek();
+    if (c == '(' || c == '[') {
+      if (depth + 1 > kMaxGroupDepth) in_.fail("groups nested deeper than " + std::to_string(kMaxGroupDepth) + " levels");
+      in_.advance();
+      skip_space(true);
+      ExprId body = parse_expansions(depth + 1);
+      char close = c == '(' ? ')' : ']';
+      if (!in_.eat(close)) {
+        in_.expected(std::string("'") + close + "' to close the " + (c == '(' ? "group" : "optional") +
+                     " opened at " + in_.where(at));
+      }
+      return c == '[' ? g_.add_repeat(body, 0, 1) : body;
+    }
+    if (c == '"') return parse_string_or_range();
+    if (c == '/') return parse_regex_terminal();
+    if (is_name_char(c)) {
+      std::string name = parse_name();
+      if (in_.peek() == '{') in_.fail_at(at, "templates (name{args}) are not supported");
+      if (!is_terminal_name(name) && !is_rule_name(name)) {
+        in_.fail_at(at, "'" + name + "' is neither a rule name (lowercase) nor a terminal name (UPPERCASE)");
+      }
+      if (in_terminal_ && !is_terminal_name(name)) {
+        in_.fail_at(at, "terminal '" + current_terminal_ + "' cannot refer to the rule '" + name +
+                            "' (terminals may only use terminals)");
+      }
+      RuleId rule = g_.declare_rule(name);
+      first_reference_.emplace(rule, at);
+      if (in_terminal_) terminal_edges_[current_terminal_].push_back({name, at});
+      return g_.add_rule_ref(rule);
+    }
+    if (c == '<') in_.fail("special tokens (<...>) are not supported");
+    if (c == '%') in_.fail("directives must start a line");
+    in_.expected("a string, a /regex/, a name, '(' or '['");
+  }
+
+  // One character of a "..." literal: Python string escapes.
+  std::uint32_t parse_string_char(std::size_t open) {
+    if (in_.at_end() || in_.peek() == '\n') in_.fail_at(open, "unterminated string literal: expected '\"'");
+    if (in_.peek() != '\\') return in_.next_code_point();
+    std::size_t start = in_.pos();
+    in_.advance();
+    char e = in_.peek();
+    auto hex = [&](int n) -> std::uint32_t {
+      std::uint64_t v = 0;
+      for (int i = 0; i < n; ++i) {
+        char h = in_.peek();
+        int d = is_digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        if (d < 0) in_.fail_at(start, std::string("bad escape: \\") + e + " needs " + std::to_string(n) + " hex digits");
+        v = v * 16 + static_cast<std::uint64_t>(d);
+        in_.advance();
+      }
+      if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) in_.fail_at(start, "bad escape: not a Unicode scalar value");
+      return static_cast<std::uint32_t>(v);
+    };
+    switch (e) {
+      case 'n': in_.advance(); return '\n';
+      case 't': in_.advance(); return '\t';
+      case 'r': in_.advance(); return '\r';
+      case 'f': in_.advance(); return '\f';
+      case 'v': in_.advance(); return '\v';
+      case '0': in_.advance(); return 0;
+      case '\\': case '"': case '\'': in_.advance(); return static_cast<std::uint32_t>(e);
+      case 'x': in_.advance(); return hex(2);
+      case 'u': in_.advance(); return hex(4);
+      case 'U': in_.advance(); return hex(8);
+      default:
+        in_.fail_at(start, "bad escape \\" + (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) + " in a string");
+    }
+  }
+
+  ExprId literal_expr(const std::vector<std::uint32_t>& cps, bool ignore_case) {
+    if (!ignore_case) {
+      std::string bytes;
+      for (std::uint32_t cp : cps) charset::append_utf8(bytes, cp);
+      return g_.add_bytes(std::move(bytes));
+    }
+    std::vector<ExprId> items;
+    std::string run;
+    for (std::uint32_t cp : cps) {
+      std::vector<std::uint32_t> variants = charset::case_variants(cp);
+      if (variants.size() == 1) {
+        charset::append_utf8(run, cp);
+        continue;
+      }
+      if (!run.empty()) items.push_back(g_.add_bytes(std::move(run))), run.clear();
+      std::vector<CharRange> ranges;
+      for (std::uint32_t v : variants) ranges.push_back({v, v});
+      items.push_back(g_.add_char_class(std::move(ranges)));
+    }
+    if (!run.empty() || items.empty()) items.push_back(g_.add_bytes(std::move(run)));
+    return items.size() == 1 ? items[0] : g_.add_sequence(std::move(items));
+  }
+
+  ExprId parse_string_or_range() {
+    std::size_t open = in_.pos();
+    std::vector<std::uint32_t> cps = read_string();
+    if (in_.starts_with("..")) {
+      in_.advance(2);
+      std::size_t hi_pos = in_.pos();
+      if (in_.peek() != '"') in_.expected("a string after '..'");
+      std::vector<std::uint32_t> hi = read_string();
+      if (cps.size() != 1) in_.fail_at(open, "a range \"a\"..\"z\" needs single characters on both sides");
+      if (hi.size() != 1) in_.fail_at(hi_pos, "a range \"a\"..\"z\" needs single characters on both sides");
+      if (cps[0] > hi[0]) in_.fail_at(open, "bad range: the start is after the end");
+      return g_.add_char_class({{cps[0], hi[0]}});
+    }
+    bool ignore_case = false;
+    if (in_.peek() == 'i' && !is_name_char(in_.peek(1))) {
+      in_.advance();
+      ignore_case = true;
+    }
+    return literal_expr(cps, ignore_case);
+  }
+
+  std::vector<std::uint32_t> read_string() {
+    std::size_t open = in_.pos();
+    in_.advance();  // '"'
+    std::vector<std::uint32_t> cps;
+    while (in_.peek() != '"' || in_.at_end()) cps.push_back(parse_string_char(open));
+    in_.advance();
+    return cps;
+  }
+
+  ExprId parse_regex_terminal() {
+    std::size_t open = in_.pos();
+    in_.advance();  // '/'
+    std::size_t body_start = in_.pos();
+    while (true) {
+      if (in_.at_end() || in_.peek() == '\n') in_.fail_at(open, "unterminated regex: expected '/'");
+      if (in_.peek() == '\\') {
+        in_.advance();
+        if (in_.at_end()) in_.fail_at(open, "unterminated regex: expected '/'");
+        in_.advance();
+        continue;
+      }
+      if (in_.peek() == '/') break;
+      in_.advance();
+    }
+    std::string pattern(in_.text().substr(body_start, in_.pos() - body_start));
+    in_.advance();  // '/'
+    RegexOptions options;
+    while (is_lower(in_.peek())) {
+      char f = in_.peek();
+      if (f == 'i') {
+        options.case_insensitive = true;
+      } else if (f == 's') {
+        options.dot_all = true;
+      } else {
+        in_.fail(std::string("the regex flag '") + f + "' is not supported (supported: i, s)");
+      }
+      in_.advance();
+    }
+    // Python's global inline flags at the very start: (?i), (?s), (?is).
+    std::size_t offset = 0;
+    if (pattern.starts_with("(?")) {
+      std::size_t k = 2;
+      while (k < pattern.size() && (pattern[k] == 'i' || pattern[k] == 's')) ++k;
+      if (k > 2 && k < pattern.size() && pattern[k] == ')') {
+        for (std::size_t j = 2; j < k; ++j) (pattern[j] == 'i' ? options.case_insensitive : options.dot_all) = true;
+        offset = k + 1;
+      }
+    }
+    // ECMA's unescaped '/' is fine; Lark's "\/" becomes the identity escape "\/" (also fine).
+    try {
+      return add_regex(g_, std::string_view(pattern).substr(offset), options);
+    } catch (const GrammarError& e) {
+      std::size_t col_in_pattern = e.column() == 0 ? 1 : e.column();
+      // Map the pattern column (in characters) back to a byte offset in the text.
+      std::size_t byte = body_start + offset;
+      std::size_t end = in_.pos() - 1;  // the closing '/'
+      for (std::size_t n = 1; n < col_in_pattern && byte < end; ++n) {
+        ++byte;
+        while (byte < end && (static_cast<unsigned char>(in_.text()[byte]) & 0xC0) == 0x80) ++byte;
+      }
+      std::string what = e.what();
+      if (auto p = what.find(": "); p != std::string::npos) what = what.substr(p + 2);
+      in_.fail_at(byte, "in /" + pattern + "/: " + what);
+    }
+  }
+
+  // Lark forbids recursive terminals; so do we (a terminal must be a regular language). Iterative
+  // depth-first search, so that a long chain of terminals cannot overflow the stack.
+  void check_terminal_cycles() {
+    std::unordered_map<std::string, int> state;  // 0 new, 1 on the path, 2 done
+    for (const std::string& root : terminal_order_) {
+      if (state[root] != 0) continue;
+      std::vector<std::pair<std::string, std::size_t>> stack{{root, 0}};  // (terminal, next edge)
+      state[root] = 1;
+      while (!stack.empty()) {
+        auto& [name, next] = stack.back();
+        auto it = terminal_edges_.find(name);
+        if (it == terminal_edges_.end() || next >= it->second.size()) {
+          state[name] = 2;
+          stack.pop_back();
+          continue;
+        }
+        const auto& [to, at] = it->second[next++];
+        int& s = state[to];
+        if (s == 1) in_.fail_at(at, "terminal '" + to + "' is recursive (terminals must not refer to themselves)");
+        if (s == 0) {
+          s = 1;
+          stack.push_back({to, 0});
+        }
+      }
+    }
+  }
+
+  TextCursor in_;
+  Grammar& g_;
+  bool in_terminal_ = false;
+  std::string current_terminal_;
+  std::vector<std::string> terminal_order_;  // in definition order, so errors are deterministic
+  std::unordered_map<RuleId, std::size_t> first_reference_;
+  std::unordered_map<std::string, std::vector<std::pair<std::string, std::size_t>>> terminal_edges_;
+};
+
+}  // namespace
+
+Grammar parse_lark(std::string_view text, std::string_view start_rule) {
+  Grammar g;
+  LarkParser parser(g, text, "lark");
+  parser.parse_definitions();
+  parser.finish(start_rule);
+  return g;
+}
+
+}  // namespace pse

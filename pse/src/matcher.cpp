@@ -1,0 +1,303 @@
+#include "pse/matcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "compiled_grammar_impl.h"
+#include "earley.h"
+
+namespace pse {
+
+struct Matcher::Scratch {
+  std::vector<std::uint32_t> scan_states;
+  std::vector<std::uint64_t> marks;  // [ceil(n_text_tokens / 64)], all zero between calls
+  std::vector<std::uint32_t> returns;
+  std::vector<std::shared_ptr<const detail::CallerTable>> callers;
+};
+
+namespace {
+
+bool last_can_stop(const detail::Automaton& a, const detail::Chart& c) {
+  return c.last_has_final(a.root, 0);
+}
+
+}  // namespace
+
+Matcher::Matcher(CompiledGrammar grammar)
+    : grammar_(std::move(grammar)),
+      impl_(grammar_.impl().get()),
+      chart_(std::make_unique<detail::Chart>(&impl_->automaton)),
+      scratch_(std::make_unique<Scratch>()) {
+  chart_->reset(impl_->automaton.rule_start[impl_->automaton.root]);
+}
+
+Matcher::Matcher(const Matcher& other)
+    : grammar_(other.grammar_),
+      impl_(other.impl_),
+      chart_(std::make_unique<detail::Chart>(*other.chart_)),
+      history_(other.history_),
+      terminated_(other.terminated_),
+      scratch_(std::make_unique<Scratch>()) {}
+
+Matcher& Matcher::operator=(const Matcher& other) {
+  if (this != &other) {
+    grammar_ = other.grammar_;
+    impl_ = other.impl_;
+    chart_ = std::make_unique<detail::Chart>(*other.chart_);
+    history_ = other.history_;
+    terminated_ = other.terminated_;
+    scratch_ = std::make_unique<Scratch>();
+  }
+  return *this;
+}
+
+Matcher::Matcher(Matcher&&) noexcept = default;
+Matcher& Matcher::operator=(Matcher&&) noexcept = default;
+Matcher::~Matcher() = default;
+
+std::size_t Matcher::mask_words() const { return impl_->vocabulary->n_mask_words(); }
+
+std::size_t Matcher::n_bytes() const { return chart_->n_sets() - 1; }
+
+void Matcher::reset() {
+  chart_->reset(impl_->automaton.rule_start[impl_->automaton.root]);
+  history_.clear();
+  terminated_ = false;
+}
+
+bool Matcher::can_stop() const { return !terminated_ && last_can_stop(impl_->automaton, *chart_); }
+
+bool Matcher::must_stop() const {
+  if (terminated_) return true;
+  if (!can_stop()) return false;
+  for (const detail::Item& it : chart_->last())
+    if (impl_->automaton.has_bytes(it.state)) return false;
+  return true;
+}
+
+void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
+  const Vocabulary& vocab = *impl_->vocabulary;
+  const std::size_t words = vocab.n_mask_words();
+  if (mask.size() < words) {
+    throw InputError(fmt::format("[matcher] fill_next_token_bitmask: the mask has {} words, {} needed "
+                                 "for {} rows",
+                                 mask.size(), words, vocab.n_rows()));
+  }
+  std::memset(mask.data(), 0, words * sizeof(std::uint32_t));
+  if (terminated_) return;
+  const detail::Automaton& a = impl_->automaton;
+  std::vector<std::uint32_t>& states = scratch_->scan_states;
+  states.clear();
+  for (const detail::Item& it : chart_->last())
+    if (a.has_bytes(it.state)) states.push_back(it.state);
+  std::sort(states.begin(), states.end());
+  states.erase(std::unique(states.begin(), states.end()), states.end());
+
+  // Uncertain tokens: their positions in the sorted vocabulary, merged through a bitset so that they
+  // are visited in byte order without sorting.
+  std::vector<std::uint64_t>& marks = scratch_->marks;
+  const std::size_t n_text = vocab.text_tokens().size();
+  if (marks.size() != (n_text + 63) / 64) marks.assign((n_text + 63) / 64, 0);
+  std::size_t lo_word = SIZE_MAX, hi_word = 0;
+  for (std::uint32_t s : states) {
+    const detail::TokenTable& t = impl_->table(s);
+    if (!t.accepted_bits.empty()) {
+      const std::uint32_t* src = t.accepted_bits.data();
+      for (std::size_t w = 0; w < words; ++w) mask[w] |= src[w];
+    } else {
+      for (TokenId id : t.accepted_list) mask[id >> 5] |= 1u << (id & 31);
+    }
+    if (t.uncertain.empty()) continue;
+    // Resolve the uncertain tokens per caller: the items of this state in the last set were called
+    // by items (in their origin sets) that continue at some return states. Few callers: their caller
+    // tables; many (or the table bound reached): every uncertain token goes to the chart check.
+    std::vector<std::uint32_t>& returns = scratch_->returns;
+    returns.clear();
+    const std::uint32_t rule = a.state_rule[s];
+    bool direct = false;
+    for (const detail::Item& it : chart_->last()) {
+      if (it.state != s) continue;
+      for (const detail::Item& w : chart_->set(it.origin)) {
+        for (std::uint32_t e = a.call_begin[w.state]; e < a.call_begin[w.state + 1]; ++e) {
+          if (a.call_edges[e].rule == rule) returns.push_back(a.call_edges[e].target);
+        }
+      }
+      if (returns.size() > 16) break;
+    }
+    std::sort(returns.begin(), returns.end());
+    returns.erase(std::unique(returns.begin(), returns.end()), returns.end());
+    if (returns.empty() || returns.size() > 8) direct = true;
+    if (!direct) {
+      std::vector<std::shared_ptr<const detail::CallerTable>>& callers = scratch_->callers;
+      callers.clear();
+      for (std::uint32_t r : returns) {
+        auto ct = impl_->caller_table(s, r);
+        if (ct == nullptr) {
+          direct = true;
+          break;
+        }
+        callers.push_back(std::move(ct));
+      }
+      if (!direct) {
+        for (const auto& ct : callers) {
+          for (TokenId id : ct->accepted) mask[id >> 5] |= 1u << (id & 31);
+          if (ct->uncertain.empty()) continue;
+          for (std::uint32_t p : ct->uncertain) marks[p >> 6] |= 1ULL << (p & 63);
+          lo_word = std::min<std::size_t>(lo_word, ct->uncertain.front() >> 6);
+          hi_word = std::max<std::size_t>(hi_word, ct->uncertain.back() >> 6);
+        }
+        continue;
+      }
+    }
+    for (std::uint32_t p : t.uncertain) marks[p >> 6] |= 1ULL << (p & 63);
+    lo_word = std::min<std::size_t>(lo_word, t.uncertain.front() >> 6);
+    hi_word = std::max<std::size_t>(hi_word, t.uncertain.back() >> 6);
+  }
+  if (lo_word != SIZE_MAX) {
+    // Check the uncertain tokens against the real chart, in byte order so that each shares the work
+    // of the common prefix with the one before, and a dead prefix is not tried twice.
+    detail::Chart& c = *chart_;
+    const std::size_t base = c.n_sets();
+    const std::vector<TokenId>& sorted = vocab.text_tokens();
+    const std::vector<std::uint32_t>& lcp = vocab.lcp();
+    std::size_t prev = SIZE_MAX;
+    std::size_t dead_at = SIZE_MAX;  // byte index where the previous token died
+    for (std::size_t w = lo_word; w <= hi_word; ++w) {
+      std::uint64_t bits = marks[w];
+      marks[w] = 0;
+      while (bits != 0) {
+        const std::size_t p = w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits));
+        bits &= bits - 1;
+        const TokenId id = sorted[p];
+        if ((mask[id >> 5] >> (id & 31)) & 1) continue;
+        const std::string_view tok = vocab.sorted_token(p);
+        std::size_t l = 0;
+        if (prev != SIZE_MAX) {
+          if (p - prev <= 32) {
+            l = SIZE_MAX;
+            for (std::size_t q = prev + 1; q <= p; ++q) l = std::min<std::size_t>(l, lcp[q]);
+          } else {
+            const std::string_view pv = vocab.sorted_token(prev);
+            const std::size_t n = std::min(pv.size(), tok.size());
+            while (l < n && pv[l] == tok[l]) ++l;
+          }
+        }
+        prev = p;
+        if (dead_at != SIZE_MAX && l > dead_at) continue;
+        const std::size_t depth = std::min(l, c.n_sets() - base);
+        c.truncate(base + depth);
+        dead_at = SIZE_MAX;
+        for (std::size_t j = depth; j < tok.size(); ++j) {
+          if (!c.push(static_cast<std::uint8_t>(tok[j]))) {
+            dead_at = j;
+            break;
+          }
+        }
+        if (dead_at == SIZE_MAX) mask[id >> 5] |= 1u << (id & 31);
+      }
+    }
+    c.truncate(base);
+  }
+  if (last_can_stop(a, *chart_)) {
+    for (TokenId id : vocab.eos_ids()) mask[id >> 5] |= 1u << (id & 31);
+  }
+}
+
+bool Matcher::accept_token(TokenId id) {
+  const Vocabulary& vocab = *impl_->vocabulary;
+  if (id < 0 || static_cast<std::size_t>(id) >= vocab.n_rows()) {
+    throw InputError(fmt::format("[matcher] accept_token: token id {} is outside [0, {})", id,
+                                 vocab.n_rows()));
+  }
+  if (terminated_) return false;
+  if (vocab.is_eos(id)) {
+    if (!can_stop()) return false;
+    history_.push_back(static_cast<std::uint32_t>(chart_->n_sets()));
+    terminated_ = true;
+    return true;
+  }
+  if (vocab.is_special(id) || static_cast<std::size_t>(id) >= vocab.n_tokens()) return false;
+  const std::string& bytes = vocab.token_bytes(id);
+  if (bytes.empty()) return false;
+  return accept_bytes(bytes);
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  if (terminated_) return false;
+  const std::size_t base = chart_->n_sets();
+  for (unsigned char c : bytes) {
+    if (!chart_->push(c)) {
+      chart_->truncate(base);
+      return false;
+    }
+  }
+  history_.push_back(static_cast<std::uint32_t>(base));
+  return true;
+}
+
+void Matcher::rollback(std::size_t n) {
+  if (n > history_.size()) {
+    throw InputError(fmt::format("[matcher] rollback: {} steps requested, only {} accepted", n,
+                                 history_.size()));
+  }
+  if (n == 0) return;
+  const std::uint32_t n_sets = history_[history_.size() - n];
+  history_.resize(history_.size() - n);
+  chart_->truncate(n_sets);
+  terminated_ = false;
+}
+
+std::string Matcher::forced_continuation(std::size_t max_bytes) {
+  std::string out;
+  if (terminated_) return out;
+  const detail::Automaton& a = impl_->automaton;
+  detail::Chart& c = *chart_;
+  const std::size_t base = c.n_sets();
+  while (out.size() < max_bytes && !last_can_stop(a, c)) {
+    int only = -1;
+    bool several = false;
+    for (const detail::Item& it : c.last()) {
+      for (std::uint32_t e = a.byte_begin[it.state]; e < a.byte_begin[it.state + 1] && !several; ++e) {
+        const detail::ByteEdge& be = a.byte_edges[e];
+        if (be.lo != be.hi || (only >= 0 && only != be.lo)) {
+          several = true;
+        } else {
+          only = be.lo;
+        }
+      }
+      if (several) break;
+    }
+    if (several || only < 0 || !c.push(static_cast<std::uint8_t>(only))) break;
+    out.push_back(static_cast<char>(only));
+  }
+  c.truncate(base);
+  return out;
+}
+
+void fill_next_token_bitmasks(std::span<Matcher* const> matchers, std::span<std::uint32_t> masks,
+                              ThreadPool* pool) {
+  if (matchers.empty()) return;
+  const std::size_t words = matchers[0]->mask_words();
+  for (std::size_t i = 0; i < matchers.size(); ++i) {
+    if (matchers[i] == nullptr || matchers[i]->mask_words() != words) {
+      throw InputError(fmt::format("[matcher] fill_next_token_bitmasks: matcher {} is null or has "
+                                   "another vocabulary size",
+                                   i));
+    }
+  }
+  if (masks.size() < matchers.size() * words) {
+    throw InputError(fmt::format("[matcher] fill_next_token_bitmasks: {} words for {} matchers of {} "
+                                 "words each",
+                                 masks.size(), matchers.size(), words));
+  }
+  auto one = [&](std::size_t i) { matchers[i]->fill_next_token_bitmask(masks.subspan(i * words, words)); };
+  if (pool == nullptr || matchers.size() == 1) {
+    for (std::size_t i = 0; i < matchers.size(); ++i) one(i);
+  } else {
+    pool->parallel_for(matchers.size(), one);
+  }
+}
+
+}  // namespace pse

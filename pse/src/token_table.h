@@ -1,0 +1,51 @@
+// Per automaton state that reads bytes: which text tokens are accepted whatever the parser stack holds
+// (the token's bytes are all read inside the state's rule), which are rejected whatever it holds, and
+// which are uncertain (they reach the end of the rule part-way, with a byte the rule may be followed
+// by) and must be checked against the real stack at run time. XGrammar's adaptive token mask idea.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "automaton.h"
+#include "pse/vocabulary.h"
+
+namespace pse::detail {
+
+struct TokenTable {
+  // Accepted tokens: a bitset over the mask rows when many, else a sorted id list.
+  std::vector<std::uint32_t> accepted_bits;  // [n_mask_words] or empty
+  std::vector<TokenId> accepted_list;
+  // Uncertain tokens as positions in Vocabulary::text_tokens() (sorted by bytes, so the run-time walk
+  // shares prefixes).
+  std::vector<std::uint32_t> uncertain;
+  // For uncertain[i]: the byte depths at which the state's rule may end with the rest of the token left
+  // to the caller: end_depths[end_begin[i] .. end_begin[i + 1]).
+  std::vector<std::uint32_t> end_begin;
+  std::vector<std::uint32_t> end_depths;
+  std::size_t memory_bytes() const {
+    return (accepted_bits.capacity() + accepted_list.capacity() + uncertain.capacity() + end_begin.capacity() +
+            end_depths.capacity()) * 4;
+  }
+};
+
+// The uncertain tokens of a state's table resolved for one caller: the state's rule was called by an
+// item that continues at `caller_return` once the rule is complete. Tokens whose rest is read inside
+// the caller's rule are accepted, those it cannot read are dropped, the others stay uncertain (checked
+// against the real chart).
+struct CallerTable {
+  std::vector<TokenId> accepted;
+  std::vector<std::uint32_t> uncertain;  // positions in Vocabulary::text_tokens(), ascending
+  std::size_t memory_bytes() const { return (accepted.capacity() + uncertain.capacity()) * 4; }
+};
+
+CallerTable build_caller_table(const Automaton& automaton, const Vocabulary& vocabulary, const TokenTable& table,
+                               std::uint32_t caller_return);
+
+// Classifies every text token for `state`. Throws LimitError when `deadline` (if given) passes.
+TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocabulary,
+                             std::uint32_t state,
+                             const std::chrono::steady_clock::time_point* deadline);
+
+}  // namespace pse::detail

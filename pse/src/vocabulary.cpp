@@ -1,0 +1,108 @@
+#include "pse/vocabulary.h"
+
+#include <algorithm>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace pse {
+
+namespace {
+
+std::uint64_t fnv1a(std::uint64_t h, std::string_view bytes) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+}  // namespace
+
+Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId> special_ids,
+                       std::vector<TokenId> eos_ids, std::size_t n_rows)
+    : tokens_(std::move(token_bytes)), kind_(tokens_.size(), 0) {
+  n_rows_ = n_rows == 0 ? tokens_.size() : n_rows;
+  if (n_rows_ < tokens_.size()) {
+    throw InputError(fmt::format("[vocabulary] n_rows {} is smaller than the {} tokens", n_rows_,
+                                 tokens_.size()));
+  }
+  if (n_rows_ > static_cast<std::size_t>(INT32_MAX)) {
+    throw InputError(fmt::format("[vocabulary] n_rows {} exceeds the token id range", n_rows_));
+  }
+  auto check = [&](TokenId id, const char* what) {
+    if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size()) {
+      throw InputError(fmt::format("[vocabulary] {} id {} is outside [0, {})", what, id,
+                                   tokens_.size()));
+    }
+  };
+  for (TokenId id : special_ids) {
+    check(id, "special");
+    kind_[id] = 1;
+  }
+  std::sort(eos_ids.begin(), eos_ids.end());
+  eos_ids.erase(std::unique(eos_ids.begin(), eos_ids.end()), eos_ids.end());
+  for (TokenId id : eos_ids) {
+    check(id, "end-of-sequence");
+    kind_[id] = 2;
+  }
+  eos_ids_ = std::move(eos_ids);
+
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  h = mix(h, tokens_.size());
+  h = mix(h, n_rows_);
+  for (std::size_t i = 0; i < tokens_.size(); ++i) {
+    h = mix(fnv1a(h, tokens_[i]), kind_[i] + 7 * tokens_[i].size());
+  }
+  hash_ = h;
+
+  sorted_.reserve(tokens_.size());
+  for (std::size_t i = 0; i < tokens_.size(); ++i) {
+    if (kind_[i] == 0 && !tokens_[i].empty()) sorted_.push_back(static_cast<TokenId>(i));
+    max_length_ = std::max(max_length_, tokens_[i].size());
+  }
+  std::sort(sorted_.begin(), sorted_.end(),
+            [&](TokenId a, TokenId b) { return tokens_[a] < tokens_[b]; });
+  lcp_.assign(sorted_.size(), 0);
+  for (std::size_t i = 1; i < sorted_.size(); ++i) {
+    const std::string& a = tokens_[sorted_[i - 1]];
+    const std::string& b = tokens_[sorted_[i]];
+    std::size_t n = std::min(a.size(), b.size());
+    std::size_t k = 0;
+    while (k < n && a[k] == b[k]) ++k;
+    lcp_[i] = static_cast<std::uint32_t>(k);
+  }
+  sorted_offset_.reserve(sorted_.size() + 1);
+  for (TokenId id : sorted_) {
+    sorted_offset_.push_back(static_cast<std::uint32_t>(sorted_bytes_.size()));
+    sorted_bytes_ += tokens_[id];
+  }
+  sorted_offset_.push_back(static_cast<std::uint32_t>(sorted_bytes_.size()));
+  first_byte_begin_.assign(257, 0);
+  for (TokenId id : sorted_) ++first_byte_begin_[static_cast<unsigned char>(tokens_[id][0]) + 1];
+  for (int b = 0; b < 256; ++b) first_byte_begin_[b + 1] += first_byte_begin_[b];
+}
+
+const std::string& Vocabulary::token_bytes(TokenId id) const {
+  static const std::string kEmpty;
+  if (id < 0 || static_cast<std::size_t>(id) >= n_rows_) {
+    throw InputError(fmt::format("[vocabulary] token id {} is outside [0, {})", id, n_rows_));
+  }
+  if (static_cast<std::size_t>(id) >= tokens_.size()) return kEmpty;
+  return tokens_[id];
+}
+
+bool Vocabulary::is_special(TokenId id) const {
+  return id >= 0 && static_cast<std::size_t>(id) < tokens_.size() && kind_[id] != 0;
+}
+
+bool Vocabulary::is_eos(TokenId id) const {
+  return id >= 0 && static_cast<std::size_t>(id) < tokens_.size() && kind_[id] == 2;
+}
+
+}  // namespace pse

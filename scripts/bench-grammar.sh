@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Grammar masks, Orchard side by side with llguidance and xgrammar, in one run: the same grammars
+# (llama.cpp's json/arithmetic/c .gbnf and a regex-heavy pattern), the same token ids (Orchard tokenizes
+# the documents with the Llama 3.1 tokenizer and saves the ids; the peers replay them) and the same
+# 128,256-token vocabulary. Prints compile time and p50/p99/p99.9/max mask time per engine, and the ratio
+# peer / Orchard (above 1: Orchard is faster).
+#
+#   scripts/bench-grammar.sh [BUILD_DIR]        (default build/; builds the orchard target there)
+# Needs the peers: .venv/bin/pip install -r scripts/requirements-bench.txt
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="${1:-$ROOT/build}"
+SHARED="${ORCHARD_SHARED_DATA:-$ROOT/../shared/data}"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+ORCHARD="$BUILD/pie/orchard"
+TOKENIZER="$SHARED/tokenizers/llama3"
+REPEAT="${REPEAT:-3}"
+
+if [ ! -d "$BUILD" ]; then
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$BUILD" --target orchard -j2 >/dev/null
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+export ORCHARD_SHARED_DATA="$SHARED"
+"$PY" "$ROOT/tests/bench/peers/grammar_peers.py" workloads "$WORK" >/dev/null
+
+for w in json arithmetic c regex; do
+  read -r kind grammar < "$WORK/$w.kind"
+  if [ "$kind" = regex ]; then
+    src=(--regex "$(cat "$grammar")")
+  else
+    src=(--gbnf "$grammar")
+  fi
+  "$ORCHARD" grammar bench -t "$TOKENIZER" "${src[@]}" --docs "$WORK/$w.docs.json" -r "$REPEAT" \
+    --save-tokens "$WORK/$w.tokens.json" --json "$WORK/$w.orchard.json" >/dev/null 2>"$WORK/$w.orchard.err" || true
+  "$PY" "$ROOT/tests/bench/peers/grammar_peers.py" run --grammar-kind "$kind" --grammar "$grammar" \
+    --tokens "$WORK/$w.tokens.json" --encoder "$TOKENIZER/encoder.json" > "$WORK/$w.peers.jsonl" || true
+done
+
+"$PY" - "$WORK" <<'PYEOF'
+import json, os, sys
+work = sys.argv[1]
+cols = ["compile_ms", "p50_us", "p99_us", "p999_us", "max_us"]
+print(f"{'grammar':<11} {'engine':<11} {'masks':>6} {'compile ms':>11} {'p50 us':>9} {'p99 us':>9} {'p99.9 us':>9} {'max us':>9}")
+for w in ["json", "arithmetic", "c", "regex"]:
+    rows = []
+    path = os.path.join(work, w + ".orchard.json")
+    if os.path.exists(path):
+        o = json.load(open(path)); o["peer"] = "orchard"; rows.append(o)
+    for line in open(os.path.join(work, w + ".peers.jsonl")):
+        rows.append(json.loads(line))
+    base = rows[0] if rows and rows[0]["peer"] == "orchard" else None
+    for r in rows:
+        if "error" in r:
+            print(f"{w:<11} {r['peer']:<11} error: {r['error'][:90]}")
+            continue
+        line = f"{w:<11} {r['peer']:<11} {r.get('masks', 0):>6} " + " ".join(f"{r[c]:>{11 if c == 'compile_ms' else 9}.1f}" for c in cols)
+        if base is not None and r is not base:
+            line += "   ratio x" + " x".join(f"{r[c] / base[c]:.2f}" if base[c] > 0 else "-" for c in cols)
+        if r.get("rejected_documents"):
+            line += f"   ({r['rejected_documents']} documents rejected)"
+        print(line)
+PYEOF

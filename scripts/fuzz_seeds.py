@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Writes seed corpora for the libFuzzer targets (scripts/fuzz.sh calls it).
+
+usage: fuzz_seeds.py SHARED_DATA OUT_DIR
+
+OUT_DIR/gguf/            small GGUF files: every metadata type and tensor type (gguf-py, when importable),
+                         a mini vocabulary cut from ggml-vocab-llama-spm.gguf, and the first 4 KiB of each
+                         shared vocab GGUF
+OUT_DIR/tokenizer_json/  small tokenizer.json files cut from the shared Hugging Face ones (the first 400
+                         tokens and the merges among them, every other section kept) plus a tiny WordPiece
+The seeds are small on purpose: the fuzzer mutates them thousands of times a second.
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def gguf_seeds(data, out):
+    os.makedirs(out, exist_ok=True)
+    vocab_dir = os.path.join(data, "tokenizers/llama.cpp")
+    for name in sorted(os.listdir(vocab_dir)):
+        if name.endswith(".gguf"):
+            with open(os.path.join(vocab_dir, name), "rb") as f:
+                head = f.read(4096)
+            with open(os.path.join(out, "head-" + name), "wb") as f:
+                f.write(head)
+    here = os.path.dirname(os.path.abspath(__file__))
+    writer = os.path.join(here, "..", "tests", "tokenizers", "gguf_py_writer.py")
+    subprocess.run([sys.executable, writer, os.path.join(out, "gguf-py-all-types.gguf"),
+                    os.path.join(out, "..", "gguf-py-all-types.json")], check=False)
+    try:
+        import gguf
+    except ImportError:
+        print("fuzz_seeds.py: gguf-py not importable; GGUF seeds are file heads only", file=sys.stderr)
+        return
+    reader = gguf.GGUFReader(os.path.join(vocab_dir, "ggml-vocab-llama-spm.gguf"))
+    n = 300
+    tokens = [bytes(reader.fields["tokenizer.ggml.tokens"].parts[i]).decode("utf-8")
+              for i in reader.fields["tokenizer.ggml.tokens"].data[:n]]
+    scores = [float(reader.fields["tokenizer.ggml.scores"].parts[i][0])
+              for i in reader.fields["tokenizer.ggml.scores"].data[:n]]
+    types = [int(reader.fields["tokenizer.ggml.token_type"].parts[i][0])
+             for i in reader.fields["tokenizer.ggml.token_type"].data[:n]]
+    w = gguf.GGUFWriter(os.path.join(out, "mini-llama-spm.gguf"), arch="llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def cut_tokenizer_json(spec, n):
+    model = spec["model"]
+    if isinstance(model.get("vocab"), dict):
+        keep = {tok: i for tok, i in model["vocab"].items() if i < n}
+        model["vocab"] = keep
+        merges = []
+        for m in model.get("merges", []):
+            a, b = (m.split(" ", 1) if isinstance(m, str) else m)
+            if a in keep and b in keep and a + b in keep:
+                merges.append(m)
+        if "merges" in model:
+            model["merges"] = merges
+    spec["added_tokens"] = [t for t in spec.get("added_tokens", []) if t["id"] < n] + \
+        [dict(t, id=n + k) for k, t in enumerate(t for t in spec.get("added_tokens", []) if t["id"] >= n)]
+    return spec
+
+
+def json_seeds(data, out):
+    os.makedirs(out, exist_ok=True)
+    hf_dir = os.path.join(data, "tokenizers/hf")
+    for name in sorted(os.listdir(hf_dir)):
+        if not name.endswith(".tokenizer.json"):
+            continue
+        with open(os.path.join(hf_dir, name), encoding="utf-8") as f:
+            spec = json.load(f)
+        with open(os.path.join(out, "mini-" + name), "w", encoding="utf-8") as f:
+            json.dump(cut_tokenizer_json(spec, 400), f, ensure_ascii=False)
+    wordpiece = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True}
+                         for i, c in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])],
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": None, "lowercase": True},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": None,
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100,
+                  "vocab": {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello",
+                                                        "world", "##s", "un", "##believ", "##able", "!",
+                                                        ",", "a", "b", "##c"])}},
+    }
+    with open(os.path.join(out, "mini-wordpiece.tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(wordpiece, f)
+
+
+def main():
+    data, out = sys.argv[1], sys.argv[2]
+    gguf_seeds(data, os.path.join(out, "gguf"))
+    json_seeds(data, os.path.join(out, "tokenizer_json"))
+
+
+if __name__ == "__main__":
+    main()

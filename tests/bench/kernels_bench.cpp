@@ -1,0 +1,115 @@
+// Google Benchmark of kernels/: matvec per weight type at Llama-3-8B decode shapes on 1 and 2 threads,
+// reported as bytes of weights per second, beside a streaming-read baseline run in the same program so
+// the ratio to the machine's bandwidth can be read off (BM_read_bandwidth). `orchard bench kernels`
+// prints that ratio directly; this program is for perf/VTune sessions and regression tracking.
+//
+//   build/tests/bench/kernels_bench --benchmark_filter='matvec/q8_0' --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+#include "tensor/thread_pool.h"
+
+namespace {
+
+using tensor::DType;
+
+constexpr DType kTypes[] = {DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q6_K};
+
+tensor::ThreadPool& pool_of(int threads) {
+  static tensor::ThreadPool one(1), two(2);
+  return threads == 1 ? one : two;
+}
+
+// Weights quantized from a repeating pattern of random rows (quantizing 58M distinct floats with the
+// K-type search would take longer than the benchmark).
+std::vector<unsigned char> make_weights(DType t, std::int64_t n_out, std::int64_t n_in) {
+  const std::size_t row = tensor::row_bytes(t, n_in);
+  std::vector<unsigned char> w(row * static_cast<std::size_t>(n_out));
+  constexpr int kPattern = 16;
+  std::vector<float> f(static_cast<std::size_t>(n_in));
+  std::uint32_t s = 12345;
+  for (int p = 0; p < kPattern; ++p) {
+    for (float& v : f) {
+      s = s * 1664525u + 1013904223u;
+      v = static_cast<float>(static_cast<std::int32_t>(s >> 8) % 2001 - 1000) * 1e-4f;
+    }
+    kernels::quantize_row_ref(t, f.data(), w.data() + static_cast<std::size_t>(p) * row, n_in);
+  }
+  for (std::int64_t r = kPattern; r < n_out; ++r) {
+    std::memcpy(w.data() + static_cast<std::size_t>(r) * row, w.data() + static_cast<std::size_t>(r % kPattern) * row, row);
+  }
+  return w;
+}
+
+void BM_matvec(benchmark::State& state) {
+  const DType t = kTypes[state.range(0)];
+  const std::int64_t n_out = state.range(1), n_in = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  const std::vector<unsigned char> w = make_weights(t, n_out, n_in);
+  const kernels::MatmulParams p{t, w.data(), 0, n_out, n_in};
+  std::vector<float> x(static_cast<std::size_t>(n_in), 0.25f), y(static_cast<std::size_t>(n_out));
+  // Check before timing: the fast result on the first rows against the reference.
+  kernels::MatmulParams head = p;
+  head.n_out = 16;
+  std::vector<float> want(16);
+  kernels::matvec_ref(head, x.data(), want.data());
+  kernels::matvec(p, x.data(), y.data(), &pool_of(threads));
+  for (int i = 0; i < 16; ++i) {
+    if (std::fabs(want[i] - y[i]) > 1e-3f * (1.0f + std::fabs(want[i]))) {
+      state.SkipWithError("fast matvec disagrees with the reference");
+      return;
+    }
+  }
+  for (auto _ : state) {
+    kernels::matvec(p, x.data(), y.data(), &pool_of(threads));
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(w.size()));
+  state.SetLabel(std::string(tensor::dtype_name(t)) + " threads " + std::to_string(threads));
+}
+
+void matvec_args(benchmark::internal::Benchmark* b) {
+  for (int ti = 0; ti < static_cast<int>(std::size(kTypes)); ++ti) {
+    for (auto shape : {std::pair{4096, 4096}, std::pair{14336, 4096}, std::pair{4096, 14336}}) {
+      for (int threads : {1, 2}) b->Args({ti, shape.first, shape.second, threads});
+    }
+  }
+}
+BENCHMARK(BM_matvec)->Apply(matvec_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The limit: streaming reads of 512 MiB (16x the L3) split over the threads.
+void BM_read_bandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr std::size_t kFloats = std::size_t{128} << 20;
+  static std::vector<float> buf(kFloats, 1.0f);
+  std::vector<float> partial(static_cast<std::size_t>(threads));
+  for (auto _ : state) {
+    pool_of(threads).run([&](int t, int n) {
+      const std::size_t begin = kFloats / static_cast<std::size_t>(n) * static_cast<std::size_t>(t);
+      const std::size_t end = begin + kFloats / static_cast<std::size_t>(n);
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (std::size_t i = begin; i < end; i += 4) {
+        s0 += buf[i];
+        s1 += buf[i + 1];
+        s2 += buf[i + 2];
+        s3 += buf[i + 3];
+      }
+      partial[static_cast<std::size_t>(t)] = s0 + s1 + s2 + s3;
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(kFloats * sizeof(float)));
+}
+BENCHMARK(BM_read_bandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,68 @@
+// Every embedded CUDA kernel (pal and kernels) compiles with NVRTC for sm_80 and sm_90, in every variant
+// the launchers use: no GPU needed, so a broken kernel fails CI.
+#include <gtest/gtest.h>
+#include <kernels/cuda/bitmask_cuda.h>
+#include <pal/cuda/attention_cuda.h>
+#include <tensor/cuda/device.h>
+#include <tensor/cuda/jit.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+namespace {
+
+namespace tc = tensor::cuda;
+
+class JitCompile : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (!tc::built_with_cuda()) GTEST_SKIP() << "built without CUDA (ORCHARD_CUDA off)";
+    // A fresh cache: the test must run NVRTC, not read an old cubin.
+    dir_ = std::filesystem::temp_directory_path() / ("orchard-jit-compile-" + std::to_string(std::random_device{}()));
+    setenv("ORCHARD_CACHE_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+    unsetenv("ORCHARD_CACHE_DIR");
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_P(JitCompile, PalKernels) {
+  const int arch = GetParam();
+  const auto variants = pal::cuda::kernel_variants();
+  ASSERT_GE(variants.size(), 12u);
+  for (const auto& v : variants) {
+    std::string opts;
+    for (const auto& o : v.options) opts += o + " ";
+    SCOPED_TRACE(v.source + " " + opts + "sm_" + std::to_string(arch));
+    std::string cubin;
+    EXPECT_NO_THROW(cubin = tc::compile_cubin(v.source, pal::cuda::kernel_text(v.source), v.options, arch));
+    EXPECT_GT(cubin.size(), 0u);
+  }
+}
+
+TEST_P(JitCompile, KernelsLayerSources) {
+  const int arch = GetParam();
+  const auto sources = kernels::cuda::embedded_sources();
+  ASSERT_FALSE(sources.empty());
+  for (const auto& s : sources) {
+    SCOPED_TRACE(std::string(s.name));
+    EXPECT_NO_THROW(tc::compile_cubin(s.name, s.text, {}, arch));
+  }
+}
+
+TEST(JitCompileSources, EveryPalSourceIsEmbedded) {
+  if (!tc::built_with_cuda()) GTEST_SKIP() << "built without CUDA (ORCHARD_CUDA off)";
+  for (const char* name : {"cuda_common.cuh", "decode_attention.cu", "prefill_attention.cu", "kv_write.cu"}) {
+    EXPECT_NO_THROW(pal::cuda::embedded_source(name)) << name;
+  }
+  EXPECT_THROW(pal::cuda::embedded_source("nope.cu"), tc::CudaError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, JitCompile, ::testing::Values(80, 90),
+                         [](const auto& info) { return "sm_" + std::to_string(info.param); });
+
+}  // namespace

@@ -1,0 +1,58 @@
+// The fast mask (token tables + run-time checks of uncertain tokens) equals the brute-force mask (try
+// every token on a fork), and both agree with the independent reference recognizer. Quick sizes
+// here (unit, run under the sanitizers too); brute_force_conformance.cpp runs thousands of states.
+#include <gtest/gtest.h>
+
+#include "engine_test_util.h"
+#include "reference_recognizer.h"
+
+namespace pse::testing {
+namespace {
+
+class BruteForce : public ::testing::TestWithParam<int> {};
+
+TEST_P(BruteForce, FastMaskEqualsBruteForceOnRandomStates) {
+  auto [name, grammar] = all_small_grammars().at(GetParam());
+  auto vocab = small_vocabulary();
+  for (bool precompute : {true, false}) {
+    CompileOptions options;
+    options.precompute = precompute;
+    CompiledGrammar cg = compile_grammar(grammar, vocab, options);
+    std::size_t n = 0;
+    random_walk(cg, 250, 7 + GetParam(), [&](Matcher& m, const std::string& text) {
+      ASSERT_EQ(fast_mask(m), brute_force_mask(m)) << name << " after \"" << text << "\"";
+      ++n;
+    });
+    EXPECT_EQ(n, 250u);
+  }
+}
+
+TEST_P(BruteForce, MaskAgreesWithReferenceRecognizer) {
+  auto [name, grammar] = all_small_grammars().at(GetParam());
+  TokenId eos = 0;
+  auto vocab = small_vocabulary(&eos);
+  CompiledGrammar cg = compile_grammar(grammar, vocab);
+  random_walk(cg, 8, 100 + GetParam(), [&](Matcher& m, const std::string& text) {
+    std::vector<std::uint32_t> mask = fast_mask(m);
+    for (std::size_t id = 0; id < vocab->n_rows(); ++id) {
+      const bool allowed = (mask[id >> 5] >> (id & 31)) & 1;
+      const TokenId t = static_cast<TokenId>(id);
+      bool expected;
+      if (t == eos) {
+        expected = accepts(grammar, text);
+      } else if (vocab->is_special(t) || id >= vocab->n_tokens() || vocab->token_bytes(t).empty()) {
+        expected = false;
+      } else {
+        expected = is_viable_prefix(grammar, text + vocab->token_bytes(t));
+      }
+      ASSERT_EQ(allowed, expected) << name << " after \"" << text << "\" token " << id << " \""
+                                   << vocab->token_bytes(t) << "\"";
+    }
+    ASSERT_EQ(m.can_stop(), accepts(grammar, text)) << name << " after \"" << text << "\"";
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallGrammars, BruteForce, ::testing::Range(0, 6));
+
+}  // namespace
+}  // namespace pse::testing

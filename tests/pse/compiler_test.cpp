@@ -1,0 +1,137 @@
+#include "pse/compiler.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine_test_util.h"
+
+namespace pse::testing {
+namespace {
+
+TEST(Compiler, EmptyLanguageIsAGrammarError) {
+  G g;
+  RuleId r = g.rule("root"), loop = g.rule("loop");
+  g.define(loop, g.seq({g.lit("a"), g.ref(loop)}));  // never terminates
+  g.define(r, g.alt({g.ref(loop), g.cls(std::vector<CharRange>{})}));
+  Grammar grammar = g.done(r);
+  EXPECT_THROW(compile_grammar(grammar, small_vocabulary()), GrammarError);
+}
+
+TEST(Compiler, DeadAlternativesArePruned) {
+  G g;
+  RuleId r = g.rule("root"), loop = g.rule("loop");
+  g.define(loop, g.seq({g.lit("a"), g.ref(loop)}));
+  g.define(r, g.alt({g.ref(loop), g.lit("ab")}));
+  auto vocab = small_vocabulary();
+  Matcher m(compile_grammar(g.done(r), vocab));
+  EXPECT_TRUE(m.accept_bytes("a"));
+  EXPECT_FALSE(m.accept_bytes("a"));  // "aa" only continues the dead loop
+  EXPECT_TRUE(m.accept_bytes("b"));
+  EXPECT_TRUE(m.can_stop());
+}
+
+TEST(Compiler, UndefinedRuleIsAGrammarError) {
+  Grammar g;
+  RuleId r = g.declare_rule("root");
+  RuleId u = g.declare_rule("undefined");
+  g.define_rule(r, g.add_rule_ref(u));
+  g.set_root(r);
+  EXPECT_THROW(compile_grammar(g, small_vocabulary()), GrammarError);
+}
+
+TEST(Compiler, StateLimitIsALimitError) {
+  G g;
+  RuleId r = g.rule("root");
+  g.define(r, g.rep(g.rep(g.cls('a', 'z'), 1, 1000), 1, 1000));
+  CompileOptions o;
+  o.max_states = 100'000;
+  EXPECT_THROW(compile_grammar(g.done(r), small_vocabulary(), o), LimitError);
+}
+
+TEST(Compiler, InputSizeLimitsAreLimitErrors) {
+  CompileOptions o;
+  o.max_exprs = 3;
+  EXPECT_THROW(compile_grammar(json_like_grammar(), small_vocabulary(), o), LimitError);
+  CompileOptions r;
+  r.max_rules = 2;
+  EXPECT_THROW(compile_grammar(json_like_grammar(), small_vocabulary(), r), LimitError);
+}
+
+TEST(Compiler, TimeLimitIsALimitError) {
+  G g;
+  RuleId r = g.rule("root");
+  g.define(r, g.rep(g.cls('a', 'z'), 1, 200'000));
+  CompileOptions o;
+  o.max_compile_ms = 1;
+  EXPECT_THROW(compile_grammar(g.done(r), small_vocabulary(), o), LimitError);
+}
+
+TEST(Compiler, MemoryLimitIsALimitError) {
+  CompileOptions o;
+  o.max_memory_bytes = 1000;
+  EXPECT_THROW(compile_grammar(json_like_grammar(), small_vocabulary(), o), LimitError);
+}
+
+TEST(Compiler, LargeCountedRepetitionStaysSmall) {
+  G g;
+  RuleId r = g.rule("root"), x = g.rule("x");
+  g.define(x, g.alt({g.lit("ab"), g.lit("c")}));
+  g.define(r, g.seq({g.rep(g.ref(x), 1, 1000), g.lit(".")}));
+  auto vocab = small_vocabulary();
+  CompiledGrammar cg = compile_grammar(g.done(r), vocab);
+  EXPECT_LT(cg.stats().n_states, 10'000u);
+  Matcher m(cg);
+  ASSERT_TRUE(m.accept_bytes(std::string(999, 'c')));
+  ASSERT_TRUE(m.accept_bytes("ab"));
+  EXPECT_FALSE(m.accept_bytes("c"));
+  EXPECT_TRUE(m.accept_bytes("."));
+  EXPECT_TRUE(m.can_stop());
+}
+
+TEST(Compiler, CacheHitsAndEvicts) {
+  auto vocab = small_vocabulary();
+  Compiler c(vocab, {}, 2);
+  CompiledGrammar a1 = c.compile(arithmetic_grammar());
+  CompiledGrammar a2 = c.compile(arithmetic_grammar());
+  EXPECT_EQ(a1.impl(), a2.impl());
+  EXPECT_EQ(c.cache_hits(), 1u);
+  c.compile(json_like_grammar());
+  c.compile(counted_grammar());  // evicts arithmetic (least recently used)
+  EXPECT_EQ(c.cache_size(), 2u);
+  CompiledGrammar a3 = c.compile(arithmetic_grammar());
+  EXPECT_NE(a1.impl(), a3.impl());
+  EXPECT_EQ(c.cache_hits(), 1u);
+}
+
+TEST(Compiler, CacheIsThreadSafe) {
+  auto vocab = small_vocabulary();
+  Compiler c(vocab);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 5; ++k) {
+        Matcher m(c.compile(i % 2 ? arithmetic_grammar() : json_like_grammar()));
+        fast_mask(m);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(c.cache_size(), 2u);
+}
+
+TEST(Compiler, NullVocabularyIsAnInputError) {
+  EXPECT_THROW(compile_grammar(arithmetic_grammar(), nullptr), InputError);
+  EXPECT_THROW(Compiler(nullptr), InputError);
+}
+
+TEST(Compiler, StatsAreFilled) {
+  CompiledGrammar cg = compile_grammar(json_like_grammar(), small_vocabulary());
+  EXPECT_EQ(cg.stats().n_rules, 6u);
+  EXPECT_GT(cg.stats().n_scan_states, 0u);
+  EXPECT_TRUE(cg.stats().precomputed);
+  EXPECT_GT(cg.stats().memory_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace pse::testing
