@@ -59,7 +59,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ucd", default="/usr/share/unicode")
     here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--out", default=os.path.join(here, "..", "pse", "src", "unicode_tables.cpp"))
+    ap.add_argument("--out", default=os.path.normpath(os.path.join(here, "..", "pse", "src", "unicode_tables.cpp")))
     args = ap.parse_args()
 
     category = [unicodedata.category(chr(cp)) for cp in range(MAX_CP + 1)]
@@ -112,6 +112,7 @@ def main():
     w("// unicodedata (Unicode %s); scripts, aliases and simple case folding from the UCD files in %s,"
       % (unicodedata.unidata_version, args.ucd))
     w("// restricted to the code points assigned in Unicode %s." % unicodedata.unidata_version)
+    w("// clang-format off")
     w('#include "unicode_tables.h"')
     w("")
     w("namespace pse::unicode {")

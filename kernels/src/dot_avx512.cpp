@@ -41,6 +41,7 @@ float dot_f32_512(std::int64_t n, const void* w, const void* x) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    prefetch_w(a + i, 256);
     acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
     acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
     acc2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), acc2);
@@ -67,6 +68,7 @@ inline float dot_half16(std::int64_t n, const void* w, const void* x) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    prefetch_w(a + i, 128);
     acc0 = _mm512_fmadd_ps(Load(a + i), _mm512_loadu_ps(b + i), acc0);
     acc1 = _mm512_fmadd_ps(Load(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
     acc2 = _mm512_fmadd_ps(Load(a + i + 32), _mm512_loadu_ps(b + i + 32), acc2);

@@ -51,12 +51,13 @@ std::vector<unsigned char>& act_scratch(std::size_t bytes) {
 }
 
 void run_rows(std::int64_t n_out, tensor::ThreadPool* pool, tensor::FunctionRef<void(std::int64_t, std::int64_t)> fn) {
-  // Rows in static contiguous ranges: each thread streams its own part of W, front to back.
+  // Rows in contiguous chunks (a few per thread) claimed dynamically: each chunk streams its part of W
+  // front to back, and a thread the OS is slow to schedule does not hold up the step.
   constexpr std::int64_t kGrain = 16;
   if (pool == nullptr || pool->n_threads() == 1 || n_out < 2 * kGrain) {
     fn(0, n_out);
   } else {
-    pool->parallel_for_static(n_out, fn, kGrain);
+    pool->parallel_for(n_out, fn, kGrain);
   }
 }
 

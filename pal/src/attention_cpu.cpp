@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -79,6 +80,12 @@ void run_units(const std::vector<detail::AttentionUnit>& units, std::int32_t max
 
 }  // namespace
 
+namespace detail {
+void throw_unsupported_head_dim(std::int32_t head_dim) {
+  throw Error(fmt::format("[pal::attention] head dim {} has no kernel (64, 80, 96, 128, 256)", head_dim));
+}
+}  // namespace detail
+
 const char* attention_cpu_isa() { return isa_name(cpu_isa()); }
 
 std::vector<std::string> attention_cpu_isas() {
@@ -105,6 +112,11 @@ void set_attention_cpu_isa(const std::string& isa) {
   throw Error(fmt::format("[pal::set_attention_cpu_isa] unknown ISA \"{}\" (avx512, avx2, scalar)", isa));
 }
 
+// Split-KV ("flash decoding"): with fewer (sequence, KV head) units than twice the threads, each unit's
+// keys are cut into page-aligned ranges of at least kMinSplitKeys, run as separate units writing partial
+// (o, m, l) states, and merged: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M = max_s m_s.
+constexpr std::int64_t kMinSplitKeys = 512;
+
 void decode_attention(const PagedKv& kv, const AttentionParams& params, const DecodeArgs& args,
                       tensor::ThreadPool* pool) {
   detail::validate_decode(kv, params, args, "pal::decode_attention");
@@ -113,26 +125,76 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
     return;
   }
   const std::int32_t group = params.n_q_heads / kv.n_kv_heads;
-  const std::int64_t tok_stride = static_cast<std::int64_t>(params.n_q_heads) * kv.head_dim;
+  const std::int32_t d = kv.head_dim;
+  const std::int64_t tok_stride = static_cast<std::int64_t>(params.n_q_heads) * d;
+  const std::int64_t n_base_units = static_cast<std::int64_t>(kv.n_seqs) * kv.n_kv_heads;
+  const int n_threads = pool != nullptr ? pool->n_threads() : 1;
+  std::int64_t max_len = 0;
+  for (std::int32_t s = 0; s < kv.n_seqs; ++s) max_len = std::max<std::int64_t>(max_len, kv.seq_lens[s]);
+  std::int64_t n_splits = 1;
+  if (n_base_units < 2 * n_threads) {
+    n_splits = std::min<std::int64_t>((2 * n_threads + n_base_units - 1) / n_base_units, max_len / kMinSplitKeys);
+    n_splits = std::max<std::int64_t>(n_splits, 1);
+  }
+  const std::int64_t partial_row = d + 2;
+  std::vector<float> partial;
+  if (n_splits > 1) partial.resize(static_cast<std::size_t>(n_base_units * n_splits * group * partial_row));
+
   std::vector<detail::AttentionUnit> units;
-  units.reserve(static_cast<std::size_t>(kv.n_seqs) * kv.n_kv_heads);
+  units.reserve(static_cast<std::size_t>(n_base_units * n_splits));
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
+    const std::int64_t len = kv.seq_lens[s];
+    // Page-aligned split length; the last split may be shorter, and splits past the end are empty.
+    const std::int64_t split = (len + n_splits * kPageSize - 1) / (n_splits * kPageSize) * kPageSize;
     for (std::int32_t g = 0; g < kv.n_kv_heads; ++g) {
-      detail::AttentionUnit u;
-      u.kv = &kv;
-      u.params = &params;
-      u.seq = s;
-      u.kv_head = g;
-      u.n_tokens = 1;
-      u.first_pos = kv.seq_lens[s] - 1;
-      const std::int64_t off = s * tok_stride + static_cast<std::int64_t>(g) * group * kv.head_dim;
-      u.q = args.q + off;
-      u.out = args.out + off;
-      u.tok_stride = tok_stride;
-      units.push_back(u);
+      for (std::int64_t k = 0; k < n_splits; ++k) {
+        detail::AttentionUnit u;
+        u.kv = &kv;
+        u.params = &params;
+        u.seq = s;
+        u.kv_head = g;
+        u.n_tokens = 1;
+        u.first_pos = len - 1;
+        const std::int64_t off = s * tok_stride + static_cast<std::int64_t>(g) * group * d;
+        u.q = args.q + off;
+        u.out = args.out + off;
+        u.tok_stride = tok_stride;
+        if (n_splits > 1) {
+          u.key_begin = k * split;
+          u.key_end = (k + 1) * split;
+          u.partial = partial.data() + ((static_cast<std::int64_t>(s) * kv.n_kv_heads + g) * n_splits + k) *
+                                           group * partial_row;
+        }
+        units.push_back(u);
+      }
     }
   }
-  run_units(units, 1, group, kv.head_dim, pool);
+  run_units(units, 1, group, d, pool);
+  if (n_splits == 1) return;
+
+  for (std::int64_t unit = 0; unit < n_base_units; ++unit) {
+    const std::int32_t s = static_cast<std::int32_t>(unit / kv.n_kv_heads);
+    const std::int32_t g = static_cast<std::int32_t>(unit % kv.n_kv_heads);
+    for (std::int32_t h = 0; h < group; ++h) {
+      const auto state = [&](std::int64_t k) {
+        return partial.data() + ((unit * n_splits + k) * group + h) * partial_row;
+      };
+      float m_max = -INFINITY;
+      for (std::int64_t k = 0; k < n_splits; ++k) m_max = std::max(m_max, state(k)[d]);
+      float* dst = args.out + s * tok_stride + (static_cast<std::int64_t>(g) * group + h) * d;
+      std::fill(dst, dst + d, 0.0f);
+      float l_sum = 0.0f;
+      for (std::int64_t k = 0; k < n_splits; ++k) {
+        const float* st = state(k);
+        if (st[d + 1] == 0.0f) continue;  // a split with no visible keys (window, or past the end)
+        const float w = std::exp(st[d] - m_max);
+        l_sum += w * st[d + 1];
+        for (std::int32_t i = 0; i < d; ++i) dst[i] += w * st[i];
+      }
+      const float inv = 1.0f / l_sum;
+      for (std::int32_t i = 0; i < d; ++i) dst[i] *= inv;
+    }
+  }
 }
 
 void prefill_attention(const PagedKv& kv, const AttentionParams& params, const PrefillArgs& args,

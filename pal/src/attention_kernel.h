@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdint>
 #include <cstring>
 
 #include "attention_unit.h"
@@ -125,9 +126,10 @@ struct Kernel {
       for (int c = 0; c < kChunks; ++c) Isa::store(o + r * D + c * W, Isa::zero());
     }
 
-    const std::int64_t last_pos = u.first_pos + u.n_tokens - 1;
-    const std::int64_t first_key =
-        window > 0 ? (u.first_pos - window + 1 > 0 ? u.first_pos - window + 1 : 0) : 0;
+    std::int64_t last_pos = u.first_pos + u.n_tokens - 1;  // the last key any row sees
+    std::int64_t first_key = window > 0 ? (u.first_pos - window + 1 > 0 ? u.first_pos - window + 1 : 0) : 0;
+    if (first_key < u.key_begin) first_key = u.key_begin;
+    if (last_pos > u.key_end - 1) last_pos = u.key_end - 1;
     const std::int32_t* pages = kv.page_indices + kv.page_indptr[u.seq];
     const char* kbytes = static_cast<const char*>(kv.k_pages);
     const char* vbytes = static_cast<const char*>(kv.v_pages);
@@ -171,9 +173,12 @@ struct Kernel {
         const int tok = r / group;
         const int h = r % group;
         const std::int64_t pos = u.first_pos + tok;
-        const std::int64_t lo = window > 0 ? pos - window + 1 : 0;
+        std::int64_t lo = window > 0 ? pos - window + 1 : 0;
+        std::int64_t hi = pos;  // last key of this row
+        if (lo < first_key) lo = first_key;
+        if (hi > last_pos) hi = last_pos;
         const int a = static_cast<int>(lo > base ? lo - base : 0);
-        const int b = static_cast<int>(pos + 1 < base + kPageSize ? pos + 1 - base : kPageSize);
+        const int b = static_cast<int>(hi + 1 < base + kPageSize ? hi + 1 - base : kPageSize);
         if (a >= b) continue;
         const float* q = u.q + tok * u.tok_stride + static_cast<std::int64_t>(h) * D;
 
@@ -210,6 +215,15 @@ struct Kernel {
       flush(pending);
     }
 
+    if (u.partial != nullptr) {
+      for (int r = 0; r < rows; ++r) {
+        float* dst = u.partial + static_cast<std::int64_t>(r) * (D + 2);
+        for (int c = 0; c < kChunks; ++c) Isa::store(dst + c * W, Isa::load(o + r * D + c * W));
+        dst[D] = m[r];
+        dst[D + 1] = l[r];
+      }
+      return;
+    }
     for (int r = 0; r < rows; ++r) {
       const int tok = r / group;
       const int h = r % group;
@@ -229,7 +243,7 @@ void run_unit(const AttentionUnit& u) {
     case 96: Kernel<Isa, 96>::run(u); break;
     case 128: Kernel<Isa, 128>::run(u); break;
     case 256: Kernel<Isa, 256>::run(u); break;
-    default: break;  // unreachable: validate_paged_kv throws first
+    default: throw_unsupported_head_dim(u.kv->head_dim);  // validate_paged_kv throws first
   }
 }
 

@@ -20,6 +20,11 @@ struct AttentionUnit {
   float* out = nullptr;          // same layout as q
   std::int64_t tok_stride = 0;   // floats between consecutive tokens (n_q_heads * head_dim)
   float* scratch = nullptr;      // unit_scratch_floats(...) floats, 64-byte aligned
+  // Split-KV decode: only keys in [key_begin, key_end) are visited, and when `partial` is set the rows'
+  // unnormalized state goes there instead of to out, to be merged with the other splits (attention_cpu.cpp).
+  std::int64_t key_begin = 0;
+  std::int64_t key_end = INT64_MAX;
+  float* partial = nullptr;      // [rows][head_dim + 2]: o (unnormalized), then m and l
 };
 
 // Floats of scratch a unit of n_tokens tokens needs.
@@ -28,6 +33,10 @@ inline std::int64_t unit_scratch_floats(std::int32_t n_tokens, std::int32_t grou
   // o[rows][head_dim], p[rows][16], m, l, alpha [rows]; the staged K page [16][head_dim]; alignment pad.
   return rows * (head_dim + 16 + 3) + 16 * static_cast<std::int64_t>(head_dim) + 64;
 }
+
+// Throws pal::Error for a head dim no kernel is compiled for. Defined outside the per-ISA files, whose
+// code is built with wider instruction sets and must not instantiate shared library templates.
+[[noreturn]] void throw_unsupported_head_dim(std::int32_t head_dim);
 
 // The per-ISA kernels (attention_avx512.cpp, attention_avx2.cpp); call only when the CPU has the ISA.
 void run_unit_avx512(const AttentionUnit& unit);

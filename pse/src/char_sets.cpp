@@ -2,44 +2,57 @@
 #include "char_sets.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "unicode_tables.h"
 
 namespace pse::charset {
 namespace {
 
-Ranges from_set(const unicode::RangeSet& set) { return Ranges(set.ranges, set.ranges + set.n_ranges); }
+Ranges from_set(const unicode::RangeSet& set) {
+  return Ranges(set.ranges, set.ranges + set.n_ranges);
+}
 
-const unicode::NamedSet* find_named(std::span<const unicode::NamedSet> table, std::string_view name) {
-  auto it = std::lower_bound(table.begin(), table.end(), name,
-                             [](const unicode::NamedSet& s, std::string_view n) { return s.name < n; });
+const unicode::NamedSet* find_named(std::span<const unicode::NamedSet> table,
+                                    std::string_view name) {
+  auto it =
+      std::lower_bound(table.begin(), table.end(), name,
+                       [](const unicode::NamedSet& s, std::string_view n) { return s.name < n; });
   if (it != table.end() && it->name == name) return &*it;
   return nullptr;
 }
 
-// Code point -> orbit index, built once.
-const std::unordered_map<std::uint32_t, std::uint32_t>& orbit_index() {
-  static const std::unordered_map<std::uint32_t, std::uint32_t> index = [] {
-    std::unordered_map<std::uint32_t, std::uint32_t> m;
+struct OrbitMember {
+  std::uint32_t cp;
+  std::uint32_t orbit;
+};
+
+// Every code point with case variants and its orbit, sorted by code point; built once.
+const std::vector<OrbitMember>& orbit_members_sorted() {
+  static const std::vector<OrbitMember> sorted = [] {
+    std::vector<OrbitMember> v;
     auto members = unicode::case_orbit_members();
     auto starts = unicode::case_orbit_starts();
     for (std::size_t o = 0; o + 1 < starts.size(); ++o) {
-      for (std::uint32_t i = starts[o]; i < starts[o + 1]; ++i) m.emplace(members[i], static_cast<std::uint32_t>(o));
+      for (std::uint32_t i = starts[o]; i < starts[o + 1]; ++i)
+        v.push_back({members[i], static_cast<std::uint32_t>(o)});
     }
-    return m;
+    std::sort(v.begin(), v.end(),
+              [](const OrbitMember& a, const OrbitMember& b) { return a.cp < b.cp; });
+    return v;
   }();
-  return index;
+  return sorted;
 }
 
 }  // namespace
 
 Ranges normalize(Ranges ranges) {
-  std::sort(ranges.begin(), ranges.end(),
-            [](const CharRange& a, const CharRange& b) { return a.lo < b.lo || (a.lo == b.lo && a.hi < b.hi); });
+  std::sort(ranges.begin(), ranges.end(), [](const CharRange& a, const CharRange& b) {
+    return a.lo < b.lo || (a.lo == b.lo && a.hi < b.hi);
+  });
   Ranges out;
   for (const CharRange& r : ranges) {
-    if (!out.empty() && static_cast<std::uint64_t>(r.lo) <= static_cast<std::uint64_t>(out.back().hi) + 1) {
+    if (!out.empty() &&
+        static_cast<std::uint64_t>(r.lo) <= static_cast<std::uint64_t>(out.back().hi) + 1) {
       out.back().hi = std::max(out.back().hi, r.hi);
     } else {
       out.push_back(r);
@@ -69,33 +82,49 @@ bool contains(const Ranges& normalized, std::uint32_t cp) {
 }
 
 Ranges case_closure(const Ranges& ranges) {
-  Ranges norm = normalize(ranges);
-  Ranges out = norm;
+  Ranges out = normalize(ranges);
+  const auto& sorted = orbit_members_sorted();
   auto members = unicode::case_orbit_members();
   auto starts = unicode::case_orbit_starts();
-  for (std::size_t o = 0; o + 1 < starts.size(); ++o) {
-    bool hit = false;
-    for (std::uint32_t i = starts[o]; i < starts[o + 1] && !hit; ++i) hit = contains(norm, members[i]);
-    if (!hit) continue;
-    for (std::uint32_t i = starts[o]; i < starts[o + 1]; ++i) out.push_back({members[i], members[i]});
+  std::vector<std::uint32_t> hit;
+  for (const CharRange& r : ranges) {
+    auto it = std::lower_bound(sorted.begin(), sorted.end(), r.lo,
+                               [](const OrbitMember& m, std::uint32_t cp) { return m.cp < cp; });
+    for (; it != sorted.end() && it->cp <= r.hi; ++it) hit.push_back(it->orbit);
+  }
+  std::sort(hit.begin(), hit.end());
+  hit.erase(std::unique(hit.begin(), hit.end()), hit.end());
+  for (std::uint32_t o : hit) {
+    for (std::uint32_t i = starts[o]; i < starts[o + 1]; ++i)
+      out.push_back({members[i], members[i]});
   }
   return normalize(std::move(out));
 }
 
 std::vector<std::uint32_t> case_variants(std::uint32_t cp) {
-  const auto& index = orbit_index();
-  auto it = index.find(cp);
-  if (it == index.end()) return {cp};
+  const auto& sorted = orbit_members_sorted();
+  auto it = std::lower_bound(sorted.begin(), sorted.end(), cp,
+                             [](const OrbitMember& m, std::uint32_t c) { return m.cp < c; });
+  if (it == sorted.end() || it->cp != cp) return {cp};
   auto members = unicode::case_orbit_members();
   auto starts = unicode::case_orbit_starts();
-  return std::vector<std::uint32_t>(members.begin() + starts[it->second], members.begin() + starts[it->second + 1]);
+  return std::vector<std::uint32_t>(members.begin() + starts[it->orbit],
+                                    members.begin() + starts[it->orbit + 1]);
 }
 
 Ranges digit() { return {{'0', '9'}}; }
 Ranges word() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
 Ranges space() {
-  return normalize({{0x09, 0x0D}, {0x20, 0x20}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                    {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
+  return normalize({{0x09, 0x0D},
+                    {0x20, 0x20},
+                    {0xA0, 0xA0},
+                    {0x1680, 0x1680},
+                    {0x2000, 0x200A},
+                    {0x2028, 0x2029},
+                    {0x202F, 0x202F},
+                    {0x205F, 0x205F},
+                    {0x3000, 0x3000},
+                    {0xFEFF, 0xFEFF}});
 }
 Ranges line_terminators() { return {{0x0A, 0x0A}, {0x0D, 0x0D}, {0x2028, 0x2029}}; }
 

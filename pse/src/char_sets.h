@@ -1,5 +1,6 @@
 // Sets of code points as sorted range lists: union, complement, case closure, the ECMA-262 class
-// escapes (\d \w \s) and Unicode properties (\p{..}). Shared by the regex, GBNF and Lark front-ends.
+// escapes (\d \w \s) and Unicode properties (\p{..}). Shared by the regex, GBNF and Lark
+// front-ends.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,8 @@ Ranges normalize(Ranges ranges);
 Ranges complement(const Ranges& ranges);
 // `ranges` plus every code point with the same simple case fold as a member (the regex `i` flag).
 Ranges case_closure(const Ranges& ranges);
-// The code points sharing cp's simple case fold, cp included; just {cp} when it has no case variants.
+// The code points sharing cp's simple case fold, cp included; just {cp} when it has no case
+// variants.
 std::vector<std::uint32_t> case_variants(std::uint32_t cp);
 bool contains(const Ranges& normalized, std::uint32_t cp);
 
@@ -31,9 +33,9 @@ Ranges word();              // \w: [A-Za-z0-9_]
 Ranges space();             // \s: WhiteSpace and LineTerminator
 Ranges line_terminators();  // \n \r U+2028 U+2029 (what `.` excludes without the s flag)
 
-// The body of \p{...}: `Lu`, `Letter`, `gc=Lu`, `General_Category=Letter`, `sc=Grek`, `Script=Greek`,
-// or the binary properties `Any`, `ASCII`, `Assigned`. nullopt with `error` set when unknown or
-// unsupported (e.g. Script_Extensions).
+// The body of \p{...}: `Lu`, `Letter`, `gc=Lu`, `General_Category=Letter`, `sc=Grek`,
+// `Script=Greek`, or the binary properties `Any`, `ASCII`, `Assigned`. nullopt with `error` set
+// when unknown or unsupported (e.g. Script_Extensions).
 std::optional<Ranges> unicode_property(std::string_view body, std::string& error);
 
 // UTF-8 encoding of a code point (the caller ensures cp <= 0x10FFFF).

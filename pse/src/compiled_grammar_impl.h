@@ -24,27 +24,6 @@ struct CompiledGrammar::Impl {
   mutable std::unique_ptr<std::once_flag[]> table_once;
   CompileStats stats;
 
-  // Caller tables, built on first use per (state, caller return state); bounded in number (beyond it,
-  // the uncertain tokens are checked against the chart directly).
-  static constexpr std::size_t kMaxCallerTables = 4096;
-  mutable std::mutex caller_mutex;
-  mutable std::unordered_map<std::uint64_t, std::shared_ptr<const detail::CallerTable>> caller_tables;
-
-  // nullptr when the bound is reached.
-  std::shared_ptr<const detail::CallerTable> caller_table(std::uint32_t state, std::uint32_t caller_return) const {
-    const std::uint64_t key = (static_cast<std::uint64_t>(state) << 32) | caller_return;
-    {
-      std::lock_guard<std::mutex> lock(caller_mutex);
-      auto it = caller_tables.find(key);
-      if (it != caller_tables.end()) return it->second;
-      if (caller_tables.size() >= kMaxCallerTables) return nullptr;
-    }
-    auto built = std::make_shared<const detail::CallerTable>(
-        detail::build_caller_table(automaton, *vocabulary, table(state), caller_return));
-    std::lock_guard<std::mutex> lock(caller_mutex);
-    return caller_tables.emplace(key, std::move(built)).first->second;
-  }
-
   // The token table of a state that reads bytes; builds it on first use when not precomputed.
   const detail::TokenTable& table(std::uint32_t state) const {
     const std::uint32_t i = scan_index[state];
@@ -52,6 +31,36 @@ struct CompiledGrammar::Impl {
       tables[i] = detail::build_token_table(automaton, *vocabulary, state, nullptr);
     });
     return tables[i];
+  }
+
+  // Chain tables, built on first use per chain (state, return state of its caller, of that caller's
+  // caller, ...); bounded in number (beyond it, uncertain tokens are checked against the chart).
+  static constexpr std::size_t kMaxChainTables = 16384;
+  struct ChainHash {
+    std::size_t operator()(const std::vector<std::uint32_t>& v) const {
+      std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+      for (std::uint32_t x : v) h = (h ^ x) * 0xff51afd7ed558ccdULL;
+      return static_cast<std::size_t>(h ^ (h >> 29));
+    }
+  };
+  mutable std::mutex chain_mutex;
+  mutable std::unordered_map<std::vector<std::uint32_t>, std::shared_ptr<const detail::ChainTable>, ChainHash>
+      chain_tables;
+
+  // The table of `chain` (chain[0] a state, then return states), built from `below` (the table of the
+  // chain without its last element) when absent. nullptr when the bound is reached.
+  std::shared_ptr<const detail::ChainTable> chain_table(const std::vector<std::uint32_t>& chain,
+                                                        detail::UncertainView below) const {
+    {
+      std::lock_guard<std::mutex> lock(chain_mutex);
+      auto it = chain_tables.find(chain);
+      if (it != chain_tables.end()) return it->second;
+      if (chain_tables.size() >= kMaxChainTables) return nullptr;
+    }
+    auto built = std::make_shared<const detail::ChainTable>(
+        detail::build_chain_table(automaton, *vocabulary, below, chain.back()));
+    std::lock_guard<std::mutex> lock(chain_mutex);
+    return chain_tables.emplace(chain, std::move(built)).first->second;
   }
 };
 

@@ -1,7 +1,8 @@
 // GBNF (llama.cpp's grammar format) -> Grammar IR. Follows llama.cpp's grammar parser: names are
 // [A-Za-z0-9_-]+; spaces, tabs and `#` comments separate items; a newline ends a rule except inside
-// parentheses and after `::=` or `|`; every character (in literals and classes) is a Unicode code point,
-// so "\xFF" is U+00FF. Groups become nested IR expressions and repetitions kRepeat (never unrolled).
+// parentheses and after `::=` or `|`; every character (in literals and classes) is a Unicode code
+// point, so "\xFF" is U+00FF. Groups become nested IR expressions and repetitions kRepeat (never
+// unrolled).
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -18,7 +19,8 @@ namespace {
 constexpr int kMaxGroupDepth = 512;  // deeper nesting is an error, never a stack overflow
 
 bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_';
 }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -108,30 +110,51 @@ class GbnfParser {
       std::uint64_t v = 0;
       for (int i = 0; i < n; ++i) {
         char h = in_.peek();
-        int d = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        int d = (h >= '0' && h <= '9')   ? h - '0'
+                : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                         : -1;
         if (d < 0) {
-          in_.fail_at(start, "bad escape: \\" + std::string(1, e) + " needs " + std::to_string(n) + " hex digits, got " +
-                                 in_.describe_at(in_.pos()));
+          in_.fail_at(start, "bad escape: \\" + std::string(1, e) + " needs " + std::to_string(n) +
+                                 " hex digits, got " + in_.describe_at(in_.pos()));
         }
         v = v * 16 + static_cast<std::uint64_t>(d);
         in_.advance();
       }
       if (v > kMaxCodePoint) in_.fail_at(start, "bad escape: code point past U+10FFFF");
-      if (v >= 0xD800 && v <= 0xDFFF) in_.fail_at(start, "bad escape: surrogate code points cannot appear in UTF-8 text");
+      if (v >= 0xD800 && v <= 0xDFFF)
+        in_.fail_at(start, "bad escape: surrogate code points cannot appear in UTF-8 text");
       return static_cast<std::uint32_t>(v);
     };
     switch (e) {
-      case 'x': in_.advance(); return hex(2);
-      case 'u': in_.advance(); return hex(4);
-      case 'U': in_.advance(); return hex(8);
-      case 't': in_.advance(); return '\t';
-      case 'r': in_.advance(); return '\r';
-      case 'n': in_.advance(); return '\n';
-      case '\\': case '"': case '[': case ']': case '-':
+      case 'x':
+        in_.advance();
+        return hex(2);
+      case 'u':
+        in_.advance();
+        return hex(4);
+      case 'U':
+        in_.advance();
+        return hex(8);
+      case 't':
+        in_.advance();
+        return '\t';
+      case 'r':
+        in_.advance();
+        return '\r';
+      case 'n':
+        in_.advance();
+        return '\n';
+      case '\\':
+      case '"':
+      case '[':
+      case ']':
+      case '-':
         in_.advance();
         return static_cast<std::uint32_t>(e);
       default:
-        in_.fail_at(start, "bad escape \\" + (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) +
+        in_.fail_at(start, "bad escape \\" +
+                               (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) +
                                " (known: \\x \\u \\U \\t \\r \\n \\\\ \\\" \\[ \\] \\-)");
     }
   }
@@ -163,7 +186,8 @@ class GbnfParser {
         if (in_.at_end()) in_.fail_at(open, "unterminated character class: expected ']'");
         hi = parse_char();
         if (lo > hi) {
-          in_.fail_at(lo_pos, "bad range in character class: start " + describe_cp(lo) + " is after end " + describe_cp(hi));
+          in_.fail_at(lo_pos, "bad range in character class: start " + describe_cp(lo) +
+                                  " is after end " + describe_cp(hi));
         }
       }
       ranges.push_back({lo, hi});
@@ -185,7 +209,8 @@ class GbnfParser {
     std::uint64_t v = 0;
     while (is_digit(in_.peek())) {
       v = v * 10 + static_cast<std::uint64_t>(in_.peek() - '0');
-      if (v >= kUnbounded) in_.fail_at(start, "repetition count is too large (the limit is 4294967294)");
+      if (v >= kUnbounded)
+        in_.fail_at(start, "repetition count is too large (the limit is 4294967294)");
       in_.advance();
     }
     return static_cast<std::uint32_t>(v);
@@ -194,6 +219,7 @@ class GbnfParser {
   ExprId parse_sequence(int depth) {
     std::vector<ExprId> items;
     bool nested = depth > 0;
+    bool last_was_repetition = false;
     while (!in_.at_end()) {
       char c = in_.peek();
       std::size_t at = in_.pos();
@@ -207,7 +233,8 @@ class GbnfParser {
         first_reference_.emplace(rule, at);
         items.push_back(g_.add_rule_ref(rule));
       } else if (c == '(') {
-        if (depth + 1 > kMaxGroupDepth) in_.fail("groups nested deeper than " + std::to_string(kMaxGroupDepth) + " levels");
+        if (depth + 1 > kMaxGroupDepth)
+          in_.fail("groups nested deeper than " + std::to_string(kMaxGroupDepth) + " levels");
         in_.advance();
         skip_space(true);
         ExprId group = parse_alternates(depth + 1);
@@ -220,6 +247,10 @@ class GbnfParser {
         items.push_back(g_.add_char_class({}, true));
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (items.empty()) in_.fail(std::string("'") + c + "' has no preceding item to repeat");
+        // Stacked repetitions (a*+) would nest without bound; parentheses make the intent explicit.
+        if (last_was_repetition)
+          in_.fail(std::string("'") + c +
+                   "' cannot directly follow another repetition; use parentheses");
         std::uint32_t min = 0, max = kUnbounded;
         in_.advance();
         if (c == '+') {
@@ -242,12 +273,18 @@ class GbnfParser {
           } else {
             in_.expected("',' or '}' in {m,n}");
           }
-          if (min > max) in_.fail_at(at, "bad repetition {" + std::to_string(min) + "," + std::to_string(max) + "}: min is greater than max");
+          if (min > max)
+            in_.fail_at(at, "bad repetition {" + std::to_string(min) + "," + std::to_string(max) +
+                                "}: min is greater than max");
         }
         items.back() = g_.add_repeat(items.back(), min, max);
+        last_was_repetition = true;
+        skip_space(nested);
+        continue;
       } else {
         break;
       }
+      last_was_repetition = false;
       skip_space(nested);
     }
     // Inside a group the caller reports a missing ')'.
@@ -256,7 +293,9 @@ class GbnfParser {
       bool ok_end = c == '|' || c == '\n' || c == '\r';
       if (!ok_end) {
         if (c == ')') in_.fail("unmatched ')'");
-        in_.expected("a literal, a character class, a rule name, '(', '.', a repetition, '|' or the end of the rule");
+        in_.expected(
+            "a literal, a character class, a rule name, '(', '.', a repetition, '|' or the end of "
+            "the rule");
       }
     }
     if (items.empty()) return g_.add_empty();
@@ -270,6 +309,8 @@ class GbnfParser {
 
 }  // namespace
 
-Grammar parse_gbnf(std::string_view text, std::string_view root_rule) { return GbnfParser(text).parse(root_rule); }
+Grammar parse_gbnf(std::string_view text, std::string_view root_rule) {
+  return GbnfParser(text).parse(root_rule);
+}
 
 }  // namespace pse

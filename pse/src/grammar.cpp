@@ -1,5 +1,5 @@
-// The grammar IR: builders with class normalization, rule bookkeeping, validation, a debug rendering
-// and a stable content hash.
+// The grammar IR: builders with class normalization, rule bookkeeping, validation, a debug
+// rendering and a stable content hash.
 #include "pse/grammar.h"
 
 #include <algorithm>
@@ -20,7 +20,8 @@ std::string u_plus(std::uint32_t cp) {
   return buf;
 }
 
-// Sorts and merges overlapping or adjacent ranges and drops surrogates, which no valid UTF-8 encodes.
+// Sorts and merges overlapping or adjacent ranges and drops surrogates, which no valid UTF-8
+// encodes.
 std::vector<CharRange> normalize_ranges(std::vector<CharRange> ranges) {
   std::vector<CharRange> split;
   split.reserve(ranges.size() + 1);
@@ -30,7 +31,8 @@ std::vector<CharRange> normalize_ranges(std::vector<CharRange> ranges) {
                          " has lo > hi");
     }
     if (r.hi > kMaxCodePoint) {
-      throw GrammarError("[grammar] add_char_class: code point " + u_plus(r.hi) + " is past U+10FFFF");
+      throw GrammarError("[grammar] add_char_class: code point " + u_plus(r.hi) +
+                         " is past U+10FFFF");
     }
     if (r.hi < kSurrogateLo || r.lo > kSurrogateHi) {
       split.push_back(r);
@@ -39,8 +41,9 @@ std::vector<CharRange> normalize_ranges(std::vector<CharRange> ranges) {
     if (r.lo < kSurrogateLo) split.push_back({r.lo, kSurrogateLo - 1});
     if (r.hi > kSurrogateHi) split.push_back({kSurrogateHi + 1, r.hi});
   }
-  std::sort(split.begin(), split.end(),
-            [](const CharRange& a, const CharRange& b) { return a.lo < b.lo || (a.lo == b.lo && a.hi < b.hi); });
+  std::sort(split.begin(), split.end(), [](const CharRange& a, const CharRange& b) {
+    return a.lo < b.lo || (a.lo == b.lo && a.hi < b.hi);
+  });
   std::vector<CharRange> merged;
   for (const CharRange& r : split) {
     // Adjacent across the surrogate gap counts as adjacent: nothing in the gap can ever match.
@@ -79,11 +82,21 @@ void append_literal(std::string& out, const std::string& bytes) {
   out.push_back('"');
   for (unsigned char c : bytes) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7F) {
           out += hex_code_point(c);
@@ -178,8 +191,8 @@ ExprId Grammar::add_repeat(ExprId child, std::uint32_t min, std::uint32_t max) {
                        " does not exist (" + std::to_string(exprs_.size()) + " expressions)");
   }
   if (min > max) {
-    throw GrammarError("[grammar] add_repeat: min " + std::to_string(min) + " is greater than max " +
-                       std::to_string(max));
+    throw GrammarError("[grammar] add_repeat: min " + std::to_string(min) +
+                       " is greater than max " + std::to_string(max));
   }
   Expr e;
   e.kind = ExprKind::kRepeat;
@@ -192,8 +205,8 @@ ExprId Grammar::add_repeat(ExprId child, std::uint32_t min, std::uint32_t max) {
 
 ExprId Grammar::add_rule_ref(RuleId rule) {
   if (rule >= rules_.size()) {
-    throw GrammarError("[grammar] add_rule_ref: rule " + std::to_string(rule) + " does not exist (" +
-                       std::to_string(rules_.size()) + " rules)");
+    throw GrammarError("[grammar] add_rule_ref: rule " + std::to_string(rule) +
+                       " does not exist (" + std::to_string(rules_.size()) + " rules)");
   }
   Expr e;
   e.kind = ExprKind::kRuleRef;
@@ -245,7 +258,8 @@ void Grammar::set_root(RuleId rule) {
 void Grammar::validate() const {
   if (root_ == kNoRule) throw GrammarError("[grammar] validate: no root rule is set");
   if (root_ >= rules_.size()) {
-    throw GrammarError("[grammar] validate: root rule " + std::to_string(root_) + " does not exist");
+    throw GrammarError("[grammar] validate: root rule " + std::to_string(root_) +
+                       " does not exist");
   }
   // Walk from the root: the first undefined rule met, in rule order of discovery, is reported with
   // the rule that refers to it.
@@ -254,7 +268,8 @@ void Grammar::validate() const {
   std::vector<RuleId> rule_queue{root_};
   rule_seen[root_] = true;
   if (!rules_[root_].defined) {
-    throw GrammarError("[grammar] validate: the root rule '" + rules_[root_].name + "' is not defined");
+    throw GrammarError("[grammar] validate: the root rule '" + rules_[root_].name +
+                       "' is not defined");
   }
   for (std::size_t qi = 0; qi < rule_queue.size(); ++qi) {
     const Rule& owner = rules_[rule_queue[qi]];
@@ -303,8 +318,12 @@ void render(const Grammar& g, ExprId id, std::string& out, bool nested) {
   }
   const Expr& e = g.expr(id);
   switch (e.kind) {
-    case ExprKind::kEmpty: out += "\"\""; break;
-    case ExprKind::kBytes: append_literal(out, e.bytes); break;
+    case ExprKind::kEmpty:
+      out += "\"\"";
+      break;
+    case ExprKind::kBytes:
+      append_literal(out, e.bytes);
+      break;
     case ExprKind::kCharClass:
       out += e.negated ? "[^" : "[";
       for (const CharRange& r : e.ranges) {
@@ -403,8 +422,11 @@ std::uint64_t Grammar::hash() const {
   for (const Expr& e : exprs_) {
     h.byte(static_cast<std::uint8_t>(e.kind));
     switch (e.kind) {
-      case ExprKind::kEmpty: break;
-      case ExprKind::kBytes: h.str(e.bytes); break;
+      case ExprKind::kEmpty:
+        break;
+      case ExprKind::kBytes:
+        h.str(e.bytes);
+        break;
       case ExprKind::kCharClass:
         h.byte(e.negated ? 1 : 0);
         h.u32(static_cast<std::uint32_t>(e.ranges.size()));
@@ -423,7 +445,9 @@ std::uint64_t Grammar::hash() const {
           h.u32(e.max);
         }
         break;
-      case ExprKind::kRuleRef: h.u32(e.rule); break;
+      case ExprKind::kRuleRef:
+        h.u32(e.rule);
+        break;
     }
   }
   return h.finish();

@@ -120,6 +120,10 @@ Grammar Converter::run() {
 }
 
 Constraints Converter::collect(const Conj& conj_in, int depth) {
+  if (++n_collects_ > kMaxCollects) {
+    throw LimitError(fmt::format("[json_schema] {}: more than {} schema combinations to expand (nested anyOf / "
+                                 "oneOf / if blow up)", conj_in.empty() ? "/" : conj_in[0].pointer, kMaxCollects));
+  }
   Conj all = conj_in;
   Constraints c;
   std::set<std::string> seen;
@@ -217,7 +221,7 @@ void Converter::collect_node(const Conj& conj, std::size_t index, Constraints& c
     if ((kw == "contentMediaType" || kw == "contentEncoding") && draft <= 7) {
       fail(ptr, kw, fmt::format("\"{}\" (an assertion in draft 7) is not supported", kw));
     }
-    if (kAnnotations.count(kw) || kw == "$ref") continue;
+    if (kAnnotations.count(kw) || kw == "$ref" || kw.rfind("x-", 0) == 0) continue;
     if (kw == "id" && draft <= 4) continue;
     const std::string k = kw;
     if (k == "type") {
@@ -483,7 +487,7 @@ void Converter::collect_node(const Conj& conj, std::size_t index, Constraints& c
       for (const auto& e : v) c.excluded.push_back(e);
     } else if (k == "$orchard:non_integer") {
       c.types &= ~static_cast<std::uint32_t>(kInteger);
-    } else {
+    } else if (options_.unknown_keywords == JsonSchemaOptions::UnknownKeywords::kError) {
       fail(ptr, k, fmt::format("unknown keyword \"{}\"", k));
     }
   }
@@ -651,12 +655,23 @@ namespace pse {
 
 Grammar json_schema_to_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options) {
   json_schema_detail::Converter converter(schema, options);
-  return converter.run();
+  try {
+    return converter.run();
+  } catch (const nlohmann::ordered_json::exception& e) {
+    // A value of an unexpected kind deep in the schema (never expected: each keyword checks its value).
+    throw SchemaError(fmt::format("[json_schema] malformed schema: {}", e.what()), "", "");
+  }
 }
 
 Grammar json_schema_to_grammar(const nlohmann::json& schema, const JsonSchemaOptions& options) {
   // nlohmann::json keeps object members sorted by name: "properties" order is alphabetical here.
-  return json_schema_to_grammar(nlohmann::ordered_json::parse(schema.dump()), options);
+  std::string text;
+  try {
+    text = schema.dump();
+  } catch (const nlohmann::json::exception& e) {
+    throw SchemaError(fmt::format("[json_schema] the schema holds a string that is not UTF-8: {}", e.what()), "", "");
+  }
+  return json_schema_to_grammar(nlohmann::ordered_json::parse(text), options);
 }
 
 Grammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOptions& options) {

@@ -58,7 +58,9 @@ ExprId Converter::open_ws(std::uint32_t d) {
   switch (options_.layout) {
     case JsonLayout::kFlexible: return ws();
     case JsonLayout::kCompact: return g_.add_empty();
-    case JsonLayout::kIndented: return g_.add_bytes("\n" + std::string((d + 1) * options_.indent_width, ' '));
+    case JsonLayout::kIndented:
+      if (d >= options_.indent_levels) return g_.add_empty();
+      return g_.add_bytes("\n" + std::string((d + 1) * options_.indent_width, ' '));
   }
   return g_.add_empty();
 }
@@ -67,7 +69,9 @@ ExprId Converter::sep(std::uint32_t d) {
   switch (options_.layout) {
     case JsonLayout::kFlexible: return g_.add_sequence({ws(), g_.add_bytes(","), ws()});
     case JsonLayout::kCompact: return g_.add_bytes(",");
-    case JsonLayout::kIndented: return g_.add_bytes(",\n" + std::string((d + 1) * options_.indent_width, ' '));
+    case JsonLayout::kIndented:
+      if (d >= options_.indent_levels) return g_.add_bytes(", ");
+      return g_.add_bytes(",\n" + std::string((d + 1) * options_.indent_width, ' '));
   }
   return g_.add_empty();
 }
@@ -76,7 +80,9 @@ ExprId Converter::close_ws(std::uint32_t d) {
   switch (options_.layout) {
     case JsonLayout::kFlexible: return ws();
     case JsonLayout::kCompact: return g_.add_empty();
-    case JsonLayout::kIndented: return g_.add_bytes("\n" + std::string(d * options_.indent_width, ' '));
+    case JsonLayout::kIndented:
+      if (d >= options_.indent_levels) return g_.add_empty();
+      return g_.add_bytes("\n" + std::string(d * options_.indent_width, ' '));
   }
   return g_.add_empty();
 }
@@ -97,7 +103,8 @@ ExprId Converter::value_expr(const Conj& conj, std::uint32_t indent_depth, int d
     throw LimitError(fmt::format("[json_schema] {}: schemas nested deeper than {} (or a $ref chain that long)",
                                  conj.empty() ? "" : conj[0].pointer, options_.max_depth));
   }
-  const std::uint32_t d = options_.layout == JsonLayout::kIndented ? indent_depth : 0;
+  const std::uint32_t d = options_.layout == JsonLayout::kIndented ? std::min(indent_depth, options_.indent_levels) : 0;
+  indent_depth = d;
   std::string key = std::to_string(d);
   for (const auto& n : conj) key += "&" + n.key();
   auto found = rules_.find(key);

@@ -212,6 +212,8 @@ class Converter {
   int n_rules_ = 0;
   int negate_depth_ = 0;
   std::uint64_t next_lineage_ = 0;
+  std::uint64_t n_collects_ = 0;
+  static constexpr std::uint64_t kMaxCollects = 200000;
   std::map<std::string, json*> canonical_;
 };
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "json_schema_internal.h"
 
@@ -81,6 +82,9 @@ Int ceil_of(const Decimal& d) {
 }  // namespace
 
 Decimal decimal_from_json(const json& number) {
+  if (number.is_number_float() && !std::isfinite(number.get<double>())) {
+    throw SchemaError("[json_schema] a number in the schema is beyond the double range", "", "");
+  }
   std::string text = number.dump();
   Decimal d;
   std::size_t i = 0;

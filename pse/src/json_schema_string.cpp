@@ -135,11 +135,15 @@ static ExprId encode_ranges(Grammar& g, const std::vector<CharRange>& ranges) {
   }
   std::vector<ExprId> alts;
   if (!raw.empty()) alts.push_back(g.add_char_class(raw));
+  std::vector<std::uint32_t> escaped;
   for (std::uint32_t cp : {std::uint32_t{'"'}, std::uint32_t{'\\'}, std::uint32_t{'/'}}) {
-    if (contains(ranges, cp)) alts.push_back(g.add_bytes(short_escape(cp)));
+    if (contains(ranges, cp)) escaped.push_back(cp);
   }
   for (const auto& r : ranges) {
-    for (std::uint32_t cp = r.lo; cp <= std::min<std::uint32_t>(r.hi, 0x1F); ++cp) {
+    for (std::uint32_t cp = r.lo; cp <= std::min<std::uint32_t>(r.hi, 0x1F); ++cp) escaped.push_back(cp);
+  }
+  {
+    for (std::uint32_t cp : escaped) {
       if (const char* e = short_escape(cp)) alts.push_back(g.add_bytes(e));
       // \u00XX, hex digits in either case.
       auto hex = [&](unsigned v) {

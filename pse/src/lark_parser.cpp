@@ -1,7 +1,8 @@
-// Lark-style EBNF -> Grammar IR, the subset documented in docs/grammars.md. Rules and terminals both
-// become IR rules (a pure context-free reading: no lexer, no maximal munch); /regex/ terminals go
-// through add_regex (ECMA-262 syntax, plus Python's (?P<name>...) and leading (?i) / (?s) flags).
-// What cannot be expressed exactly (%ignore, %declare, templates, terminal priorities) is an error.
+// Lark-style EBNF -> Grammar IR, the subset documented in docs/grammars.md. Rules and terminals
+// both become IR rules (a pure context-free reading: no lexer, no maximal munch); /regex/ terminals
+// go through add_regex (ECMA-262 syntax, plus Python's (?P<name>...) and leading (?i) / (?s)
+// flags). What cannot be expressed exactly (%ignore, %declare, templates, terminal priorities) is
+// an error.
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -18,6 +19,8 @@ namespace pse {
 namespace {
 
 constexpr int kMaxGroupDepth = 512;  // deeper nesting is an error, never a stack overflow
+// All regex terminals together (each \p{L} is hundreds of ranges): 32 MiB of CharRange at most.
+constexpr std::size_t kMaxClassRanges = 1 << 22;
 
 // Lark's common.lark terminals, each restated as one self-contained definition in this syntax.
 struct CommonTerminal {
@@ -31,9 +34,11 @@ constexpr CommonTerminal kCommon[] = {
     {"SIGNED_INT", R"(/[+-]?[0-9]+/)"},
     {"DECIMAL", R"(/[0-9]+\.[0-9]*|\.[0-9]+/)"},
     {"FLOAT", R"(/[0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?/)"},
-    {"SIGNED_FLOAT", R"(/[+-]?([0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)/)"},
+    {"SIGNED_FLOAT",
+     R"(/[+-]?([0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)/)"},
     {"NUMBER", R"(/[0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[0-9]+/)"},
-    {"SIGNED_NUMBER", R"(/[+-]?([0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[0-9]+)/)"},
+    {"SIGNED_NUMBER",
+     R"(/[+-]?([0-9]+[eE][+-]?[0-9]+|([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[0-9]+)/)"},
     {"ESCAPED_STRING", R"(/"([^"\\\n]|\\[^\n])*"/)"},
     {"LETTER", R"(/[A-Za-z]/)"},
     {"UCASE_LETTER", R"(/[A-Z]/)"},
@@ -83,7 +88,8 @@ bool is_rule_name(std::string_view name) {
 
 class LarkParser {
  public:
-  LarkParser(Grammar& g, std::string_view text, std::string tag) : in_(text, std::move(tag)), g_(g) {}
+  LarkParser(Grammar& g, std::string_view text, std::string tag)
+      : in_(text, std::move(tag)), g_(g) {}
 
   void parse_definitions() {
     skip_space(true);
@@ -108,8 +114,9 @@ class LarkParser {
       if (!g_.rule(r).defined) {
         auto it = first_reference_.find(r);
         in_.fail_at(it == first_reference_.end() ? 0 : it->second,
-                    "undefined " + std::string(is_terminal_name(g_.rule(r).name) ? "terminal" : "rule") + " '" +
-                        g_.rule(r).name + "' (referenced here)");
+                    "undefined " +
+                        std::string(is_terminal_name(g_.rule(r).name) ? "terminal" : "rule") +
+                        " '" + g_.rule(r).name + "' (referenced here)");
       }
     }
     check_terminal_cycles();
@@ -130,7 +137,8 @@ class LarkParser {
         in_.advance();
       } else if (c == '/' && in_.peek(1) == '/') {
         while (!in_.at_end() && in_.peek() != '\n') in_.advance();
-      } else if (c == '\\' && (in_.peek(1) == '\n' || (in_.peek(1) == '\r' && in_.peek(2) == '\n'))) {
+      } else if (c == '\\' &&
+                 (in_.peek(1) == '\n' || (in_.peek(1) == '\r' && in_.peek(2) == '\n'))) {
         in_.advance(in_.peek(1) == '\n' ? 2 : 3);  // explicit line continuation
       } else {
         break;
@@ -160,12 +168,15 @@ class LarkParser {
       return;
     }
     std::size_t def_pos = in_.pos();
-    if (in_.peek() == '?' || in_.peek() == '!') in_.advance();  // tree shaping only: no effect on the language
+    if (in_.peek() == '?' || in_.peek() == '!')
+      in_.advance();  // tree shaping only: no effect on the language
     std::size_t name_pos = in_.pos();
     std::string name = parse_name();
     bool terminal = is_terminal_name(name);
     if (!terminal && !is_rule_name(name)) {
-      in_.fail_at(name_pos, "'" + name + "' is neither a rule name (lowercase) nor a terminal name (UPPERCASE)");
+      in_.fail_at(
+          name_pos,
+          "'" + name + "' is neither a rule name (lowercase) nor a terminal name (UPPERCASE)");
     }
     if (in_.peek() == '{') in_.fail("templates (name{args}) are not supported");
     if (in_.peek() == '.') {
@@ -175,8 +186,10 @@ class LarkParser {
       if (!is_digit(in_.peek())) in_.expected("a priority number after '.'");
       while (is_digit(in_.peek())) in_.advance();
       if (terminal) {
-        in_.fail_at(prio, "terminal priorities are not supported: they steer Lark's lexer, and this grammar is read "
-                          "without a lexer (every tokenization is allowed)");
+        in_.fail_at(prio,
+                    "terminal priorities are not supported: they steer Lark's lexer, and this "
+                    "grammar is read "
+                    "without a lexer (every tokenization is allowed)");
       }
       // Rule priorities only choose among parses of the same text: no effect on the language.
     }
@@ -210,17 +223,21 @@ class LarkParser {
       return;
     }
     if (directive == "ignore") {
-      in_.fail_at(at, "%ignore is not supported: constrained output must say where whitespace and comments go; "
-                      "write them into the rules (e.g. WS?) where they are allowed");
+      in_.fail_at(
+          at,
+          "%ignore is not supported: constrained output must say where whitespace and comments go; "
+          "write them into the rules (e.g. WS?) where they are allowed");
     }
     if (directive == "llguidance") {
       skip_space(false);
-      if (!in_.starts_with("{}")) in_.fail_at(at, "%llguidance options are not supported (only %llguidance {})");
+      if (!in_.starts_with("{}"))
+        in_.fail_at(at, "%llguidance options are not supported (only %llguidance {})");
       in_.advance(2);
       end_of_statement("%llguidance {}");
       return;
     }
-    in_.fail_at(at, "the directive %" + directive + " is not supported (supported: %import common.NAME)");
+    in_.fail_at(
+        at, "the directive %" + directive + " is not supported (supported: %import common.NAME)");
   }
 
   // %import common.NAME [-> ALIAS] | %import common (NAME, NAME, ...)
@@ -261,9 +278,11 @@ class LarkParser {
   void import_common(const std::string& name, const std::string& alias, std::size_t at) {
     const CommonTerminal* common = find_common(name);
     if (common == nullptr) {
-      in_.fail_at(at, "common." + name + " is not available (see docs/grammars.md for the common terminals)");
+      in_.fail_at(at, "common." + name +
+                          " is not available (see docs/grammars.md for the common terminals)");
     }
-    if (!is_terminal_name(alias)) in_.fail_at(at, "the alias of a terminal must be a terminal name, got '" + alias + "'");
+    if (!is_terminal_name(alias))
+      in_.fail_at(at, "the alias of a terminal must be a terminal name, got '" + alias + "'");
     RuleId rule = g_.declare_rule(alias);
     if (g_.rule(rule).defined) in_.fail_at(at, "'" + alias + "' is defined twice");
     LarkParser sub(g_, common->definition, "lark common." + name);
@@ -274,7 +293,8 @@ class LarkParser {
     std::vector<ExprId> alternatives;
     while (true) {
       alternatives.push_back(parse_alias(depth));
-      if (depth == 0 && (in_.peek() == '\n' || in_.peek() == '\r') && !continues_on_next_line()) break;
+      if (depth == 0 && (in_.peek() == '\n' || in_.peek() == '\r') && !continues_on_next_line())
+        break;
       if (!in_.eat('|')) break;
       skip_space(depth > 0);
     }
@@ -297,7 +317,9 @@ class LarkParser {
     bool nested = depth > 0;
     while (!in_.at_end()) {
       char c = in_.peek();
-      if (c == '|' || c == ')' || c == ']' || c == '\n' || c == '\r' || (c == '-' && in_.peek(1) == '>')) break;
+      if (c == '|' || c == ')' || c == ']' || c == '\n' || c == '\r' ||
+          (c == '-' && in_.peek(1) == '>'))
+        break;
       ExprId atom = parse_atom(depth);
       skip_space(nested);
       items.push_back(parse_operators(atom, nested));
@@ -312,16 +334,24 @@ class LarkParser {
     std::uint64_t v = 0;
     while (is_digit(in_.peek())) {
       v = v * 10 + static_cast<std::uint64_t>(in_.peek() - '0');
-      if (v >= kUnbounded) in_.fail_at(start, "repetition count is too large (the limit is 4294967294)");
+      if (v >= kUnbounded)
+        in_.fail_at(start, "repetition count is too large (the limit is 4294967294)");
       in_.advance();
     }
     return static_cast<std::uint32_t>(v);
   }
 
+  // One postfix operator at most: stacked ones (x*+) would nest without bound; parentheses say it.
   ExprId parse_operators(ExprId atom, bool nested) {
+    bool applied = false;
     while (true) {
       char c = in_.peek();
       std::size_t at = in_.pos();
+      if (applied && (c == '?' || c == '*' || c == '+' || c == '~')) {
+        in_.fail(std::string("'") + c +
+                 "' cannot directly follow another operator; use parentheses");
+      }
+      applied = true;
       if (c == '?' || c == '*' || c == '+') {
         in_.advance();
         atom = g_.add_repeat(atom, c == '+' ? 1 : 0, c == '?' ? 1 : kUnbounded);
@@ -350,14 +380,15 @@ class LarkParser {
     std::size_t at = in_.pos();
     char c = in_.peek();
     if (c == '(' || c == '[') {
-      if (depth + 1 > kMaxGroupDepth) in_.fail("groups nested deeper than " + std::to_string(kMaxGroupDepth) + " levels");
+      if (depth + 1 > kMaxGroupDepth)
+        in_.fail("groups nested deeper than " + std::to_string(kMaxGroupDepth) + " levels");
       in_.advance();
       skip_space(true);
       ExprId body = parse_expansions(depth + 1);
       char close = c == '(' ? ')' : ']';
       if (!in_.eat(close)) {
-        in_.expected(std::string("'") + close + "' to close the " + (c == '(' ? "group" : "optional") +
-                     " opened at " + in_.where(at));
+        in_.expected(std::string("'") + close + "' to close the " +
+                     (c == '(' ? "group" : "optional") + " opened at " + in_.where(at));
       }
       return c == '[' ? g_.add_repeat(body, 0, 1) : body;
     }
@@ -367,7 +398,8 @@ class LarkParser {
       std::string name = parse_name();
       if (in_.peek() == '{') in_.fail_at(at, "templates (name{args}) are not supported");
       if (!is_terminal_name(name) && !is_rule_name(name)) {
-        in_.fail_at(at, "'" + name + "' is neither a rule name (lowercase) nor a terminal name (UPPERCASE)");
+        in_.fail_at(at, "'" + name +
+                            "' is neither a rule name (lowercase) nor a terminal name (UPPERCASE)");
       }
       if (in_terminal_ && !is_terminal_name(name)) {
         in_.fail_at(at, "terminal '" + current_terminal_ + "' cannot refer to the rule '" + name +
@@ -385,7 +417,8 @@ class LarkParser {
 
   // One character of a "..." literal: Python string escapes.
   std::uint32_t parse_string_char(std::size_t open) {
-    if (in_.at_end() || in_.peek() == '\n') in_.fail_at(open, "unterminated string literal: expected '\"'");
+    if (in_.at_end() || in_.peek() == '\n')
+      in_.fail_at(open, "unterminated string literal: expected '\"'");
     if (in_.peek() != '\\') return in_.next_code_point();
     std::size_t start = in_.pos();
     in_.advance();
@@ -394,27 +427,57 @@ class LarkParser {
       std::uint64_t v = 0;
       for (int i = 0; i < n; ++i) {
         char h = in_.peek();
-        int d = is_digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
-        if (d < 0) in_.fail_at(start, std::string("bad escape: \\") + e + " needs " + std::to_string(n) + " hex digits");
+        int d = is_digit(h)              ? h - '0'
+                : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                         : -1;
+        if (d < 0)
+          in_.fail_at(start, std::string("bad escape: \\") + e + " needs " + std::to_string(n) +
+                                 " hex digits");
         v = v * 16 + static_cast<std::uint64_t>(d);
         in_.advance();
       }
-      if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) in_.fail_at(start, "bad escape: not a Unicode scalar value");
+      if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF))
+        in_.fail_at(start, "bad escape: not a Unicode scalar value");
       return static_cast<std::uint32_t>(v);
     };
     switch (e) {
-      case 'n': in_.advance(); return '\n';
-      case 't': in_.advance(); return '\t';
-      case 'r': in_.advance(); return '\r';
-      case 'f': in_.advance(); return '\f';
-      case 'v': in_.advance(); return '\v';
-      case '0': in_.advance(); return 0;
-      case '\\': case '"': case '\'': in_.advance(); return static_cast<std::uint32_t>(e);
-      case 'x': in_.advance(); return hex(2);
-      case 'u': in_.advance(); return hex(4);
-      case 'U': in_.advance(); return hex(8);
+      case 'n':
+        in_.advance();
+        return '\n';
+      case 't':
+        in_.advance();
+        return '\t';
+      case 'r':
+        in_.advance();
+        return '\r';
+      case 'f':
+        in_.advance();
+        return '\f';
+      case 'v':
+        in_.advance();
+        return '\v';
+      case '0':
+        in_.advance();
+        return 0;
+      case '\\':
+      case '"':
+      case '\'':
+        in_.advance();
+        return static_cast<std::uint32_t>(e);
+      case 'x':
+        in_.advance();
+        return hex(2);
+      case 'u':
+        in_.advance();
+        return hex(4);
+      case 'U':
+        in_.advance();
+        return hex(8);
       default:
-        in_.fail_at(start, "bad escape \\" + (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) + " in a string");
+        in_.fail_at(start, "bad escape \\" +
+                               (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) +
+                               " in a string");
     }
   }
 
@@ -449,8 +512,10 @@ class LarkParser {
       std::size_t hi_pos = in_.pos();
       if (in_.peek() != '"') in_.expected("a string after '..'");
       std::vector<std::uint32_t> hi = read_string();
-      if (cps.size() != 1) in_.fail_at(open, "a range \"a\"..\"z\" needs single characters on both sides");
-      if (hi.size() != 1) in_.fail_at(hi_pos, "a range \"a\"..\"z\" needs single characters on both sides");
+      if (cps.size() != 1)
+        in_.fail_at(open, "a range \"a\"..\"z\" needs single characters on both sides");
+      if (hi.size() != 1)
+        in_.fail_at(hi_pos, "a range \"a\"..\"z\" needs single characters on both sides");
       if (cps[0] > hi[0]) in_.fail_at(open, "bad range: the start is after the end");
       return g_.add_char_class({{cps[0], hi[0]}});
     }
@@ -506,13 +571,22 @@ class LarkParser {
       std::size_t k = 2;
       while (k < pattern.size() && (pattern[k] == 'i' || pattern[k] == 's')) ++k;
       if (k > 2 && k < pattern.size() && pattern[k] == ')') {
-        for (std::size_t j = 2; j < k; ++j) (pattern[j] == 'i' ? options.case_insensitive : options.dot_all) = true;
+        for (std::size_t j = 2; j < k; ++j)
+          (pattern[j] == 'i' ? options.case_insensitive : options.dot_all) = true;
         offset = k + 1;
       }
     }
     // ECMA's unescaped '/' is fine; Lark's "\/" becomes the identity escape "\/" (also fine).
     try {
-      return add_regex(g_, std::string_view(pattern).substr(offset), options);
+      std::size_t before = g_.exprs().size();
+      ExprId id = add_regex(g_, std::string_view(pattern).substr(offset), options);
+      for (std::size_t e = before; e < g_.exprs().size(); ++e)
+        n_ranges_ += g_.expr(e).ranges.size();
+      if (n_ranges_ > kMaxClassRanges) {
+        throw LimitError("[lark] " + in_.where(open) + ": the regex terminals need more than " +
+                         std::to_string(kMaxClassRanges) + " character-class ranges in all");
+      }
+      return id;
     } catch (const GrammarError& e) {
       std::size_t col_in_pattern = e.column() == 0 ? 1 : e.column();
       // Map the pattern column (in characters) back to a byte offset in the text.
@@ -546,7 +620,9 @@ class LarkParser {
         }
         const auto& [to, at] = it->second[next++];
         int& s = state[to];
-        if (s == 1) in_.fail_at(at, "terminal '" + to + "' is recursive (terminals must not refer to themselves)");
+        if (s == 1)
+          in_.fail_at(
+              at, "terminal '" + to + "' is recursive (terminals must not refer to themselves)");
         if (s == 0) {
           s = 1;
           stack.push_back({to, 0});
@@ -559,7 +635,9 @@ class LarkParser {
   Grammar& g_;
   bool in_terminal_ = false;
   std::string current_terminal_;
-  std::vector<std::string> terminal_order_;  // in definition order, so errors are deterministic
+  std::vector<std::string> terminal_order_;
+  std::size_t n_ranges_ = 0;  // character-class ranges added by regex terminals  // in definition
+                              // order, so errors are deterministic
   std::unordered_map<RuleId, std::size_t> first_reference_;
   std::unordered_map<std::string, std::vector<std::pair<std::string, std::size_t>>> terminal_edges_;
 };

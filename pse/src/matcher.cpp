@@ -1,3 +1,5 @@
+#include <cstdio>
+#include <cstdlib>
 #include "pse/matcher.h"
 
 #include <algorithm>
@@ -13,8 +15,7 @@ namespace pse {
 struct Matcher::Scratch {
   std::vector<std::uint32_t> scan_states;
   std::vector<std::uint64_t> marks;  // [ceil(n_text_tokens / 64)], all zero between calls
-  std::vector<std::uint32_t> returns;
-  std::vector<std::shared_ptr<const detail::CallerTable>> callers;
+  std::vector<std::uint32_t> chain;
 };
 
 namespace {
@@ -110,50 +111,15 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
       for (TokenId id : t.accepted_list) mask[id >> 5] |= 1u << (id & 31);
     }
     if (t.uncertain.empty()) continue;
-    // Resolve the uncertain tokens per caller: the items of this state in the last set were called
-    // by items (in their origin sets) that continue at some return states. Few callers: their caller
-    // tables; many (or the table bound reached): every uncertain token goes to the chart check.
-    std::vector<std::uint32_t>& returns = scratch_->returns;
-    returns.clear();
-    const std::uint32_t rule = a.state_rule[s];
-    bool direct = false;
+    // Resolve the uncertain tokens up the real parse stack: the items of this state in the last set
+    // were called by items (in their origin sets) that continue at return states, and so on up. Each
+    // chain of return states has its table; what no bounded chain resolves is checked on the chart.
+    std::vector<std::uint32_t>& chain = scratch_->chain;
+    chain.assign(1, s);
+    std::size_t budget = 256;
     for (const detail::Item& it : chart_->last()) {
-      if (it.state != s) continue;
-      for (const detail::Item& w : chart_->set(it.origin)) {
-        for (std::uint32_t e = a.call_begin[w.state]; e < a.call_begin[w.state + 1]; ++e) {
-          if (a.call_edges[e].rule == rule) returns.push_back(a.call_edges[e].target);
-        }
-      }
-      if (returns.size() > 16) break;
+      if (it.state == s) resolve_up(chain, t.view(), a.state_rule[s], it.origin, 0, budget, mask, lo_word, hi_word);
     }
-    std::sort(returns.begin(), returns.end());
-    returns.erase(std::unique(returns.begin(), returns.end()), returns.end());
-    if (returns.empty() || returns.size() > 8) direct = true;
-    if (!direct) {
-      std::vector<std::shared_ptr<const detail::CallerTable>>& callers = scratch_->callers;
-      callers.clear();
-      for (std::uint32_t r : returns) {
-        auto ct = impl_->caller_table(s, r);
-        if (ct == nullptr) {
-          direct = true;
-          break;
-        }
-        callers.push_back(std::move(ct));
-      }
-      if (!direct) {
-        for (const auto& ct : callers) {
-          for (TokenId id : ct->accepted) mask[id >> 5] |= 1u << (id & 31);
-          if (ct->uncertain.empty()) continue;
-          for (std::uint32_t p : ct->uncertain) marks[p >> 6] |= 1ULL << (p & 63);
-          lo_word = std::min<std::size_t>(lo_word, ct->uncertain.front() >> 6);
-          hi_word = std::max<std::size_t>(hi_word, ct->uncertain.back() >> 6);
-        }
-        continue;
-      }
-    }
-    for (std::uint32_t p : t.uncertain) marks[p >> 6] |= 1ULL << (p & 63);
-    lo_word = std::min<std::size_t>(lo_word, t.uncertain.front() >> 6);
-    hi_word = std::max<std::size_t>(hi_word, t.uncertain.back() >> 6);
   }
   if (lo_word != SIZE_MAX) {
     // Check the uncertain tokens against the real chart, in byte order so that each shares the work
@@ -202,6 +168,53 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
   }
   if (last_can_stop(a, *chart_)) {
     for (TokenId id : vocab.eos_ids()) mask[id >> 5] |= 1u << (id & 31);
+  }
+}
+
+void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::UncertainView& below, std::uint32_t rule,
+                         std::uint32_t origin, std::size_t depth, std::size_t& budget, std::span<std::uint32_t> mask,
+                         std::size_t& lo_word, std::size_t& hi_word) {
+  const detail::Automaton& a = impl_->automaton;
+  std::vector<std::uint64_t>& marks = scratch_->marks;
+  auto check_all = [&] {
+    if (getenv("PSE_DBG")) fprintf(stderr, "check_all depth %zu rule %u origin %u n %zu chain %zu\n", depth, rule, origin, below.uncertain.size(), chain.size());
+    for (std::uint32_t p : below.uncertain) marks[p >> 6] |= 1ULL << (p & 63);
+    lo_word = std::min<std::size_t>(lo_word, below.uncertain.front() >> 6);
+    hi_word = std::max<std::size_t>(hi_word, below.uncertain.back() >> 6);
+  };
+  if (below.uncertain.empty()) return;
+  // Callers of (rule, origin): items of the origin set with a call edge to the rule.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> parents;  // (return state, its origin)
+  for (const detail::Item& w : chart_->set(origin)) {
+    for (std::uint32_t e = a.call_begin[w.state]; e < a.call_begin[w.state + 1]; ++e) {
+      if (a.call_edges[e].rule == rule) parents.emplace_back(a.call_edges[e].target, w.origin);
+    }
+  }
+  std::sort(parents.begin(), parents.end());
+  parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  if (parents.empty()) {
+    // The top-level root item: after it comes the end of the output, which reads nothing. Any other
+    // item without a caller cannot occur; check on the chart rather than assume.
+    if (!(rule == a.root && origin == 0)) check_all();
+    return;
+  }
+  if (getenv("PSE_DBG")) fprintf(stderr, "depth %zu rule %u origin %u parents %zu unc %zu\n", depth, rule, origin, parents.size(), below.uncertain.size());
+  if (depth >= 8 || parents.size() > 32 || budget < parents.size()) {
+    check_all();
+    return;
+  }
+  budget -= parents.size();
+  for (const auto& [ret, ret_origin] : parents) {
+    chain.push_back(ret);
+    std::shared_ptr<const detail::ChainTable> ct = impl_->chain_table(chain, below);
+    if (ct == nullptr) {
+      chain.pop_back();
+      check_all();
+      return;
+    }
+    for (TokenId id : ct->accepted) mask[id >> 5] |= 1u << (id & 31);
+    resolve_up(chain, ct->view(), a.state_rule[ret], ret_origin, depth + 1, budget, mask, lo_word, hi_word);
+    chain.pop_back();
   }
 }
 

@@ -1,9 +1,11 @@
 // ECMA-262 regex (the JSON Schema `pattern` dialect, u-flag semantics) -> Grammar IR expressions.
-// Annex B leniencies that do not change meaning are accepted: a `{` or `}` that is not a quantifier is a
-// literal, and any ASCII punctuation may be escaped. Everything that cannot be expressed exactly
-// (backreferences, lookaround, \b, anchors in the middle) is a GrammarError naming it and its column.
+// Annex B leniencies that do not change meaning are accepted: a `{` or `}` that is not a quantifier
+// is a literal, and any ASCII punctuation may be escaped. Everything that cannot be expressed
+// exactly (backreferences, lookaround, \b, anchors in the middle) is a GrammarError naming it and
+// its column.
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -13,8 +15,11 @@
 namespace pse {
 namespace {
 
+// Generated patterns (the JSON Schema formats) run to tens of kilobytes; memory is bounded
+// separately by the class-range budget, and every check is linear, so a large bound is safe.
 constexpr std::size_t kMaxPatternBytes = 1 << 20;  // 1 MiB
-constexpr int kMaxGroupDepth = 256;                // deeper nesting is an error, never a stack overflow
+constexpr std::size_t kMaxClassRanges = 1 << 20;   // 8 MiB of CharRange per pattern
+constexpr int kMaxGroupDepth = 256;  // deeper nesting is an error, never a stack overflow
 
 struct Flags {
   bool ignore_case = false;
@@ -32,7 +37,8 @@ std::string quote_pattern(std::string_view pattern) {
   constexpr std::size_t kShown = 60;
   if (pattern.size() <= kShown) return "/" + std::string(pattern) + "/";
   std::size_t cut = kShown;
-  while (cut > 0 && (static_cast<unsigned char>(pattern[cut]) & 0xC0) == 0x80) --cut;  // whole chars
+  while (cut > 0 && (static_cast<unsigned char>(pattern[cut]) & 0xC0) == 0x80)
+    --cut;  // whole chars
   return "/" + std::string(pattern.substr(0, cut)) + ".../";
 }
 
@@ -59,16 +65,18 @@ class RegexParser {
   RegexParser(Grammar& grammar, std::string_view pattern, const RegexOptions& options)
       : g_(grammar), pattern_(pattern), options_(options) {
     if (pattern.size() > kMaxPatternBytes) {
-      throw LimitError("[regex] pattern of " + std::to_string(pattern.size()) + " bytes is over the limit of " +
-                       std::to_string(kMaxPatternBytes) + " bytes");
+      throw LimitError("[regex] pattern of " + std::to_string(pattern.size()) +
+                       " bytes is over the limit of " + std::to_string(kMaxPatternBytes) +
+                       " bytes");
     }
     for (std::size_t pos = 0; pos < pattern.size();) {
       std::uint32_t cp = 0;
       std::size_t len = charset::decode_utf8(pattern, pos, cp);
       if (len == 0) {
-        throw GrammarError("[regex] " + quote_pattern(pattern_) + " column " + std::to_string(cps_.size() + 1) +
-                               ": the pattern is not valid UTF-8 (byte offset " + std::to_string(pos) + ")",
-                           1, cps_.size() + 1);
+        throw GrammarError(
+            "[regex] " + quote_pattern(pattern_) + " column " + std::to_string(cps_.size() + 1) +
+                ": the pattern is not valid UTF-8 (byte offset " + std::to_string(pos) + ")",
+            1, cps_.size() + 1);
       }
       cps_.push_back(cp);
       pos += len;
@@ -93,7 +101,9 @@ class RegexParser {
  private:
   [[noreturn]] void fail(std::size_t at, const std::string& what) const {
     std::size_t column = at + 1;
-    throw GrammarError("[regex] " + quote_pattern(pattern_) + " column " + std::to_string(column) + ": " + what, 1, column);
+    throw GrammarError(
+        "[regex] " + quote_pattern(pattern_) + " column " + std::to_string(column) + ": " + what, 1,
+        column);
   }
 
   bool at_end() const { return pos_ >= cps_.size(); }
@@ -115,7 +125,19 @@ class RegexParser {
 
   ExprId any_char() { return g_.add_char_class({}, true); }
 
-  // full_match=false: an unanchored side may be preceded / followed by anything (JSON Schema search).
+  // Adds a class, charging its ranges to the pattern's budget.
+  ExprId add_class(charset::Ranges ranges, bool negated, std::size_t at) {
+    n_ranges_ += ranges.size();
+    if (n_ranges_ > kMaxClassRanges) {
+      throw LimitError("[regex] " + quote_pattern(pattern_) + " column " + std::to_string(at + 1) +
+                       ": the pattern's character classes need more than " +
+                       std::to_string(kMaxClassRanges) + " ranges");
+    }
+    return g_.add_char_class(std::move(ranges), negated);
+  }
+
+  // full_match=false: an unanchored side may be preceded / followed by anything (JSON Schema
+  // search).
   ExprId wrap_top_level(ExprId body) {
     if (options_.full_match) return body;
     std::vector<ExprId> seq;
@@ -125,21 +147,42 @@ class RegexParser {
     return seq.size() == 1 ? body : g_.add_sequence(std::move(seq));
   }
 
-  // True when, from `from` at group depth `depth`, only `$` and unquantified `)` follow up to the end
-  // of the pattern or a top-level `|`: the `$` ends its top-level alternative.
-  bool only_end_follows(std::size_t from, int depth) const {
-    for (std::size_t i = from; i < cps_.size(); ++i) {
+  // True when, from `from` at group depth `depth`, only `$` and unquantified `)` follow up to the
+  // end of the pattern or a top-level `|`: the `$` ends its top-level alternative.
+  bool only_end_follows(std::size_t from, int depth) {
+    if (end_tail_.empty()) compute_end_tail();
+    const EndTail& t = end_tail_[from];
+    if (t.kind == EndTail::kEnd) return true;
+    return t.kind == EndTail::kBar && static_cast<std::size_t>(depth) == t.closes;
+  }
+
+  // For each position, what a scan over `$` and unquantified `)` meets first: the end of the
+  // pattern, a `|` (after `closes` parentheses), or anything else. One backward pass, so that a
+  // pattern of many `$` costs linear time.
+  struct EndTail {
+    enum Kind : std::uint8_t { kFail, kEnd, kBar } kind = kEnd;
+    std::size_t closes = 0;
+  };
+  void compute_end_tail() {
+    end_tail_.assign(cps_.size() + 1, EndTail{});
+    for (std::size_t i = cps_.size(); i-- > 0;) {
       std::uint32_t c = cps_[i];
-      if (c == '|') return depth == 0;
-      if (c == ')') {
+      EndTail& t = end_tail_[i];
+      if (c == '|') {
+        t = {EndTail::kBar, 0};
+      } else if (c == '$') {
+        t = end_tail_[i + 1];
+      } else if (c == ')') {
         std::uint32_t n = i + 1 < cps_.size() ? cps_[i + 1] : 0;
-        if (n == '*' || n == '+' || n == '?' || (n == '{' && quantifier_braces_at(i + 1))) return false;
-        --depth;
-      } else if (c != '$') {
-        return false;
+        bool quantified =
+            n == '*' || n == '+' || n == '?' || (n == '{' && quantifier_braces_at(i + 1));
+        t = end_tail_[i + 1];
+        if (quantified) t.kind = EndTail::kFail;
+        ++t.closes;
+      } else {
+        t.kind = EndTail::kFail;
       }
     }
-    return true;
   }
 
   ExprId parse_disjunction(int depth, const Flags& flags, std::size_t& n_alternatives) {
@@ -181,8 +224,9 @@ class RegexParser {
       std::uint32_t c = peek();
       if (c == '^') {
         if (!at_alternative_start_) {
-          fail(start, "'^' is only supported at the start of the pattern or of a top-level alternative "
-                      "(possibly inside groups without '|' or a quantifier)");
+          fail(start,
+               "'^' is only supported at the start of the pattern or of a top-level alternative "
+               "(possibly inside groups without '|' or a quantifier)");
         }
         ++pos_;
         anchored_start_ = true;
@@ -192,8 +236,9 @@ class RegexParser {
       }
       if (c == '$') {
         if (!only_end_follows(pos_ + 1, depth)) {
-          fail(start, "'$' is only supported at the end of the pattern or of a top-level alternative "
-                      "(possibly inside groups without '|' or a quantifier)");
+          fail(start,
+               "'$' is only supported at the end of the pattern or of a top-level alternative "
+               "(possibly inside groups without '|' or a quantifier)");
         }
         ++pos_;
         anchored_end_ = true;
@@ -201,7 +246,8 @@ class RegexParser {
         check_no_quantifier("'$'");
         continue;
       }
-      if (c != '(') at_alternative_start_ = false;  // a group clears it once its body consumes something
+      if (c != '(')
+        at_alternative_start_ = false;  // a group clears it once its body consumes something
       bool is_literal = false;
       std::uint32_t literal_cp = 0;
       std::size_t anchors_before = n_anchors_;
@@ -215,7 +261,8 @@ class RegexParser {
         if (is_literal) atom = literal_expr(literal_cp, flags);
         flush();
         items.push_back(g_.add_repeat(atom, min, max));
-      } else if (is_literal && !(flags.ignore_case && charset::case_variants(literal_cp).size() > 1)) {
+      } else if (is_literal &&
+                 !(flags.ignore_case && charset::case_variants(literal_cp).size() > 1)) {
         charset::append_utf8(literal, literal_cp);
       } else {
         if (is_literal) atom = literal_expr(literal_cp, flags);
@@ -231,7 +278,8 @@ class RegexParser {
   void check_no_quantifier(const char* what) {
     std::uint32_t c = peek();
     if (c == '*' || c == '+' || c == '?' || (c == '{' && quantifier_braces_at(pos_))) {
-      fail(pos_, std::string("nothing to repeat: a quantifier cannot follow the assertion ") + what);
+      fail(pos_,
+           std::string("nothing to repeat: a quantifier cannot follow the assertion ") + what);
     }
   }
 
@@ -283,7 +331,8 @@ class RegexParser {
       }
       ++pos_;  // '}'
       if (min > max) {
-        fail(start, "numbers out of order in {" + std::to_string(min) + "," + std::to_string(max) + "} quantifier");
+        fail(start, "numbers out of order in {" + std::to_string(min) + "," + std::to_string(max) +
+                        "} quantifier");
       }
     } else {
       return false;
@@ -341,7 +390,8 @@ class RegexParser {
         fail(open, std::string("lookahead (?") + static_cast<char>(c) +
                        "...) is not supported (a grammar cannot look ahead without consuming)");
       } else if (c == '<' && (peek(1) == '=' || peek(1) == '!')) {
-        fail(open, std::string("lookbehind (?<") + static_cast<char>(peek(1)) + "...) is not supported");
+        fail(open,
+             std::string("lookbehind (?<") + static_cast<char>(peek(1)) + "...) is not supported");
       } else if (c == '<' || (c == 'P' && peek(1) == '<')) {
         pos_ += c == 'P' ? 2 : 1;
         std::size_t name_start = pos_;
@@ -354,21 +404,26 @@ class RegexParser {
         }
         if (at_end()) fail(name_start, "unterminated group name: expected '>'");
         if (pos_ == name_start) fail(name_start, "empty group name");
-        if (cps_[name_start] >= '0' && cps_[name_start] <= '9') fail(name_start, "a group name cannot start with a digit");
+        if (cps_[name_start] >= '0' && cps_[name_start] <= '9')
+          fail(name_start, "a group name cannot start with a digit");
         ++pos_;  // '>'
       } else if (c == 'i' || c == 's' || c == 'm' || c == '-') {
         parse_modifiers(flags);
       } else {
-        std::string shown = at_end() ? std::string("") : (c >= 0x20 && c < 0x7F ? std::string(1, static_cast<char>(c)) : describe(c));
+        std::string shown =
+            at_end() ? std::string("")
+                     : (c >= 0x20 && c < 0x7F ? std::string(1, static_cast<char>(c)) : describe(c));
         fail(open, "unknown group syntax '(?" + shown + "'");
       }
     }
     std::size_t anchors_before = n_anchors_;
     std::size_t n_alternatives = 0;
     ExprId body = parse_disjunction(depth + 1, flags, n_alternatives);
-    if (!eat(')')) fail(open, "expected ')' to close the group opened at column " + std::to_string(open + 1));
+    if (!eat(')'))
+      fail(open, "expected ')' to close the group opened at column " + std::to_string(open + 1));
     if (n_anchors_ > anchors_before && n_alternatives > 1) {
-      fail(anchor_positions_[anchors_before], "'^' and '$' are not supported inside a group with alternatives ('|')");
+      fail(anchor_positions_[anchors_before],
+           "'^' and '$' are not supported inside a group with alternatives ('|')");
     }
     return body;
   }
@@ -407,7 +462,8 @@ class RegexParser {
         if (v > kMaxCodePoint) fail(esc_start, "\\u{...} code point is past U+10FFFF");
         ++pos_, ++digits;
       }
-      if (digits == 0 || !eat('}')) fail(esc_start, "malformed \\u{...} escape: expected hex digits and '}'");
+      if (digits == 0 || !eat('}'))
+        fail(esc_start, "malformed \\u{...} escape: expected hex digits and '}'");
       return static_cast<std::uint32_t>(v);
     }
     auto four = [&](std::size_t at) -> std::uint32_t {
@@ -444,18 +500,30 @@ class RegexParser {
   // Character escapes common to atoms and classes; returns false when `c` is not one.
   bool character_escape(std::uint32_t c, std::size_t esc_start, bool in_class, std::uint32_t& cp) {
     switch (c) {
-      case 't': cp = '\t'; return true;
-      case 'n': cp = '\n'; return true;
-      case 'r': cp = '\r'; return true;
-      case 'f': cp = '\f'; return true;
-      case 'v': cp = '\v'; return true;
+      case 't':
+        cp = '\t';
+        return true;
+      case 'n':
+        cp = '\n';
+        return true;
+      case 'r':
+        cp = '\r';
+        return true;
+      case 'f':
+        cp = '\f';
+        return true;
+      case 'v':
+        cp = '\v';
+        return true;
       case '0':
-        if (peek() >= '0' && peek() <= '9') fail(esc_start, "octal escapes (\\0 followed by a digit) are not supported");
+        if (peek() >= '0' && peek() <= '9')
+          fail(esc_start, "octal escapes (\\0 followed by a digit) are not supported");
         cp = 0;
         return true;
       case 'c': {
         std::uint32_t l = peek();
-        if (!((l >= 'a' && l <= 'z') || (l >= 'A' && l <= 'Z'))) fail(esc_start, "\\c must be followed by a letter");
+        if (!((l >= 'a' && l <= 'z') || (l >= 'A' && l <= 'Z')))
+          fail(esc_start, "\\c must be followed by a letter");
         ++pos_;
         cp = l % 32;
         return true;
@@ -475,7 +543,7 @@ class RegexParser {
         }
         return true;
       default:
-        if (!is_ascii_alnum(c) && c != '_' ) {  // identity escape: syntax characters and punctuation
+        if (!is_ascii_alnum(c) && c != '_') {  // identity escape: syntax characters and punctuation
           cp = c;
           return true;
         }
@@ -484,38 +552,68 @@ class RegexParser {
   }
 
   // \d \D \w \W \s \S \p{..} \P{..}; returns false when `c` is not a class escape.
-  bool class_escape(std::uint32_t c, std::size_t esc_start, const Flags& flags, charset::Ranges& out) {
+  bool class_escape(std::uint32_t c, std::size_t esc_start, const Flags& flags,
+                    charset::Ranges& out) {
     switch (c) {
-      case 'd': out = charset::digit(); return true;
-      case 'D': out = charset::complement(charset::digit()); return true;
-      case 's': out = charset::space(); return true;
-      case 'S': out = charset::complement(charset::space()); return true;
-      case 'w': out = flags.ignore_case ? charset::case_closure(charset::word()) : charset::word(); return true;
+      case 'd':
+        out = charset::digit();
+        return true;
+      case 'D':
+        out = charset::complement(charset::digit());
+        return true;
+      case 's':
+        out = charset::space();
+        return true;
+      case 'S':
+        out = charset::complement(charset::space());
+        return true;
+      case 'w':
+        out = flags.ignore_case ? cached_set("w/i") : charset::word();
+        return true;
       case 'W':
-        out = charset::complement(flags.ignore_case ? charset::case_closure(charset::word()) : charset::word());
+        out = flags.ignore_case ? cached_set("W/i") : charset::complement(charset::word());
         return true;
       case 'p':
       case 'P': {
-        if (!eat('{')) fail(esc_start, std::string("\\") + static_cast<char>(c) + " must be followed by {property}");
+        if (!eat('{'))
+          fail(esc_start,
+               std::string("\\") + static_cast<char>(c) + " must be followed by {property}");
         std::string body;
         while (!at_end() && peek() != '}') {
           std::uint32_t b = peek();
-          if (!(is_ascii_alnum(b) || b == '_' || b == '=')) fail(pos_, "invalid character " + describe(b) + " in \\p{...}");
+          if (!(is_ascii_alnum(b) || b == '_' || b == '='))
+            fail(pos_, "invalid character " + describe(b) + " in \\p{...}");
           body.push_back(static_cast<char>(b));
           ++pos_;
         }
         if (!eat('}')) fail(esc_start, "unterminated \\p{...}: expected '}'");
+        std::string key =
+            std::string(1, static_cast<char>(c)) + body + (flags.ignore_case ? "/i" : "");
+        if (auto it = set_cache_.find(key); it != set_cache_.end()) {
+          out = it->second;
+          return true;
+        }
         std::string error;
         std::optional<charset::Ranges> set = charset::unicode_property(body, error);
         if (!set) fail(esc_start, error);
         // With i, \p{Lu} matches what its case closure matches (u-mode Canonicalize).
         charset::Ranges r = flags.ignore_case ? charset::case_closure(*set) : std::move(*set);
         out = c == 'P' ? charset::complement(charset::normalize(std::move(r))) : std::move(r);
+        set_cache_.emplace(std::move(key), out);
         return true;
       }
       default:
         return false;
     }
+  }
+
+  // \w and \W under the i flag, computed once per pattern.
+  const charset::Ranges& cached_set(const std::string& key) {
+    auto it = set_cache_.find(key);
+    if (it != set_cache_.end()) return it->second;
+    charset::Ranges closed = charset::case_closure(charset::word());
+    charset::Ranges value = key == "W/i" ? charset::complement(closed) : closed;
+    return set_cache_.emplace(key, std::move(value)).first->second;
   }
 
   [[noreturn]] void unsupported_escape(std::uint32_t c, std::size_t esc_start) {
@@ -528,7 +626,8 @@ class RegexParser {
       fail(esc_start, std::string("word boundary \\") + static_cast<char>(c) + " is not supported");
     }
     if (c == 0xFFFFFFFFu) fail(esc_start, "the pattern ends with a lone '\\'");
-    fail(esc_start, "unknown escape \\" + (c < 0x80 ? std::string(1, static_cast<char>(c)) : describe(c)));
+    fail(esc_start,
+         "unknown escape \\" + (c < 0x80 ? std::string(1, static_cast<char>(c)) : describe(c)));
   }
 
   ExprId parse_escape(const Flags& flags, bool& is_literal, std::uint32_t& literal_cp) {
@@ -537,7 +636,7 @@ class RegexParser {
     std::uint32_t c = peek();
     if (c != 0xFFFFFFFFu) ++pos_;
     charset::Ranges set;
-    if (class_escape(c, esc_start, flags, set)) return g_.add_char_class(std::move(set));
+    if (class_escape(c, esc_start, flags, set)) return add_class(std::move(set), false, esc_start);
     std::uint32_t cp = 0;
     if (c != 0xFFFFFFFFu && character_escape(c, esc_start, false, cp)) {
       is_literal = true;
@@ -593,10 +692,12 @@ class RegexParser {
         std::size_t hi_start = pos_;
         ClassAtom hi = parse_class_atom(flags);
         if (lo.is_set || hi.is_set) {
-          fail(lo.is_set ? atom_start : hi_start, "a class escape like \\d cannot be a range end in a character class");
+          fail(lo.is_set ? atom_start : hi_start,
+               "a class escape like \\d cannot be a range end in a character class");
         }
         if (lo.cp > hi.cp) {
-          fail(atom_start, "range out of order in character class: " + describe(lo.cp) + "-" + describe(hi.cp));
+          fail(atom_start,
+               "range out of order in character class: " + describe(lo.cp) + "-" + describe(hi.cp));
         }
         ranges.push_back({lo.cp, hi.cp});
       } else if (lo.is_set) {
@@ -606,7 +707,7 @@ class RegexParser {
       }
     }
     if (flags.ignore_case) ranges = charset::case_closure(ranges);
-    return g_.add_char_class(std::move(ranges), negated);
+    return add_class(std::move(ranges), negated, open);
   }
 
   Grammar& g_;
@@ -617,7 +718,11 @@ class RegexParser {
   bool anchored_start_ = false;
   bool anchored_end_ = false;
   bool at_alternative_start_ = true;
-  std::size_t n_anchors_ = 0;               // anchors seen so far
+  std::vector<EndTail> end_tail_;
+  std::unordered_map<std::string, charset::Ranges>
+      set_cache_;              // \p{..} and \w/i sets, by spelling  // computed at the first `$`
+  std::size_t n_ranges_ = 0;   // character-class ranges added so far
+  std::size_t n_anchors_ = 0;  // anchors seen so far
   std::vector<std::size_t> anchor_positions_;  // their positions, for errors found later
 };
 
@@ -634,13 +739,26 @@ ExprId add_regex(Grammar& grammar, std::string_view pattern, const RegexOptions&
     std::vector<ExprId> children;
     for (ExprId c : e.children) children.push_back(map[c]);
     switch (e.kind) {
-      case ExprKind::kEmpty: map[i] = grammar.add_empty(); break;
-      case ExprKind::kBytes: map[i] = grammar.add_bytes(e.bytes); break;
-      case ExprKind::kCharClass: map[i] = grammar.add_char_class(e.ranges, e.negated); break;
-      case ExprKind::kSequence: map[i] = grammar.add_sequence(std::move(children)); break;
-      case ExprKind::kChoice: map[i] = grammar.add_choice(std::move(children)); break;
-      case ExprKind::kRepeat: map[i] = grammar.add_repeat(children.at(0), e.min, e.max); break;
-      case ExprKind::kRuleRef: throw GrammarError("[regex] internal: a regex produced a rule reference");
+      case ExprKind::kEmpty:
+        map[i] = grammar.add_empty();
+        break;
+      case ExprKind::kBytes:
+        map[i] = grammar.add_bytes(e.bytes);
+        break;
+      case ExprKind::kCharClass:
+        map[i] = grammar.add_char_class(e.ranges, e.negated);
+        break;
+      case ExprKind::kSequence:
+        map[i] = grammar.add_sequence(std::move(children));
+        break;
+      case ExprKind::kChoice:
+        map[i] = grammar.add_choice(std::move(children));
+        break;
+      case ExprKind::kRepeat:
+        map[i] = grammar.add_repeat(children.at(0), e.min, e.max);
+        break;
+      case ExprKind::kRuleRef:
+        throw GrammarError("[regex] internal: a regex produced a rule reference");
     }
   }
   return map[root];

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -35,7 +35,9 @@ class TextCursor {
   std::size_t pos() const { return pos_; }
   void set_pos(std::size_t pos) { pos_ = pos; }
   bool at_end() const { return pos_ >= text_.size(); }
-  char peek(std::size_t ahead = 0) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
+  char peek(std::size_t ahead = 0) const {
+    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
+  }
   bool starts_with(std::string_view s) const { return text_.substr(pos_).starts_with(s); }
   void advance(std::size_t n = 1) { pos_ = std::min(text_.size(), pos_ + n); }
   bool eat(char c) {

@@ -123,48 +123,76 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
   return table;
 }
 
-CallerTable build_caller_table(const Automaton& a, const Vocabulary& vocab, const TokenTable& table,
-                               std::uint32_t caller_return) {
-  // The rest of a token after an end of the callee, read from caller_return: 0 rejected, 1 uncertain
-  // (the caller's rule may end part-way, at any depth including 0, with a byte its callers may read),
-  // 2 accepted.
+ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
+                             std::uint32_t caller_return) {
+  // The rest of each token after a depth where the callee ends, read from caller_return in a detached
+  // chart. Consumed: accepted. Dead: the depths where the caller's rule ended (outer end, any depth
+  // including 0) with a byte its own callers may read carry the token one level up; none: rejected.
+  // The rests come mostly in byte order (tokens are sorted and usually end the callee at the same
+  // depth), so consecutive ones share the chart of their common prefix; `leaves` is a prefix property.
   const std::uint32_t rule = a.state_rule[caller_return];
   const ByteSet& follow = a.rule_follow[rule];
   Chart chart(&a);
   chart.reset_detached({&caller_return, 1});
-  std::unordered_map<std::string_view, std::uint8_t> memo;
-  auto classify = [&](std::string_view rest) -> std::uint8_t {
-    auto it = memo.find(rest);
-    if (it != memo.end()) return it->second;
-    chart.truncate(2);
-    std::uint8_t verdict = 2;
-    bool may_leave = false;
-    for (std::size_t i = 0; i < rest.size(); ++i) {
-      const unsigned char c = static_cast<unsigned char>(rest[i]);
-      may_leave = may_leave || (byte_set_has(follow, c) && chart.last_has_final(rule, 0));
-      if (!chart.push(c)) {
-        verdict = may_leave ? 1 : 0;
-        break;
+  std::vector<std::uint32_t> leaves;  // rest positions i where the caller's rule may be left
+  std::string_view prev;
+  std::size_t dead_at = SIZE_MAX;
+  bool have_prev = false;
+  std::vector<std::uint32_t> next_ends;
+  // Returns true when the rest is consumed; else appends offset + leave positions (< dead index) to
+  // next_ends.
+  auto walk = [&](std::string_view rest, std::uint32_t offset) {
+    std::size_t l = 0;
+    if (have_prev) {
+      const std::size_t n = std::min(prev.size(), rest.size());
+      while (l < n && prev[l] == rest[l]) ++l;
+    }
+    have_prev = true;
+    prev = rest;
+    if (!(dead_at != SIZE_MAX && l > dead_at)) {
+      const std::size_t depth = std::min(l, chart.n_sets() - 2);
+      chart.truncate(depth + 2);
+      while (!leaves.empty() && leaves.back() >= depth) leaves.pop_back();
+      dead_at = SIZE_MAX;
+      for (std::size_t i = depth; i < rest.size(); ++i) {
+        const unsigned char c = static_cast<unsigned char>(rest[i]);
+        if (byte_set_has(follow, c) && chart.last_has_final(rule, 0)) leaves.push_back(static_cast<std::uint32_t>(i));
+        if (!chart.push(c)) {
+          dead_at = i;
+          break;
+        }
       }
+      if (dead_at == SIZE_MAX) return true;
     }
-    memo.emplace(rest, verdict);
-    return verdict;
+    for (std::uint32_t i : leaves) {
+      if (i > dead_at) break;
+      next_ends.push_back(offset + i);
+    }
+    return false;
   };
-  CallerTable out;
+  ChainTable out;
   const std::vector<TokenId>& sorted = vocab.text_tokens();
-  for (std::size_t i = 0; i < table.uncertain.size(); ++i) {
-    const std::uint32_t p = table.uncertain[i];
+  for (std::size_t k = 0; k < below.uncertain.size(); ++k) {
+    const std::uint32_t p = below.uncertain[k];
     const std::string_view tok = vocab.sorted_token(p);
-    std::uint8_t best = 0;
-    for (std::uint32_t e = table.end_begin[i]; e < table.end_begin[i + 1] && best < 2; ++e) {
-      best = std::max(best, classify(tok.substr(table.end_depths[e])));
+    next_ends.clear();
+    bool accepted = false;
+    for (std::uint32_t e = below.end_begin[k]; e < below.end_begin[k + 1] && !accepted; ++e) {
+      const std::uint32_t j = below.end_depths[e];
+      accepted = walk(tok.substr(j), j);
     }
-    if (best == 2) {
+    if (accepted) {
       out.accepted.push_back(sorted[p]);
-    } else if (best == 1) {
+    } else if (!next_ends.empty()) {
+      std::sort(next_ends.begin(), next_ends.end());
+      next_ends.erase(std::unique(next_ends.begin(), next_ends.end()), next_ends.end());
       out.uncertain.push_back(p);
+      out.end_begin.push_back(static_cast<std::uint32_t>(out.end_depths.size()));
+      out.end_depths.insert(out.end_depths.end(), next_ends.begin(), next_ends.end());
     }
   }
+  out.end_begin.push_back(static_cast<std::uint32_t>(out.end_depths.size()));
+  std::sort(out.accepted.begin(), out.accepted.end());
   return out;
 }
 

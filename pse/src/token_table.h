@@ -6,12 +6,19 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "automaton.h"
 #include "pse/vocabulary.h"
 
 namespace pse::detail {
+
+// Uncertain tokens with, per token, the byte depths at which the current rule may be left with the
+// rest of the token still to read (a view of a TokenTable or a ChainTable).
+struct UncertainView {
+  std::span<const std::uint32_t> uncertain, end_begin, end_depths;
+};
 
 struct TokenTable {
   // Accepted tokens: a bitset over the mask rows when many, else a sorted id list.
@@ -28,24 +35,30 @@ struct TokenTable {
     return (accepted_bits.capacity() + accepted_list.capacity() + uncertain.capacity() + end_begin.capacity() +
             end_depths.capacity()) * 4;
   }
+  UncertainView view() const { return {uncertain, end_begin, end_depths}; }
 };
 
-// The uncertain tokens of a state's table resolved for one caller: the state's rule was called by an
-// item that continues at `caller_return` once the rule is complete. Tokens whose rest is read inside
-// the caller's rule are accepted, those it cannot read are dropped, the others stay uncertain (checked
-// against the real chart).
-struct CallerTable {
-  std::vector<TokenId> accepted;
+// A table's uncertain tokens resolved one caller further up: the rule was called by an item that
+// continues at `caller_return` once the rule is complete. Tokens whose rest is read inside the
+// caller's rule are accepted; those whose rest may leave that rule too stay uncertain, with the new
+// depths (for the next caller up); the others are rejected.
+struct ChainTable {
+  std::vector<TokenId> accepted;         // ascending ids
   std::vector<std::uint32_t> uncertain;  // positions in Vocabulary::text_tokens(), ascending
-  std::size_t memory_bytes() const { return (accepted.capacity() + uncertain.capacity()) * 4; }
+  std::vector<std::uint32_t> end_begin;  // [uncertain.size() + 1]
+  std::vector<std::uint32_t> end_depths;
+  UncertainView view() const { return {uncertain, end_begin, end_depths}; }
+  std::size_t memory_bytes() const {
+    return (accepted.capacity() + uncertain.capacity() + end_begin.capacity() + end_depths.capacity()) * 4;
+  }
 };
-
-CallerTable build_caller_table(const Automaton& automaton, const Vocabulary& vocabulary, const TokenTable& table,
-                               std::uint32_t caller_return);
 
 // Classifies every text token for `state`. Throws LimitError when `deadline` (if given) passes.
 TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocabulary,
                              std::uint32_t state,
                              const std::chrono::steady_clock::time_point* deadline);
+
+ChainTable build_chain_table(const Automaton& automaton, const Vocabulary& vocabulary, UncertainView below,
+                             std::uint32_t caller_return);
 
 }  // namespace pse::detail

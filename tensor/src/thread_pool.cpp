@@ -66,8 +66,55 @@ void ThreadPool::worker_main(int thread) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    run_task(thread);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    // Enter, then check the job is still open and still the one we woke for (a worker that was
+    // descheduled may arrive after the caller closed an optional job, or a job later).
+    entered_.fetch_add(1, std::memory_order_seq_cst);
+    if (open_.load(std::memory_order_seq_cst) && job_gen_.load(std::memory_order_seq_cst) == gen) {
+      run_task(thread);
+      finished_.fetch_add(1, std::memory_order_acq_rel);
+      finished_.notify_one();
+    }
+    if (entered_.fetch_sub(1, std::memory_order_acq_rel) == 1) entered_.notify_one();
+  }
+}
+
+namespace {
+// Spins, then sleeps, until `a` holds `target`.
+void wait_for(std::atomic<int>& a, int target, std::uint32_t spins) {
+  int v = a.load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; v != target && i < spins; ++i) {
+    ORCHARD_CPU_RELAX();
+    v = a.load(std::memory_order_acquire);
+  }
+  while (v != target) {
+    a.wait(v, std::memory_order_acquire);
+    v = a.load(std::memory_order_acquire);
+  }
+}
+}  // namespace
+
+void ThreadPool::dispatch(FunctionRef<void(int, int)>& fn, bool all_threads) {
+  std::lock_guard<std::mutex> call_lock(call_mutex_);
+  task_ = &fn;
+  error_ = nullptr;
+  finished_.store(0, std::memory_order_relaxed);
+  job_gen_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+  open_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  run_task(0);
+  const std::uint32_t spins = spin_iterations_.load(std::memory_order_relaxed);
+  // A job every thread must run waits for all of them; an optional one (chunks claimed from a shared
+  // counter, all done by now) is closed at once, so a worker the OS has not scheduled yet is not waited
+  // for: on a busy machine the caller finishes the work alone instead of idling.
+  if (all_threads) wait_for(finished_, n_threads_ - 1, spins);
+  open_.store(false, std::memory_order_seq_cst);
+  wait_for(entered_, 0, spins);
+  task_ = nullptr;
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
   }
 }
 
@@ -80,30 +127,7 @@ void ThreadPool::run(FunctionRef<void(int thread, int n_threads)> fn) {
     for (int t = 0; t < n_threads_; ++t) fn(t, n_threads_);
     return;
   }
-  std::lock_guard<std::mutex> call_lock(call_mutex_);
-  task_ = &fn;
-  error_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
-  run_task(0);
-  // Wait for the workers: spin, then sleep on the counter.
-  const std::uint32_t spins = spin_iterations_.load(std::memory_order_relaxed);
-  int left = pending_.load(std::memory_order_acquire);
-  for (std::uint32_t i = 0; left != 0 && i < spins; ++i) {
-    ORCHARD_CPU_RELAX();
-    left = pending_.load(std::memory_order_acquire);
-  }
-  while (left != 0) {
-    pending_.wait(left, std::memory_order_acquire);
-    left = pending_.load(std::memory_order_acquire);
-  }
-  task_ = nullptr;
-  if (error_) {
-    std::exception_ptr e = error_;
-    error_ = nullptr;
-    std::rethrow_exception(e);
-  }
+  dispatch(fn, true);
 }
 
 void ThreadPool::parallel_for(std::int64_t n, FunctionRef<void(std::int64_t, std::int64_t)> fn,
@@ -119,14 +143,20 @@ void ThreadPool::parallel_for(std::int64_t n, FunctionRef<void(std::int64_t, std
       std::max(grain, (n + n_threads_ * kChunksPerThread - 1) / (n_threads_ * kChunksPerThread));
   const std::int64_t n_chunks = (n + chunk - 1) / chunk;
   alignas(64) std::atomic<std::int64_t> next{0};
-  run([&](int, int) {
+  auto body = [&](int, int) {
     for (;;) {
       const std::int64_t c = next.fetch_add(1, std::memory_order_relaxed);
       if (c >= n_chunks) return;
       const std::int64_t begin = c * chunk;
       fn(begin, std::min(n, begin + chunk));
     }
-  });
+  };
+  if (tl_active_pool == this) {
+    body(0, n_threads_);
+    return;
+  }
+  FunctionRef<void(int, int)> ref(body);
+  dispatch(ref, false);
 }
 
 void ThreadPool::parallel_for_static(std::int64_t n,

@@ -1,6 +1,6 @@
-// libFuzzer target for the ECMA-262 regex front-end. The first byte picks the options (full match or
-// search, i, s); the rest is the pattern. A valid Grammar or a pse::Error, nothing else; add_regex
-// must leave the grammar unchanged when it throws.
+// libFuzzer target for the ECMA-262 regex front-end. The first byte picks the options (full match
+// or search, i, s); the rest is the pattern. A valid Grammar or a pse::Error, nothing else;
+// add_regex must leave the grammar unchanged when it throws.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

@@ -115,6 +115,27 @@ TEST(AttentionTest, DecodeLongContextOnThreadPool) {
   check(c, 8, &pool);
 }
 
+// Few (sequence, KV head) units and long contexts: decode splits the keys and merges partial softmax
+// states; windows leave some splits without a visible key.
+TEST(AttentionTest, DecodeSplitKvSmallBatch) {
+  tensor::ThreadPool pool(2);
+  std::uint32_t seed = 50;
+  for (int window : {0, 100, 700}) {
+    for (auto lens : {std::vector<std::int32_t>{2000}, std::vector<std::int32_t>{1100, 3000}}) {
+      AttentionCase c;
+      c.seq_lens = lens;
+      c.n_q_heads = 8;
+      c.n_kv_heads = 1;
+      c.head_dim = 80;
+      c.dtype = tensor::DType::f16;
+      c.window = window;
+      c.soft_cap = window == 100 ? 30.0f : 0.0f;
+      check(c, seed++, &pool);
+      check(c, seed++, nullptr);
+    }
+  }
+}
+
 TEST(AttentionTest, PrefillSweep) {
   std::uint32_t seed = 200;
   const std::vector<std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> batches = {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -126,9 +127,13 @@ TEST(RopeTest, FastMatchesReferenceOverSweep) {
         for (auto& p : positions) p = pos_dist(rng);
         std::vector<float> x(static_cast<std::size_t>(n_tokens * n_heads * head_dim));
         for (float& v : x) v = dist(rng);
+        // NaN guards after the rows: a write past the last row shows.
+        constexpr int kGuard = 16;
         std::vector<float> ref = x, fast = x;
+        fast.resize(x.size() + kGuard, std::numeric_limits<float>::quiet_NaN());
         pal::rope_ref(c, positions.data(), ref.data(), n_tokens, n_heads);
         pal::rope(c, positions.data(), fast.data(), n_tokens, n_heads, n_case % 2 ? &pool : nullptr);
+        for (int g = 0; g < kGuard; ++g) ASSERT_TRUE(std::isnan(fast[x.size() + g])) << "write past the end";
         for (std::size_t i = 0; i < x.size(); i += head_dim) {
           double scale = 1e-30, worst = 0.0;
           for (int d = 0; d < head_dim; ++d) scale = std::max(scale, std::fabs(double(ref[i + d])));

@@ -36,45 +36,55 @@ std::string nested_arrays(int depth) {
 
 TEST(Gbnf, SharedGrammarsAcceptAndReject) {
   ORCHARD_REQUIRE_SHARED_DATA("grammars/json.gbnf");
-  const std::vector<Expectation> expectations = {
-      {"arithmetic.gbnf",
-       {"1+2=3\n", "x*(y+1)=z\n", "a=b\nc=d\n", "( a )=b\n"},
-       {"1+2=3", "=3\n", "1++2=3\n", "A=1\n", ""}},
-      {"c.gbnf",
-       {"", "int main(){return 0;}", "float f(int x){x = x+1;return x;}",
-        "int g(){while(a<b){a = a+1;}if(a==b){return 1;}else{return 2;}}", "int h(){// note\n}",
-        "char c(){/* a * b */}"},
-       {"int main(){return 0}", "main(){}", "int main(){return 0;};", "int main(){/* open}"}},
-      {"chess.gbnf",
-       {"1. e4 e5\n2. Nf3 Nc6\n", "1. d4 Nf6\n2. c4 e6\n3. Nc3 Bb4\n", "1. e4 e5\n2. O-O O-O-O\n",
-        "1. e4 e5\n2. exd5 Qxd5+\n", "1. e4 e5\n2. e8=Q Kxe8#\n"},
-       {"1. e4 e5\n", "1. e9 e5\n2. Nf3 Nc6\n", "1. e4 e5\n2. Nf3\n", "2. e4 e5\n2. e4 e5\n"}},
-      {"english.gbnf",
-       {"Hello, world!", "one\ttwo\nthree", "a", "[x] {y} \\z ~"},
-       {"", "Hello  world", "h\xC3\xA9llo", "trailing ", " leading"}},
-      {"japanese.gbnf",
-       {"\xE3\x81\x93\xE3\x82\x93\xE3\x81\xAB\xE3\x81\xA1\xE3\x81\xAF",           // こんにちは
-        "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xE3\x82\xAB\xE3\x82\xBF\xE3\x82\xAB\xE3\x83\x8A",  // 日本語 カタカナ
-        "\xE3\x81\x82\xE3\x80\x82"},                                                // あ。
-       {"hello", "\xE3\x81\x82 ", "", "\xE3\x81\x82  \xE3\x81\x82", "\xE3\x81"}},  // truncated UTF-8
-      {"json.gbnf",
-       {"{}", "{\"a\": 1}", "{\"a\": [1, 2.5, true, null, \"x\\n\\u00e9\"], \"b\": {\"c\": -0.5e+3}}",
-        "{\n  \"k\": \"v\"\n}", nested_arrays(100), "{\"s\": \"\xE6\x97\xA5\"}"},
-       {"[]", "{\"a\" 1}", "{\"a\": [1,]}", "{'a': 1}", "{\"a\": 01}", "{\"a\": \"\x01\"}",
-        nested_arrays(100) + "]", "{\"a\": \"\\x\"}"}},
-      {"json_arr.gbnf",
-       {"[\n]", "[\n1,\n2]", "[\n{\"a\": [true]},\n\"s\"]"},
-       {"[1]", "[\n1,2]", "[\n]\n"}},
-      {"list.gbnf",
-       {"- a\n", "- a\n- b c\n", "- \xE6\x97\xA5\n"},
-       {"", "- \n", "- a", "* a\n", "- a\r\n", "- a\xE2\x80\xA8z\n"}},
-  };
+  const std::vector<Expectation>
+      expectations =
+          {
+              {"arithmetic.gbnf",
+               {"1+2=3\n", "x*(y+1)=z\n", "a=b\nc=d\n", "( a )=b\n"},
+               {"1+2=3", "=3\n", "1++2=3\n", "A=1\n", ""}},
+              {"c.gbnf",
+               {"", "int main(){return 0;}", "float f(int x){x = x+1;return x;}",
+                "int g(){while(a<b){a = a+1;}if(a==b){return 1;}else{return 2;}}",
+                "int h(){// note\n}", "char c(){/* a * b */}"},
+               {"int main(){return 0}", "main(){}", "int main(){return 0;};",
+                "int main(){/* open}"}},
+              {"chess.gbnf",
+               {"1. e4 e5\n2. Nf3 Nc6\n", "1. d4 Nf6\n2. c4 e6\n3. Nc3 Bb4\n",
+                "1. e4 e5\n2. O-O O-O-O\n", "1. e4 e5\n2. exd5 Qxd5+\n",
+                "1. e4 e5\n2. e8=Q Kxe8#\n"},
+               {"1. e4 e5\n", "1. e9 e5\n2. Nf3 Nc6\n", "1. e4 e5\n2. Nf3\n",
+                "2. e4 e5\n2. e4 e5\n"}},
+              {"english.gbnf",
+               {"Hello, world!", "one\ttwo\nthree", "a", "[x] {y} \\z ~"},
+               {"", "Hello  world", "h\xC3\xA9llo", "trailing ", " leading"}},
+              {"japanese.gbnf",
+               {"\xE3\x81\x93\xE3\x82\x93\xE3\x81\xAB\xE3\x81\xA1\xE3\x81\xAF",  // こんにちは
+                "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E "
+                "\xE3\x82\xAB\xE3\x82\xBF\xE3\x82\xAB\xE3\x83\x8A",  // 日本語 カタカナ
+                "\xE3\x81\x82\xE3\x80\x82"},                         // あ。
+               {"hello", "\xE3\x81\x82 ", "", "\xE3\x81\x82  \xE3\x81\x82",
+                "\xE3\x81"}},  // truncated UTF-8
+              {"json.gbnf",
+               {"{}", "{\"a\": 1}",
+                "{\"a\": [1, 2.5, true, null, \"x\\n\\u00e9\"], \"b\": {\"c\": -0.5e+3}}",
+                "{\n  \"k\": \"v\"\n}", nested_arrays(100), "{\"s\": \"\xE6\x97\xA5\"}"},
+               {"[]", "{\"a\" 1}", "{\"a\": [1,]}", "{'a': 1}", "{\"a\": 01}", "{\"a\": \"\x01\"}",
+                nested_arrays(100) + "]", "{\"a\": \"\\x\"}"}},
+              {"json_arr.gbnf",
+               {"[\n]", "[\n1,\n2]", "[\n{\"a\": [true]},\n\"s\"]"},
+               {"[1]", "[\n1,2]", "[\n]\n"}},
+              {"list.gbnf",
+               {"- a\n", "- a\n- b c\n", "- \xE6\x97\xA5\n"},
+               {"", "- \n", "- a", "* a\n", "- a\r\n", "- a\xE2\x80\xA8z\n"}},
+          };
   for (const Expectation& e : expectations) {
     std::string text = read_grammar(e.file);
     ASSERT_FALSE(text.empty()) << e.file;
     Grammar g = parse_gbnf(text);
-    for (const std::string& y : e.yes) EXPECT_TRUE(accepts(g, y)) << e.file << " should accept:\n" << y;
-    for (const std::string& n : e.no) EXPECT_FALSE(accepts(g, n)) << e.file << " should reject:\n" << n;
+    for (const std::string& y : e.yes)
+      EXPECT_TRUE(accepts(g, y)) << e.file << " should accept:\n" << y;
+    for (const std::string& n : e.no)
+      EXPECT_FALSE(accepts(g, n)) << e.file << " should reject:\n" << n;
   }
 }
 
@@ -95,7 +105,9 @@ esc ::= "\x41\u00e9\U0001F600\t\"\\" [\[\]\-]
 )";
   Grammar g = parse_gbnf(text);
   EXPECT_TRUE(accepts(g, "hi, Bobxxyz!d\x41\xC3\xA9\xF0\x9F\x98\x80\t\"\\]"));
-  EXPECT_TRUE(accepts(g, "heyxxyyyzz\n\xE6\x97\xA5" "A\xC3\xA9\xF0\x9F\x98\x80\t\"\\-"));
+  EXPECT_TRUE(accepts(g,
+                      "heyxxyyyzz\n\xE6\x97\xA5"
+                      "A\xC3\xA9\xF0\x9F\x98\x80\t\"\\-"));
   EXPECT_FALSE(accepts(g, "heyxyzz\nzA\xC3\xA9\xF0\x9F\x98\x80\t\"\\-"));    // x{2}
   EXPECT_FALSE(accepts(g, "heyxxyzzz\nzA\xC3\xA9\xF0\x9F\x98\x80\t\"\\-"));  // z{0,2}
   EXPECT_FALSE(accepts(g, "heyxxy\nbA\xC3\xA9\xF0\x9F\x98\x80\t\"\\-"));     // [^a-c0-9]
@@ -127,7 +139,8 @@ TEST(Gbnf, CrLfLineEndings) {
   EXPECT_TRUE(accepts(g, "ab"));
 }
 
-void expect_error(const std::string& text, std::size_t line, std::size_t column, std::string_view fragment) {
+void expect_error(const std::string& text, std::size_t line, std::size_t column,
+                  std::string_view fragment) {
   try {
     parse_gbnf(text);
     ADD_FAILURE() << "should be rejected:\n" << text;
@@ -146,13 +159,16 @@ TEST(Gbnf, Errors) {
   expect_error("root ::= \"\\uD800\"", 1, 11, "surrogate");
   expect_error("root ::= [z-a]", 1, 11, "bad range");
   expect_error("root ::= [abc", 1, 10, "unterminated character class");
-  expect_error("root ::= \"a\"\n\nrest ::= foo bar\nfoo ::= \"f\"\n", 3, 14, "undefined rule 'bar'");
+  expect_error("root ::= \"a\"\n\nrest ::= foo bar\nfoo ::= \"f\"\n", 3, 14,
+               "undefined rule 'bar'");
   expect_error("root ::= \"a\" @", 1, 14, "expected a literal");
   expect_error("root = \"a\"", 1, 6, "expected '::='");
-  expect_error("root ::= (\"a\" \"b\"\nx ::= \"c\"\n", 2, 3, "expected ')' to close the group opened at line 1, column 10");
+  expect_error("root ::= (\"a\" \"b\"\nx ::= \"c\"\n", 2, 3,
+               "expected ')' to close the group opened at line 1, column 10");
   expect_error("root ::= \"a\")", 1, 13, "unmatched ')'");
   expect_error("root ::= * \"a\"", 1, 10, "no preceding item");
   expect_error("root ::= \"a\"{3,2}", 1, 13, "min is greater than max");
+  expect_error("root ::= \"a\"* +", 1, 15, "cannot directly follow another repetition");
   expect_error("root ::= \"a\"{x}", 1, 14, "expected an integer");
   expect_error("root ::= \"a\"{2,3", 1, 17, "expected '}'");
   expect_error("root ::= \"a\"\nroot ::= \"b\"\n", 2, 1, "defined twice");

@@ -95,9 +95,11 @@ TEST(Grammar, ValidateUndefinedRoot) {
 
 Grammar small_grammar(const std::string& literal) {
   Grammar g;
-  RuleId ws = g.add_rule("ws", g.add_repeat(g.add_char_class({{' ', ' '}, {'\t', '\t'}}), 0, kUnbounded));
-  RuleId root = g.add_rule("root", g.add_sequence({g.add_bytes(literal), g.add_rule_ref(ws),
-                                                   g.add_choice({g.add_bytes("a"), g.add_empty()})}));
+  RuleId ws =
+      g.add_rule("ws", g.add_repeat(g.add_char_class({{' ', ' '}, {'\t', '\t'}}), 0, kUnbounded));
+  RuleId root =
+      g.add_rule("root", g.add_sequence({g.add_bytes(literal), g.add_rule_ref(ws),
+                                         g.add_choice({g.add_bytes("a"), g.add_empty()})}));
   g.set_root(root);
   return g;
 }
@@ -121,8 +123,9 @@ TEST(Grammar, HashIsStableAndContentSensitive) {
   EXPECT_NE(neg1.hash(), neg2.hash());
 }
 
-// The hash keys caches that may outlive a process: it must not depend on the platform, the run or the
-// standard library. Changing the serialization is allowed but must be deliberate (update these).
+// The hash keys caches that may outlive a process: it must not depend on the platform, the run or
+// the standard library. Changing the serialization is allowed but must be deliberate (update
+// these).
 TEST(Grammar, HashIsAFixedFunction) {
   EXPECT_EQ(small_grammar("key").hash(), 0xF8762B1527D4E16Cull);
   EXPECT_EQ(Grammar().hash(), 0xBC7C93CED0D0D9A7ull);

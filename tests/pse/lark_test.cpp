@@ -108,7 +108,9 @@ TEST(Lark, CommonTerminalLanguages) {
       {"FLOAT", {"1e5", "1.5", ".5E-3", "2.e+1"}, {"1", "e5"}},
       {"NUMBER", {"1", "1.5", "1e5"}, {"-1", "a"}},
       {"SIGNED_NUMBER", {"-1", "+1.5", "1e5"}, {"+-1"}},
-      {"ESCAPED_STRING", {"\"\"", "\"a\\\"b\"", "\"\\\\\""}, {"\"", "\"a\"b\"", "\"\\\"", "\"a\nb\""}},
+      {"ESCAPED_STRING",
+       {"\"\"", "\"a\\\"b\"", "\"\\\\\""},
+       {"\"", "\"a\"b\"", "\"\\\"", "\"a\nb\""}},
       {"CNAME", {"_a1", "Foo"}, {"1a", ""}},
       {"WORD", {"Hello"}, {"a1"}},
       {"WS", {" \t\n\r\f"}, {""}},
@@ -123,8 +125,10 @@ TEST(Lark, CommonTerminalLanguages) {
   };
   for (const C& c : cases) {
     Grammar g = parse_lark(std::string("start: ") + c.name + "\n%import common." + c.name + "\n");
-    for (const auto& y : c.yes) EXPECT_TRUE(accepts(g, y)) << c.name << " should accept '" << y << "'";
-    for (const auto& n : c.no) EXPECT_FALSE(accepts(g, n)) << c.name << " should reject '" << n << "'";
+    for (const auto& y : c.yes)
+      EXPECT_TRUE(accepts(g, y)) << c.name << " should accept '" << y << "'";
+    for (const auto& n : c.no)
+      EXPECT_FALSE(accepts(g, n)) << c.name << " should reject '" << n << "'";
   }
 }
 
@@ -155,7 +159,8 @@ TEST(Lark, LlguidanceEmptyOptionsHeader) {
   EXPECT_TRUE(accepts(g, "a"));
 }
 
-void expect_error(const std::string& text, std::size_t line, std::size_t column, std::string_view fragment) {
+void expect_error(const std::string& text, std::size_t line, std::size_t column,
+                  std::string_view fragment) {
   try {
     parse_lark(text);
     ADD_FAILURE() << "should be rejected:\n" << text;
@@ -183,6 +188,7 @@ TEST(Lark, Errors) {
   expect_error("start: \"z\"..\"a\"\n", 1, 8, "bad range");
   expect_error("start: \"ab\"..\"z\"\n", 1, 8, "single characters");
   expect_error("start: \"a\" ~ 3..2\n", 1, 12, "minimum is greater");
+  expect_error("start: \"a\"*?\n", 1, 12, "cannot directly follow another operator");
   expect_error("start: /ab(c/\n", 1, 11, "expected ')'");
   expect_error("start: /a(?=b)/\n", 1, 10, "lookahead");
   expect_error("start: /abc\n", 1, 8, "unterminated regex");
@@ -207,10 +213,12 @@ TEST(Lark, MissingStartIsAnError) {
 }
 
 TEST(Lark, DeepNestingIsAnErrorNotACrash) {
-  std::string deep = "start: " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')') + "\n";
+  std::string deep =
+      "start: " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')') + "\n";
   EXPECT_THROW(parse_lark(deep), GrammarError);
   std::string chain = "start: T0\n";
-  for (int i = 0; i < 3000; ++i) chain += "T" + std::to_string(i) + ": T" + std::to_string(i + 1) + "\n";
+  for (int i = 0; i < 3000; ++i)
+    chain += "T" + std::to_string(i) + ": T" + std::to_string(i + 1) + "\n";
   chain += "T3000: \"z\"\n";
   EXPECT_TRUE(accepts(parse_lark(chain), "z"));
 }

@@ -109,16 +109,18 @@ void Tokenizer::Impl::push_unknown_bytes(std::string_view raw, std::vector<Token
 
 void Tokenizer::Impl::encode_bpe_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.empty()) return;
-  if (ignore_merges) {
-    if (const TokenId* id = bytes_to_id.find(word)) {
-      out.push_back(*id);
-      return;
-    }
-  }
+  // The per-thread cache is small and hot; look there first, then the whole word in the vocabulary.
   const bool cacheable = word.size() <= detail::PieceCache::kMaxPieceBytes;
   detail::PieceCache* cache = cacheable ? &detail::PieceCache::for_thread(instance_id) : nullptr;
   if (cache && cache->lookup(word, out)) return;
   const std::size_t first = out.size();
+  if (ignore_merges) {
+    if (const TokenId* id = bytes_to_id.find(word)) {
+      out.push_back(*id);
+      if (cache) cache->store(word, out.data() + first, 1);
+      return;
+    }
+  }
   thread_local std::vector<TokenId> syms;
   syms.clear();
   for (char ch : word) syms.push_back(byte_token[static_cast<unsigned char>(ch)]);
@@ -195,9 +197,13 @@ class SymbolTable {
     if (byte_level_) {
       if (!decode_byte_level(text, raw)) raw = std::string(text);
     } else {
-      raw = std::string(text);
-      for (std::size_t at = raw.find("\xE2\x96\x81"); at != std::string::npos; at = raw.find("\xE2\x96\x81", at)) {
-        raw.replace(at, 3, " ");
+      for (std::size_t at = 0; at < text.size();) {  // ▁ -> ' '
+        if (text.substr(at, 3) == "\xE2\x96\x81") {
+          raw.push_back(' ');
+          at += 3;
+        } else {
+          raw.push_back(text[at++]);
+        }
       }
     }
     impl_.extra_bytes.push_back(std::move(raw));

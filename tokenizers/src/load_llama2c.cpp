@@ -37,14 +37,14 @@ std::shared_ptr<Tokenizer::Impl> load_llama2c(const std::string& content, const 
                                     at + 4, impl->texts.size(), len));
     }
     impl->scores.push_back(score);
-    impl->texts.emplace_back(content.substr(at + 8, static_cast<std::size_t>(len)));
+    impl->texts.emplace_back(content.data() + at + 8, static_cast<std::size_t>(len));
     at += 8 + static_cast<std::size_t>(len);
   }
   const std::size_t n = impl->texts.size();
   if (n < 3) throw FormatError(fmt::format("[tokenizer] {}: {} tokens; a llama2.c vocabulary has at least 3", name, n));
   impl->kind = ModelKind::kSentencePiece;
   impl->spm_scores = true;
-  impl->spm_space = " ";
+  impl->spm_space.assign(1, ' ');
   impl->pre_name = "default";
   impl->types.assign(n, TokenType::kNormal);
   impl->types[0] = TokenType::kUnknown;

@@ -21,7 +21,7 @@ inline std::uint64_t next_instance_id() {
 class PieceCache {
  public:
   static constexpr std::size_t kMaxPieceBytes = 48;
-  static constexpr std::size_t kMaxEntries = 1 << 15;
+  static constexpr std::size_t kMaxEntries = 1 << 16;  // about 5 MB per thread at most
 
   static PieceCache& for_thread(std::uint64_t owner) {
     thread_local PieceCache cache;
@@ -42,7 +42,8 @@ class PieceCache {
   }
 
   void store(std::string_view piece, const std::int32_t* ids, std::size_t n) {
-    if (entries_.size() >= kMaxEntries) clear();
+    // Full: keep what is there (the frequent pieces come early) rather than thrash on a cyclic pattern.
+    if (entries_.size() >= kMaxEntries) return;
     // Keys live in fixed-size blocks so the views in index_ stay valid as the cache grows.
     if (blocks_.empty() || blocks_.back().size() + piece.size() > blocks_.back().capacity()) {
       blocks_.emplace_back();

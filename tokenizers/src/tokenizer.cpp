@@ -30,12 +30,7 @@ void Tokenizer::Impl::finish() {
     throw FormatError(fmt::format("[tokenizer] {}: {} scores for {} tokens", source, scores.size(), n));
   }
   attrs.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (unicode::find_invalid_utf8(texts[i]) != std::string_view::npos && types[i] != TokenType::kByte) {
-      // Stored texts are UTF-8 in every supported format except raw byte pieces (llama2.c); keep them.
-    }
-    text_to_id.insert(texts[i], static_cast<TokenId>(i));
-  }
+  for (std::size_t i = 0; i < n; ++i) text_to_id.insert(texts[i], static_cast<TokenId>(i));
   if (kind == ModelKind::kSentencePiece) {
     byte_token.fill(-1);
     for (std::size_t i = 0; i < n; ++i) {

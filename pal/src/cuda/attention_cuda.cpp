@@ -20,9 +20,9 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeUnroll = 2;
 constexpr int kDecodeMmaKeys = 32;  // MMA_KEYS in decode_attention.cu
-constexpr int kPrefillBlockM = 64;
+constexpr int kPrefillWarps = 4;
+constexpr unsigned kMergeThreads = 256;   // MERGE_THREADS in decode_attention.cu  // default PREFILL_WARPS
 constexpr std::int32_t kMaxChunk = 4096;  // MAX_CHUNK in decode_attention.cu
-constexpr unsigned kMergeThreads = 256;   // MERGE_THREADS in decode_attention.cu
 constexpr int kPrefillBlockN = 64;
 
 // Mirrors DecodeParams in decode_attention.cu field by field.
@@ -141,12 +141,14 @@ struct DecodeKernel {
   std::string variant;  // options that change occupancy
 };
 
-DecodeKernel decode_kernel(std::int32_t head_dim, bool bf16, std::int32_t group, std::int32_t unroll, bool simt) {
-  const auto options = decode_options(head_dim, bf16, group, unroll);
+DecodeKernel decode_kernel(std::int32_t head_dim, bool bf16, std::int32_t group, std::int32_t unroll, bool simt,
+                           int stages = 2) {
+  auto options = decode_options(head_dim, bf16, group, unroll);
   DecodeKernel k;
-  k.variant = options[0] + options[1] + options[2] + options[4] + (simt ? "simt" : "mma");
+  k.variant = options[0] + options[1] + options[2] + options[4] + (simt ? "simt" : "mma") + std::to_string(stages);
   if (!simt && head_dim <= 128 && group <= 16) {
-    k.shared_bytes = kDecodeWarps * 4 * kDecodeMmaKeys * (head_dim + 8) * 2;
+    options.push_back("-DMMA_STAGES=" + std::to_string(stages));
+    k.shared_bytes = kDecodeWarps * stages * 2 * kDecodeMmaKeys * (head_dim + 8) * 2;
     k.kernel = detail::kernel("decode_attention.cu", options, "decode_attention_mma", k.shared_bytes);
   } else {
     k.kernel = detail::kernel("decode_attention.cu", options, "decode_attention_split");
@@ -154,8 +156,22 @@ DecodeKernel decode_kernel(std::int32_t head_dim, bool bf16, std::int32_t group,
   return k;
 }
 
-int prefill_shared_bytes(std::int32_t head_dim) {
-  return (kPrefillBlockM + 4 * kPrefillBlockN) * (head_dim + 8) * 2;
+// The split workspace (partial outputs, then max / sum per split) of one stream: kept per stream and grown
+// as needed, so that work queued on other streams never receives memory a running decode still uses.
+float* split_workspace(const tensor::cuda::Stream* stream, std::size_t floats) {
+  static std::mutex mutex;
+  static auto* buffers = new std::map<const void*, tensor::cuda::DeviceBuffer>();  // lives until exit
+  std::lock_guard<std::mutex> lock(mutex);
+  tensor::cuda::DeviceBuffer& b = (*buffers)[stream != nullptr ? stream->handle() : nullptr];
+  if (b.bytes() < floats * sizeof(float)) {
+    if (!b.empty()) tensor::cuda::synchronize();  // queued work may still read the old buffer
+    b = tensor::cuda::MemoryPool::global().allocate(floats * sizeof(float));
+  }
+  return b.as<float>();
+}
+
+int prefill_shared_bytes(std::int32_t head_dim, int warps) {
+  return (warps * 16 + 4 * kPrefillBlockN) * (head_dim + 8) * 2;
 }
 
 }  // namespace
@@ -182,43 +198,49 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   if (tuning.unroll != 0 && tuning.unroll != 1 && tuning.unroll != 2 && tuning.unroll != 4) {
     throw Error(fmt::format("[{}] tuning unroll {} must be 0, 1, 2 or 4", op, tuning.unroll));
   }
-  const DecodeKernel dk = decode_kernel(kv.head_dim, kv.dtype == tensor::DType::bf16, group,
-                                        tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll, simt);
+  if (tuning.stages != 0 && tuning.stages != 2 && tuning.stages != 3) {
+    throw Error(fmt::format("[{}] tuning stages {} must be 0, 2 or 3", op, tuning.stages));
+  }
+  const bool bf16 = kv.dtype == tensor::DType::bf16;
+  const std::int32_t unroll = tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll;
+  DecodeKernel dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt);
   std::int32_t chunk = tuning.chunk;
   if (chunk == 0) chunk = decode_chunk(kv.n_seqs, kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant, dk.shared_bytes);
   // A split stages at most kMaxChunk page ids, and the merge at most kMaxChunk splits.
   chunk = std::max<std::int32_t>(chunk, static_cast<std::int32_t>((max_seq_len + kMaxChunk - 1) / kMaxChunk + 63) / 64 * 64);
   chunk = std::min(chunk, kMaxChunk);
   const std::int32_t n_splits = (max_seq_len + chunk - 1) / chunk;
-  const auto options = decode_options(kv.head_dim, kv.dtype == tensor::DType::bf16, group,
-                                      tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll);
+  // With at most one block per multiprocessor, shared memory is free for a third tile in flight per warp.
+  int stages = tuning.stages;
+  if (stages == 0) {
+    stages = static_cast<std::int64_t>(n_splits) * kv.n_kv_heads * kv.n_seqs <= detail::n_sms() ? 3 : 2;
+  }
+  if (!simt && stages != 2) dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt, stages);
 
-  tensor::cuda::DeviceBuffer part_o, part_ml;
   DecodeParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, args.q, args.out,
                  nullptr, nullptr, kv.n_kv_heads, params.n_q_heads, n_splits, chunk, params.scale,
                  params.logit_soft_cap, params.sliding_window};
   if (n_splits > 1) {
     const std::size_t rows = static_cast<std::size_t>(kv.n_seqs) * params.n_q_heads * n_splits;
-    part_o = tensor::cuda::MemoryPool::global().allocate(rows * kv.head_dim * sizeof(float));
-    part_ml = tensor::cuda::MemoryPool::global().allocate(rows * 2 * sizeof(float));
-    p.part_o = part_o.as<float>();
-    p.part_ml = part_ml.as<float>();
+    float* ws = split_workspace(stream, rows * (kv.head_dim + 2));
+    p.part_o = ws;
+    p.part_ml = ws + rows * kv.head_dim;
   }
   void* argv[] = {&p};
   dk.kernel.launch({static_cast<unsigned>(n_splits), static_cast<unsigned>(kv.n_kv_heads),
                    static_cast<unsigned>(kv.n_seqs)},
                   {kDecodeWarps * 32, 1, 1}, static_cast<unsigned>(dk.shared_bytes), stream, argv);
   if (n_splits > 1) {
+    const auto options = decode_options(kv.head_dim, kv.dtype == tensor::DType::bf16, group,
+                                        tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll);
     detail::kernel("decode_attention.cu", options, "decode_attention_merge")
         .launch({static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs), 1},
                 {kMergeThreads, 1, 1}, 0, stream, argv);
   }
-  // The workspace returns to the pool now; the pool hands it out again only to work queued after this
-  // on the same stream order (single-stream use) -- callers with several streams synchronize first.
 }
 
 void prefill_attention(const PagedKv& kv, const AttentionParams& params, const PrefillArgs& args,
-                       std::int32_t max_q_len, const tensor::cuda::Stream* stream) {
+                       std::int32_t max_q_len, const tensor::cuda::Stream* stream, const PrefillTuning& tuning) {
   constexpr const char* op = "pal::cuda::prefill_attention";
   validate(kv, params, op);
   if (kv.n_seqs == 0) return;
@@ -226,16 +248,21 @@ void prefill_attention(const PagedKv& kv, const AttentionParams& params, const P
     throw Error(fmt::format("[{}] q, out or qo_indptr is null", op));
   }
   if (max_q_len <= 0) throw Error(fmt::format("[{}] max_q_len {} must be positive", op, max_q_len));
-  const auto options = base_options(kv);
+  if (tuning.warps != 0 && tuning.warps != 4 && tuning.warps != 8) {
+    throw Error(fmt::format("[{}] tuning warps {} must be 0, 4 or 8", op, tuning.warps));
+  }
+  const int warps = tuning.warps == 0 ? kPrefillWarps : tuning.warps;
+  auto options = base_options(kv);
+  options.push_back("-DPREFILL_WARPS=" + std::to_string(warps));
   PrefillParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, args.qo_indptr,
                   args.q, args.out, kv.n_kv_heads, params.n_q_heads, params.scale, params.logit_soft_cap,
                   params.sliding_window};
   void* argv[] = {&p};
-  const int shared = prefill_shared_bytes(kv.head_dim);
+  const int shared = prefill_shared_bytes(kv.head_dim, warps);
   tensor::cuda::Kernel k = detail::kernel("prefill_attention.cu", options, "prefill_attention", shared);
-  k.launch({static_cast<unsigned>((max_q_len + kPrefillBlockM - 1) / kPrefillBlockM),
+  k.launch({static_cast<unsigned>((max_q_len + warps * 16 - 1) / (warps * 16)),
             static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs)},
-           {128, 1, 1}, static_cast<unsigned>(shared), stream, argv);
+           {static_cast<unsigned>(warps * 32), 1, 1}, static_cast<unsigned>(shared), stream, argv);
 }
 
 std::int32_t decode_default_chunk(const PagedKv& kv, const AttentionParams& params, std::int32_t max_seq_len) {
@@ -251,15 +278,26 @@ std::int32_t decode_default_chunk(const PagedKv& kv, const AttentionParams& para
 }
 
 std::vector<KernelVariant> kernel_variants() {
+  // Every entry point, head dim and KV type once, without the full cross product (CI compiles each for two
+  // architectures): bf16 everywhere, f16 on one variant of each kernel.
   std::vector<KernelVariant> out;
+  auto plain = [](std::int32_t d, bool bf16) {
+    return std::vector<std::string>{"-DHEAD_DIM=" + std::to_string(d), std::string("-DKV_BF16=") + (bf16 ? "1" : "0")};
+  };
   for (std::int32_t d : {64, 128, 256}) {
-    for (bool bf16 : {false, true}) {
-      for (std::int32_t group : {1, 4}) out.push_back({"decode_attention.cu", decode_options(d, bf16, group)});
-      std::vector<std::string> o = {"-DHEAD_DIM=" + std::to_string(d), std::string("-DKV_BF16=") + (bf16 ? "1" : "0")};
-      out.push_back({"prefill_attention.cu", o});
-      out.push_back({"kv_write.cu", o});
-    }
+    out.push_back({"decode_attention.cu", decode_options(d, true, 4)});
+    out.push_back({"decode_attention.cu", decode_options(d, false, 1)});
+    out.push_back({"prefill_attention.cu", plain(d, true)});
+    out.push_back({"kv_write.cu", plain(d, true)});
   }
+  auto deep = decode_options(128, true, 16);
+  deep.push_back("-DMMA_STAGES=3");
+  out.push_back({"decode_attention.cu", deep});
+  auto wide = plain(128, true);
+  wide.push_back("-DPREFILL_WARPS=8");
+  out.push_back({"prefill_attention.cu", wide});
+  out.push_back({"prefill_attention.cu", plain(128, false)});
+  out.push_back({"kv_write.cu", plain(64, false)});
   return out;
 }
 

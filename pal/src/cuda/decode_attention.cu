@@ -1,6 +1,7 @@
 // Paged decode attention, split-KV (flash-decoding). One block per (split, KV head, sequence) handles the
-// GROUP query heads that share the KV head over `chunk` tokens; a second kernel merges the splits.
+// GROUP query heads that share the KV head over `chunk` tokens.
 // Compile-time: HEAD_DIM (64, 128, 256), GROUP (query heads per KV head), KV_BF16, N_WARPS, UNROLL.
+// With several splits, decode_attention_merge combines them (a second launch).
 //
 // Each token's HEAD_DIM-vector of one KV head is read by LANES = HEAD_DIM / 8 lanes with 16-byte loads, so
 // a warp covers 32 / LANES tokens per step and UNROLL steps are in flight before the first use. The
@@ -227,7 +228,8 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
 
 // Merges the splits of one (sequence, query head): grid (n_q_heads, n_seqs), MERGE_THREADS threads. Each
 // thread owns 4 dims of one group of splits (split s goes to group s % MERGE_GROUPS); the groups meet in
-// shared memory.
+// shared memory. (Fusing this into the split kernel, the last block to finish merging, measured slower:
+// that block's serial merge becomes the tail.)
 #define MERGE_THREADS 256
 #define MERGE_GROUPS (MERGE_THREADS / (HEAD_DIM / 4))
 extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_merge(const DecodeParams p) {
@@ -289,7 +291,11 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_mer
 #if HEAD_DIM <= 128 && GROUP <= 16
 #define MMA_KEYS 32
 #define MMA_STRIDE (HEAD_DIM + 8)
-#define MMA_WARP_ELEMS (4 * MMA_KEYS * MMA_STRIDE)  // 2 stages x (K, V)
+#ifndef MMA_STAGES
+#define MMA_STAGES 2  // tiles in flight per warp; 3 when the grid has one block per multiprocessor
+#endif
+#define MMA_STAGE_ELEMS (2 * MMA_KEYS * MMA_STRIDE)  // K then V of one tile
+#define MMA_WARP_ELEMS (MMA_STAGES * MMA_STAGE_ELEMS)
 
 __device__ __forceinline__ void mma_load_tile(const DecodeParams& p, const int* pages, int first_page, int kvh,
                                               long long slot_stride, int tile_start, int t_end, kv_t* sk, kv_t* sv,
@@ -361,24 +367,33 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
   for (int i = 0; i < HEAD_DIM / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
-  int it = warp;
-  if (it < n_tiles) {
-    mma_load_tile(p, sm_pages, first_page, kvh, slot_stride, t_begin + it * MMA_KEYS, t_end, my,
-                  my + 2 * MMA_KEYS * MMA_STRIDE, lane);
-  }
-  cp_async_commit();
-  int stage = 0;
-  for (; it < n_tiles; it += N_WARPS) {
-    const int nxt = it + N_WARPS;
-    if (nxt < n_tiles) {
-      mma_load_tile(p, sm_pages, first_page, kvh, slot_stride, t_begin + nxt * MMA_KEYS, t_end,
-                    my + (stage ^ 1) * MMA_KEYS * MMA_STRIDE, my + (2 + (stage ^ 1)) * MMA_KEYS * MMA_STRIDE, lane);
+#pragma unroll
+  for (int k = 0; k < MMA_STAGES - 1; ++k) {
+    const int tile = warp + k * N_WARPS;
+    kv_t* st = my + k * MMA_STAGE_ELEMS;
+    if (tile < n_tiles) {
+      mma_load_tile(p, sm_pages, first_page, kvh, slot_stride, t_begin + tile * MMA_KEYS, t_end, st,
+                    st + MMA_KEYS * MMA_STRIDE, lane);
     }
     cp_async_commit();
-    cp_async_wait<1>();
+  }
+  int stage = 0;
+  for (int it = warp; it < n_tiles; it += N_WARPS) {
+    const int pre = it + (MMA_STAGES - 1) * N_WARPS;  // the tile MMA_STAGES - 1 rounds ahead
+    {
+      int pst = stage + MMA_STAGES - 1;
+      if (pst >= MMA_STAGES) pst -= MMA_STAGES;
+      kv_t* st = my + pst * MMA_STAGE_ELEMS;
+      if (pre < n_tiles) {
+        mma_load_tile(p, sm_pages, first_page, kvh, slot_stride, t_begin + pre * MMA_KEYS, t_end, st,
+                      st + MMA_KEYS * MMA_STRIDE, lane);
+      }
+    }
+    cp_async_commit();
+    cp_async_wait<MMA_STAGES - 1>();
     __syncwarp();
-    const kv_t* sk = my + stage * MMA_KEYS * MMA_STRIDE;
-    const kv_t* sv = my + (2 + stage) * MMA_KEYS * MMA_STRIDE;
+    const kv_t* sk = my + stage * MMA_STAGE_ELEMS;
+    const kv_t* sv = sk + MMA_KEYS * MMA_STRIDE;
     const int tile_start = t_begin + it * MMA_KEYS;
 
     float s[MMA_KEYS / 8][4];
@@ -445,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
       }
     }
     __syncwarp();  // every lane is done with this stage before it is refilled
-    stage ^= 1;
+    stage = stage + 1 == MMA_STAGES ? 0 : stage + 1;
   }
   cp_async_wait<0>();
 

@@ -1,12 +1,15 @@
 // Paged prefill attention (causal, chunked prefill over cached pages) on the tensor cores: mma.sync
 // m16n8k16 with bf16 or f16 operands (the KV type) and f32 accumulators, flash-attention style.
-// One block of 4 warps takes 64 query rows of one (sequence, query head); each warp owns 16 rows. K and V
+// One block of PREFILL_WARPS warps (4 or 8) takes 16 query rows per warp of one (sequence, query head). K and V
 // tiles of 64 keys are gathered from their pages into shared memory by cp.async, two stages deep.
 // Compile-time: HEAD_DIM (64, 128, 256), KV_BF16.
 
-#define BLOCK_M 64
+#ifndef PREFILL_WARPS
+#define PREFILL_WARPS 4
+#endif
+#define BLOCK_M (PREFILL_WARPS * 16)
 #define BLOCK_N 64
-#define N_THREADS 128
+#define N_THREADS (PREFILL_WARPS * 32)
 #define STRIDE (HEAD_DIM + 8)  // padded smem row (elements): conflict-free fragment loads
 #define Q_IN_REGISTERS (HEAD_DIM <= 128)  // at 256 the accumulators leave no room
 

@@ -1,7 +1,7 @@
 // The grammar IR: rules over byte-level terminals. Every front-end (GBNF, Lark, regex, JSON Schema)
 // produces a Grammar; the Compiler turns a Grammar plus a Vocabulary into a CompiledGrammar.
-// Expressions live in one arena and are referred to by ExprId; rules may refer to each other (and to
-// themselves) by RuleId. A Grammar is a plain value: copyable, comparable by content hash.
+// Expressions live in one arena and are referred to by ExprId; rules may refer to each other (and
+// to themselves) by RuleId. A Grammar is a plain value: copyable, comparable by content hash.
 #pragma once
 
 #include <cstdint>
@@ -41,13 +41,13 @@ inline constexpr std::uint32_t kMaxCodePoint = 0x10FFFF;
 
 struct Expr {
   ExprKind kind = ExprKind::kEmpty;
-  std::string bytes;                // kBytes
-  std::vector<CharRange> ranges;    // kCharClass: sorted, disjoint, non-adjacent (normalized)
-  bool negated = false;             // kCharClass: complement within [0, 0x10FFFF] minus surrogates
-  std::vector<ExprId> children;     // kSequence, kChoice; kRepeat has exactly one
-  std::uint32_t min = 0;            // kRepeat
-  std::uint32_t max = 0;            // kRepeat
-  RuleId rule = 0;                  // kRuleRef
+  std::string bytes;              // kBytes
+  std::vector<CharRange> ranges;  // kCharClass: sorted, disjoint, non-adjacent (normalized)
+  bool negated = false;           // kCharClass: complement within [0, 0x10FFFF] minus surrogates
+  std::vector<ExprId> children;   // kSequence, kChoice; kRepeat has exactly one
+  std::uint32_t min = 0;          // kRepeat
+  std::uint32_t max = 0;          // kRepeat
+  RuleId rule = 0;                // kRuleRef
 };
 
 struct Rule {
@@ -60,8 +60,9 @@ class Grammar {
  public:
   // Builders. Each returns the id of the new expression. Character-class ranges are normalized
   // (sorted, merged, surrogates U+D800..U+DFFF removed); an empty non-negated class matches nothing
-  // (a valid but dead alternative); a range with lo > hi or past U+10FFFF throws GrammarError. Child
-  // expressions and rules must already exist (GrammarError otherwise); the grammar is unchanged on a throw.
+  // (a valid but dead alternative); a range with lo > hi or past U+10FFFF throws GrammarError.
+  // Child expressions and rules must already exist (GrammarError otherwise); the grammar is
+  // unchanged on a throw.
   ExprId add_empty();
   ExprId add_bytes(std::string bytes);
   ExprId add_char_class(std::vector<CharRange> ranges, bool negated = false);
@@ -72,8 +73,8 @@ class Grammar {
   ExprId add_rule_ref(RuleId rule);
 
   // Rules: declare first (for forward references), define once. declare_rule of an existing name
-  // returns its id. Throws GrammarError on a duplicate definition or an empty name. find_rule returns
-  // kNoRule when absent.
+  // returns its id. Throws GrammarError on a duplicate definition or an empty name. find_rule
+  // returns kNoRule when absent.
   static constexpr RuleId kNoRule = std::numeric_limits<RuleId>::max();
   RuleId declare_rule(std::string_view name);
   void define_rule(RuleId rule, ExprId body);
@@ -91,8 +92,9 @@ class Grammar {
   const Expr& expr(ExprId id) const { return exprs_.at(id); }
   const Rule& rule(RuleId id) const { return rules_.at(id); }
 
-  // Checks that the root is set and every referenced rule is defined; throws GrammarError naming the
-  // first undefined rule. Does not reject empty languages (the compiler does, with a clear error).
+  // Checks that the root is set and every referenced rule is defined; throws GrammarError naming
+  // the first undefined rule. Does not reject empty languages (the compiler does, with a clear
+  // error).
   void validate() const;
   // A GBNF-like rendering, for debugging and error messages (not a stable format).
   std::string to_string() const;

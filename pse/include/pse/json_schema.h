@@ -29,6 +29,9 @@ struct JsonSchemaOptions {
   JsonLayout layout = JsonLayout::kFlexible;
   std::uint32_t max_whitespace_run = 4;  // kFlexible: the longest whitespace run between two tokens
   std::uint32_t indent_width = 2;        // kIndented
+  // kIndented: members nested deeper than this many levels are written on one line with ", " and ": "
+  // (exact indentation of unbounded nesting is not context-free; values are never restricted by it).
+  std::uint32_t indent_levels = 16;
   JsonPropertyOrder property_order = JsonPropertyOrder::kSchemaOrder;
   // The draft when the schema has no (recognized) "$schema": 4, 6, 7, 2019 or 2020. It decides how "$ref"
   // with sibling keywords reads (draft <= 7: the siblings are ignored).
@@ -36,6 +39,9 @@ struct JsonSchemaOptions {
   // "format": kAssert enforces the formats listed in docs/json-schema.md (and rejects the others with a
   // SchemaError); kAnnotate ignores "format", as draft 2020-12 does by default (format-annotation).
   enum class Format : std::uint8_t { kAssert, kAnnotate } format = Format::kAssert;
+  // Keywords that are neither validation keywords nor known annotations: kError (a SchemaError naming
+  // them) or kIgnore (treated as annotations). Vendor extensions "x-..." are always annotations.
+  enum class UnknownKeywords : std::uint8_t { kError, kIgnore } unknown_keywords = UnknownKeywords::kError;
   // Other schema documents that "$ref" may name, by absolute URI (e.g. "http://example.com/item.json"),
   // as JSON text. References to a URI that is neither here nor in the schema are a SchemaError.
   std::map<std::string, std::string> documents;

@@ -18,6 +18,7 @@ namespace pse {
 
 namespace detail {
 class Chart;
+struct UncertainView;
 }
 
 class Matcher {
@@ -75,6 +76,11 @@ class Matcher {
   std::vector<std::uint32_t> history_;    // number of sets before each step
   bool terminated_ = false;
   std::unique_ptr<Scratch> scratch_;
+
+  // Resolves uncertain tokens through the callers of (rule, origin), recursively (matcher.cpp).
+  void resolve_up(std::vector<std::uint32_t>& chain, const detail::UncertainView& below, std::uint32_t rule,
+                  std::uint32_t origin, std::size_t depth, std::size_t& budget, std::span<std::uint32_t> mask,
+                  std::size_t& lo_word, std::size_t& hi_word);
 };
 
 // Fills masks[i * words .. (i + 1) * words) for matchers[i] (words = the matchers' mask_words(), all

@@ -57,7 +57,8 @@ class ThreadPool {
   void run(FunctionRef<void(int thread, int n_threads)> fn);
 
   // Splits [0, n) into contiguous chunks of at least `grain` elements (a few per thread, claimed
-  // dynamically so a slow thread does not hold the others back) and calls fn(begin, end) for each.
+  // dynamically so a slow thread does not hold the others back) and calls fn(begin, end) for each. A
+  // worker that has not started by the time the caller has finished every chunk is not waited for.
   // Runs inline when n is small or the pool has one thread. Throws tensor::Error when grain < 1.
   void parallel_for(std::int64_t n, FunctionRef<void(std::int64_t begin, std::int64_t end)> fn,
                     std::int64_t grain = 1);
@@ -74,13 +75,19 @@ class ThreadPool {
  private:
   void worker_main(int thread);
   void run_task(int thread);
+  // Publishes fn to the workers, runs it as thread 0, and returns when it is done: on every thread
+  // (all_threads) or on the caller plus whichever workers joined before the caller finished.
+  void dispatch(FunctionRef<void(int, int)>& fn, bool all_threads);
 
   int n_threads_ = 1;
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel call at a time
   FunctionRef<void(int, int)>* task_ = nullptr;
   alignas(64) std::atomic<std::uint32_t> generation_{0};
-  alignas(64) std::atomic<int> pending_{0};
+  alignas(64) std::atomic<std::uint32_t> job_gen_{0};  // generation of the job workers may join
+  std::atomic<bool> open_{false};                       // the job still accepts workers
+  alignas(64) std::atomic<int> entered_{0};             // workers inside the job protocol now
+  alignas(64) std::atomic<int> finished_{0};            // workers that ran the current job
   std::atomic<bool> stop_{false};
   std::atomic<std::uint32_t> spin_iterations_{20000};
   std::mutex error_mutex_;

@@ -208,6 +208,10 @@ void bench_decode(const tc::Stream& s, double copy_gbs, int batch, int ctx, int 
     t.chunk = chunk;
     t.unroll = unroll;
     t.simt = unroll > 0;
+    if (unroll < 0) {  // a negative "unroll" asks the tensor-core kernel for -unroll stages
+      t.unroll = 0;
+      t.stages = -unroll;
+    }
     const double ms = time_ms(s, [&] {
       pal::cuda::decode_attention(cache.kv, p, {q.as<float>(), out.as<float>()}, ctx, &s, t);
     });
@@ -216,12 +220,14 @@ void bench_decode(const tc::Stream& s, double copy_gbs, int batch, int ctx, int 
          chunk == 0 && unroll == 0
              ? ", \"default_chunk\": " + std::to_string(pal::cuda::decode_default_chunk(cache.kv, p, ctx))
              : ", \"variant\": \"chunk=" + std::to_string(chunk) +
-                   (unroll > 0 ? " simt unroll=" + std::to_string(unroll) : std::string(" mma")) + "\"");
+                   (unroll > 0 ? " simt unroll=" + std::to_string(unroll)
+                               : " mma" + (unroll < 0 ? " stages=" + std::to_string(-unroll) : std::string())) +
+                   "\"");
   }
 }
 
 void bench_prefill(const tc::Stream& s, double gemm_tflops, int n_seqs, int len, int n_q, int n_kv, int d,
-                   tensor::DType dt) {
+                   tensor::DType dt, std::vector<int> warps_variants = {0}) {
   BenchCache cache(n_seqs, len, n_kv, d, dt);
   std::vector<std::int32_t> qo(n_seqs + 1);
   for (int i = 0; i <= n_seqs; ++i) qo[i] = i * len;
@@ -232,16 +238,20 @@ void bench_prefill(const tc::Stream& s, double gemm_tflops, int n_seqs, int len,
   pal::AttentionParams p;
   p.n_q_heads = n_q;
   p.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const double ms = time_ms(s, [&] {
-    pal::cuda::prefill_attention(cache.kv, p, {dqo.as<std::int32_t>(), q.as<float>(), out.as<float>()}, len, &s);
-  });
-  const double pairs = static_cast<double>(len) * (len + 1) / 2.0;
-  const double flops = 4.0 * d * pairs * n_q * n_seqs;
-  const double tflops = flops / (ms * 1e-3) / 1e12;
-  emit("prefill_attention", dt == tensor::DType::bf16 ? "bf16" : "f16",
-       "seqs=" + std::to_string(n_seqs) + " len=" + std::to_string(len) + " causal q_heads=" + std::to_string(n_q) +
-           " kv_heads=" + std::to_string(n_kv) + " head_dim=" + std::to_string(d),
-       tflops, "TFLOP/s", gemm_tflops, ms);
+  for (int warps : warps_variants) {
+    pal::cuda::PrefillTuning t;
+    t.warps = warps;
+    const double ms = time_ms(s, [&] {
+      pal::cuda::prefill_attention(cache.kv, p, {dqo.as<std::int32_t>(), q.as<float>(), out.as<float>()}, len, &s, t);
+    });
+    const double pairs = static_cast<double>(len) * (len + 1) / 2.0;
+    const double flops = 4.0 * d * pairs * n_q * n_seqs;
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    emit("prefill_attention", dt == tensor::DType::bf16 ? "bf16" : "f16",
+         "seqs=" + std::to_string(n_seqs) + " len=" + std::to_string(len) + " causal q_heads=" + std::to_string(n_q) +
+             " kv_heads=" + std::to_string(n_kv) + " head_dim=" + std::to_string(d),
+         tflops, "TFLOP/s", gemm_tflops, ms, warps == 0 ? "" : ", \"variant\": \"warps=" + std::to_string(warps) + "\"");
+  }
 }
 
 void bench_rope(const tc::Stream& s, double copy_gbs, int n_tokens, int n_q, int n_kv, int d) {
@@ -338,13 +348,13 @@ int main(int argc, char** argv) {
       bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::bf16,
                    {{0, 0}, {512, 0}, {1024, 0}, {2048, 0}, {4096, 0}, {1024, 2}, {4096, 2}, {4096, 4}});
       bench_decode(s, copy, 1, 32768, 32, 8, 128, tensor::DType::bf16,
-                   {{0, 0}, {128, 0}, {256, 0}, {384, 0}, {512, 0}, {1024, 0}, {512, 2}, {1024, 2}});
+                   {{0, 0}, {256, 0}, {512, 0}, {1024, 0}, {2048, -2}, {1024, -3}, {4096, -3}, {1024, 2}});
       bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::f16);
       bench_decode(s, copy, 8, 8192, 32, 8, 128, tensor::DType::bf16);
       bench_decode(s, copy, 64, 4096, 32, 4, 64, tensor::DType::bf16);
       bench_decode(s, copy, 16, 4096, 16, 2, 256, tensor::DType::bf16);
       MemoryPool::global().trim();
-      bench_prefill(s, gemm, 8, 2048, 32, 8, 128, tensor::DType::bf16);
+      bench_prefill(s, gemm, 8, 2048, 32, 8, 128, tensor::DType::bf16, {0, 8});
       bench_prefill(s, gemm, 8, 2048, 32, 8, 128, tensor::DType::f16);
       bench_prefill(s, gemm, 4, 4096, 32, 8, 128, tensor::DType::bf16);
       bench_prefill(s, gemm, 8, 2048, 32, 8, 64, tensor::DType::bf16);

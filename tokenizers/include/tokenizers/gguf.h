@@ -88,11 +88,17 @@ class File {
 // Builds a GGUF v3 file: metadata in insertion order, then tensor infos, then aligned tensor data.
 class Writer {
  public:
+  // Throws InputError when `alignment` is not a power of two; one other than 32 is written as
+  // general.alignment.
   explicit Writer(std::size_t alignment = 32);
-  void set(std::string key, Value value);  // replaces an existing key, keeping its position
-  // `data` must hold exactly the bytes of a tensor of that type and shape.
+  // Replaces an existing key, keeping its position. Throws InputError on an empty key.
+  void set(std::string key, Value value);
+  // `data` must hold exactly the bytes of a tensor of that type and shape; throws InputError otherwise
+  // (and on an unknown type, a duplicate name, more than 4 dims). The writer is unchanged on error.
   void add_tensor(std::string name, std::vector<std::uint64_t> dims, std::uint32_t type,
                   std::vector<std::uint8_t> data);
+  // Throws InputError naming the key when a value does not fit its type (300 as uint8, an array item of
+  // another type) or general.alignment disagrees with the writer's alignment.
   std::vector<std::uint8_t> to_bytes() const;
   // Writes atomically (temporary file, then rename). Throws FileError.
   void write(const std::filesystem::path& path) const;

@@ -37,7 +37,8 @@ struct EncodeOptions {
   bool add_bos = false;
   bool add_eos = false;
   // When true, special-token text in the input ("<|eot_id|>") becomes the special token; when false
-  // (default) it is plain text, as llama.cpp's parse_special=false.
+  // (default) it is plain text, as llama.cpp's parse_special=false. User-defined (non-special added)
+  // tokens are matched either way, as llama.cpp and Hugging Face do.
   bool parse_special = false;
 };
 

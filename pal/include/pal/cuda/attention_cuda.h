@@ -30,6 +30,8 @@ struct DecodeTuning {
   std::int32_t chunk = 0;   // tokens per split (a multiple of 64, at most 4096); 0: sized to fill the GPU
   std::int32_t unroll = 0;  // SIMT kernel: KV steps in flight per warp: 1, 2 or 4; 0: the default (2)
   bool simt = false;        // use the SIMT kernel even where the tensor-core one applies (head_dim <= 128)
+  std::int32_t stages = 0;  // tensor-core kernel: tiles in flight per warp, 2 or 3; 0: 3 when the grid has at
+                            // most one block per multiprocessor, else 2
 };
 
 // Decode attention on the GPU. max_seq_len bounds kv.seq_lens (it sizes the split grid).
@@ -42,10 +44,15 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
 // Throws as decode_attention.
 std::int32_t decode_default_chunk(const PagedKv& kv, const AttentionParams& params, std::int32_t max_seq_len);
 
+struct PrefillTuning {
+  std::int32_t warps = 0;  // warps per block, 16 query rows each: 4 or 8; 0: the default (4)
+};
+
 // Prefill attention on the GPU (causal; query rows are the last rows of each sequence's cached tokens).
 // max_q_len bounds qo_indptr[s + 1] - qo_indptr[s]. Queued on `stream`.
 void prefill_attention(const PagedKv& kv, const AttentionParams& params, const PrefillArgs& args,
-                       std::int32_t max_q_len, const tensor::cuda::Stream* stream = nullptr);
+                       std::int32_t max_q_len, const tensor::cuda::Stream* stream = nullptr,
+                       const PrefillTuning& tuning = {});
 
 // One compilation of an embedded kernel: which source and which -D options (for the CI compile test).
 struct KernelVariant {

@@ -1,0 +1,220 @@
+// Unit tests of json_schema_to_grammar: one or more per keyword (accepted and rejected texts, judged by the
+// reference recognizer) and one per error path (SchemaError with its JSON pointer and keyword).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pse/error.h"
+#include "pse/json_schema.h"
+#include "reference_recognizer.h"
+
+namespace pse {
+namespace {
+
+void expect_language(const std::string& schema, const std::vector<std::string>& yes,
+                     const std::vector<std::string>& no, const JsonSchemaOptions& options = {}) {
+  Grammar g = json_schema_to_grammar(std::string_view(schema), options);
+  for (const auto& text : yes) EXPECT_TRUE(testing::accepts(g, text)) << schema << " should accept " << text;
+  for (const auto& text : no) EXPECT_FALSE(testing::accepts(g, text)) << schema << " should reject " << text;
+}
+
+void expect_error(const std::string& schema, const std::string& pointer, const std::string& keyword) {
+  try {
+    (void)json_schema_to_grammar(std::string_view(schema));
+    ADD_FAILURE() << schema << ": expected a SchemaError at " << pointer << " / " << keyword;
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.pointer(), pointer) << e.what();
+    EXPECT_EQ(e.keyword(), keyword) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("[json_schema] ", 0), 0u) << e.what();
+  }
+}
+
+TEST(JsonSchema, TypesAndTypeArrays) {
+  expect_language(R"({"type":"null"})", {"null"}, {"0", "\"\"", "nul"});
+  expect_language(R"({"type":"boolean"})", {"true", "false"}, {"null", "1"});
+  expect_language(R"({"type":["string","null"]})", {"null", "\"a\""}, {"1", "[]"});
+  expect_language(R"({"type":"integer"})", {"0", "-7", "123456789012345678901234567890", "1.0"}, {"1.5", "01", "-0", "\"1\""});
+  expect_language(R"({"type":"number"})", {"0", "-1.5", "1e10", "2.5E-3"}, {".5", "1.", "+1", "NaN"});
+  expect_language(R"(true)", {"null", "{\"a\":[1,{}]}", "\"x\""}, {"nul"});
+  expect_language(R"(false)", {}, {"null", "1", "{}"});
+}
+
+TEST(JsonSchema, EnumAndConst) {
+  expect_language(R"({"enum":["a",1,null,{"k":[true]}]})", {"\"a\"", "1", "1.0", "null", "{\"k\":[true]}", "{\"k\": [true]}"},
+                  {"\"b\"", "2", "{\"k\":[false]}"});
+  expect_language(R"({"const":"a\"b"})", {R"("a\"b")", R"("a\u0022b")"}, {R"("ab")"});
+  expect_language(R"({"type":"string","enum":["a",1]})", {"\"a\""}, {"1"});
+}
+
+TEST(JsonSchema, IntegerRangesAreExact) {
+  std::vector<std::string> yes, no;
+  for (int i = -3; i <= 15; ++i) ((i >= 1 && i <= 12) ? yes : no).push_back(std::to_string(i));
+  expect_language(R"({"type":"integer","minimum":1,"maximum":12})", yes, no);
+  expect_language(R"({"type":"integer","exclusiveMinimum":-1000,"exclusiveMaximum":-998})", {"-999"}, {"-1000", "-998", "0"});
+  expect_language(R"({"type":"integer","minimum":9999999999999999999})", {"9999999999999999999", "10000000000000000000000"},
+                  {"9999999999999999998", "5", "-9999999999999999999"});
+  expect_language(R"({"type":"integer","minimum":-5.5,"maximum":2.5})", {"-5", "2", "0"}, {"-6", "3"});
+}
+
+TEST(JsonSchema, DecimalRangesAreExact) {
+  expect_language(R"({"type":"number","minimum":-1.5,"exclusiveMaximum":2.25})",
+                  {"-1.5", "-1.50", "0", "2.249", "2", "-0.1", "1.99999"}, {"-1.51", "2.25", "2.250", "3", "-2"});
+  expect_language(R"({"type":"number","exclusiveMinimum":0,"maximum":0.5})", {"0.5", "0.001", "0.4999"}, {"0", "0.0", "0.51", "-0.1"});
+}
+
+TEST(JsonSchema, MultipleOf) {
+  expect_language(R"({"type":"integer","multipleOf":3})", {"0", "3", "-12", "999"}, {"1", "10", "-4"});
+  expect_language(R"({"type":"number","multipleOf":0.01})", {"1.25", "3", "0.1"}, {"1.255"});
+  expect_error(R"({"type":"number","multipleOf":1.5})", "", "multipleOf");
+  expect_error(R"({"type":"integer","multipleOf":2,"minimum":1})", "", "multipleOf");
+}
+
+TEST(JsonSchema, StringLengthInCodePoints) {
+  expect_language(R"({"type":"string","minLength":2,"maxLength":3})",
+                  {"\"ab\"", "\"\xC3\xA9\xC3\xA9\"", "\"a\\nb\"", "\"\\ud83d\\ude00x\""}, {"\"a\"", "\"abcd\"", "\"\xC3\xA9\""});
+}
+
+TEST(JsonSchema, PatternIsUnanchored) {
+  expect_language(R"({"type":"string","pattern":"a[0-9]"})", {"\"a1\"", "\"xxa5yy\""}, {"\"a\"", "\"b1\""});
+  expect_language(R"({"type":"string","pattern":"^\"$"})", {R"("\"")"}, {R"("x")"});
+  expect_error(R"({"type":"string","pattern":"(a)\\1"})", "", "pattern");
+}
+
+TEST(JsonSchema, Formats) {
+  expect_language(R"({"type":"string","format":"date"})", {"\"2024-02-29\"", "\"2023-12-31\""}, {"\"2023-02-29\"", "\"2023-13-01\""});
+  expect_language(R"({"type":"string","format":"date-time"})", {"\"1990-12-31T23:59:60Z\"", "\"2020-01-01t10:00:00.5+01:30\""},
+                  {"\"1990-12-31T22:59:60Z\"", "\"2020-01-01 10:00:00Z\""});
+  expect_language(R"({"type":"string","format":"uuid"})", {"\"123e4567-e89b-12d3-a456-426614174000\""}, {"\"123e4567\""});
+  expect_language(R"({"type":"string","format":"ipv4"})", {"\"192.168.0.1\""}, {"\"256.1.1.1\"", "\"01.1.1.1\""});
+  expect_language(R"({"type":"string","format":"ipv6"})", {"\"::1\"", "\"2001:db8::8a2e:370:7334\""}, {"\"1:::2\""});
+  expect_language(R"({"type":"string","format":"email"})", {"\"joe.bloggs@example.com\"", R"("\"a b\"@x.org")"}, {"\"a..b@x.org\"", "\"@x\""});
+  expect_language(R"({"type":"string","format":"duration"})", {"\"P4DT12H30M5S\"", "\"P2W\""}, {"\"P\"", "\"PT\"", "\"P1D2W\""});
+  expect_language(R"({"type":"string","format":"uri"})", {"\"http://a.b/c?d#e\"", "\"urn:isbn:0451450523\""}, {"\"//a.b\"", "\"a b:\""});
+  expect_language(R"({"type":"string","format":"hostname"})", {"\"-not a host-\""}, {"1"}, [] {
+    JsonSchemaOptions o;
+    o.format = JsonSchemaOptions::Format::kAnnotate;
+    return o;
+  }());
+  expect_error(R"({"type":"string","format":"hostname"})", "", "format");
+  expect_error(R"({"type":"string","format":"no-such-format"})", "", "format");
+}
+
+TEST(JsonSchema, ObjectsInSchemaOrder) {
+  const std::string schema =
+      R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["b"]})";
+  expect_language(schema, {R"({"b":"x"})", R"({"a":1,"b":"x"})", R"({"a": 1, "b": "x"})", R"({"b":"x","c":null})", R"( { "b" : "x" } )"},
+                  {R"({})", R"({"a":1})", R"({"b":"x","a":1})", R"({"a":"1","b":"x"})", R"({"b":"x","b":"y"})"});
+  expect_language(R"({"properties":{"a":true},"additionalProperties":false})", {"{}", R"({"a":1})"}, {R"({"b":1})"});
+  expect_language(R"({"additionalProperties":{"type":"integer"}})", {R"({"x":1,"y":2})"}, {R"({"x":"1"})"});
+}
+
+TEST(JsonSchema, PropertyCountsAndNames) {
+  expect_language(R"({"type":"object","minProperties":1,"maxProperties":2})", {R"({"a":1})", R"({"a":1,"b":2})"},
+                  {"{}", R"({"a":1,"b":2,"c":3})"});
+  expect_language(R"({"type":"object","propertyNames":{"maxLength":2}})", {R"({"ab":1})", "{}"}, {R"({"abc":1})"});
+}
+
+TEST(JsonSchema, DependentRequiredAndSchemas) {
+  expect_language(R"({"properties":{"a":true,"b":true},"dependentRequired":{"a":["b"]}})", {"{}", R"({"b":1})", R"({"a":1,"b":2})"},
+                  {R"({"a":1})"});
+  expect_language(R"({"properties":{"a":true,"b":true},"dependentSchemas":{"a":{"properties":{"b":{"type":"string"}}}}})",
+                  {R"({"a":1,"b":"x"})", R"({"b":1})"}, {R"({"a":1,"b":2})"});
+}
+
+TEST(JsonSchema, Arrays) {
+  expect_language(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})", {"[1]", "[1, 2, 3]"},
+                  {"[]", "[1,2,3,4]", "[\"a\"]"});
+  expect_language(R"({"prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})", {"[]", "[\"a\"]", "[\"a\",1]"},
+                  {"[1]", "[\"a\",1,2]"});
+  expect_language(R"({"items":[{"type":"string"}],"additionalItems":{"type":"null"},"$schema":"http://json-schema.org/draft-07/schema#"})",
+                  {"[\"a\",null]"}, {"[\"a\",1]"});
+  expect_language(R"({"type":"array","contains":{"const":1},"minContains":2})", {"[1,1]", "[0,1,2,1]"}, {"[1]", "[]", "[0,1]"});
+  expect_language(R"({"type":"array","items":{"enum":["a","b"]},"uniqueItems":true})", {"[]", "[\"a\",\"b\"]", "[\"b\"]"},
+                  {"[\"a\",\"a\"]"});
+  expect_error(R"({"type":"array","uniqueItems":true})", "", "uniqueItems");
+  expect_error(R"({"type":"array","contains":{"const":1},"maxContains":2})", "", "maxContains");
+}
+
+TEST(JsonSchema, AnyOfAllOfOneOf) {
+  expect_language(R"({"anyOf":[{"type":"string"},{"type":"integer","minimum":5}]})", {"\"x\"", "7"}, {"3", "null"});
+  expect_language(R"({"allOf":[{"type":"integer","minimum":1},{"maximum":3},{"type":["integer","string"]}]})", {"1", "3"},
+                  {"0", "4", "\"a\""});
+  expect_language(R"({"allOf":[{"properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":true},"additionalProperties":false}]})",
+                  {}, {R"({"a":1})", R"({"b":1})"});
+  expect_language(R"({"oneOf":[{"type":"string"},{"type":"null"}]})", {"\"a\"", "null"}, {"1"});
+  // Discriminated by a required constant (on objects only: any non-object would match both branches).
+  expect_language(R"({"type":"object","oneOf":[{"properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},{"properties":{"k":{"const":"b"}},"required":["k"]}]})",
+                  {R"({"k":"a","x":1})", R"({"k":"b"})"}, {R"({"k":"c"})"});
+  expect_error(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})", "", "oneOf");
+}
+
+TEST(JsonSchema, NotAndIfThenElse) {
+  expect_language(R"({"not":{"type":"string"}})", {"1", "null", "{}"}, {"\"a\""});
+  expect_language(R"({"type":"string","not":{"enum":["a","b"]}})", {"\"c\"", "\"ab\"", "\"\""}, {"\"a\"", "\"b\""});
+  expect_language(R"({"type":"integer","not":{"const":0}})", {"1", "-1"}, {"0"});
+  expect_language(R"({"if":{"properties":{"t":{"const":"n"}},"required":["t"]},"then":{"properties":{"v":{"type":"integer"}}},"else":{"properties":{"v":{"type":"string"}}}})",
+                  {R"({"t":"n","v":1})", R"({"t":"s","v":"x"})", R"({"v":"x"})"}, {R"({"t":"n","v":"x"})", R"({"t":"s","v":1})"});
+  expect_error(R"({"not":{"pattern":"a"}})", "", "not");
+}
+
+TEST(JsonSchema, RefsPointersAnchorsAndRecursion) {
+  expect_language(R"({"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n"})", {"1"}, {"\"a\""});
+  expect_language(R"({"definitions":{"a~b/c%d":{"type":"null"}},"$ref":"#/definitions/a~0b~1c%25d"})", {"null"}, {"1"});
+  expect_language(R"({"$defs":{"x":{"$anchor":"here","type":"boolean"}},"$ref":"#here"})", {"true"}, {"1"});
+  expect_language(R"({"$id":"http://e.com/root.json","$defs":{"s":{"$id":"s.json","type":"string"}},"$ref":"s.json"})", {"\"a\""}, {"1"});
+  expect_language(R"({"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#"}}},"additionalProperties":false})",
+                  {"{}", R"({"kids":[{},{"kids":[]}]})"}, {R"({"kids":[1]})"});
+  expect_error(R"({"$ref":"#/$defs/missing"})", "", "$ref");
+  expect_error(R"({"$ref":"http://elsewhere.org/s.json"})", "", "$ref");
+  JsonSchemaOptions docs;
+  docs.documents["http://elsewhere.org/s.json"] = R"({"type":"integer"})";
+  expect_language(R"({"$ref":"http://elsewhere.org/s.json"})", {"1"}, {"\"1\""}, docs);
+}
+
+TEST(JsonSchema, UnevaluatedProperties) {
+  expect_language(R"({"allOf":[{"properties":{"a":true}}],"properties":{"b":true},"unevaluatedProperties":false})",
+                  {R"({"b":2,"a":1})", "{}"}, {R"({"c":1})", R"({"b":2,"c":1})"});
+}
+
+TEST(JsonSchema, Layouts) {
+  const std::string schema = R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}}})";
+  JsonSchemaOptions compact;
+  compact.layout = JsonLayout::kCompact;
+  expect_language(schema, {R"({"a":[1,2]})", "{}"}, {R"({"a": [1, 2]})", R"( {"a":[1]})"}, compact);
+  JsonSchemaOptions indented;
+  indented.layout = JsonLayout::kIndented;
+  expect_language(schema, {"{\n  \"a\": [\n    1,\n    2\n  ]\n}", "{}", "{\n  \"a\": []\n}"}, {R"({"a":[1,2]})"}, indented);
+  JsonSchemaOptions flexible;
+  flexible.max_whitespace_run = 2;
+  expect_language(schema, {"{ \"a\" : [ 1 ] }"}, {"{     \"a\":[1]}"}, flexible);
+}
+
+TEST(JsonSchema, ErrorsCarryPointerAndKeyword) {
+  expect_error(R"({"properties":{"a":{"type":"strin"}}})", "/properties/a", "type");
+  expect_error(R"({"properties":{"a":{"minimum":"ten"}}})", "/properties/a", "minimum");
+  expect_error(R"({"items":{"maxItems":-1}})", "/items", "maxItems");
+  expect_error(R"({"frobnicate":1})", "", "frobnicate");
+  expect_error(R"({"patternProperties":{"^a":true}})", "", "patternProperties");
+  expect_error(R"({"$dynamicRef":"#x"})", "", "$dynamicRef");
+  expect_error(R"({"anyOf":[]})", "", "anyOf");
+  expect_error(R"({"required":[1]})", "", "required");
+  expect_error(R"({"type":"string","pattern":"a","maxLength":3})", "", "pattern");
+  expect_error(R"(5)", "", "");
+  EXPECT_THROW((void)json_schema_to_grammar(std::string_view("{not json")), SchemaError);
+}
+
+TEST(JsonSchema, BoundsStopDeepInput) {
+  std::string deep;
+  for (int i = 0; i < 500; ++i) deep += R"({"items":)";
+  deep += "true";
+  for (int i = 0; i < 500; ++i) deep += "}";
+  EXPECT_THROW((void)json_schema_to_grammar(std::string_view(deep)), LimitError);
+  // A $ref cycle with no structure in between is a fixpoint, not an endless expansion.
+  expect_language(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", {"1", "{}"}, {});
+}
+
+}  // namespace
+}  // namespace pse
