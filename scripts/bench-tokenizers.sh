@@ -2,7 +2,8 @@
 # Tokenizer encoding throughput: Orchard (tests/bench/tokenizer_bench.cpp) beside Hugging Face tokenizers
 # and tiktoken (tests/bench/peers/tokenizer_peers.py), one thread each, same text and vocabulary, same run.
 # usage: scripts/bench-tokenizers.sh [REPETITIONS]     (default 3; each figure is the best repetition)
-# Prints a table of MB/s (10^6 bytes of UTF-8 text per second) and the ratios ours / peer.
+# Prints a table of MB/s (10^6 bytes of UTF-8 text per CPU second: Google Benchmark's rate for ours,
+# time.process_time for the peers, one thread each) and the ratios ours / peer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${1:-3}

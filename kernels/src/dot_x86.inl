@@ -51,7 +51,10 @@ inline __m256i bytes_from_bits_32(const std::uint8_t* p) {
 // Software prefetch of the weight stream kPrefetchBytes ahead of the loads (rows are contiguous, so
 // running past a row's end fetches the next row). The hardware prefetchers alone leave too few misses in
 // flight once the loop has real arithmetic; 2 KiB is about DRAM latency x one core's bandwidth.
-constexpr int kPrefetchBytes = 2048;
+#ifndef ORCHARD_PREFETCH_BYTES
+#define ORCHARD_PREFETCH_BYTES 2048
+#endif
+constexpr int kPrefetchBytes = ORCHARD_PREFETCH_BYTES;
 inline void prefetch_w(const void* p, std::size_t len) {
   const char* c = static_cast<const char*>(p) + kPrefetchBytes;
   for (std::size_t o = 0; o < len; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);

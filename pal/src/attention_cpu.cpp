@@ -53,10 +53,10 @@ const char* isa_name(Isa isa) {
 // that the accumulators stay in L1/L2 and the units spread over the threads.
 std::int32_t prefill_block(std::int32_t group) { return std::max<std::int32_t>(1, 64 / group); }
 
-void run_units(const std::vector<detail::AttentionUnit>& units, std::int32_t max_tokens, std::int32_t group,
-               std::int32_t head_dim, tensor::ThreadPool* pool) {
+void run_units(const std::vector<detail::AttentionUnit>& units, std::int32_t max_tokens, std::int32_t max_heads,
+               std::int32_t group, std::int32_t head_dim, tensor::ThreadPool* pool) {
   const Isa isa = cpu_isa();
-  const std::int64_t scratch_floats = detail::unit_scratch_floats(max_tokens, group, head_dim);
+  const std::int64_t scratch_floats = detail::unit_scratch_floats(max_tokens, max_heads, group, head_dim);
   auto body = [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> storage(static_cast<std::size_t>(scratch_floats + 16));
     auto addr = reinterpret_cast<std::uintptr_t>(storage.data());
@@ -112,9 +112,12 @@ void set_attention_cpu_isa(const std::string& isa) {
   throw Error(fmt::format("[pal::set_attention_cpu_isa] unknown ISA \"{}\" (avx512, avx2, scalar)", isa));
 }
 
-// Split-KV ("flash decoding"): with fewer (sequence, KV head) units than twice the threads, each unit's
-// keys are cut into page-aligned ranges of at least kMinSplitKeys, run as separate units writing partial
-// (o, m, l) states, and merged: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M = max_s m_s.
+// Decode units: a sequence, a range of its KV heads (all of them unless there are too few sequences to
+// keep the threads busy), and a range of its keys. All heads in one unit read each page's K and V as one
+// block. With fewer sequences than twice the threads, long contexts are cut into page-aligned key ranges of
+// at least kMinSplitKeys ("flash decoding"), run as separate units that write partial (o, m, l) states, and
+// merged: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s with M = max_s m_s. Short contexts split the
+// KV heads instead.
 constexpr std::int64_t kMinSplitKeys = 512;
 
 void decode_attention(const PagedKv& kv, const AttentionParams& params, const DecodeArgs& args,
@@ -127,65 +130,75 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   const std::int32_t group = params.n_q_heads / kv.n_kv_heads;
   const std::int32_t d = kv.head_dim;
   const std::int64_t tok_stride = static_cast<std::int64_t>(params.n_q_heads) * d;
-  const std::int64_t n_base_units = static_cast<std::int64_t>(kv.n_seqs) * kv.n_kv_heads;
-  const int n_threads = pool != nullptr ? pool->n_threads() : 1;
+  const std::int64_t want = pool != nullptr && pool->n_threads() > 1 ? 2 * pool->n_threads() : 1;
   std::int64_t max_len = 0;
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) max_len = std::max<std::int64_t>(max_len, kv.seq_lens[s]);
   std::int64_t n_splits = 1;
-  if (n_base_units < 2 * n_threads) {
-    n_splits = std::min<std::int64_t>((2 * n_threads + n_base_units - 1) / n_base_units, max_len / kMinSplitKeys);
+  if (kv.n_seqs < want) {
+    n_splits = std::min<std::int64_t>((want + kv.n_seqs - 1) / kv.n_seqs, max_len / kMinSplitKeys);
     n_splits = std::max<std::int64_t>(n_splits, 1);
+  }
+  std::int64_t n_head_ranges = 1;
+  if (kv.n_seqs * n_splits < want) {
+    n_head_ranges = std::min<std::int64_t>(kv.n_kv_heads, (want + kv.n_seqs * n_splits - 1) / (kv.n_seqs * n_splits));
   }
   const std::int64_t partial_row = d + 2;
   std::vector<float> partial;
-  if (n_splits > 1) partial.resize(static_cast<std::size_t>(n_base_units * n_splits * group * partial_row));
+  if (n_splits > 1) {
+    partial.resize(static_cast<std::size_t>(static_cast<std::int64_t>(kv.n_seqs) * params.n_q_heads * n_splits *
+                                            partial_row));
+  }
 
   std::vector<detail::AttentionUnit> units;
-  units.reserve(static_cast<std::size_t>(n_base_units * n_splits));
+  units.reserve(static_cast<std::size_t>(kv.n_seqs * n_head_ranges * n_splits));
+  std::int32_t max_heads = 1;
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
     const std::int64_t len = kv.seq_lens[s];
     // Page-aligned split length; the last split may be shorter, and splits past the end are empty.
     const std::int64_t split = (len + n_splits * kPageSize - 1) / (n_splits * kPageSize) * kPageSize;
-    for (std::int32_t g = 0; g < kv.n_kv_heads; ++g) {
+    for (std::int64_t hr = 0; hr < n_head_ranges; ++hr) {
+      const auto g0 = static_cast<std::int32_t>(hr * kv.n_kv_heads / n_head_ranges);
+      const auto g1 = static_cast<std::int32_t>((hr + 1) * kv.n_kv_heads / n_head_ranges);
+      max_heads = std::max(max_heads, g1 - g0);
       for (std::int64_t k = 0; k < n_splits; ++k) {
         detail::AttentionUnit u;
         u.kv = &kv;
         u.params = &params;
         u.seq = s;
-        u.kv_head = g;
+        u.kv_head = g0;
+        u.n_heads = g1 - g0;
         u.n_tokens = 1;
         u.first_pos = len - 1;
-        const std::int64_t off = s * tok_stride + static_cast<std::int64_t>(g) * group * d;
+        const std::int64_t off = s * tok_stride + static_cast<std::int64_t>(g0) * group * d;
         u.q = args.q + off;
         u.out = args.out + off;
         u.tok_stride = tok_stride;
         if (n_splits > 1) {
           u.key_begin = k * split;
           u.key_end = (k + 1) * split;
-          u.partial = partial.data() + ((static_cast<std::int64_t>(s) * kv.n_kv_heads + g) * n_splits + k) *
-                                           group * partial_row;
+          // partial[(s, q head, split)][d + 2]
+          u.partial = partial.data() +
+                      ((static_cast<std::int64_t>(s) * params.n_q_heads + static_cast<std::int64_t>(g0) * group) *
+                           n_splits + k) * partial_row;
+          u.partial_stride = n_splits * partial_row;
         }
         units.push_back(u);
       }
     }
   }
-  run_units(units, 1, group, d, pool);
+  run_units(units, 1, max_heads, group, d, pool);
   if (n_splits == 1) return;
 
-  for (std::int64_t unit = 0; unit < n_base_units; ++unit) {
-    const std::int32_t s = static_cast<std::int32_t>(unit / kv.n_kv_heads);
-    const std::int32_t g = static_cast<std::int32_t>(unit % kv.n_kv_heads);
-    for (std::int32_t h = 0; h < group; ++h) {
-      const auto state = [&](std::int64_t k) {
-        return partial.data() + ((unit * n_splits + k) * group + h) * partial_row;
-      };
+  for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
+    for (std::int32_t qh = 0; qh < params.n_q_heads; ++qh) {
+      const float* states = partial.data() + (static_cast<std::int64_t>(s) * params.n_q_heads + qh) * n_splits * partial_row;
       float m_max = -INFINITY;
-      for (std::int64_t k = 0; k < n_splits; ++k) m_max = std::max(m_max, state(k)[d]);
-      float* dst = args.out + s * tok_stride + (static_cast<std::int64_t>(g) * group + h) * d;
+      for (std::int64_t k = 0; k < n_splits; ++k) m_max = std::max(m_max, states[k * partial_row + d]);
+      float* dst = args.out + s * tok_stride + static_cast<std::int64_t>(qh) * d;
       std::fill(dst, dst + d, 0.0f);
       float l_sum = 0.0f;
       for (std::int64_t k = 0; k < n_splits; ++k) {
-        const float* st = state(k);
+        const float* st = states + k * partial_row;
         if (st[d + 1] == 0.0f) continue;  // a split with no visible keys (window, or past the end)
         const float w = std::exp(st[d] - m_max);
         l_sum += w * st[d + 1];
@@ -228,7 +241,7 @@ void prefill_attention(const PagedKv& kv, const AttentionParams& params, const P
       }
     }
   }
-  run_units(units, block, group, kv.head_dim, pool);
+  run_units(units, block, 1, group, kv.head_dim, pool);
 }
 
 }  // namespace pal

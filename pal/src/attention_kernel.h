@@ -101,11 +101,78 @@ struct Kernel {
     }
   }
 
+  // Logits, online softmax and P.V of the rows of local KV head gl against one staged page.
+  static void process_head(const AttentionUnit& u, int gl, int group, int hg, std::int64_t base,
+                           std::int64_t first_key, std::int64_t last_pos, int ua, int ub, const float* kf,
+                           const void* vpage, bool f16, std::int64_t row_stride, float* o, float* pbuf, float* m,
+                           float* l, float* alpha, V vscale, V vcap) {
+    const std::int64_t window = u.params->sliding_window;
+    const float cap = u.params->logit_soft_cap;
+    // Rows of KV head gl that see part of this page; the P.V pass takes them four at a time.
+    int pending = 0;
+    float* orow[4];
+    const float* prow[4];
+    float arow[4];
+    auto flush = [&](int count) {
+      if (f16) {
+        pv_rows<true>(count, orow, prow, arow, vpage, row_stride, ua, ub);
+      } else {
+        pv_rows<false>(count, orow, prow, arow, vpage, row_stride, ua, ub);
+      }
+    };
+    for (int rr = 0; rr < u.n_tokens * group; ++rr) {
+      const int tok = rr / group;
+      const int j = gl * group + rr % group;  // local q head
+      const int r = tok * hg + j;
+      const std::int64_t pos = u.first_pos + tok;
+      std::int64_t lo = window > 0 ? pos - window + 1 : 0;
+      std::int64_t hi = pos;  // last key of this row
+      if (lo < first_key) lo = first_key;
+      if (hi > last_pos) hi = last_pos;
+      const int a = static_cast<int>(lo > base ? lo - base : 0);
+      const int b = static_cast<int>(hi + 1 < base + kPageSize ? hi + 1 - base : kPageSize);
+      if (a >= b) continue;
+      const float* q = u.q + tok * u.tok_stride + static_cast<std::int64_t>(j) * D;
+
+      V s[kPageVecs];
+      qk(q, kf, s);
+      V vmax = Isa::set1(-INFINITY);
+      for (int i = 0; i < kPageVecs; ++i) {
+        V x = Isa::mul(s[i], vscale);
+        if (cap > 0.0f) x = Isa::mul(vcap, Isa::tanh(Isa::div(x, vcap)));
+        s[i] = Isa::mask_range(x, i * W, a, b, -INFINITY);
+        vmax = Isa::max(vmax, s[i]);
+      }
+      const float page_max = Isa::reduce_max(vmax);
+      const float m_new = m[r] > page_max ? m[r] : page_max;
+      alpha[r] = std::exp(m[r] - m_new);  // exp(-inf) == 0 on the first page
+      m[r] = m_new;
+      const V vm = Isa::set1(m_new);
+      V vsum = Isa::zero();
+      float* p = pbuf + static_cast<std::int64_t>(r) * kPageSize;
+      for (int i = 0; i < kPageVecs; ++i) {
+        const V e = Isa::mask_range(Isa::exp(Isa::sub(s[i], vm)), i * W, a, b, 0.0f);
+        vsum = Isa::add(vsum, e);
+        Isa::store(p + i * W, e);
+      }
+      l[r] = l[r] * alpha[r] + Isa::reduce_add(vsum);
+      orow[pending] = o + static_cast<std::int64_t>(r) * D;
+      prow[pending] = p;
+      arow[pending] = alpha[r];
+      if (++pending == 4) {
+        flush(4);
+        pending = 0;
+      }
+    }
+    flush(pending);
+  }
+
   static void run(const AttentionUnit& u) {
     const PagedKv& kv = *u.kv;
     const AttentionParams& prm = *u.params;
     const int group = prm.n_q_heads / kv.n_kv_heads;
-    const int rows = u.n_tokens * group;
+    const int hg = u.n_heads * group;  // q heads per token in this unit
+    const int rows = u.n_tokens * hg;  // row r: token r / hg, local q head r % hg (KV head (r % hg) / group)
     const std::int64_t window = prm.sliding_window;
     const float cap = prm.logit_soft_cap;
     const bool f16 = kv.dtype == tensor::DType::f16;
@@ -142,82 +209,32 @@ struct Kernel {
       const std::int64_t base = pg * kPageSize;
       const int ua = static_cast<int>(first_key > base ? first_key - base : 0);
       const int ub = static_cast<int>(last_pos + 1 < base + kPageSize ? last_pos + 1 - base : kPageSize);
-      const std::int64_t elem = kv_offset(kv, pages[pg], 0, u.kv_head);
-      if (pg + 1 <= pg_last) {
-        const std::int64_t next = kv_offset(kv, pages[pg + 1], 0, u.kv_head) * elem_bytes;
-        prefetch_page(kbytes + next, row_stride * elem_bytes, static_cast<int>(D * elem_bytes));
-        prefetch_page(vbytes + next, row_stride * elem_bytes, static_cast<int>(D * elem_bytes));
-      }
-      const void* vpage;
-      if (f16) {
-        stage_f16(static_cast<const std::uint16_t*>(kv.k_pages) + elem, row_stride, ua, ub, kf);
-        vpage = static_cast<const std::uint16_t*>(kv.v_pages) + elem;
-      } else {
-        stage_f32(static_cast<const float*>(kv.k_pages) + elem, row_stride, ua, ub, kf);
-        vpage = static_cast<const float*>(kv.v_pages) + elem;
-      }
-
-      // Rows that see part of this page; the P.V pass takes them four at a time.
-      int pending = 0;
-      float* orow[4];
-      const float* prow[4];
-      float arow[4];
-      auto flush = [&](int count) {
+      // All of the unit's KV heads of one page before the next page: with every head in the unit (decode),
+      // the page's K and V blocks are read whole while their TLB entries and DRAM rows are hot. Each head
+      // prefetches its rows of the next page (pages are scattered; the hardware prefetcher cannot guess).
+      for (int gl = 0; gl < u.n_heads; ++gl) {
+        if (pg + 1 <= pg_last) {
+          const std::int64_t next = kv_offset(kv, pages[pg + 1], 0, u.kv_head + gl) * elem_bytes;
+          prefetch_page(kbytes + next, row_stride * elem_bytes, static_cast<int>(D * elem_bytes));
+          prefetch_page(vbytes + next, row_stride * elem_bytes, static_cast<int>(D * elem_bytes));
+        }
+        const std::int64_t elem = kv_offset(kv, pages[pg], 0, u.kv_head + gl);
+        const void* vpage;
         if (f16) {
-          pv_rows<true>(count, orow, prow, arow, vpage, row_stride, ua, ub);
+          stage_f16(static_cast<const std::uint16_t*>(kv.k_pages) + elem, row_stride, ua, ub, kf);
+          vpage = static_cast<const std::uint16_t*>(kv.v_pages) + elem;
         } else {
-          pv_rows<false>(count, orow, prow, arow, vpage, row_stride, ua, ub);
+          stage_f32(static_cast<const float*>(kv.k_pages) + elem, row_stride, ua, ub, kf);
+          vpage = static_cast<const float*>(kv.v_pages) + elem;
         }
-      };
-      for (int r = 0; r < rows; ++r) {
-        const int tok = r / group;
-        const int h = r % group;
-        const std::int64_t pos = u.first_pos + tok;
-        std::int64_t lo = window > 0 ? pos - window + 1 : 0;
-        std::int64_t hi = pos;  // last key of this row
-        if (lo < first_key) lo = first_key;
-        if (hi > last_pos) hi = last_pos;
-        const int a = static_cast<int>(lo > base ? lo - base : 0);
-        const int b = static_cast<int>(hi + 1 < base + kPageSize ? hi + 1 - base : kPageSize);
-        if (a >= b) continue;
-        const float* q = u.q + tok * u.tok_stride + static_cast<std::int64_t>(h) * D;
-
-        V s[kPageVecs];
-        qk(q, kf, s);
-        V vmax = Isa::set1(-INFINITY);
-        for (int i = 0; i < kPageVecs; ++i) {
-          V x = Isa::mul(s[i], vscale);
-          if (cap > 0.0f) x = Isa::mul(vcap, Isa::tanh(Isa::div(x, vcap)));
-          s[i] = Isa::mask_range(x, i * W, a, b, -INFINITY);
-          vmax = Isa::max(vmax, s[i]);
-        }
-        const float page_max = Isa::reduce_max(vmax);
-        const float m_new = m[r] > page_max ? m[r] : page_max;
-        alpha[r] = std::exp(m[r] - m_new);  // exp(-inf) == 0 on the first page
-        m[r] = m_new;
-        const V vm = Isa::set1(m_new);
-        V vsum = Isa::zero();
-        float* p = pbuf + static_cast<std::int64_t>(r) * kPageSize;
-        for (int i = 0; i < kPageVecs; ++i) {
-          const V e = Isa::mask_range(Isa::exp(Isa::sub(s[i], vm)), i * W, a, b, 0.0f);
-          vsum = Isa::add(vsum, e);
-          Isa::store(p + i * W, e);
-        }
-        l[r] = l[r] * alpha[r] + Isa::reduce_add(vsum);
-        orow[pending] = o + static_cast<std::int64_t>(r) * D;
-        prow[pending] = p;
-        arow[pending] = alpha[r];
-        if (++pending == 4) {
-          flush(4);
-          pending = 0;
-        }
+        process_head(u, gl, group, hg, base, first_key, last_pos, ua, ub, kf, vpage, f16, row_stride, o, pbuf,
+                     m, l, alpha, vscale, vcap);
       }
-      flush(pending);
     }
 
     if (u.partial != nullptr) {
       for (int r = 0; r < rows; ++r) {
-        float* dst = u.partial + static_cast<std::int64_t>(r) * (D + 2);
+        float* dst = u.partial + static_cast<std::int64_t>(r) * u.partial_stride;  // decode: r is the q head
         for (int c = 0; c < kChunks; ++c) Isa::store(dst + c * W, Isa::load(o + r * D + c * W));
         dst[D] = m[r];
         dst[D + 1] = l[r];
@@ -225,9 +242,9 @@ struct Kernel {
       return;
     }
     for (int r = 0; r < rows; ++r) {
-      const int tok = r / group;
-      const int h = r % group;
-      float* dst = u.out + tok * u.tok_stride + static_cast<std::int64_t>(h) * D;
+      const int tok = r / hg;
+      const int j = r % hg;
+      float* dst = u.out + tok * u.tok_stride + static_cast<std::int64_t>(j) * D;
       const V inv = Isa::set1(1.0f / l[r]);
       for (int c = 0; c < kChunks; ++c) Isa::store(dst + c * W, Isa::mul(Isa::load(o + r * D + c * W), inv));
     }

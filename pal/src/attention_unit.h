@@ -13,10 +13,12 @@ struct AttentionUnit {
   const PagedKv* kv = nullptr;
   const AttentionParams* params = nullptr;
   std::int32_t seq = 0;
-  std::int32_t kv_head = 0;
+  std::int32_t kv_head = 0;      // the first KV head of the unit
+  std::int32_t n_heads = 1;      // KV heads kv_head .. kv_head + n_heads - 1 (decode takes all of them, so a
+                                 // page's K and V are read as one contiguous block)
   std::int32_t n_tokens = 0;     // query tokens in this unit
   std::int64_t first_pos = 0;    // position of the first of them; token i sits at first_pos + i
-  const float* q = nullptr;      // query row of token 0, head kv_head * group: [n_tokens][tok_stride]
+  const float* q = nullptr;      // query row of token 0, q head kv_head * group: [n_tokens][tok_stride]
   float* out = nullptr;          // same layout as q
   std::int64_t tok_stride = 0;   // floats between consecutive tokens (n_q_heads * head_dim)
   float* scratch = nullptr;      // unit_scratch_floats(...) floats, 64-byte aligned
@@ -24,12 +26,14 @@ struct AttentionUnit {
   // unnormalized state goes there instead of to out, to be merged with the other splits (attention_cpu.cpp).
   std::int64_t key_begin = 0;
   std::int64_t key_end = INT64_MAX;
-  float* partial = nullptr;      // [rows][head_dim + 2]: o (unnormalized), then m and l
+  float* partial = nullptr;      // per row (q head): o (unnormalized) [head_dim], then m and l
+  std::int64_t partial_stride = 0;  // floats between the partial states of consecutive q heads
 };
 
-// Floats of scratch a unit of n_tokens tokens needs.
-inline std::int64_t unit_scratch_floats(std::int32_t n_tokens, std::int32_t group, std::int32_t head_dim) {
-  const std::int64_t rows = static_cast<std::int64_t>(n_tokens) * group;
+// Floats of scratch a unit of n_tokens tokens and n_heads KV heads needs.
+inline std::int64_t unit_scratch_floats(std::int32_t n_tokens, std::int32_t n_heads, std::int32_t group,
+                                        std::int32_t head_dim) {
+  const std::int64_t rows = static_cast<std::int64_t>(n_tokens) * n_heads * group;
   // o[rows][head_dim], p[rows][16], m, l, alpha [rows]; the staged K page [16][head_dim]; alignment pad.
   return rows * (head_dim + 16 + 3) + 16 * static_cast<std::int64_t>(head_dim) + 64;
 }

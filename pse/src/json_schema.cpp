@@ -102,7 +102,7 @@ Grammar Converter::run() {
   for (const auto& [uri, text] : options_.documents) {
     try {
       documents_.push_back(json::parse(text));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       throw SchemaError(fmt::format("[json_schema] document \"{}\" is not JSON: {}", uri, e.what()), uri, "");
     }
     const std::string base = base_of(documents_.back(), uri);
@@ -678,7 +678,7 @@ Grammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOpt
   nlohmann::ordered_json schema;
   try {
     schema = nlohmann::ordered_json::parse(schema_text);
-  } catch (const nlohmann::ordered_json::parse_error& e) {
+  } catch (const nlohmann::ordered_json::exception& e) {
     throw SchemaError(fmt::format("[json_schema] the schema is not JSON: {}", e.what()), "", "");
   }
   return json_schema_to_grammar(schema, options);

@@ -188,8 +188,7 @@ class LarkParser {
       if (terminal) {
         in_.fail_at(prio,
                     "terminal priorities are not supported: they steer Lark's lexer, and this "
-                    "grammar is read "
-                    "without a lexer (every tokenization is allowed)");
+                    "grammar is read without a lexer (every tokenization is allowed)");
       }
       // Rule priorities only choose among parses of the same text: no effect on the language.
     }

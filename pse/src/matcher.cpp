@@ -1,5 +1,3 @@
-#include <cstdio>
-#include <cstdlib>
 #include "pse/matcher.h"
 
 #include <algorithm>
@@ -177,7 +175,6 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
   const detail::Automaton& a = impl_->automaton;
   std::vector<std::uint64_t>& marks = scratch_->marks;
   auto check_all = [&] {
-    if (getenv("PSE_DBG")) fprintf(stderr, "check_all depth %zu rule %u origin %u n %zu chain %zu\n", depth, rule, origin, below.uncertain.size(), chain.size());
     for (std::uint32_t p : below.uncertain) marks[p >> 6] |= 1ULL << (p & 63);
     lo_word = std::min<std::size_t>(lo_word, below.uncertain.front() >> 6);
     hi_word = std::max<std::size_t>(hi_word, below.uncertain.back() >> 6);
@@ -198,7 +195,6 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
     if (!(rule == a.root && origin == 0)) check_all();
     return;
   }
-  if (getenv("PSE_DBG")) fprintf(stderr, "depth %zu rule %u origin %u parents %zu unc %zu\n", depth, rule, origin, parents.size(), below.uncertain.size());
   if (depth >= 8 || parents.size() > 32 || budget < parents.size()) {
     check_all();
     return;

@@ -66,8 +66,21 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     if (kind_[i] == 0 && !tokens_[i].empty()) sorted_.push_back(static_cast<TokenId>(i));
     max_length_ = std::max(max_length_, tokens_[i].size());
   }
-  std::sort(sorted_.begin(), sorted_.end(),
-            [&](TokenId a, TokenId b) { return tokens_[a] < tokens_[b]; });
+  // Sort on the first 8 bytes (big-endian, so integer order is byte order) and compare whole strings
+  // only on ties: far fewer cache misses than comparing std::strings throughout.
+  std::vector<std::pair<std::uint64_t, TokenId>> keyed;
+  keyed.reserve(sorted_.size());
+  for (TokenId id : sorted_) {
+    std::uint64_t key = 0;
+    const std::string& t = tokens_[id];
+    for (std::size_t i = 0; i < 8; ++i) key = (key << 8) | (i < t.size() ? static_cast<unsigned char>(t[i]) : 0u);
+    keyed.emplace_back(key, id);
+  }
+  std::sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return tokens_[a.second] < tokens_[b.second];
+  });
+  for (std::size_t i = 0; i < keyed.size(); ++i) sorted_[i] = keyed[i].second;
   lcp_.assign(sorted_.size(), 0);
   for (std::size_t i = 1; i < sorted_.size(); ++i) {
     const std::string& a = tokens_[sorted_[i - 1]];

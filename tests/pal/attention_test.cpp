@@ -115,8 +115,8 @@ TEST(AttentionTest, DecodeLongContextOnThreadPool) {
   check(c, 8, &pool);
 }
 
-// Few (sequence, KV head) units and long contexts: decode splits the keys and merges partial softmax
-// states; windows leave some splits without a visible key.
+// Few sequences and long contexts: decode splits the keys and merges partial softmax states (windows
+// leave some splits without a visible key); short ones split the KV heads.
 TEST(AttentionTest, DecodeSplitKvSmallBatch) {
   tensor::ThreadPool pool(2);
   std::uint32_t seed = 50;
@@ -134,6 +134,18 @@ TEST(AttentionTest, DecodeSplitKvSmallBatch) {
       check(c, seed++, nullptr);
     }
   }
+  // One short sequence on two threads: the KV heads are split into ranges instead.
+  AttentionCase c;
+  c.seq_lens = {300};
+  c.n_q_heads = 12;
+  c.n_kv_heads = 3;
+  c.head_dim = 64;
+  check(c, seed++, &pool);
+  c.seq_lens = {40, 700};
+  c.n_kv_heads = 6;
+  c.n_q_heads = 12;
+  c.window = 33;
+  check(c, seed++, &pool);
 }
 
 TEST(AttentionTest, PrefillSweep) {

@@ -204,6 +204,10 @@ TEST(JsonSchema, ErrorsCarryPointerAndKeyword) {
   expect_error(R"({"type":"string","pattern":"a","maxLength":3})", "", "pattern");
   expect_error(R"(5)", "", "");
   EXPECT_THROW((void)json_schema_to_grammar(std::string_view("{not json")), SchemaError);
+  EXPECT_THROW((void)json_schema_to_grammar(std::string_view(R"({"minimum":1e400})")), SchemaError);
+  JsonSchemaOptions bad_doc;
+  bad_doc.documents["http://x/y.json"] = "{";
+  EXPECT_THROW((void)json_schema_to_grammar(std::string_view("true"), bad_doc), SchemaError);
 }
 
 TEST(JsonSchema, BoundsStopDeepInput) {
@@ -212,6 +216,11 @@ TEST(JsonSchema, BoundsStopDeepInput) {
   deep += "true";
   for (int i = 0; i < 500; ++i) deep += "}";
   EXPECT_THROW((void)json_schema_to_grammar(std::string_view(deep)), LimitError);
+  // Nested anyOf that multiply out hit a bound instead of running for ever.
+  std::string wide = R"({"allOf":[)";
+  for (int i = 0; i < 40; ++i) wide += std::string(i ? "," : "") + R"({"anyOf":[{"minimum":)" + std::to_string(i) + R"(},{"maximum":)" + std::to_string(-i) + "}]}";
+  wide += "]}";
+  EXPECT_THROW((void)json_schema_to_grammar(std::string_view(wide)), LimitError);
   // A $ref cycle with no structure in between is a fixpoint, not an endless expansion.
   expect_language(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", {"1", "{}"}, {});
 }

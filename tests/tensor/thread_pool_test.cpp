@@ -61,6 +61,25 @@ TEST(ThreadPool, BadArgumentsThrow) {
   EXPECT_THROW(pool.parallel_for(10, [](std::int64_t, std::int64_t) {}, 0), tensor::Error);
 }
 
+TEST(ThreadPool, ManyShortCallsMixingOptionalAndFullJobs) {
+  // parallel_for may finish without a worker that was not scheduled in time; run() never does. Mixing
+  // them back to back checks a late worker never runs a job twice or joins a closed one.
+  for (std::uint32_t spins : {0u, 200u}) {
+    tensor::ThreadPool pool(3);
+    pool.set_spin_iterations(spins);
+    for (int rep = 0; rep < 300; ++rep) {
+      std::atomic<std::int64_t> sum{0};
+      pool.parallel_for(97, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) sum += i;
+      });
+      ASSERT_EQ(sum.load(), 97 * 96 / 2);
+      std::atomic<int> mask{0};
+      pool.run([&](int t, int) { mask.fetch_or(1 << t); });
+      ASSERT_EQ(mask.load(), 7);
+    }
+  }
+}
+
 TEST(ThreadPool, NestedCallsRunInline) {
   tensor::ThreadPool pool(2);
   std::atomic<int> inner{0};

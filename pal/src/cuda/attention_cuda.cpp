@@ -234,7 +234,7 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
     const auto options = decode_options(kv.head_dim, kv.dtype == tensor::DType::bf16, group,
                                         tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll);
     detail::kernel("decode_attention.cu", options, "decode_attention_merge")
-        .launch({static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs), 1},
+        .launch_dependent({static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs), 1},
                 {kMergeThreads, 1, 1}, 0, stream, argv);
   }
 }

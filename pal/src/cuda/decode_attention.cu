@@ -164,6 +164,9 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
     }
   }
 
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge may get scheduled now
+#endif
   // Merge the warp's token groups (lanes with the same dims), then the warps through shared memory.
 #pragma unroll
   for (int off = LANES; off < 32; off <<= 1) {
@@ -233,6 +236,10 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
 #define MERGE_THREADS 256
 #define MERGE_GROUPS (MERGE_THREADS / (HEAD_DIM / 4))
 extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_merge(const DecodeParams p) {
+#if __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the split kernel: wait until its partials are complete.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   __shared__ float sm_w[MAX_CHUNK];  // per split: exp2(m_s - max) (n_splits <= MAX_CHUNK)
   __shared__ float sm_red[32];
   __shared__ __align__(16) float sm_o[MERGE_GROUPS][HEAD_DIM];
@@ -332,13 +339,6 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
   int t_begin = split * p.chunk;
   const int t_end = min(len, t_begin + p.chunk);
   if (p.window > 0) t_begin = max(t_begin, len - p.window);
-  const int first_page = t_begin >> 4;
-  if (t_begin < t_end) {
-    const int* pages = p.page_indices + p.page_indptr[seq];
-    const int n_pages = ((t_end - 1) >> 4) - first_page + 1;
-    for (int i = threadIdx.x; i < n_pages; i += N_WARPS * 32) sm_pages[i] = pages[first_page + i];
-  }
-  __syncthreads();
 
   // Query rows (the group's heads) as A fragments; rows past GROUP are zeros.
   unsigned qa[HEAD_DIM / 16][4];
@@ -357,6 +357,13 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
     }
   }
 
+  const int first_page = t_begin >> 4;
+  if (t_begin < t_end) {
+    const int* pages = p.page_indices + p.page_indptr[seq];
+    const int n_pages = ((t_end - 1) >> 4) - first_page + 1;
+    for (int i = threadIdx.x; i < n_pages; i += N_WARPS * 32) sm_pages[i] = pages[first_page + i];
+  }
+  __syncthreads();
   const long long slot_stride = static_cast<long long>(p.n_kv_heads) * HEAD_DIM;
   const float s_mul = p.soft_cap > 0.0f ? p.scale : p.scale * ORCHARD_LOG2E;
   kv_t* my = dsmem + warp * MMA_WARP_ELEMS;
@@ -463,6 +470,9 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
     stage = stage + 1 == MMA_STAGES ? 0 : stage + 1;
   }
   cp_async_wait<0>();
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge may get scheduled now
+#endif
 
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);

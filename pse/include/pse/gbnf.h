@@ -9,7 +9,8 @@
 
 namespace pse {
 
-// Throws GrammarError with line, column and what was expected; undefined rules are errors.
+// Throws GrammarError with line, column and what was expected; undefined rules are errors (at their
+// first reference). LimitError for text over 8 MiB. See docs/grammars.md.
 Grammar parse_gbnf(std::string_view text, std::string_view root_rule = "root");
 
 }  // namespace pse

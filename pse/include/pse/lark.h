@@ -10,7 +10,8 @@
 
 namespace pse {
 
-// Throws GrammarError with line, column and what was expected.
+// Throws GrammarError with line, column and what was expected (unsupported constructs name
+// themselves); LimitError for text over 8 MiB. See docs/grammars.md for the subset.
 Grammar parse_lark(std::string_view text, std::string_view start_rule = "start");
 
 }  // namespace pse

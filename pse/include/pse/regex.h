@@ -21,7 +21,10 @@ struct RegexOptions {
 };
 
 // Adds the language of `pattern` to `grammar` and returns its expression (used by JSON Schema `pattern`
-// and Lark regex terminals). Throws GrammarError with the column (1-based) in the pattern.
+// and Lark regex terminals). Throws GrammarError with the column (1-based, in characters) in the
+// pattern, LimitError past 1 MiB or 2^20 class ranges; `grammar` is unchanged after a throw.
+// ^ and $ are accepted at the ends of the pattern or of a top-level alternative (also inside groups
+// without | or a quantifier); elsewhere they are a GrammarError. docs/grammars.md has the details.
 ExprId add_regex(Grammar& grammar, std::string_view pattern, const RegexOptions& options = {});
 
 // A whole grammar whose root is the regex.

@@ -230,6 +230,34 @@ void Kernel::launch(Dim3 grid, Dim3 block, unsigned shared_bytes, const Stream* 
   }
 }
 
+void Kernel::launch_dependent(Dim3 grid, Dim3 block, unsigned shared_bytes, const Stream* stream,
+                              void** args) const {
+  if (device_info().arch() < 90) {
+    launch(grid, block, shared_bytes, stream, args);
+    return;
+  }
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = block.x;
+  config.blockDimY = block.y;
+  config.blockDimZ = block.z;
+  config.sharedMemBytes = shared_bytes;
+  config.hStream = stream != nullptr ? static_cast<CUstream>(stream->handle()) : nullptr;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  const CUresult status = detail::driver().cuLaunchKernelEx(&config, static_cast<CUfunction>(function_), args, nullptr);
+  if (status != CUDA_SUCCESS) {
+    detail::check(status, "tensor::cuda::Kernel::launch_dependent",
+                  name_ + " grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
+                      std::to_string(grid.z) + ")");
+  }
+}
+
 void Kernel::set_max_dynamic_shared(int bytes) const {
   detail::check(detail::driver().cuFuncSetAttribute(static_cast<CUfunction>(function_),
                                                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes),
@@ -265,6 +293,9 @@ void Kernel::set_max_dynamic_shared(int) const {
 }
 int Kernel::max_active_blocks_per_sm(int, int) const {
   detail::throw_built_without_cuda("tensor::cuda::Kernel::max_active_blocks_per_sm");
+}
+void Kernel::launch_dependent(Dim3, Dim3, unsigned, const Stream*, void**) const {
+  detail::throw_built_without_cuda("tensor::cuda::Kernel::launch_dependent");
 }
 
 #endif

@@ -33,6 +33,10 @@ class Kernel {
   // Launches on `stream` (the legacy default stream when null) and checks the launch; args as cuLaunchKernel.
   // Throws DriverError naming the kernel and the grid.
   void launch(Dim3 grid, Dim3 block, unsigned shared_bytes, const Stream* stream, void** args) const;
+  // As launch(), but on sm_90+ the kernel may be scheduled before the previous kernel on the stream has
+  // finished (programmatic dependent launch): it must wait for it with `griddepcontrol.wait` before
+  // reading its results. Saves the launch gap of short follow-up kernels (e.g. a merge).
+  void launch_dependent(Dim3 grid, Dim3 block, unsigned shared_bytes, const Stream* stream, void** args) const;
   // Lets a launch use up to `bytes` of dynamic shared memory (needed past 48 KiB).
   void set_max_dynamic_shared(int bytes) const;
   // How many blocks of `threads` threads and `shared_bytes` dynamic shared memory fit on one multiprocessor.
