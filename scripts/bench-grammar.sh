@@ -14,7 +14,7 @@ SHARED="${ORCHARD_SHARED_DATA:-$ROOT/../shared/data}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 ORCHARD="$BUILD/pie/orchard"
 TOKENIZER="$SHARED/tokenizers/llama3"
-REPEAT="${REPEAT:-3}"
+REPEAT="${REPEAT:-1}"  # passes over the documents; 1 = the same single pass the peers make
 
 if [ ! -d "$BUILD" ]; then
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -50,9 +50,9 @@ inline __m256i bytes_from_bits_32(const std::uint8_t* p) {
 
 // Software prefetch of the weight stream kPrefetchBytes ahead of the loads (rows are contiguous, so
 // running past a row's end fetches the next row). The hardware prefetchers alone leave too few misses in
-// flight once the loop has real arithmetic; 2 KiB is about DRAM latency x one core's bandwidth.
+// flight once the loop has real arithmetic. 4 KiB measured best of 1, 2 and 4 KiB (docs/PERFORMANCE.md).
 #ifndef ORCHARD_PREFETCH_BYTES
-#define ORCHARD_PREFETCH_BYTES 2048
+#define ORCHARD_PREFETCH_BYTES 4096
 #endif
 constexpr int kPrefetchBytes = ORCHARD_PREFETCH_BYTES;
 inline void prefetch_w(const void* p, std::size_t len) {

@@ -57,7 +57,7 @@ struct Avx2 {
                                _mm256_cmp_ps(idx, _mm256_set1_ps(static_cast<float>(b)), _CMP_LT_OQ));
     return _mm256_blendv_ps(_mm256_set1_ps(fill), x, in);
   }
-  static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+  static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }  // to L2: a page of all heads outgrows L1
   static V exp(V x) { return simd_exp<Avx2>(x); }
   static V tanh(V x) { return simd_tanh<Avx2>(x); }
 };

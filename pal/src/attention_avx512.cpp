@@ -56,7 +56,7 @@ struct Avx512 {
     const auto k = static_cast<__mmask16>((bits >> lane0) & 0xffffu);
     return _mm512_mask_blend_ps(k, _mm512_set1_ps(fill), x);
   }
-  static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+  static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }  // to L2: a page of all heads outgrows L1
   static V exp(V x) { return simd_exp<Avx512>(x); }
   static V tanh(V x) { return simd_tanh<Avx512>(x); }
 };

@@ -47,13 +47,6 @@ struct Kernel {
     for (int t = a; t < b; ++t) std::memcpy(dst + t * D, src + t * src_stride, sizeof(float) * D);
   }
 
-  // Prefetches the 16 rows of one page of one KV head (row_bytes each, row_stride_bytes apart).
-  static void prefetch_page(const char* p, std::int64_t row_stride_bytes, int row_bytes) {
-    for (int t = 0; t < kPageSize; ++t) {
-      for (int off = 0; off < row_bytes; off += 64) Isa::prefetch(p + t * row_stride_bytes + off);
-    }
-  }
-
   // logits[16] (as kPageVecs vectors) of query q against the staged keys kf[16][D].
   static void qk(const float* q, const float* kf, V* out) {
     for (int kb = 0; kb < kPageVecs; ++kb) {
@@ -105,7 +98,7 @@ struct Kernel {
   static void process_head(const AttentionUnit& u, int gl, int group, int hg, std::int64_t base,
                            std::int64_t first_key, std::int64_t last_pos, int ua, int ub, const float* kf,
                            const void* vpage, bool f16, std::int64_t row_stride, float* o, float* pbuf, float* m,
-                           float* l, float* alpha, V vscale, V vcap) {
+                           float* l, float* alpha, V vscale, V vcap, const char* next_k, const char* next_v) {
     const std::int64_t window = u.params->sliding_window;
     const float cap = u.params->logit_soft_cap;
     // Rows of KV head gl that see part of this page; the P.V pass takes them four at a time.
@@ -120,7 +113,20 @@ struct Kernel {
         pv_rows<false>(count, orow, prow, arow, vpage, row_stride, ua, ub);
       }
     };
-    for (int rr = 0; rr < u.n_tokens * group; ++rr) {
+    const int n_rr = u.n_tokens * group;
+    const std::int64_t stride_bytes = row_stride * (f16 ? 2 : 4);
+    const int row_bytes = D * (f16 ? 2 : 4);
+    for (int rr = 0; rr < n_rr; ++rr) {
+      // This head's rows of the next page, a share per query row: a burst of a hundred prefetches would fill
+      // the miss buffers and stall the loads behind them.
+      if (next_k != nullptr) {
+        for (int t = rr * kPageSize / n_rr; t < (rr + 1) * kPageSize / n_rr; ++t) {
+          for (int off = 0; off < row_bytes; off += 64) {
+            Isa::prefetch(next_k + t * stride_bytes + off);
+            Isa::prefetch(next_v + t * stride_bytes + off);
+          }
+        }
+      }
       const int tok = rr / group;
       const int j = gl * group + rr % group;  // local q head
       const int r = tok * hg + j;
@@ -211,12 +217,15 @@ struct Kernel {
       const int ub = static_cast<int>(last_pos + 1 < base + kPageSize ? last_pos + 1 - base : kPageSize);
       // All of the unit's KV heads of one page before the next page: with every head in the unit (decode),
       // the page's K and V blocks are read whole while their TLB entries and DRAM rows are hot. Each head
-      // prefetches its rows of the next page (pages are scattered; the hardware prefetcher cannot guess).
+      // prefetches its rows of the next page while it works (pages are scattered; the hardware prefetcher
+      // cannot guess them).
       for (int gl = 0; gl < u.n_heads; ++gl) {
+        const char* next_k = nullptr;
+        const char* next_v = nullptr;
         if (pg + 1 <= pg_last) {
           const std::int64_t next = kv_offset(kv, pages[pg + 1], 0, u.kv_head + gl) * elem_bytes;
-          prefetch_page(kbytes + next, row_stride * elem_bytes, static_cast<int>(D * elem_bytes));
-          prefetch_page(vbytes + next, row_stride * elem_bytes, static_cast<int>(D * elem_bytes));
+          next_k = kbytes + next;
+          next_v = vbytes + next;
         }
         const std::int64_t elem = kv_offset(kv, pages[pg], 0, u.kv_head + gl);
         const void* vpage;
@@ -228,7 +237,7 @@ struct Kernel {
           vpage = static_cast<const float*>(kv.v_pages) + elem;
         }
         process_head(u, gl, group, hg, base, first_key, last_pos, ua, ub, kf, vpage, f16, row_stride, o, pbuf,
-                     m, l, alpha, vscale, vcap);
+                     m, l, alpha, vscale, vcap, next_k, next_v);
       }
     }
 

@@ -1,5 +1,6 @@
-// One unit of work of the fast CPU attention: a sequence, a KV head, and a run of consecutive query
-// tokens of that sequence (1 in decode), i.e. n_tokens x group query rows that share every K/V row read.
+// One unit of work of the fast CPU attention: a sequence, a range of its KV heads (one in prefill, all or a
+// share in decode), a range of its keys (all unless decode splits them), and a run of consecutive query
+// tokens (1 in decode): n_tokens x n_heads x group query rows, each KV head's rows sharing its K/V reads.
 // attention_cpu.cpp cuts the batch into units and hands each to the kernel of the ISA in hand.
 #pragma once
 

@@ -26,8 +26,8 @@ __attribute__((target("avx2"))) std::uint64_t read_stream_avx2(const std::byte* 
   for (std::size_t i = 0; i + 128 <= n; i += 128) {
     // The same software prefetch distance as the kernels (kernels/src/dot_x86.inl): the limit must be
     // at least as good at streaming as the code it rates.
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 2048), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 2048 + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + 4096), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + 4096 + 64), _MM_HINT_T0);
     a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
     a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
     a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));

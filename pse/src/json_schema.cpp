@@ -120,9 +120,11 @@ Grammar Converter::run() {
 }
 
 Constraints Converter::collect(const Conj& conj_in, int depth) {
-  if (++n_collects_ > kMaxCollects) {
-    throw LimitError(fmt::format("[json_schema] {}: more than {} schema combinations to expand (nested anyOf / "
-                                 "oneOf / if blow up)", conj_in.empty() ? "/" : conj_in[0].pointer, kMaxCollects));
+  work_ += conj_in.size() + 1;
+  if (work_ > options_.max_expansion_work) {
+    throw LimitError(fmt::format("[json_schema] {}: expanding the schema took more than {} steps (nested anyOf / "
+                                 "oneOf / if that multiply out)", conj_in.empty() ? "/" : conj_in[0].pointer,
+                                 options_.max_expansion_work));
   }
   Conj all = conj_in;
   Constraints c;
@@ -315,7 +317,18 @@ void Converter::collect_node(const Conj& conj, std::size_t index, Constraints& c
       c.object_shapes.push_back(std::move(shape));
     } else if (k == "patternProperties") {
       if (!v.is_object()) fail(ptr, k, "\"patternProperties\" must be an object");
-      if (!v.empty()) c.pattern_properties.emplace_back(ptr, k);
+      for (auto& [pattern, sub] : v.items()) {
+        need_schema("patternProperties", sub);
+        // A pattern whose schema is true (or {}) constrains nothing.
+        bool trivial = sub.is_boolean() && sub.get<bool>();
+        if (sub.is_object()) {
+          trivial = std::all_of(sub.items().begin(), sub.items().end(),
+                                [](const auto& kv) { return kAnnotations.count(kv.key()) > 0; });
+        }
+        if (trivial) continue;
+        c.pattern_properties.push_back(
+            {pattern, child(node, sub, "/patternProperties/" + escape_pointer_token(pattern)), ptr});
+      }
     } else if (k == "propertyNames") {
       need_schema("propertyNames", v);
       c.property_names.push_back(child(node, v, "/propertyNames"));

@@ -284,8 +284,25 @@ ExprId Converter::emit_constraints(const Conj& conj, Constraints& c, std::uint32
 }
 
 ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
+  // patternProperties: exact when one pattern, no declared or required names, and no other members
+  // (additionalProperties false): then every member's key matches the pattern and its value the schema.
+  std::optional<ExprId> pattern_member;
   if (!c.pattern_properties.empty()) {
-    fail(c.pattern_properties[0].first, "patternProperties", "\"patternProperties\" cannot be enforced exactly");
+    const auto& pp = c.pattern_properties[0];
+    bool declared = !c.required.empty();
+    bool closed = false;
+    for (const auto& shape : c.object_shapes) {
+      declared = declared || !shape.properties.empty();
+      if (shape.additional && shape.additional->schema->is_boolean() && !shape.additional->schema->get<bool>()) closed = true;
+    }
+    if (c.pattern_properties.size() > 1 || declared || !closed || !c.property_names.empty() ||
+        !c.unevaluated_properties.empty()) {
+      fail(pp.pointer, "patternProperties",
+           "\"patternProperties\" is enforced only alone (one pattern, no properties / required / propertyNames) "
+           "with \"additionalProperties\": false");
+    }
+    ExprId key = g_.add_sequence({g_.add_bytes("\""), pattern_expr(pp.pattern, pp.pointer), g_.add_bytes("\"")});
+    pattern_member = g_.add_sequence({key, colon(), value_expr({pp.schema}, d + 1, depth + 1)});
   }
   // Merge the shapes: a key's schema is, per shape, its property schema or else the shape's additional one.
   std::vector<std::string> order;
@@ -388,8 +405,8 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
     }
     members.push_back(std::move(m));
   }
-  std::optional<ExprId> other;
-  if (additional_allowed) {
+  std::optional<ExprId> other = pattern_member;
+  if (additional_allowed && !pattern_member) {
     ExprId key = names_expr ? *names_expr
                             : g_.add_sequence({g_.add_bytes("\""), order.empty() ? g_.add_repeat(json_char(), 0, kUnbounded) : string_body_excluding(order), g_.add_bytes("\"")});
     other = g_.add_sequence({key, colon(), value_expr(additional, d + 1, depth + 1)});

@@ -123,7 +123,12 @@ struct Constraints {
   std::string length_pointer;
   // objects
   std::vector<ObjectShape> object_shapes;
-  std::vector<std::pair<std::string, std::string>> pattern_properties;  // pointer of the keyword
+  struct PatternProperty {
+    std::string pattern;
+    Node schema;
+    std::string pointer;  // of the schema holding "patternProperties"
+  };
+  std::vector<PatternProperty> pattern_properties;
   std::vector<Node> property_names;
   std::vector<std::string> required;  // in order of appearance, unique
   std::uint32_t min_properties = 0;
@@ -212,8 +217,7 @@ class Converter {
   int n_rules_ = 0;
   int negate_depth_ = 0;
   std::uint64_t next_lineage_ = 0;
-  std::uint64_t n_collects_ = 0;
-  static constexpr std::uint64_t kMaxCollects = 200000;
+  std::uint64_t work_ = 0;  // schemas visited while collecting, against options_.max_expansion_work
   std::map<std::string, json*> canonical_;
 };
 

@@ -160,6 +160,7 @@ struct AttnCase {
   int window = 0;
   int chunk = 0;      // decode tuning; prefill: warps per block
   bool simt = false;  // decode: the SIMT kernel where the tensor-core one would run
+  int rows = 0;       // prefill: query rows per warp (16 or 32; 0: the default)
 };
 
 std::string describe(const char* op, const AttnCase& c) {
@@ -175,6 +176,7 @@ std::string describe(const char* op, const AttnCase& c) {
   if (c.window > 0) ss << " window=" << c.window;
   if (c.chunk > 0) ss << (c.q_lens.empty() ? " chunk=" : " warps=") << c.chunk;
   if (c.simt) ss << " simt";
+  if (c.rows > 0) ss << " rows_per_warp=" << c.rows;
   return ss.str();
 }
 
@@ -230,6 +232,7 @@ CaseResult run_prefill(std::mt19937_64& rng, const AttnCase& c) {
   DeviceBuffer dout = poisoned(n * sizeof(float));
   pal::cuda::PrefillTuning tuning;
   tuning.warps = c.chunk;
+  tuning.rows_per_warp = c.rows;
   pal::cuda::prefill_attention(dev.kv, params, {dqo.as<std::int32_t>(), dq.as<float>(), dout.as<float>()},
                                *std::max_element(c.q_lens.begin(), c.q_lens.end()), nullptr, tuning);
   tensor::cuda::synchronize();
@@ -271,6 +274,8 @@ std::vector<CaseResult> check_prefill(std::uint64_t seed) {
       {DType::f16, 128, 8, 8, {129}, {129}},
       {DType::bf16, 128, 8, 2, {300, 700}, {300, 200}, 0.0f, 0, 8},  // 8 warps per block
       {DType::f16, 64, 4, 1, {100}, {100}, 10.0f, 40, 8},
+      {DType::bf16, 128, 8, 2, {300, 700}, {300, 200}, 0.0f, 0, 0, false, 16},  // one m16 tile per warp
+      {DType::f16, 128, 4, 2, {500}, {333}, 0.0f, 70, 8, false, 16},
   };
   std::vector<CaseResult> out;
   for (const auto& c : cases) out.push_back(run_prefill(rng, c));

@@ -57,6 +57,7 @@ TEST(HfJson, RealFilesEncodeLikeTheReference) {
       {"phi-2", "Hello world", {15496, 995}},
       {"phi-2", "can't won't I'M we'll they'VE", {5171, 470, 1839, 470, 314, 6, 44, 356, 1183, 484, 6, 6089}},
       {"falcon-tokenizer", "Hello world", {9856, 1079}},
+      {"falcon-tokenizer", "ied 4 \xC2\xBD months", {878, 204, 31, 3068, 133, 2137}},  // Digits: ASCII only
       {"phi-3", "Hello world", {15043, 3186}},
       {"llama2", "Hello world", {15043, 3186}},
   };
@@ -66,6 +67,7 @@ TEST(HfJson, RealFilesEncodeLikeTheReference) {
     const Tokenizer tok = Tokenizer::load(orchard::testing::shared_data(rel));
     EXPECT_EQ(tok.encode(c.text), c.ids) << c.file << ": " << c.text;
     EXPECT_EQ(tok.decode(tok.encode(c.text)), c.text) << c.file;
+    if (std::string_view(c.file) == "phi-2") EXPECT_EQ(tok.pre_tokenizer_name(), "gpt-2");
   }
 }
 
@@ -230,6 +232,10 @@ TEST(TiktokenFolder, MalformedFilesAreFormatErrors) {
     std::ofstream(dir / "vocab.bpe") << "a b\n";
   }
   expect_error<tokenizers::FormatError>([&] { Tokenizer::load(dir); });
+  for (const char* bad : {"{\"a\": \"zero\"}", "{\"a\": {\"b\": 1}}", "[1, 2]", "{\"a\": 0", "{}"}) {
+    std::ofstream(dir / "encoder.json") << bad;
+    expect_error<tokenizers::FormatError>([&] { Tokenizer::load(dir); });
+  }
   std::filesystem::remove_all(dir);
 }
 

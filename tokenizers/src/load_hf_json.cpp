@@ -164,7 +164,8 @@ class JsonLoader {
       st.behavior = behavior(str_or(p, path, "behavior", "Isolated"));
       impl_.pre.add_step(st);
     } else if (type == "Digits") {
-      impl_.pre.add_regex(flag(p, path, "individual_digits", false) ? "\\p{N}" : "\\p{N}+",
+      // Hugging Face's Digits splits ASCII digits only (char::is_ascii_digit).
+      impl_.pre.add_regex(flag(p, path, "individual_digits", false) ? "[0-9]" : "[0-9]+",
                           detail::SplitBehavior::kIsolated, false, where);
     } else if (type == "Whitespace") {
       impl_.pre.add_regex("\\w+|[^\\w\\s]+", detail::SplitBehavior::kRemoved, true, where);
@@ -411,7 +412,13 @@ class JsonLoader {
       if (byte_level_) {
         impl_.kind = ModelKind::kBytePairByteLevel;
         detail::setup_byte_level_bpe(impl_, merges);
-        impl_.pre_name = "gpt-2";
+        // The GGUF pre-tokenizer name of the family, when the first split is one llama.cpp knows.
+        impl_.pre_name = "tokenizer.json";
+        const auto& steps = impl_.pre.steps();
+        if (!steps.empty() && steps[0].kind == detail::PreTokenizerStep::Kind::kGpt2) impl_.pre_name = "gpt-2";
+        if (!steps.empty() && steps[0].kind == detail::PreTokenizerStep::Kind::kLlama3) {
+          impl_.pre_name = steps[0].max_digits == 3 ? "llama-bpe" : "qwen2";
+        }
       } else {
         impl_.kind = ModelKind::kSentencePiece;
         impl_.spm_scores = false;

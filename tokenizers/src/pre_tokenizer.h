@@ -42,6 +42,7 @@ class PreTokenizer {
   void add_regex(std::string_view pattern, SplitBehavior behavior, bool invert, std::string_view where);
   void add_step(PreTokenizerStep step) { steps_.push_back(std::move(step)); }
   bool empty() const { return steps_.empty(); }
+  const std::vector<PreTokenizerStep>& steps() const { return steps_; }
 
   // Splits valid UTF-8 `text` into pieces (appended to `out`, cleared first).
   void split(std::string_view text, std::vector<Piece>& out) const;

@@ -4,8 +4,9 @@
 // f32 or f16 KV, sliding window, logit soft-capping, any scale.
 //
 // Each op has a scalar reference (`*_ref`: two-pass softmax in double, obviously right) and the fast CPU
-// version (AVX-512 or AVX2/FMA/F16C chosen at run time, online softmax, parallel over sequences x KV heads
-// on a tensor::ThreadPool). Queries and outputs are f32. The CUDA versions take the same structs.
+// version (AVX-512 or AVX2/FMA/F16C chosen at run time, online softmax, parallel on a tensor::ThreadPool over
+// sequences x KV heads, and in decode with few sequences over key ranges too, merged afterwards). Queries and
+// outputs are f32. The CUDA versions take the same structs.
 //
 // Every function validates first and throws pal::Error (nothing written) on: a head dim other than
 // 64/80/96/128/256, a KV dtype other than f32/f16, n_q_heads not a positive multiple of n_kv_heads, a

@@ -170,8 +170,8 @@ float* split_workspace(const tensor::cuda::Stream* stream, std::size_t floats) {
   return b.as<float>();
 }
 
-int prefill_shared_bytes(std::int32_t head_dim, int warps) {
-  return (warps * 16 + 4 * kPrefillBlockN) * (head_dim + 8) * 2;
+int prefill_shared_bytes(std::int32_t head_dim, int block_rows) {
+  return (block_rows + 4 * kPrefillBlockN) * (head_dim + 8) * 2;
 }
 
 }  // namespace
@@ -251,17 +251,30 @@ void prefill_attention(const PagedKv& kv, const AttentionParams& params, const P
   if (tuning.warps != 0 && tuning.warps != 4 && tuning.warps != 8) {
     throw Error(fmt::format("[{}] tuning warps {} must be 0, 4 or 8", op, tuning.warps));
   }
+  const bool wide_allowed = kv.head_dim <= 128;  // two m16 tiles of accumulators per warp fit the registers
+  if (tuning.rows_per_warp != 0 && tuning.rows_per_warp != 16 && !(tuning.rows_per_warp == 32 && wide_allowed)) {
+    throw Error(fmt::format("[{}] tuning rows_per_warp {} must be 0, 16 or (head_dim {} <= 128) 32", op,
+                            tuning.rows_per_warp, kv.head_dim));
+  }
   const int warps = tuning.warps == 0 ? kPrefillWarps : tuning.warps;
+  const int m_tiles = tuning.rows_per_warp == 0 ? (wide_allowed ? 2 : 1) : tuning.rows_per_warp / 16;
+  const int block_rows = warps * 16 * m_tiles;
+  const std::int64_t n_tiles = (static_cast<std::int64_t>(max_q_len) + block_rows - 1) / block_rows;
+  if (n_tiles > 65535) {
+    throw Error(fmt::format("[{}] max_q_len {} needs {} query tiles of {} rows: at most 65535 are supported", op,
+                            max_q_len, n_tiles, block_rows));
+  }
   auto options = base_options(kv);
   options.push_back("-DPREFILL_WARPS=" + std::to_string(warps));
+  options.push_back("-DPREFILL_M_TILES=" + std::to_string(m_tiles));
   PrefillParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, args.qo_indptr,
                   args.q, args.out, kv.n_kv_heads, params.n_q_heads, params.scale, params.logit_soft_cap,
                   params.sliding_window};
   void* argv[] = {&p};
-  const int shared = prefill_shared_bytes(kv.head_dim, warps);
+  const int shared = prefill_shared_bytes(kv.head_dim, block_rows);
   tensor::cuda::Kernel k = detail::kernel("prefill_attention.cu", options, "prefill_attention", shared);
-  k.launch({static_cast<unsigned>((max_q_len + warps * 16 - 1) / (warps * 16)),
-            static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs)},
+  // Heads fastest, then sequences, query tiles slowest (the kernel takes them heaviest first).
+  k.launch({static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs), static_cast<unsigned>(n_tiles)},
            {static_cast<unsigned>(warps * 32), 1, 1}, static_cast<unsigned>(shared), stream, argv);
 }
 
@@ -296,6 +309,11 @@ std::vector<KernelVariant> kernel_variants() {
   auto wide = plain(128, true);
   wide.push_back("-DPREFILL_WARPS=8");
   out.push_back({"prefill_attention.cu", wide});
+  for (std::int32_t d : {64, 128}) {  // two m16 tiles per warp, the default up to head_dim 128
+    auto two = plain(d, d == 128);
+    two.push_back("-DPREFILL_M_TILES=2");
+    out.push_back({"prefill_attention.cu", two});
+  }
   out.push_back({"prefill_attention.cu", plain(128, false)});
   out.push_back({"kv_write.cu", plain(64, false)});
   return out;

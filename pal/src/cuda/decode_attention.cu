@@ -358,32 +358,34 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
   }
 
   const int first_page = t_begin >> 4;
-  if (t_begin < t_end) {
-    const int* pages = p.page_indices + p.page_indptr[seq];
-    const int n_pages = ((t_end - 1) >> 4) - first_page + 1;
-    for (int i = threadIdx.x; i < n_pages; i += N_WARPS * 32) sm_pages[i] = pages[first_page + i];
-  }
-  __syncthreads();
+  const int* pages = p.page_indices + p.page_indptr[seq];
   const long long slot_stride = static_cast<long long>(p.n_kv_heads) * HEAD_DIM;
   const float s_mul = p.soft_cap > 0.0f ? p.scale : p.scale * ORCHARD_LOG2E;
   kv_t* my = dsmem + warp * MMA_WARP_ELEMS;
   const int n_tiles = t_begin < t_end ? (t_end - t_begin + MMA_KEYS - 1) / MMA_KEYS : 0;
 
-  float o[HEAD_DIM / 8][4];
-#pragma unroll
-  for (int i = 0; i < HEAD_DIM / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-
+  // The first tiles take their page ids straight from the page table, so their loads start while the split's
+  // page ids are staged in shared memory for the rest.
 #pragma unroll
   for (int k = 0; k < MMA_STAGES - 1; ++k) {
     const int tile = warp + k * N_WARPS;
     kv_t* st = my + k * MMA_STAGE_ELEMS;
     if (tile < n_tiles) {
-      mma_load_tile(p, sm_pages, first_page, kvh, slot_stride, t_begin + tile * MMA_KEYS, t_end, st,
-                    st + MMA_KEYS * MMA_STRIDE, lane);
+      mma_load_tile(p, pages, 0, kvh, slot_stride, t_begin + tile * MMA_KEYS, t_end, st, st + MMA_KEYS * MMA_STRIDE,
+                    lane);
     }
     cp_async_commit();
   }
+  if (t_begin < t_end) {
+    const int n_pages = ((t_end - 1) >> 4) - first_page + 1;
+    for (int i = threadIdx.x; i < n_pages; i += N_WARPS * 32) sm_pages[i] = pages[first_page + i];
+  }
+  __syncthreads();
+
+  float o[HEAD_DIM / 8][4];
+#pragma unroll
+  for (int i = 0; i < HEAD_DIM / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   int stage = 0;
   for (int it = warp; it < n_tiles; it += N_WARPS) {
     const int pre = it + (MMA_STAGES - 1) * N_WARPS;  // the tile MMA_STAGES - 1 rounds ahead

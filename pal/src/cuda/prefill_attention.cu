@@ -1,17 +1,33 @@
 // Paged prefill attention (causal, chunked prefill over cached pages) on the tensor cores: mma.sync
 // m16n8k16 with bf16 or f16 operands (the KV type) and f32 accumulators, flash-attention style.
-// One block of PREFILL_WARPS warps (4 or 8) takes 16 query rows per warp of one (sequence, query head). K and V
-// tiles of 64 keys are gathered from their pages into shared memory by cp.async, two stages deep.
-// Compile-time: HEAD_DIM (64, 128, 256), KV_BF16.
+// One block of PREFILL_WARPS warps (4 or 8) takes 16 * PREFILL_M_TILES query rows per warp of one (sequence,
+// query head); with two m16 tiles per warp every K and V fragment read from shared memory feeds two MMAs. K and V
+// tiles of 64 keys are gathered from their pages into shared memory by cp.async, two stages deep. Blocks are
+// numbered heaviest (last, longest causal span) query tile first, heads fastest, so a KV head's query heads
+// run side by side and share its tiles in L2.
+// Compile-time: HEAD_DIM (64, 128, 256), KV_BF16, PREFILL_WARPS, PREFILL_M_TILES (1 or 2).
 
 #ifndef PREFILL_WARPS
 #define PREFILL_WARPS 4
 #endif
-#define BLOCK_M (PREFILL_WARPS * 16)
+#ifndef PREFILL_M_TILES
+#define PREFILL_M_TILES 1
+#endif
+#define MT PREFILL_M_TILES
+#define WARP_ROWS (MT * 16)
+#define BLOCK_M (PREFILL_WARPS * WARP_ROWS)
 #define BLOCK_N 64
 #define N_THREADS (PREFILL_WARPS * 32)
 #define STRIDE (HEAD_DIM + 8)  // padded smem row (elements): conflict-free fragment loads
-#define Q_IN_REGISTERS (HEAD_DIM <= 128)  // at 256 the accumulators leave no room
+#define Q_IN_REGISTERS (HEAD_DIM * MT <= 128)  // beyond, the accumulators leave no room
+
+// 2^x by the special-function unit, flushing denormal results to zero (softmax weights that small vanish
+// against the row's maximum weight of 1 anyway); 2^-inf = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 struct PrefillParams {
   const kv_t* k_pages;       // [n_pages][16][n_kv_heads][HEAD_DIM]
@@ -29,20 +45,26 @@ struct PrefillParams {
   int window;                // 0: off
 };
 
-// Gathers keys [kt * 64, kt * 64 + 64) of K and V into one smem stage; keys past the sequence are zeros.
+// Gathers keys [kt * 64, kt * 64 + 64) of K and V into one smem stage; keys past the sequence are zeros. Each
+// thread copies one 16-byte column chunk of every (N_THREADS / chunks per row)-th row.
 __device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int* pages, int len, int kvh, int kt,
                                              kv_t* sk, kv_t* sv) {
   constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
+  constexpr int kRowsPerPass = N_THREADS / kChunks;
   const long long slot_stride = static_cast<long long>(p.n_kv_heads) * HEAD_DIM;
-  for (int c = threadIdx.x; c < BLOCK_N * kChunks; c += N_THREADS) {
-    const int r = c / kChunks;
-    const int col = (c % kChunks) * 8;
+  const int col = (threadIdx.x % kChunks) * 8;
+  const int r0 = threadIdx.x / kChunks;
+  const kv_t* kbase = p.k_pages + kvh * HEAD_DIM + col;
+  const kv_t* vbase = p.v_pages + kvh * HEAD_DIM + col;
+#pragma unroll
+  for (int i = 0; i < BLOCK_N / kRowsPerPass; ++i) {
+    const int r = r0 + i * kRowsPerPass;
     const int t = kt * BLOCK_N + r;
     const bool valid = t < len;
     long long off = 0;
-    if (valid) off = (static_cast<long long>(pages[t >> 4]) * 16 + (t & 15)) * slot_stride + kvh * HEAD_DIM + col;
-    cp_async16(sk + r * STRIDE + col, p.k_pages + off, valid);
-    cp_async16(sv + r * STRIDE + col, p.v_pages + off, valid);
+    if (valid) off = (static_cast<long long>(pages[t >> 4]) * 16 + (t & 15)) * slot_stride;
+    cp_async16(sk + r * STRIDE + col, kbase + off, valid);
+    cp_async16(sv + r * STRIDE + col, vbase + off, valid);
   }
 }
 
@@ -52,11 +74,11 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
   kv_t* sk0 = sq + BLOCK_M * STRIDE;               // 2 stages of [BLOCK_N][STRIDE]
   kv_t* sv0 = sk0 + 2 * BLOCK_N * STRIDE;          // 2 stages of [BLOCK_N][STRIDE]
 
-  const int seq = blockIdx.z;
-  const int h = blockIdx.y;
+  const int h = blockIdx.x;
+  const int seq = blockIdx.y;
   const int q_begin = p.qo_indptr[seq];
   const int n = p.qo_indptr[seq + 1] - q_begin;
-  const int row0 = blockIdx.x * BLOCK_M;
+  const int row0 = (gridDim.z - 1 - blockIdx.z) * BLOCK_M;  // heaviest tiles first
   if (row0 >= n) return;
   const int len = p.seq_lens[seq];
   const int kvh = h / (p.n_q_heads / p.n_kv_heads);
@@ -79,19 +101,16 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
     dst[0] = f32x2_to_kv2(v.x, v.y);
     dst[1] = f32x2_to_kv2(v.z, v.w);
   }
+  __syncthreads();
+  // This lane's ldmatrix address inside a 16 x 16 A tile of the warp's query rows.
+  const kv_t* qw = sq + (warp * WARP_ROWS + (lane & 15)) * STRIDE + (lane >> 4) * 8;
 
 #if Q_IN_REGISTERS
-  __syncthreads();
-  unsigned qa[HEAD_DIM / 16][4];  // this warp's 16 query rows as mma A fragments, loaded once
-  {
-    const kv_t* qw = sq + (warp * 16) * STRIDE;
+  unsigned qa[MT][HEAD_DIM / 16][4];  // this warp's query rows as mma A fragments, loaded once
 #pragma unroll
-    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-      qa[kk][0] = *reinterpret_cast<const unsigned*>(qw + g * STRIDE + kk * 16 + 2 * t4);
-      qa[kk][1] = *reinterpret_cast<const unsigned*>(qw + (g + 8) * STRIDE + kk * 16 + 2 * t4);
-      qa[kk][2] = *reinterpret_cast<const unsigned*>(qw + g * STRIDE + kk * 16 + 2 * t4 + 8);
-      qa[kk][3] = *reinterpret_cast<const unsigned*>(qw + (g + 8) * STRIDE + kk * 16 + 2 * t4 + 8);
-    }
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) ldmatrix_x4(qa[mt][kk], qw + mt * 16 * STRIDE + kk * 16);
   }
 #endif
 
@@ -102,15 +121,22 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
   if (p.window > 0) kt_begin = max(0, pos_first - p.window + 1) / BLOCK_N;
   const int kt_end = pos_last / BLOCK_N + 1;
 
-  const int my_row_a = row0 + warp * 16 + g;  // this thread's two rows (sequence-relative)
-  const int pos_a = len - n + my_row_a;
-  const int pos_b = pos_a + 8;
-  const float s_mul = p.soft_cap > 0.0f ? p.scale : p.scale * ORCHARD_LOG2E;
+  const int warp_row0 = row0 + warp * WARP_ROWS;  // sequence-relative
+  const bool warp_has_rows = warp_row0 < n;
+  const int warp_pos_first = len - n + warp_row0;
+  const int warp_pos_last = len - n + min(n, warp_row0 + WARP_ROWS) - 1;
+  // Raw scores times s_mul are log2-domain logits (soft-capped scores are already in that domain).
+  const float s_mul = p.soft_cap > 0.0f ? 1.0f : p.scale * ORCHARD_LOG2E;
 
-  float o[HEAD_DIM / 8][4];
+  float o[MT][HEAD_DIM / 8][4];
+  float m[MT][2], l[MT][2];
 #pragma unroll
-  for (int i = 0; i < HEAD_DIM / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < HEAD_DIM / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
 
   load_kv_tile(p, pages, len, kvh, kt_begin, sk0, sv0);
   cp_async_commit();
@@ -127,110 +153,151 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
     const kv_t* sk = sk0 + stage * BLOCK_N * STRIDE;
     const kv_t* sv = sv0 + stage * BLOCK_N * STRIDE;
 
-    // S = Q K^T for this warp's 16 rows and the tile's 64 keys; K fragments by ldmatrix, two key tiles each.
-    float s[BLOCK_N / 8][4];
+    // Warp-uniform: does any key of the tile reach any of this warp's rows (causal, window)?
+    const bool warp_active = warp_has_rows && kt * BLOCK_N <= warp_pos_last &&
+                             (p.window <= 0 || kt * BLOCK_N + BLOCK_N - 1 > warp_pos_first - p.window);
+    if (warp_active) {
+      // S = Q K^T for this warp's rows and the tile's 64 keys; each K fragment (ldmatrix, two key tiles) feeds
+      // every m16 tile of the warp.
+      float s[MT][BLOCK_N / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < BLOCK_N / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    const int mi = lane >> 3;
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-#if Q_IN_REGISTERS
-      const unsigned* a = qa[kk];
-#else
-      unsigned a[4];
-      const kv_t* qw = sq + (warp * 16) * STRIDE;
-      a[0] = *reinterpret_cast<const unsigned*>(qw + g * STRIDE + kk * 16 + 2 * t4);
-      a[1] = *reinterpret_cast<const unsigned*>(qw + (g + 8) * STRIDE + kk * 16 + 2 * t4);
-      a[2] = *reinterpret_cast<const unsigned*>(qw + g * STRIDE + kk * 16 + 2 * t4 + 8);
-      a[3] = *reinterpret_cast<const unsigned*>(qw + (g + 8) * STRIDE + kk * 16 + 2 * t4 + 8);
-#endif
-#pragma unroll
-      for (int nt = 0; nt < BLOCK_N / 8; nt += 2) {
-        unsigned b[4];
-        ldmatrix_x4(b, sk + ((nt + (mi >> 1)) * 8 + (lane & 7)) * STRIDE + kk * 16 + (mi & 1) * 8);
-        mma16816(s[nt], a, b);
-        mma16816(s[nt + 1], a, b + 2);
+        for (int nt = 0; nt < BLOCK_N / 8; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
       }
-    }
-
-    // Scale, soft-cap, mask (causal, window, past the sequence), online softmax in the log2 domain. Only
-    // tiles that reach past the warp's first row (the diagonal) or below its window need the mask.
-    const int warp_pos_first = len - n + row0 + warp * 16;
-    const bool need_mask = kt * BLOCK_N + BLOCK_N - 1 > warp_pos_first ||
-                           (p.window > 0 && kt * BLOCK_N <= warp_pos_first + 15 - p.window);
-    float mx_a = m_a, mx_b = m_b;
-#pragma unroll
-    for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * s_mul;
-        if (p.soft_cap > 0.0f) x = p.soft_cap * tanhf(x / p.soft_cap) * ORCHARD_LOG2E;
-        if (need_mask) {
-          const int key = kt * BLOCK_N + nt * 8 + 2 * t4 + (e & 1);
-          const int pos = e < 2 ? pos_a : pos_b;
-          const bool visible = key <= pos && (p.window <= 0 || key > pos - p.window);
-          x = visible ? x : -INFINITY;
-        }
-        s[nt][e] = x;
-        if (e < 2) mx_a = fmaxf(mx_a, x); else mx_b = fmaxf(mx_b, x);
-      }
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float ref_a = mx_a == -INFINITY ? 0.0f : mx_a;  // a row that has seen no key yet
-    const float ref_b = mx_b == -INFINITY ? 0.0f : mx_b;
-    const float corr_a = exp2f(m_a - ref_a), corr_b = exp2f(m_b - ref_b);
-    m_a = mx_a;
-    m_b = mx_b;
-    l_a *= corr_a;
-    l_b *= corr_b;
-#pragma unroll
-    for (int i = 0; i < HEAD_DIM / 8; ++i) {
-      o[i][0] *= corr_a; o[i][1] *= corr_a;
-      o[i][2] *= corr_b; o[i][3] *= corr_b;
-    }
-    unsigned pa[BLOCK_N / 16][4];
-#pragma unroll
-    for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
-      const float p0 = exp2f(s[nt][0] - ref_a), p1 = exp2f(s[nt][1] - ref_a);
-      const float p2 = exp2f(s[nt][2] - ref_b), p3 = exp2f(s[nt][3] - ref_b);
-      l_a += p0 + p1;
-      l_b += p2 + p3;
-      pa[nt / 2][(nt & 1) * 2 + 0] = f32x2_to_kv2(p0, p1);
-      pa[nt / 2][(nt & 1) * 2 + 1] = f32x2_to_kv2(p2, p3);
-    }
-
-    // O += P V: V fragments by transposed ldmatrix, two 8-column tiles per instruction.
-#pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
       const int mi = lane >> 3;
-      const kv_t* vrow = sv + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * STRIDE + (mi >> 1) * 8;
 #pragma unroll
-      for (int dn = 0; dn < HEAD_DIM / 8; dn += 2) {
-        unsigned b[4];
-        ldmatrix_x4_trans(b, vrow + dn * 8);
-        mma16816(o[dn], pa[kk], b);
-        mma16816(o[dn + 1], pa[kk], b + 2);
+      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        unsigned af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#if Q_IN_REGISTERS
+#pragma unroll
+          for (int e = 0; e < 4; ++e) af[mt][e] = qa[mt][kk][e];
+#else
+          ldmatrix_x4(af[mt], qw + mt * 16 * STRIDE + kk * 16);
+#endif
+        }
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_N / 8; nt += 2) {
+          unsigned b[4];
+          ldmatrix_x4(b, sk + ((nt + (mi >> 1)) * 8 + (lane & 7)) * STRIDE + kk * 16 + (mi & 1) * 8);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma16816(s[mt][nt], af[mt], b);
+            mma16816(s[mt][nt + 1], af[mt], b + 2);
+          }
+        }
+      }
+
+      // Soft-cap (into the log2 domain), mask (causal, window, past the sequence), online softmax. Without a soft
+      // cap the scores stay raw and the scale (with log2(e)) is folded into one FMA before each exp2. Only tiles
+      // that reach past the warp's first row (the diagonal) or below its window need the mask.
+      const bool need_mask = kt * BLOCK_N + BLOCK_N - 1 > warp_pos_first ||
+                             (p.window > 0 && kt * BLOCK_N <= warp_pos_last - p.window);
+      unsigned pa[MT][BLOCK_N / 16][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int pos_a = warp_pos_first + mt * 16 + g;
+        const int pos_b = pos_a + 8;
+        if (p.soft_cap > 0.0f) {
+#pragma unroll
+          for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              s[mt][nt][e] = p.soft_cap * tanhf(s[mt][nt][e] * p.scale / p.soft_cap) * ORCHARD_LOG2E;
+            }
+          }
+        }
+        float mx_a = m[mt][0], mx_b = m[mt][1];
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = s[mt][nt][e];
+            if (need_mask) {
+              const int key = kt * BLOCK_N + nt * 8 + 2 * t4 + (e & 1);
+              const int pos = e < 2 ? pos_a : pos_b;
+              const bool visible = key <= pos && (p.window <= 0 || key > pos - p.window);
+              x = visible ? x : -INFINITY;
+              s[mt][nt][e] = x;
+            }
+            if (e < 2) mx_a = fmaxf(mx_a, x); else mx_b = fmaxf(mx_b, x);
+          }
+        }
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+        const float ref_a = mx_a == -INFINITY ? 0.0f : mx_a;  // a row that has seen no key yet
+        const float ref_b = mx_b == -INFINITY ? 0.0f : mx_b;
+        const float corr_a = fast_exp2((m[mt][0] - ref_a) * s_mul), corr_b = fast_exp2((m[mt][1] - ref_b) * s_mul);
+        const float neg_a = -ref_a * s_mul, neg_b = -ref_b * s_mul;
+        m[mt][0] = mx_a;
+        m[mt][1] = mx_b;
+        float la = l[mt][0] * corr_a, lb = l[mt][1] * corr_b;
+        if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {  // some row's maximum moved
+#pragma unroll
+          for (int i = 0; i < HEAD_DIM / 8; ++i) {
+            o[mt][i][0] *= corr_a; o[mt][i][1] *= corr_a;
+            o[mt][i][2] *= corr_b; o[mt][i][3] *= corr_b;
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
+          const float p0 = fast_exp2(fmaf(s[mt][nt][0], s_mul, neg_a));
+          const float p1 = fast_exp2(fmaf(s[mt][nt][1], s_mul, neg_a));
+          const float p2 = fast_exp2(fmaf(s[mt][nt][2], s_mul, neg_b));
+          const float p3 = fast_exp2(fmaf(s[mt][nt][3], s_mul, neg_b));
+          la += p0 + p1;
+          lb += p2 + p3;
+          pa[mt][nt / 2][(nt & 1) * 2 + 0] = f32x2_to_kv2(p0, p1);
+          pa[mt][nt / 2][(nt & 1) * 2 + 1] = f32x2_to_kv2(p2, p3);
+        }
+        l[mt][0] = la;
+        l[mt][1] = lb;
+      }
+
+      // O += P V: P stays in registers as the A operand; V fragments by transposed ldmatrix, two 8-column tiles
+      // per instruction, each feeding every m16 tile.
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        const kv_t* vrow = sv + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * STRIDE + (mi >> 1) * 8;
+#pragma unroll
+        for (int dn = 0; dn < HEAD_DIM / 8; dn += 2) {
+          unsigned b[4];
+          ldmatrix_x4_trans(b, vrow + dn * 8);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma16816(o[mt][dn], pa[mt][kk], b);
+            mma16816(o[mt][dn + 1], pa[mt][kk], b + 2);
+          }
+        }
       }
     }
     __syncthreads();  // the stage is overwritten by the next iteration's loads
   }
   cp_async_wait<0>();
 
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
-  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-  float* out_a = p.out + (q_begin + my_row_a) * q_row_stride + h * HEAD_DIM;
-  float* out_b = out_a + 8 * q_row_stride;
 #pragma unroll
-  for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
-    const int col = dn * 8 + 2 * t4;
-    if (my_row_a < n) *reinterpret_cast<float2*>(out_a + col) = make_float2(o[dn][0] * inv_a, o[dn][1] * inv_a);
-    if (my_row_a + 8 < n) *reinterpret_cast<float2*>(out_b + col) = make_float2(o[dn][2] * inv_b, o[dn][3] * inv_b);
+  for (int mt = 0; mt < MT; ++mt) {
+    float la = l[mt][0], lb = l[mt][1];
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    const float inv_a = la > 0.0f ? 1.0f / la : 0.0f;
+    const float inv_b = lb > 0.0f ? 1.0f / lb : 0.0f;
+    const int row_a = warp_row0 + mt * 16 + g;  // this thread's two rows (sequence-relative)
+    float* out_a = p.out + (q_begin + row_a) * q_row_stride + h * HEAD_DIM;
+    float* out_b = out_a + 8 * q_row_stride;
+#pragma unroll
+    for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
+      const int col = dn * 8 + 2 * t4;
+      if (row_a < n) *reinterpret_cast<float2*>(out_a + col) = make_float2(o[mt][dn][0] * inv_a, o[mt][dn][1] * inv_a);
+      if (row_a + 8 < n) {
+        *reinterpret_cast<float2*>(out_b + col) = make_float2(o[mt][dn][2] * inv_b, o[mt][dn][3] * inv_b);
+      }
+    }
   }
 }

@@ -45,7 +45,8 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
 std::int32_t decode_default_chunk(const PagedKv& kv, const AttentionParams& params, std::int32_t max_seq_len);
 
 struct PrefillTuning {
-  std::int32_t warps = 0;  // warps per block, 16 query rows each: 4 or 8; 0: the default (4)
+  std::int32_t warps = 0;          // warps per block: 4 or 8; 0: the default (4)
+  std::int32_t rows_per_warp = 0;  // query rows per warp: 16 or 32 (head_dim <= 128); 0: 32 where allowed
 };
 
 // Prefill attention on the GPU (causal; query rows are the last rows of each sequence's cached tokens).
