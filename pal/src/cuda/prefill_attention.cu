@@ -5,10 +5,18 @@
 // tiles of 64 keys are gathered from their pages into shared memory by cp.async, two stages deep. Blocks are
 // numbered heaviest (last, longest causal span) query tile first, heads fastest, so a KV head's query heads
 // run side by side and share its tiles in L2.
-// Compile-time: HEAD_DIM (64, 128, 256), KV_BF16, PREFILL_WARPS, PREFILL_M_TILES (1 or 2).
+// Compile-time: HEAD_DIM (64, 128, 256), KV_BF16, PREFILL_WARPS, PREFILL_M_TILES (1 or 2), PREFILL_SOFT_CAP and
+// PREFILL_WINDOW (0 or 1).
 
 #ifndef PREFILL_WARPS
 #define PREFILL_WARPS 4
+#endif
+// 0 compiles out the soft-cap (tanh) or sliding-window code, for calls that use neither (fewer registers).
+#ifndef PREFILL_SOFT_CAP
+#define PREFILL_SOFT_CAP 1
+#endif
+#ifndef PREFILL_WINDOW
+#define PREFILL_WINDOW 1
 #endif
 #ifndef PREFILL_M_TILES
 #define PREFILL_M_TILES 1
@@ -118,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
   const int pos_first = len - n + row0;
   const int pos_last = len - n + min(n, row0 + BLOCK_M) - 1;
   int kt_begin = 0;
-  if (p.window > 0) kt_begin = max(0, pos_first - p.window + 1) / BLOCK_N;
+  if ((PREFILL_WINDOW && p.window > 0)) kt_begin = max(0, pos_first - p.window + 1) / BLOCK_N;
   const int kt_end = pos_last / BLOCK_N + 1;
 
   const int warp_row0 = row0 + warp * WARP_ROWS;  // sequence-relative
@@ -126,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
   const int warp_pos_first = len - n + warp_row0;
   const int warp_pos_last = len - n + min(n, warp_row0 + WARP_ROWS) - 1;
   // Raw scores times s_mul are log2-domain logits (soft-capped scores are already in that domain).
-  const float s_mul = p.soft_cap > 0.0f ? 1.0f : p.scale * ORCHARD_LOG2E;
+  const float s_mul = (PREFILL_SOFT_CAP && p.soft_cap > 0.0f) ? 1.0f : p.scale * ORCHARD_LOG2E;
 
   float o[MT][HEAD_DIM / 8][4];
   float m[MT][2], l[MT][2];
@@ -155,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
 
     // Warp-uniform: does any key of the tile reach any of this warp's rows (causal, window)?
     const bool warp_active = warp_has_rows && kt * BLOCK_N <= warp_pos_last &&
-                             (p.window <= 0 || kt * BLOCK_N + BLOCK_N - 1 > warp_pos_first - p.window);
+                             ((!PREFILL_WINDOW || p.window <= 0) || kt * BLOCK_N + BLOCK_N - 1 > warp_pos_first - p.window);
     if (warp_active) {
       // S = Q K^T for this warp's rows and the tile's 64 keys; each K fragment (ldmatrix, two key tiles) feeds
       // every m16 tile of the warp.
@@ -194,13 +202,13 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
       // cap the scores stay raw and the scale (with log2(e)) is folded into one FMA before each exp2. Only tiles
       // that reach past the warp's first row (the diagonal) or below its window need the mask.
       const bool need_mask = kt * BLOCK_N + BLOCK_N - 1 > warp_pos_first ||
-                             (p.window > 0 && kt * BLOCK_N <= warp_pos_last - p.window);
+                             ((PREFILL_WINDOW && p.window > 0) && kt * BLOCK_N <= warp_pos_last - p.window);
       unsigned pa[MT][BLOCK_N / 16][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int pos_a = warp_pos_first + mt * 16 + g;
         const int pos_b = pos_a + 8;
-        if (p.soft_cap > 0.0f) {
+        if ((PREFILL_SOFT_CAP && p.soft_cap > 0.0f)) {
 #pragma unroll
           for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
 #pragma unroll
@@ -218,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
             if (need_mask) {
               const int key = kt * BLOCK_N + nt * 8 + 2 * t4 + (e & 1);
               const int pos = e < 2 ? pos_a : pos_b;
-              const bool visible = key <= pos && (p.window <= 0 || key > pos - p.window);
+              const bool visible = key <= pos && ((!PREFILL_WINDOW || p.window <= 0) || key > pos - p.window);
               x = visible ? x : -INFINITY;
               s[mt][nt][e] = x;
             }
