@@ -63,7 +63,9 @@ TEST(HfJson, RealFilesEncodeLikeTheReference) {
   };
   for (const HfCase& c : cases) {
     const std::string rel = std::string("tokenizers/hf/") + c.file + ".tokenizer.json";
-    if (!std::filesystem::exists(orchard::testing::shared_data(rel))) GTEST_SKIP() << "shared data absent: " << rel;
+    if (!std::filesystem::exists(orchard::testing::shared_data(rel))) {
+      GTEST_SKIP() << "shared data absent: " << rel;
+    }
     const Tokenizer tok = Tokenizer::load(orchard::testing::shared_data(rel));
     EXPECT_EQ(tok.encode(c.text), c.ids) << c.file << ": " << c.text;
     EXPECT_EQ(tok.decode(tok.encode(c.text)), c.text) << c.file;
@@ -74,7 +76,9 @@ TEST(HfJson, RealFilesEncodeLikeTheReference) {
 TEST(HfJson, AllFourLoadAndRoundTrip) {
   for (const char* f : {"llama2", "phi-3", "phi-2", "falcon-tokenizer"}) {
     const std::string rel = std::string("tokenizers/hf/") + f + ".tokenizer.json";
-    if (!std::filesystem::exists(orchard::testing::shared_data(rel))) GTEST_SKIP() << "shared data absent: " << rel;
+    if (!std::filesystem::exists(orchard::testing::shared_data(rel))) {
+      GTEST_SKIP() << "shared data absent: " << rel;
+    }
     const Tokenizer tok = Tokenizer::load(orchard::testing::shared_data(rel));
     const std::string text = "  Mixed text: ünïcödé 日本語 🦙, code {x: [1, 22, 333]}\n\tend  ";
     const auto ids = tok.encode(text);

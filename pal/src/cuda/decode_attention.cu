@@ -39,6 +39,11 @@ __device__ __forceinline__ float score_to_log2(float dot, const DecodeParams& p)
 }
 
 extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_split(const DecodeParams p) {
+#if __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of whatever ran before on the stream (its launch and block start-up
+  // overlap that kernel's tail): nothing it wrote (q, pages, the split workspace) is touched before this.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int split = blockIdx.x;
   const int kvh = blockIdx.y;
   const int seq = blockIdx.z;
@@ -235,10 +240,13 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
 // that block's serial merge becomes the tail.)
 #define MERGE_THREADS 256
 #define MERGE_GROUPS (MERGE_THREADS / (HEAD_DIM / 4))
+#define MERGE_PREFETCH 4
 extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_merge(const DecodeParams p) {
 #if __CUDA_ARCH__ >= 900
-  // Launched as a programmatic dependent of the split kernel: wait until its partials are complete.
+  // Launched as a programmatic dependent of the split kernel: wait until its partials are complete. The next
+  // kernel on the stream may then be scheduled (it waits for this one's completion before touching memory).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
   __shared__ float sm_w[MAX_CHUNK];  // per split: exp2(m_s - max) (n_splits <= MAX_CHUNK)
   __shared__ float sm_red[32];
@@ -246,6 +254,16 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_mer
   const long long row = static_cast<long long>(blockIdx.y) * p.n_q_heads + blockIdx.x;
   const float* ml = p.part_ml + row * p.n_splits * 2;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int dq = threadIdx.x % (HEAD_DIM / 4);
+  const int grp = threadIdx.x / (HEAD_DIM / 4);
+  const float4* po = reinterpret_cast<const float4*>(p.part_o + row * p.n_splits * HEAD_DIM) + dq;
+  // The first MERGE_PREFETCH partial rows of this thread are loaded now, in flight during the reductions.
+  float4 pre[MERGE_PREFETCH];
+#pragma unroll
+  for (int i = 0; i < MERGE_PREFETCH; ++i) {
+    const int s = grp + i * MERGE_GROUPS;
+    pre[i] = s < p.n_splits ? po[static_cast<long long>(s) * (HEAD_DIM / 4)] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   float mx = ORCHARD_NEG_BIG;
   for (int s = threadIdx.x; s < p.n_splits; s += MERGE_THREADS) mx = fmaxf(mx, ml[2 * s]);
@@ -269,12 +287,15 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_mer
   sum = 0.0f;
   for (int w = 0; w < MERGE_THREADS / 32; ++w) sum += sm_red[w];
 
-  const int dq = threadIdx.x % (HEAD_DIM / 4);
-  const int grp = threadIdx.x / (HEAD_DIM / 4);
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float4* po = reinterpret_cast<const float4*>(p.part_o + row * p.n_splits * HEAD_DIM) + dq;
+#pragma unroll
+  for (int i = 0; i < MERGE_PREFETCH; ++i) {
+    const int s = grp + i * MERGE_GROUPS;
+    const float w = s < p.n_splits ? sm_w[s] : 0.0f;
+    o.x += w * pre[i].x; o.y += w * pre[i].y; o.z += w * pre[i].z; o.w += w * pre[i].w;
+  }
 #pragma unroll 4
-  for (int s = grp; s < p.n_splits; s += MERGE_GROUPS) {
+  for (int s = grp + MERGE_PREFETCH * MERGE_GROUPS; s < p.n_splits; s += MERGE_GROUPS) {
     const float4 v = po[static_cast<long long>(s) * (HEAD_DIM / 4)];
     const float w = sm_w[s];
     o.x += w * v.x; o.y += w * v.y; o.z += w * v.z; o.w += w * v.w;
@@ -299,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_mer
 #define MMA_KEYS 32
 #define MMA_STRIDE (HEAD_DIM + 8)
 #ifndef MMA_STAGES
-#define MMA_STAGES 2  // tiles in flight per warp; 3 when the grid has one block per multiprocessor
+#define MMA_STAGES 2  // tiles in flight per warp (2 or 3)
 #endif
 #define MMA_STAGE_ELEMS (2 * MMA_KEYS * MMA_STRIDE)  // K then V of one tile
 #define MMA_WARP_ELEMS (MMA_STAGES * MMA_STAGE_ELEMS)
@@ -326,6 +347,11 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
   __shared__ int sm_pages[MAX_CHUNK / 16 + 1];
   __shared__ float sm_m[N_WARPS][16];
   __shared__ float sm_l[N_WARPS][16];
+#if __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of whatever ran before on the stream (its launch and block start-up
+  // overlap that kernel's tail): nothing it wrote (q, pages, the split workspace) is touched before this.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int split = blockIdx.x;
   const int kvh = blockIdx.y;
   const int seq = blockIdx.z;

@@ -53,26 +53,29 @@ struct PrefillParams {
   int window;                // 0: off
 };
 
-// Gathers keys [kt * 64, kt * 64 + 64) of K and V into one smem stage; keys past the sequence are zeros. Each
-// thread copies one 16-byte column chunk of every (N_THREADS / chunks per row)-th row.
+// Gathers keys [kt * 64, kt * 64 + 64) of K and V into one smem stage; keys past the sequence are zeros. The
+// tile is 4 whole pages (16 tokens each): one page-table read per page, then 16-byte chunks spread over threads.
 __device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int* pages, int len, int kvh, int kt,
                                              kv_t* sk, kv_t* sv) {
   constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
-  constexpr int kRowsPerPass = N_THREADS / kChunks;
-  const long long slot_stride = static_cast<long long>(p.n_kv_heads) * HEAD_DIM;
-  const int col = (threadIdx.x % kChunks) * 8;
-  const int r0 = threadIdx.x / kChunks;
-  const kv_t* kbase = p.k_pages + kvh * HEAD_DIM + col;
-  const kv_t* vbase = p.v_pages + kvh * HEAD_DIM + col;
+  constexpr int kPageChunks = 16 * kChunks;
+  const int slot_stride = p.n_kv_heads * HEAD_DIM;  // elements per token slot
 #pragma unroll
-  for (int i = 0; i < BLOCK_N / kRowsPerPass; ++i) {
-    const int r = r0 + i * kRowsPerPass;
-    const int t = kt * BLOCK_N + r;
-    const bool valid = t < len;
-    long long off = 0;
-    if (valid) off = (static_cast<long long>(pages[t >> 4]) * 16 + (t & 15)) * slot_stride;
-    cp_async16(sk + r * STRIDE + col, kbase + off, valid);
-    cp_async16(sv + r * STRIDE + col, vbase + off, valid);
+  for (int pg = 0; pg < BLOCK_N / 16; ++pg) {
+    const int t0 = kt * BLOCK_N + pg * 16;
+    const long long page_base = t0 < len ? static_cast<long long>(pages[t0 >> 4]) * 16 * slot_stride : 0;
+#pragma unroll
+    for (int i = 0; i < (kPageChunks + N_THREADS - 1) / N_THREADS; ++i) {
+      const int c = threadIdx.x + i * N_THREADS;
+      if (kPageChunks % N_THREADS == 0 || c < kPageChunks) {
+        const int r = c / kChunks;
+        const int col = (c % kChunks) * 8;
+        const bool valid = t0 + r < len;
+        const long long off = valid ? page_base + r * slot_stride + kvh * HEAD_DIM + col : 0;
+        cp_async16(sk + (pg * 16 + r) * STRIDE + col, p.k_pages + off, valid);
+        cp_async16(sv + (pg * 16 + r) * STRIDE + col, p.v_pages + off, valid);
+      }
+    }
   }
 }
 
@@ -126,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
   const int pos_first = len - n + row0;
   const int pos_last = len - n + min(n, row0 + BLOCK_M) - 1;
   int kt_begin = 0;
-  if ((PREFILL_WINDOW && p.window > 0)) kt_begin = max(0, pos_first - p.window + 1) / BLOCK_N;
+  if (PREFILL_WINDOW && p.window > 0) kt_begin = max(0, pos_first - p.window + 1) / BLOCK_N;
   const int kt_end = pos_last / BLOCK_N + 1;
 
   const int warp_row0 = row0 + warp * WARP_ROWS;  // sequence-relative
@@ -208,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
       for (int mt = 0; mt < MT; ++mt) {
         const int pos_a = warp_pos_first + mt * 16 + g;
         const int pos_b = pos_a + 8;
-        if ((PREFILL_SOFT_CAP && p.soft_cap > 0.0f)) {
+        if (PREFILL_SOFT_CAP && p.soft_cap > 0.0f) {
 #pragma unroll
           for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
 #pragma unroll

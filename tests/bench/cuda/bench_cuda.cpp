@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
       bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::bf16,
                    {{0, 0}, {512, 0}, {1024, 0}, {2048, 0}, {4096, 0}, {1024, 2}, {4096, 2}, {4096, 4}});
       bench_decode(s, copy, 1, 32768, 32, 8, 128, tensor::DType::bf16,
-                   {{0, 0}, {256, 0}, {512, 0}, {1024, 0}, {2048, -2}, {1024, -3}, {4096, -3}, {1024, 2}});
+                   {{0, 0}, {256, 0}, {512, 0}, {1024, 0}, {2048, -3}, {1024, -3}, {4096, -3}, {1024, 2}});
       bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::f16);
       bench_decode(s, copy, 8, 8192, 32, 8, 128, tensor::DType::bf16);
       bench_decode(s, copy, 64, 4096, 32, 4, 64, tensor::DType::bf16);

@@ -30,8 +30,7 @@ struct DecodeTuning {
   std::int32_t chunk = 0;   // tokens per split (a multiple of 64, at most 4096); 0: sized to fill the GPU
   std::int32_t unroll = 0;  // SIMT kernel: KV steps in flight per warp: 1, 2 or 4; 0: the default (2)
   bool simt = false;        // use the SIMT kernel even where the tensor-core one applies (head_dim <= 128)
-  std::int32_t stages = 0;  // tensor-core kernel: tiles in flight per warp, 2 or 3; 0: 3 when the grid has at
-                            // most one block per multiprocessor, else 2
+  std::int32_t stages = 0;  // tensor-core kernel: tiles in flight per warp, 2 or 3; 0: the default (2)
 };
 
 // Decode attention on the GPU. max_seq_len bounds kv.seq_lens (it sizes the split grid).
