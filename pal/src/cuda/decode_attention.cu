@@ -317,7 +317,9 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_mer
 // memory by cp.async: each warp owns tiles of MMA_KEYS keys (tile i of the split goes to warp i % N_WARPS),
 // two stages deep, with its own online softmax; the warps meet in shared memory at the end.
 #if HEAD_DIM <= 128 && GROUP <= 16
-#define MMA_KEYS 32
+#ifndef MMA_KEYS
+#define MMA_KEYS 32  // keys per tile: 32 with 4 warps, 16 with 8 (the same bytes per stage per block)
+#endif
 #define MMA_STRIDE (HEAD_DIM + 8)
 #ifndef MMA_STAGES
 #define MMA_STAGES 2  // tiles in flight per warp (2 or 3)
