@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) into build-fuzz and runs each for SECONDS.
-# usage: scripts/fuzz.sh [SECONDS] [TARGET...]      (default 60 seconds; targets: gguf tokenizer_json)
+# usage: scripts/fuzz.sh [SECONDS] [TARGET...]      (default 60 seconds, every target: gguf tokenizer_json
+#        tokenizer_gguf gbnf lark regex json_schema)
 # Seeds are cut from the shared data (scripts/fuzz_seeds.py) into build-fuzz/seeds; the growing corpus is
 # kept in build-fuzz/corpus/TARGET; a crash leaves its input in build-fuzz/artifacts/ and fails the script.
 set -euo pipefail
@@ -8,14 +9,15 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf tokenizer_json)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf tokenizer_json tokenizer_gguf gbnf lark regex json_schema)
 build=${ORCHARD_FUZZ_BUILD_DIR:-build-fuzz}
 data=${ORCHARD_SHARED_DATA:-$(pwd)/../shared/data}
 python=python3
 [ -x .venv/bin/python ] && python=.venv/bin/python
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-  -DCMAKE_CXX_COMPILER=clang++ -DORCHARD_BUILD_FUZZERS=ON -DORCHARD_BUILD_BENCHMARKS=OFF >/dev/null
+  -DCMAKE_CXX_COMPILER=clang++ -DORCHARD_BUILD_FUZZERS=ON -DORCHARD_BUILD_TESTS=OFF \
+  -DORCHARD_BUILD_BENCHMARKS=OFF >/dev/null
 for t in "${targets[@]}"; do
   cmake --build "$build" --target "${t}_fuzz" -j"${ORCHARD_JOBS:-2}"
 done

@@ -8,6 +8,11 @@ OUT_DIR/gguf/            small GGUF files: every metadata type and tensor type (
                          shared vocab GGUF
 OUT_DIR/tokenizer_json/  small tokenizer.json files cut from the shared Hugging Face ones (the first 400
                          tokens and the merges among them, every other section kept) plus a tiny WordPiece
+OUT_DIR/tokenizer_gguf/  the same GGUF seeds, loaded as tokenizers
+OUT_DIR/gbnf/            the shared llama.cpp grammars
+OUT_DIR/regex/           every distinct "pattern" of the JSON-Schema-Test-Suite
+OUT_DIR/json_schema/     every schema of the JSON-Schema-Test-Suite (draft2020-12)
+OUT_DIR/lark/            small Lark grammars
 The seeds are small on purpose: the fuzzer mutates them thousands of times a second.
 """
 import json
@@ -103,10 +108,59 @@ def json_seeds(data, out):
         json.dump(wordpiece, f)
 
 
+def suite_schemas(data):
+    root = os.path.join(data, "json-schema-test-suite", "tests", "draft2020-12")
+    for dirpath, _, files in os.walk(root):
+        for name in sorted(files):
+            if name.endswith(".json"):
+                with open(os.path.join(dirpath, name), encoding="utf-8") as f:
+                    for group in json.load(f):
+                        yield group["schema"]
+
+
+def patterns(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("pattern"), str):
+            yield node["pattern"]
+        for v in node.values():
+            yield from patterns(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from patterns(v)
+
+
+def write_all(out, items, suffix):
+    os.makedirs(out, exist_ok=True)
+    for i, text in enumerate(items):
+        with open(os.path.join(out, f"{i:04d}{suffix}"), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def grammar_seeds(data, out):
+    gdir = os.path.join(data, "grammars")
+    gbnf = []
+    if os.path.isdir(gdir):
+        for name in sorted(os.listdir(gdir)):
+            if name.endswith(".gbnf"):
+                with open(os.path.join(gdir, name), encoding="utf-8") as f:
+                    gbnf.append(f.read())
+    write_all(os.path.join(out, "gbnf"), gbnf, ".gbnf")
+    schemas = list(suite_schemas(data)) if os.path.isdir(os.path.join(data, "json-schema-test-suite")) else []
+    write_all(os.path.join(out, "json_schema"), [json.dumps(s) for s in schemas], ".json")
+    write_all(os.path.join(out, "regex"), sorted({p for s in schemas for p in patterns(s)}), ".re")
+    write_all(os.path.join(out, "lark"), [
+        'start: value\nvalue: NUMBER | "[" [value ("," value)*] "]"\n%import common.NUMBER\n',
+        'start: greeting+\ngreeting: "hi"i " " NAME\nNAME: /[a-z]{1,8}/\n',
+        'start: a ~ 2..4\na: "x" | "y"\n',
+    ], ".lark")
+
+
 def main():
     data, out = sys.argv[1], sys.argv[2]
     gguf_seeds(data, os.path.join(out, "gguf"))
+    gguf_seeds(data, os.path.join(out, "tokenizer_gguf"))
     json_seeds(data, os.path.join(out, "tokenizer_json"))
+    grammar_seeds(data, out)
 
 
 if __name__ == "__main__":

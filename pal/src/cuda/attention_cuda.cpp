@@ -102,8 +102,7 @@ std::vector<std::string> decode_options(std::int32_t head_dim, bool bf16, std::i
 // the waves of blocks the machine runs (blocks beyond one full wave wait) times the work of one block,
 // with a fixed overhead per block worth about 64 tokens.
 std::int32_t decode_chunk(std::int32_t n_seqs, std::int32_t n_kv_heads, std::int32_t max_seq_len,
-                          const tensor::cuda::Kernel& kernel, const std::string& variant, int shared_bytes,
-                          int warps = kDecodeWarps) {
+                          const tensor::cuda::Kernel& kernel, const std::string& variant, int shared_bytes) {
   static std::mutex mutex;
   static std::map<std::string, int> occupancy;  // variant -> blocks per multiprocessor
   int per_sm = 0;
@@ -111,7 +110,7 @@ std::int32_t decode_chunk(std::int32_t n_seqs, std::int32_t n_kv_heads, std::int
     std::lock_guard<std::mutex> lock(mutex);
     auto it = occupancy.find(variant);
     if (it == occupancy.end()) {
-      it = occupancy.emplace(variant, std::max(1, kernel.max_active_blocks_per_sm(warps * 32, shared_bytes)))
+      it = occupancy.emplace(variant, std::max(1, kernel.max_active_blocks_per_sm(kDecodeWarps * 32, shared_bytes)))
                .first;
     }
     per_sm = it->second;
@@ -135,28 +134,21 @@ std::int32_t decode_chunk(std::int32_t n_seqs, std::int32_t n_kv_heads, std::int
 }
 
 // The decode kernel for these shapes: the tensor-core one (head_dim <= 128, at most 16 query heads per KV
-// head) unless the SIMT one is asked for; its dynamic shared memory and warps per block.
+// head) unless the SIMT one is asked for; its dynamic shared memory.
 struct DecodeKernel {
   tensor::cuda::Kernel kernel;
   int shared_bytes = 0;
-  int warps = kDecodeWarps;
   std::string variant;  // options that change occupancy
 };
 
 DecodeKernel decode_kernel(std::int32_t head_dim, bool bf16, std::int32_t group, std::int32_t unroll, bool simt,
-                           int stages = 2, int warps = kDecodeWarps) {
+                           int stages = 2) {
   auto options = decode_options(head_dim, bf16, group, unroll);
   DecodeKernel k;
   k.variant = options[0] + options[1] + options[2] + options[4] + (simt ? "simt" : "mma") + std::to_string(stages);
   if (!simt && head_dim <= 128 && group <= 16) {
-    // 8 warps take 16-key tiles, so a block keeps the same bytes in flight in the same shared memory.
-    const int keys = warps == 8 ? kDecodeMmaKeys / 2 : kDecodeMmaKeys;
-    k.warps = warps;
-    k.variant += "w" + std::to_string(warps);
-    options[3] = "-DN_WARPS=" + std::to_string(warps);
     options.push_back("-DMMA_STAGES=" + std::to_string(stages));
-    options.push_back("-DMMA_KEYS=" + std::to_string(keys));
-    k.shared_bytes = warps * stages * 2 * keys * (head_dim + 8) * 2;
+    k.shared_bytes = kDecodeWarps * stages * 2 * kDecodeMmaKeys * (head_dim + 8) * 2;
     k.kernel = detail::kernel("decode_attention.cu", options, "decode_attention_mma", k.shared_bytes);
   } else {
     k.kernel = detail::kernel("decode_attention.cu", options, "decode_attention_split");
@@ -209,24 +201,19 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   if (tuning.stages != 0 && tuning.stages != 2 && tuning.stages != 3) {
     throw Error(fmt::format("[{}] tuning stages {} must be 0, 2 or 3", op, tuning.stages));
   }
-  if (tuning.warps != 0 && tuning.warps != 4 && tuning.warps != 8) {
-    throw Error(fmt::format("[{}] tuning warps {} must be 0, 4 or 8", op, tuning.warps));
-  }
   const bool bf16 = kv.dtype == tensor::DType::bf16;
   const std::int32_t unroll = tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll;
-  // Two tiles in flight per warp; a third (room for it exists at one block per multiprocessor) measured no
-  // faster, and slower at batch 1 with the split kernel launched as a programmatic dependent.
-  const int stages = tuning.stages == 0 ? 2 : tuning.stages;
-  const int warps = tuning.warps == 0 ? kDecodeWarps : tuning.warps;
-  DecodeKernel dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt, stages, warps);
+  DecodeKernel dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt);
   std::int32_t chunk = tuning.chunk;
-  if (chunk == 0) {
-    chunk = decode_chunk(kv.n_seqs, kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant, dk.shared_bytes, dk.warps);
-  }
+  if (chunk == 0) chunk = decode_chunk(kv.n_seqs, kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant, dk.shared_bytes);
   // A split stages at most kMaxChunk page ids, and the merge at most kMaxChunk splits.
   chunk = std::max<std::int32_t>(chunk, static_cast<std::int32_t>((max_seq_len + kMaxChunk - 1) / kMaxChunk + 63) / 64 * 64);
   chunk = std::min(chunk, kMaxChunk);
   const std::int32_t n_splits = (max_seq_len + chunk - 1) / chunk;
+  // Two tiles in flight per warp; a third (room for it exists at one block per multiprocessor) measured no
+  // faster, and slower at batch 1 with the split kernel launched as a programmatic dependent.
+  const int stages = tuning.stages == 0 ? 2 : tuning.stages;
+  if (!simt && stages != 2) dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt, stages);
 
   DecodeParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, args.q, args.out,
                  nullptr, nullptr, kv.n_kv_heads, params.n_q_heads, n_splits, chunk, params.scale,
@@ -242,8 +229,7 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   // reads anything, but its launch and block start-up overlap that kernel's tail.
   dk.kernel.launch_dependent({static_cast<unsigned>(n_splits), static_cast<unsigned>(kv.n_kv_heads),
                               static_cast<unsigned>(kv.n_seqs)},
-                             {static_cast<unsigned>(dk.warps * 32), 1, 1}, static_cast<unsigned>(dk.shared_bytes), stream,
-                             argv);
+                             {kDecodeWarps * 32, 1, 1}, static_cast<unsigned>(dk.shared_bytes), stream, argv);
   if (n_splits > 1) {
     const auto options = decode_options(kv.head_dim, kv.dtype == tensor::DType::bf16, group,
                                         tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll);
@@ -323,10 +309,6 @@ std::vector<KernelVariant> kernel_variants() {
   auto deep = decode_options(128, true, 16);
   deep.push_back("-DMMA_STAGES=3");
   out.push_back({"decode_attention.cu", deep});
-  auto eight = decode_options(128, true, 4);  // 8 warps of 16-key tiles
-  eight[3] = "-DN_WARPS=8";
-  eight.push_back("-DMMA_KEYS=16");
-  out.push_back({"decode_attention.cu", eight});
   auto wide = plain(128, true);
   wide.push_back("-DPREFILL_WARPS=8");
   out.push_back({"prefill_attention.cu", wide});

@@ -211,14 +211,9 @@ void bench_decode(const tc::Stream& s, double copy_gbs, int batch, int ctx, int 
     t.chunk = chunk;
     t.unroll = unroll;
     t.simt = unroll > 0;
-    if (unroll < 0) {  // a negative "unroll" asks the tensor-core kernel for -unroll stages (-8, -9: 8 warps of
-      t.unroll = 0;    // 16-key tiles, 2 or 3 stages)
-      if (unroll <= -8) {
-        t.warps = 8;
-        t.stages = unroll == -9 ? 3 : 0;
-      } else {
-        t.stages = -unroll;
-      }
+    if (unroll < 0) {  // a negative "unroll" asks the tensor-core kernel for -unroll stages
+      t.unroll = 0;
+      t.stages = -unroll;
     }
     const double ms = time_ms(s, [&] {
       pal::cuda::decode_attention(cache.kv, p, {q.as<float>(), out.as<float>()}, ctx, &s, t);
@@ -229,9 +224,7 @@ void bench_decode(const tc::Stream& s, double copy_gbs, int batch, int ctx, int 
              ? ", \"default_chunk\": " + std::to_string(pal::cuda::decode_default_chunk(cache.kv, p, ctx))
              : ", \"variant\": \"chunk=" + std::to_string(chunk) +
                    (unroll > 0 ? " simt unroll=" + std::to_string(unroll)
-                               : " mma" + (unroll <= -8  ? " warps=8 stages=" + std::to_string(unroll == -9 ? 3 : 2)
-                                           : unroll < 0 ? " stages=" + std::to_string(-unroll)
-                                                        : std::string())) +
+                               : " mma" + (unroll < 0 ? " stages=" + std::to_string(-unroll) : std::string())) +
                    "\"");
   }
 }
@@ -361,11 +354,9 @@ int main(int argc, char** argv) {
       const double gemm = measure_gemm(s);
       MemoryPool::global().trim();
       bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::bf16,
-                   {{0, 0}, {512, 0}, {1024, 0}, {2048, 0}, {4096, 0}, {1024, 2}, {4096, 2}, {4096, 4},
-                    {0, -8}, {4096, -8}});
+                   {{0, 0}, {512, 0}, {1024, 0}, {2048, 0}, {4096, 0}, {1024, 2}, {4096, 2}, {4096, 4}});
       bench_decode(s, copy, 1, 32768, 32, 8, 128, tensor::DType::bf16,
-                   {{0, 0}, {256, 0}, {512, 0}, {1024, 0}, {2048, -3}, {1024, -3}, {4096, -3}, {1024, 2},
-                    {0, -8}, {1024, -8}, {0, -9}});
+                   {{0, 0}, {256, 0}, {512, 0}, {1024, 0}, {2048, -3}, {1024, -3}, {4096, -3}, {1024, 2}});
       bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::f16);
       bench_decode(s, copy, 8, 8192, 32, 8, 128, tensor::DType::bf16);
       bench_decode(s, copy, 64, 4096, 32, 4, 64, tensor::DType::bf16);

@@ -31,7 +31,6 @@ struct DecodeTuning {
   std::int32_t unroll = 0;  // SIMT kernel: KV steps in flight per warp: 1, 2 or 4; 0: the default (2)
   bool simt = false;        // use the SIMT kernel even where the tensor-core one applies (head_dim <= 128)
   std::int32_t stages = 0;  // tensor-core kernel: tiles in flight per warp, 2 or 3; 0: the default (2)
-  std::int32_t warps = 0;   // tensor-core kernel: 4 warps of 32-key tiles or 8 of 16-key tiles; 0: 4
 };
 
 // Decode attention on the GPU. max_seq_len bounds kv.seq_lens (it sizes the split grid).
