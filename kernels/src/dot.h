@@ -2,6 +2,7 @@
 // weight row of n elements with activations in vec_dot_type(w); nullptr means "no version for this ISA".
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -15,6 +16,12 @@ using QuantizeFn = void (*)(const float* x, void* y, std::int64_t n);
 DotFn dot_ref_fn(tensor::DType w);
 DotFn dot_avx2_fn(tensor::DType w);
 DotFn dot_avx512_fn(tensor::DType w);
+
+// Four weight rows at once (w, w + stride, w + 2 stride, w + 3 stride) against one activation row:
+// y[k] = dot(n, w + k * stride, x). Streams the weights faster than four DotFn calls (one activation load
+// serves four rows); nullptr where a type or ISA has no such kernel.
+using Dot4Fn = void (*)(std::int64_t n, const void* w, std::size_t stride, const void* x, float* y);
+Dot4Fn dot4_avx512_fn(tensor::DType w);
 
 QuantizeFn quantize_avx2_fn(tensor::DType t);
 

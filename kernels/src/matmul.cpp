@@ -121,6 +121,8 @@ void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float*
   if (n_tokens < 0) throw ShapeError("[kernels::matmul] negative n_tokens " + std::to_string(n_tokens));
   if (n_tokens == 0 || p.n_out == 0) return;
   const detail::DotFn dot = pick_dot(p.w_type, isa, "matmul");
+  const detail::Dot4Fn dot4 =
+      isa == Isa::avx512 && isa_supported(Isa::avx512) ? detail::dot4_avx512_fn(p.w_type) : nullptr;
   const DType act = vec_dot_type(p.w_type);
   const auto* w = static_cast<const unsigned char*>(p.w);
   const unsigned char* xq = reinterpret_cast<const unsigned char*>(x);
@@ -141,7 +143,18 @@ void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float*
       const std::int64_t r1 = std::min(end, r0 + kRowTile);
       for (std::int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
         const std::int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
-        for (std::int64_t r = r0; r < r1; ++r) {
+        std::int64_t r = r0;
+        if (dot4 != nullptr) {
+          float out[4];
+          for (; r + 4 <= r1; r += 4) {
+            const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
+            for (std::int64_t t = t0; t < t1; ++t) {
+              dot4(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, out);
+              for (int k = 0; k < 4; ++k) y[t * n_out + r + k] = out[k];
+            }
+          }
+        }
+        for (; r < r1; ++r) {
           const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
           for (std::int64_t t = t0; t < t1; ++t) {
             y[t * n_out + r] = dot(n_in, wr, xq + static_cast<std::size_t>(t) * act_bytes);
