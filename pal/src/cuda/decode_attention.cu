@@ -325,12 +325,6 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_mer
 #define MMA_STAGE_ELEMS (2 * MMA_KEYS * MMA_STRIDE)  // K then V of one tile
 #define MMA_WARP_ELEMS (MMA_STAGES * MMA_STAGE_ELEMS)
 
-// cp.async with a 256-byte L2 prefetch hint: a token's HEAD_DIM-vector of one KV head is one such piece.
-__device__ __forceinline__ void cp_async16_l2(void* dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;  // 0: fill the 16 bytes with zeros
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
-}
-
 __device__ __forceinline__ void mma_load_tile(const DecodeParams& p, const int* pages, int first_page, int kvh,
                                               long long slot_stride, int tile_start, int t_end, kv_t* sk, kv_t* sv,
                                               int lane) {
@@ -343,8 +337,8 @@ __device__ __forceinline__ void mma_load_tile(const DecodeParams& p, const int* 
     const bool valid = t < t_end;
     long long off = 0;
     if (valid) off = (static_cast<long long>(pages[(t >> 4) - first_page]) * 16 + (t & 15)) * slot_stride + kvh * HEAD_DIM + col;
-    cp_async16_l2(sk + r * MMA_STRIDE + col, p.k_pages + off, valid);
-    cp_async16_l2(sv + r * MMA_STRIDE + col, p.v_pages + off, valid);
+    cp_async16(sk + r * MMA_STRIDE + col, p.k_pages + off, valid);
+    cp_async16(sv + r * MMA_STRIDE + col, p.v_pages + off, valid);
   }
 }
 
