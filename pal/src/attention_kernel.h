@@ -34,7 +34,6 @@ struct Kernel {
   static constexpr int kPageVecs = kPageSize / W;
   static_assert(D % W == 0, "head dim must be a multiple of the vector width");
   static_assert(kPageSize % W == 0, "page size must be a multiple of the vector width");
-  static constexpr std::int64_t kAheadPages = 2;  // software prefetch distance, in pages
 
   // Copies slots [a, b) of a page (rows src_stride elements apart) into dst[16][D] as f32.
   static void stage_f16(const std::uint16_t* src, std::int64_t src_stride, int a, int b, float* dst) {
@@ -223,8 +222,8 @@ struct Kernel {
       for (int gl = 0; gl < u.n_heads; ++gl) {
         const char* next_k = nullptr;
         const char* next_v = nullptr;
-        if (pg + kAheadPages <= pg_last) {
-          const std::int64_t next = kv_offset(kv, pages[pg + kAheadPages], 0, u.kv_head + gl) * elem_bytes;
+        if (pg + 1 <= pg_last) {
+          const std::int64_t next = kv_offset(kv, pages[pg + 1], 0, u.kv_head + gl) * elem_bytes;
           next_k = kbytes + next;
           next_v = vbytes + next;
         }

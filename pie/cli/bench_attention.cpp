@@ -5,6 +5,7 @@
 #include <pal/attention.h>
 #include <pal/rope.h>
 #include <tensor/half.h>
+#include <tensor/tensor.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,9 +22,11 @@ using orchard::cli::bench::Context;
 using orchard::cli::bench::Result;
 
 // A paged f16 KV cache of n_seqs sequences of ctx tokens, pages shuffled through the pool as a serving
-// cache leaves them.
+// cache leaves them. K and V come from tensor::Buffer::allocate, the engine's allocator for large
+// buffers, laid out like the read bandwidth limit's buffer (2 MiB aligned, transparent huge pages): the
+// kernel reads one head's rows 2 KiB apart, so on 4 KiB pages every page-head of K or V costs TLB misses.
 struct Cache {
-  std::vector<std::uint16_t> k, v;
+  tensor::Buffer k, v;  // [n_pages, 16, n_kv_heads, head_dim] f16 each
   std::vector<std::int32_t> indptr, indices, lens;
   pal::PagedKv kv;
 };
@@ -33,20 +36,22 @@ Cache make_cache(int n_seqs, int ctx, int n_kv_heads, int head_dim, std::mt19937
   const int pages_per_seq = (ctx + pal::kPageSize - 1) / pal::kPageSize;
   const int n_pages = n_seqs * pages_per_seq;
   const std::size_t n = static_cast<std::size_t>(n_pages) * pal::kPageSize * n_kv_heads * head_dim;
-  c.k.resize(n);
-  c.v.resize(n);
+  c.k = tensor::Buffer::allocate(n * sizeof(std::uint16_t));
+  c.v = tensor::Buffer::allocate(n * sizeof(std::uint16_t));
+  auto* k = reinterpret_cast<std::uint16_t*>(c.k.data());
+  auto* v = reinterpret_cast<std::uint16_t*>(c.v.data());
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (std::size_t i = 0; i < n; ++i) {
-    c.k[i] = tensor::f32_to_f16(dist(rng));
-    c.v[i] = tensor::f32_to_f16(dist(rng));
+    k[i] = tensor::f32_to_f16(dist(rng));
+    v[i] = tensor::f32_to_f16(dist(rng));
   }
   c.indices.resize(static_cast<std::size_t>(n_pages));
   std::iota(c.indices.begin(), c.indices.end(), 0);
   std::shuffle(c.indices.begin(), c.indices.end(), rng);
   for (int s = 0; s <= n_seqs; ++s) c.indptr.push_back(s * pages_per_seq);
   c.lens.assign(static_cast<std::size_t>(n_seqs), ctx);
-  c.kv.k_pages = c.k.data();
-  c.kv.v_pages = c.v.data();
+  c.kv.k_pages = k;
+  c.kv.v_pages = v;
   c.kv.dtype = tensor::DType::f16;
   c.kv.n_pages = n_pages;
   c.kv.n_kv_heads = n_kv_heads;
