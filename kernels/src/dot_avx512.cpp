@@ -87,10 +87,10 @@ float dot_bf16_512(std::int64_t n, const void* w, const void* x) {
   return dot_half16<load_bf16x16, tensor::bf16_to_f32>(n, w, x);
 }
 
-// Four rows at once: each activation vector is loaded once for four weight rows (with one row per pass the
-// activation loads outnumber the weight loads 2:1 for 2-byte types, and a 14336-wide x does not fit L1), 8
-// independent accumulators, and a software prefetch kPrefetchBytes ahead in each of the four row streams.
-inline __m512 load_f32x16(const float* p) { return _mm512_loadu_ps(p); }
+// f16/bf16: four rows at once. Each activation vector is loaded once for four weight rows (with one row per
+// pass the activation loads outnumber the weight loads 2:1 for 2-byte types, and a 14336-wide x does not fit
+// L1), 8 independent accumulators, a software prefetch kPrefetchBytes ahead in each of the four row streams.
+// f32 has none: measured no faster than dot_f32_512 (docs/PERFORMANCE.md).
 
 template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
 inline void dot4_rows(std::int64_t n, const void* w, std::size_t stride, const void* x, float* y) {
@@ -139,11 +139,6 @@ inline void dot4_rows(std::int64_t n, const void* w, std::size_t stride, const v
   y[3] = s3;
 }
 
-inline float id_f32(float v) { return v; }
-
-void dot4_f32_512(std::int64_t n, const void* w, std::size_t stride, const void* x, float* y) {
-  dot4_rows<float, load_f32x16, id_f32>(n, w, stride, x, y);
-}
 void dot4_f16_512(std::int64_t n, const void* w, std::size_t stride, const void* x, float* y) {
   dot4_rows<std::uint16_t, load_f16x16, tensor::f16_to_f32>(n, w, stride, x, y);
 }
@@ -156,7 +151,6 @@ void dot4_bf16_512(std::int64_t n, const void* w, std::size_t stride, const void
 
 Dot4Fn dot4_avx512_fn(tensor::DType w) {
   switch (w) {
-    case tensor::DType::f32: return avx512::dot4_f32_512;
     case tensor::DType::f16: return avx512::dot4_f16_512;
     case tensor::DType::bf16: return avx512::dot4_bf16_512;
     default: return nullptr;

@@ -4,6 +4,7 @@
 // point, so "\xFF" is U+00FF. Groups become nested IR expressions and repetitions kRepeat (never
 // unrolled).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -66,12 +67,7 @@ class GbnfParser {
     }
   }
 
-  std::string parse_name() {
-    std::size_t start = in_.pos();
-    while (is_name_char(in_.peek())) in_.advance();
-    if (in_.pos() == start) in_.expected("a rule name");
-    return std::string(in_.text().substr(start, in_.pos() - start));
-  }
+  std::string parse_name() { return in_.read_name(is_name_char, "a rule name"); }
 
   void parse_rule() {
     std::size_t name_pos = in_.pos();
@@ -108,55 +104,26 @@ class GbnfParser {
     char e = in_.peek();
     auto hex = [&](int n) -> std::uint32_t {
       std::uint64_t v = 0;
-      for (int i = 0; i < n; ++i) {
-        char h = in_.peek();
-        int d = (h >= '0' && h <= '9')   ? h - '0'
-                : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                : (h >= 'A' && h <= 'F') ? h - 'A' + 10
-                                         : -1;
-        if (d < 0) {
-          in_.fail_at(start, "bad escape: \\" + std::string(1, e) + " needs " + std::to_string(n) +
-                                 " hex digits, got " + in_.describe_at(in_.pos()));
-        }
-        v = v * 16 + static_cast<std::uint64_t>(d);
-        in_.advance();
+      if (!in_.read_hex_digits(n, v)) {
+        in_.fail_at(start, "bad escape: \\" + std::string(1, e) + " needs " + std::to_string(n) +
+                               " hex digits, got " + in_.describe_at(in_.pos()));
       }
       if (v > kMaxCodePoint) in_.fail_at(start, "bad escape: code point past U+10FFFF");
       if (v >= 0xD800 && v <= 0xDFFF)
         in_.fail_at(start, "bad escape: surrogate code points cannot appear in UTF-8 text");
       return static_cast<std::uint32_t>(v);
     };
-    switch (e) {
-      case 'x':
-        in_.advance();
-        return hex(2);
-      case 'u':
-        in_.advance();
-        return hex(4);
-      case 'U':
-        in_.advance();
-        return hex(8);
-      case 't':
-        in_.advance();
-        return '\t';
-      case 'r':
-        in_.advance();
-        return '\r';
-      case 'n':
-        in_.advance();
-        return '\n';
-      case '\\':
-      case '"':
-      case '[':
-      case ']':
-      case '-':
-        in_.advance();
-        return static_cast<std::uint32_t>(e);
-      default:
-        in_.fail_at(start, "bad escape \\" +
-                               (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) +
-                               " (known: \\x \\u \\U \\t \\r \\n \\\\ \\\" \\[ \\] \\-)");
+    if (int n = hex_escape_digits(e)) {
+      in_.advance();
+      return hex(n);
     }
+    if (std::optional<std::uint32_t> cp = simple_escape(e, "trn\\\"[]-")) {
+      in_.advance();
+      return *cp;
+    }
+    in_.fail_at(start, "bad escape \\" +
+                           (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) +
+                           " (known: \\x \\u \\U \\t \\r \\n \\\\ \\\" \\[ \\] \\-)");
   }
 
   ExprId parse_literal() {
@@ -203,18 +170,7 @@ class GbnfParser {
     return buf;
   }
 
-  std::uint32_t parse_count() {
-    std::size_t start = in_.pos();
-    if (!is_digit(in_.peek())) in_.expected("an integer in {m,n}");
-    std::uint64_t v = 0;
-    while (is_digit(in_.peek())) {
-      v = v * 10 + static_cast<std::uint64_t>(in_.peek() - '0');
-      if (v >= kUnbounded)
-        in_.fail_at(start, "repetition count is too large (the limit is 4294967294)");
-      in_.advance();
-    }
-    return static_cast<std::uint32_t>(v);
-  }
+  std::uint32_t parse_count() { return in_.read_count("an integer in {m,n}"); }
 
   ExprId parse_sequence(int depth) {
     std::vector<ExprId> items;

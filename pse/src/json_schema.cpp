@@ -32,20 +32,6 @@ std::uint32_t type_bit(const std::string& name) {
   return 0;
 }
 
-std::uint32_t type_of(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return kNull;
-    case json::value_t::boolean: return kBoolean;
-    case json::value_t::object: return kObject;
-    case json::value_t::array: return kArray;
-    case json::value_t::string: return kString;
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return kInteger;
-    case json::value_t::number_float: return decimal_from_json(v).is_integer() ? kInteger : kNumber;
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 bool Node::skips(const std::string& what) const {
@@ -615,7 +601,7 @@ std::optional<std::vector<Conj>> Converter::negate(const Node& node) {
     }
     // Any value but these (exact for scalars; objects and arrays are refused).
     for (const auto& e : vals) {
-      if (type_of(e) & (kObject | kArray)) return std::nullopt;
+      if (type_of_value(e) & (kObject | kArray)) return std::nullopt;
     }
     out.push_back({make(json{{"$orchard:exclude", vals}})});
   } else if (k == "properties" && v.is_object()) {

@@ -12,7 +12,6 @@
 #include "json_schema_internal.h"
 
 namespace pse::json_schema_detail {
-namespace {
 
 std::uint32_t type_of_value(const json& v) {
   switch (v.type()) {
@@ -26,6 +25,14 @@ std::uint32_t type_of_value(const json& v) {
     case json::value_t::number_float: return decimal_from_json(v).is_integer() ? kInteger : kNumber;
     default: return 0;
   }
+}
+
+namespace {
+
+// Whether a schema of `lineage` lies at or under the schema of lineage `holder` (lineages are
+// "/"-joined paths).
+bool lineage_within(const std::string& lineage, const std::string& holder) {
+  return lineage == holder || lineage.rfind(holder + "/", 0) == 0;
 }
 
 std::uint32_t code_points(const std::string& s) {
@@ -339,7 +346,7 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
       fail(c.unevaluated_properties[1].pointer, "unevaluatedProperties", "two \"unevaluatedProperties\" in one allOf are not supported");
     }
     const Node& u = c.unevaluated_properties[0];
-    auto under = [&](const std::string& lineage) { return lineage == u.lineage || lineage.rfind(u.lineage + "/", 0) == 0; };
+    auto under = [&](const std::string& lineage) { return lineage_within(lineage, u.lineage); };
     bool any_additional = false;
     std::set<std::string> evaluated;
     for (const auto& shape : c.object_shapes) {
@@ -473,7 +480,7 @@ ExprId Converter::emit_array(Constraints& c, std::uint32_t d, int depth) {
       fail(c.unevaluated_items[1].pointer, "unevaluatedItems", "two \"unevaluatedItems\" in one allOf are not supported");
     }
     const Node& u = c.unevaluated_items[0];
-    auto under = [&](const std::string& lineage) { return lineage == u.lineage || lineage.rfind(u.lineage + "/", 0) == 0; };
+    auto under = [&](const std::string& lineage) { return lineage_within(lineage, u.lineage); };
     if (!c.contains.empty()) fail(u.pointer, "", "\"unevaluatedItems\" beside \"contains\" is not supported");
     bool any_items = false;
     std::size_t evaluated = 0;

@@ -67,6 +67,9 @@ struct Decimal {
 Decimal decimal_from_json(const json& number);      // exact decimal of the number as written / parsed
 int compare(const Decimal& a, const Decimal& b);    // -1, 0, 1
 std::string to_string(const Decimal& d);
+// The TypeBits of one JSON value; a float with no fraction counts as kInteger
+// (json_schema_emit.cpp).
+std::uint32_t type_of_value(const json& v);
 
 struct Bound {
   Decimal value;
@@ -199,6 +202,10 @@ class Converter {
   ExprId string_body_excluding(const std::vector<std::string>& excluded);  // body != each of them
   ExprId format_expr(const std::string& format, const std::string& pointer);  // the body of a format
   ExprId pattern_expr(const std::string& pattern, const std::string& pointer);
+  // Copies the expressions 0..root of a regex grammar into g_, re-encoding each character as JSON
+  // string text; throws a SchemaError at pointer / keyword if the regex holds a rule reference.
+  ExprId copy_regex_as_string_body(const Grammar& scratch, ExprId root, const std::string& pointer,
+                                   const std::string& keyword);
 
   void check_size();
   [[noreturn]] void fail(const std::string& pointer, const std::string& keyword, const std::string& what) const;

@@ -238,19 +238,9 @@ ExprId Converter::string_body_excluding(const std::vector<std::string>& excluded
   return expr[0];
 }
 
-ExprId Converter::pattern_expr(const std::string& pattern, const std::string& pointer) {
-  Grammar scratch;
-  ExprId root = 0;
-  try {
-    RegexOptions ro;
-    ro.full_match = false;
-    root = add_regex(scratch, pattern, ro);
-  } catch (const GrammarError& e) {
-    fail(pointer, "pattern", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
-  } catch (const LimitError& e) {
-    fail(pointer, "pattern", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
-  }
-  // Copy into g_, re-encoding every character as JSON string text.
+ExprId Converter::copy_regex_as_string_body(const Grammar& scratch, ExprId root,
+                                            const std::string& pointer,
+                                            const std::string& keyword) {
   std::vector<ExprId> map(scratch.exprs().size());
   for (ExprId i = 0; i <= root; ++i) {
     const Expr& e = scratch.expr(i);
@@ -268,11 +258,29 @@ ExprId Converter::pattern_expr(const std::string& pattern, const std::string& po
       case ExprKind::kSequence: map[i] = g_.add_sequence(std::move(children)); break;
       case ExprKind::kChoice: map[i] = g_.add_choice(std::move(children)); break;
       case ExprKind::kRepeat: map[i] = g_.add_repeat(children.at(0), e.min, e.max); break;
-      case ExprKind::kRuleRef: fail(pointer, "pattern", "internal: a regex produced a rule reference");
+      case ExprKind::kRuleRef:
+        fail(pointer, keyword, "internal: a regex produced a rule reference");
     }
   }
-  check_size();
   return map[root];
+}
+
+ExprId Converter::pattern_expr(const std::string& pattern, const std::string& pointer) {
+  Grammar scratch;
+  ExprId root = 0;
+  try {
+    RegexOptions ro;
+    ro.full_match = false;
+    root = add_regex(scratch, pattern, ro);
+  } catch (const GrammarError& e) {
+    fail(pointer, "pattern", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
+  } catch (const LimitError& e) {
+    fail(pointer, "pattern", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
+  }
+  // Copy into g_, re-encoding every character as JSON string text.
+  ExprId body = copy_regex_as_string_body(scratch, root, pointer, "pattern");
+  check_size();
+  return body;
 }
 
 namespace {
@@ -384,28 +392,9 @@ ExprId Converter::format_expr(const std::string& format, const std::string& poin
   }
   Grammar scratch;
   ExprId root = add_regex(scratch, it->second, RegexOptions{});
-  std::vector<ExprId> map(scratch.exprs().size());
-  for (ExprId i = 0; i <= root; ++i) {
-    const Expr& e = scratch.expr(i);
-    std::vector<ExprId> children;
-    for (ExprId c : e.children) children.push_back(map[c]);
-    switch (e.kind) {
-      case ExprKind::kEmpty: map[i] = g_.add_empty(); break;
-      case ExprKind::kBytes: {
-        std::vector<ExprId> parts;
-        for (std::uint32_t cp : decode(e.bytes)) parts.push_back(encode_ranges(g_, {{cp, cp}}));
-        map[i] = parts.empty() ? g_.add_empty() : g_.add_sequence(parts);
-        break;
-      }
-      case ExprKind::kCharClass: map[i] = encode_ranges(g_, explicit_ranges(e.ranges, e.negated)); break;
-      case ExprKind::kSequence: map[i] = g_.add_sequence(std::move(children)); break;
-      case ExprKind::kChoice: map[i] = g_.add_choice(std::move(children)); break;
-      case ExprKind::kRepeat: map[i] = g_.add_repeat(children.at(0), e.min, e.max); break;
-      case ExprKind::kRuleRef: fail(pointer, "format", "internal: a regex produced a rule reference");
-    }
-  }
-  cache_["format:" + format] = map[root];
-  return map[root];
+  ExprId body = copy_regex_as_string_body(scratch, root, pointer, "format");
+  cache_["format:" + format] = body;
+  return body;
 }
 
 ExprId Converter::emit_string(const Constraints& c) {

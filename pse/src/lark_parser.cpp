@@ -4,6 +4,7 @@
 // flags). What cannot be expressed exactly (%ignore, %declare, templates, terminal priorities) is
 // an error.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -155,12 +156,7 @@ class LarkParser {
     return false;
   }
 
-  std::string parse_name() {
-    std::size_t start = in_.pos();
-    while (is_name_char(in_.peek())) in_.advance();
-    if (in_.pos() == start) in_.expected("a name");
-    return std::string(in_.text().substr(start, in_.pos() - start));
-  }
+  std::string parse_name() { return in_.read_name(is_name_char, "a name"); }
 
   void parse_statement() {
     if (in_.peek() == '%') {
@@ -327,18 +323,7 @@ class LarkParser {
     return items.size() == 1 ? items[0] : g_.add_sequence(std::move(items));
   }
 
-  std::uint32_t parse_count() {
-    std::size_t start = in_.pos();
-    if (!is_digit(in_.peek())) in_.expected("a number");
-    std::uint64_t v = 0;
-    while (is_digit(in_.peek())) {
-      v = v * 10 + static_cast<std::uint64_t>(in_.peek() - '0');
-      if (v >= kUnbounded)
-        in_.fail_at(start, "repetition count is too large (the limit is 4294967294)");
-      in_.advance();
-    }
-    return static_cast<std::uint32_t>(v);
-  }
+  std::uint32_t parse_count() { return in_.read_count("a number"); }
 
   // One postfix operator at most: stacked ones (x*+) would nest without bound; parentheses say it.
   ExprId parse_operators(ExprId atom, bool nested) {
@@ -424,60 +409,24 @@ class LarkParser {
     char e = in_.peek();
     auto hex = [&](int n) -> std::uint32_t {
       std::uint64_t v = 0;
-      for (int i = 0; i < n; ++i) {
-        char h = in_.peek();
-        int d = is_digit(h)              ? h - '0'
-                : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                : (h >= 'A' && h <= 'F') ? h - 'A' + 10
-                                         : -1;
-        if (d < 0)
-          in_.fail_at(start, std::string("bad escape: \\") + e + " needs " + std::to_string(n) +
-                                 " hex digits");
-        v = v * 16 + static_cast<std::uint64_t>(d);
-        in_.advance();
-      }
+      if (!in_.read_hex_digits(n, v))
+        in_.fail_at(start, std::string("bad escape: \\") + e + " needs " + std::to_string(n) +
+                               " hex digits");
       if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF))
         in_.fail_at(start, "bad escape: not a Unicode scalar value");
       return static_cast<std::uint32_t>(v);
     };
-    switch (e) {
-      case 'n':
-        in_.advance();
-        return '\n';
-      case 't':
-        in_.advance();
-        return '\t';
-      case 'r':
-        in_.advance();
-        return '\r';
-      case 'f':
-        in_.advance();
-        return '\f';
-      case 'v':
-        in_.advance();
-        return '\v';
-      case '0':
-        in_.advance();
-        return 0;
-      case '\\':
-      case '"':
-      case '\'':
-        in_.advance();
-        return static_cast<std::uint32_t>(e);
-      case 'x':
-        in_.advance();
-        return hex(2);
-      case 'u':
-        in_.advance();
-        return hex(4);
-      case 'U':
-        in_.advance();
-        return hex(8);
-      default:
-        in_.fail_at(start, "bad escape \\" +
-                               (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) +
-                               " in a string");
+    if (int n = hex_escape_digits(e)) {
+      in_.advance();
+      return hex(n);
     }
+    if (std::optional<std::uint32_t> cp = simple_escape(e, "ntrfv0\\\"'")) {
+      in_.advance();
+      return *cp;
+    }
+    in_.fail_at(start, "bad escape \\" +
+                           (in_.at_end() ? std::string() : in_.describe_at(in_.pos())) +
+                           " in a string");
   }
 
   ExprId literal_expr(const std::vector<std::uint32_t>& cps, bool ignore_case) {

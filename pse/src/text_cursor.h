@@ -7,11 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "char_sets.h"
 #include "pse/error.h"
+#include "pse/grammar.h"
 
 namespace pse {
 
@@ -19,6 +21,33 @@ struct TextPlace {
   std::size_t line = 1;
   std::size_t column = 1;
 };
+
+// The number of hex digits that follow the escape letter: 2 for \x, 4 for \u, 8 for \U, 0 for any
+// other.
+inline int hex_escape_digits(char e) { return e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0; }
+
+// The code point of the one-character escape \e when `e` is in `known`: n t r f v 0 stand for their
+// control characters, any other character for itself; nullopt when `e` is not in `known` (or is
+// NUL).
+inline std::optional<std::uint32_t> simple_escape(char e, std::string_view known) {
+  if (e == '\0' || known.find(e) == std::string_view::npos) return std::nullopt;
+  switch (e) {
+    case 'n':
+      return '\n';
+    case 't':
+      return '\t';
+    case 'r':
+      return '\r';
+    case 'f':
+      return '\f';
+    case 'v':
+      return '\v';
+    case '0':
+      return 0;
+    default:
+      return static_cast<std::uint32_t>(static_cast<unsigned char>(e));
+  }
+}
 
 class TextCursor {
  public:
@@ -107,7 +136,50 @@ class TextCursor {
     return cp;
   }
 
+  // Takes the run of characters accepted by `is_name_char` at the cursor; fails with
+  // "expected <what>, got ..." when there is none.
+  std::string read_name(bool (*is_name_char)(char), const std::string& what) {
+    std::size_t start = pos_;
+    while (is_name_char(peek())) ++pos_;
+    if (pos_ == start) expected(what);
+    return std::string(text_.substr(start, pos_ - start));
+  }
+
+  // Reads a decimal repetition count; fails with "expected <what>, got ..." when there is no digit,
+  // and at its first digit when it reaches kUnbounded.
+  std::uint32_t read_count(const std::string& what) {
+    std::size_t start = pos_;
+    if (!is_digit(peek())) expected(what);
+    std::uint64_t v = 0;
+    while (is_digit(peek())) {
+      v = v * 10 + static_cast<std::uint64_t>(peek() - '0');
+      if (v >= kUnbounded)
+        fail_at(start, "repetition count is too large (the limit is 4294967294)");
+      ++pos_;
+    }
+    return static_cast<std::uint32_t>(v);
+  }
+
+  // Reads exactly `n` hex digits into `value`; returns false, with the cursor on the first
+  // character that is not a hex digit, when one is missing (the caller words the error).
+  bool read_hex_digits(int n, std::uint64_t& value) {
+    value = 0;
+    for (int i = 0; i < n; ++i) {
+      char h = peek();
+      int d = (h >= '0' && h <= '9')   ? h - '0'
+              : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+              : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                       : -1;
+      if (d < 0) return false;
+      value = value * 16 + static_cast<std::uint64_t>(d);
+      ++pos_;
+    }
+    return true;
+  }
+
  private:
+  static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
   std::string_view text_;
   std::string tag_;
   std::size_t pos_ = 0;
