@@ -2,6 +2,12 @@
 // per page of logits. Compiled with its own -m flags; called only when the CPU reports AVX-512F.
 #include <immintrin.h>
 
+// GCC 12 at -O1 flags the deliberately undefined first operand of its own AVX-512 intrinsics
+// (_mm512_undefined_ps) as uninitialized once they are inlined (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include "attention_kernel.h"
 #include "simd_math.h"
 

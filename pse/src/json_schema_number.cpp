@@ -396,20 +396,20 @@ ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
   const bool non_integer_only = !(c.types & kInteger);
   const std::string& mptr = c.multiple_of.empty() ? std::string() : c.multiple_of.front().second;
   // multipleOf: integers k (any bound-free number) or 10^-p (a bound on the fraction's digits).
-  std::optional<std::uint32_t> int_multiple;
+  std::uint32_t int_multiple = 0;  // 0: no integer multipleOf (0 itself is rejected earlier)
   std::optional<std::size_t> frac_digits_max;
   for (const auto& [m, p] : c.multiple_of) {
     if (m.is_integer()) {
       if (m.int_digits.size() > 4) fail(p, "multipleOf", fmt::format("multipleOf {} is too large to enforce", to_string(m)));
       std::uint32_t k = static_cast<std::uint32_t>(std::stoul(m.int_digits));
-      if (int_multiple && *int_multiple != k) {
-        std::uint32_t a = *int_multiple, b = k;
+      if (int_multiple != 0 && int_multiple != k) {
+        std::uint32_t a = int_multiple, b = k;
         while (b) {
           std::uint32_t t = a % b;
           a = b;
           b = t;
         }
-        std::uint64_t l = static_cast<std::uint64_t>(*int_multiple) / a * k;
+        std::uint64_t l = static_cast<std::uint64_t>(int_multiple) / a * k;
         if (l > 10000) fail(p, "multipleOf", "two multipleOf whose least common multiple is too large");
         k = static_cast<std::uint32_t>(l);
       }
@@ -422,18 +422,18 @@ ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
       fail(p, "multipleOf", fmt::format("multipleOf {} cannot be enforced exactly (integers and 10^-n only)", to_string(m)));
     }
   }
-  if (int_multiple && *int_multiple == 1) {
-    int_multiple.reset();
+  if (int_multiple == 1) {
+    int_multiple = 0;
     integer_only = true;
   }
-  if (int_multiple || frac_digits_max) {
+  if (int_multiple != 0 || frac_digits_max) {
     if (c.lower || c.upper) {
       fail(mptr, "multipleOf", "multipleOf together with minimum / maximum cannot be enforced exactly");
     }
     if (non_integer_only) fail(mptr, "multipleOf", "multipleOf on non-integers only cannot be enforced exactly");
-    if (int_multiple) {
+    if (int_multiple != 0) {
       // -?(multiple)(.0+)?  ("-0" is left out: 0 is written "0").
-      ExprId nat = nb.nat_multiple_of(*int_multiple);
+      ExprId nat = nb.nat_multiple_of(int_multiple);
       ExprId signed_nat = g_.add_sequence({g_.add_repeat(g_.add_bytes("-"), 0, 1), nat});
       return g_.add_sequence({signed_nat, g_.add_repeat(g_.add_sequence({g_.add_bytes("."), g_.add_repeat(g_.add_bytes("0"), 1, kUnbounded)}), 0, 1)});
     }

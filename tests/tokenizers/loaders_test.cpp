@@ -69,7 +69,9 @@ TEST(HfJson, RealFilesEncodeLikeTheReference) {
     const Tokenizer tok = Tokenizer::load(orchard::testing::shared_data(rel));
     EXPECT_EQ(tok.encode(c.text), c.ids) << c.file << ": " << c.text;
     EXPECT_EQ(tok.decode(tok.encode(c.text)), c.text) << c.file;
-    if (std::string_view(c.file) == "phi-2") EXPECT_EQ(tok.pre_tokenizer_name(), "gpt-2");
+    if (std::string_view(c.file) == "phi-2") {
+      EXPECT_EQ(tok.pre_tokenizer_name(), "gpt-2");
+    }
   }
 }
 
