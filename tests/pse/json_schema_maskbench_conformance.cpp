@@ -12,11 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <re2/re2.h>
 
 #include "pse/error.h"
 #include "pse/json_schema.h"
@@ -40,8 +40,10 @@ std::string reason_of(const pse::Error& e) {
   if (const auto* se = dynamic_cast<const pse::SchemaError*>(&e)) keyword = se->keyword();
   auto colon = what.find(": ");
   std::string message = colon == std::string::npos ? what : what.substr(colon + 2);
-  message = std::regex_replace(message, std::regex("\"[^\"]*\""), "\"..\"");
-  message = std::regex_replace(message, std::regex("\\{.*\\}"), "{..}");
+  static const RE2 kQuoted("\"[^\"]*\"");
+  static const RE2 kBraced("\\{.*\\}");
+  RE2::GlobalReplace(&message, kQuoted, "\"..\"");
+  RE2::GlobalReplace(&message, kBraced, "{..}");
   if (message.size() > 120) message = message.substr(0, 120);
   return (keyword.empty() ? std::string("-") : keyword) + ": " + message;
 }
