@@ -14,6 +14,7 @@
 
 #include "arg_parser.h"
 #include "commands.h"
+#include "grammar_maskbench.h"
 #include "grammar_vocabulary.h"
 #include "pse/compiler.h"
 #include "pse/gbnf.h"
@@ -240,6 +241,7 @@ double percentile(std::vector<double> v, double q) {
 }
 
 int grammar_bench(std::span<const std::string> args) {
+  if (wants_maskbench(args)) return grammar_maskbench(args);
   GrammarSource src;
   std::optional<std::string> tokenizer_path, docs_path, repeat_text, save_tokens, json_out;
   ArgParser p(fmt::format("orchard grammar bench -t TOKENIZER {} --docs FILE [--repeat N] [--save-tokens FILE]",
@@ -334,7 +336,7 @@ void print_grammar_help() {
       "  compile   compile a grammar and print its statistics (or the error)\n"
       "  check     feed a text token by token; exit 0 accepted, 1 rejected, 2 bad grammar/arguments\n"
       "  mask      list the tokens allowed after a prefix\n"
-      "  bench     time compile and per-token masks along documents\n\n"
+      "  bench     time compile and per-token masks along documents (--maskbench: the MaskBench run)\n\n"
       "`orchard grammar <subcommand> --help` describes each.\n",
       stdout);
 }
