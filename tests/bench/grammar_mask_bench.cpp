@@ -193,6 +193,24 @@ void BM_GrammarMask(benchmark::State& state, const std::string& name) {
   state.counters["max_us"] = us.back();
 }
 
+// Building a Vocabulary (the once-per-vocabulary preprocessing all grammars share); goal under 100 ms.
+void BM_VocabularyPreprocessing(benchmark::State& state) {
+  Shared& s = shared();
+  std::vector<std::string> tokens;
+  for (std::size_t i = 0; i < s.vocab->n_tokens(); ++i) {
+    tokens.push_back(s.vocab->token_bytes(static_cast<pse::TokenId>(i)));
+  }
+  std::vector<pse::TokenId> special;
+  for (pse::TokenId i = 128000; i < 128256; ++i) special.push_back(i);
+  for (auto _ : state) {
+    pse::Vocabulary v(tokens, special, {128001, 128009});
+    if (v.n_tokens() != tokens.size()) state.SkipWithError("vocabulary lost tokens");
+    benchmark::DoNotOptimize(v.text_tokens().data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(tokens.size()));
+}
+BENCHMARK(BM_VocabularyPreprocessing)->Unit(benchmark::kMillisecond);
+
 const int kRegistered = [] {
   for (const char* name : {"json", "arithmetic", "c", "regex"}) {
     benchmark::RegisterBenchmark((std::string("BM_GrammarCompile/") + name).c_str(), BM_GrammarCompile,
