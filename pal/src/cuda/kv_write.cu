@@ -35,19 +35,25 @@ __device__ __forceinline__ void pair_dims(int j, int half, int gptj, int& i0, in
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) rope_append(const RopeAppendParams p) {
-  __shared__ float cs[MAX_PAIRS];
-  __shared__ float sn[MAX_PAIRS];
-  const int t = blockIdx.x;
-  const int half = p.rotary_dim / 2;
+// cos/sin (times the attention factor) of token t's rotary angles into shared memory, one pair per slot;
+// double precision so long positions keep their phase. Ends with a block barrier.
+__device__ void fill_rope_table(const RopeAppendParams& p, int t, float* cs, float* sn) {
   const double pos = static_cast<double>(p.positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+  for (int i = threadIdx.x; i < p.rotary_dim / 2; i += blockDim.x) {
     double s, c;
     sincos(pos * p.inv_freq[i], &s, &c);
     cs[i] = static_cast<float>(c * p.attention_factor);
     sn[i] = static_cast<float>(s * p.attention_factor);
   }
   __syncthreads();
+}
+
+extern "C" __global__ void __launch_bounds__(256) rope_append(const RopeAppendParams p) {
+  __shared__ float cs[MAX_PAIRS];
+  __shared__ float sn[MAX_PAIRS];
+  const int t = blockIdx.x;
+  const int half = p.rotary_dim / 2;
+  fill_rope_table(p, t, cs, sn);
   const int slot = p.slots[t];
 
   if (p.q != nullptr && half > 0) {
@@ -133,14 +139,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_append_vec(const RopeAppe
   __shared__ __align__(16) float sn[MAX_PAIRS];
   const int t = blockIdx.x;
   const int half = p.rotary_dim / 2;
-  const double pos = static_cast<double>(p.positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    double s, c;
-    sincos(pos * p.inv_freq[i], &s, &c);
-    cs[i] = static_cast<float>(c * p.attention_factor);
-    sn[i] = static_cast<float>(s * p.attention_factor);
-  }
-  __syncthreads();
+  fill_rope_table(p, t, cs, sn);
   constexpr int kGroups = HEAD_DIM / 8;  // groups of four pair slots per head
   const int slot = p.slots[t];
 
