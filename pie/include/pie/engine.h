@@ -1,0 +1,140 @@
+// The engine: continuous batching of many requests over one model. submit() validates a request (and
+// compiles its grammar, so a bad constraint is an error to the caller, never to the loop) and returns a
+// stream of events; a loop thread schedules prefill chunks and decode rows under a token budget, runs
+// the forward pass while the pse matchers of constrained rows fill their masks, samples, appends forced
+// (jump-forward) tokens, detokenizes, applies stop strings and emits events. A request that fails ends with
+// an error event; the others carry on.
+//
+//   pie::Engine engine(pie::load_model("model.gguf"), {});
+//   pie::GenerateRequest request;
+//   request.prompt = engine.model().tokenizer->encode("Once upon a time", {.add_bos = true});
+//   request.max_tokens = 64;
+//   auto stream = engine.submit(std::move(request));
+//   while (auto event = stream->next()) { std::cout << event->text; }
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pie/error.h"
+#include "pie/model.h"
+#include "pie/sampling.h"
+#include "pse/grammar.h"
+
+namespace pie {
+
+struct GenerateRequest {
+  std::string id;                      // for logs and events; the engine makes one when empty
+  std::vector<std::int32_t> prompt;    // token ids (chat template and BOS already applied)
+  SamplingParams sampling;
+  std::int32_t n = 1;                  // independent samples of the prompt (sharing its KV pages)
+  std::int32_t max_tokens = 256;       // per sample; clipped to the context left (finish "length")
+  std::vector<std::string> stop;       // stop strings (not part of the output)
+  bool ignore_eos = false;             // keep going past end-of-sequence tokens (unconstrained only)
+  // The constraint (nullopt: free text). The engine compiles it against the model's vocabulary (cached by
+  // content). End-of-sequence is allowed exactly when the grammar may stop.
+  std::optional<pse::Grammar> grammar;
+  // Token texts that count as plain text for the grammar although the tokenizer marks them special
+  // (tool-call markers such as "<tool_call>" or "[TOOL_CALLS]"), so a grammar can require them.
+  std::vector<std::string> grammar_special_tokens;
+};
+
+enum class FinishReason : std::uint8_t { none, stop, length, cancelled, error };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", ...
+
+struct Usage {
+  std::int32_t prompt_tokens = 0;
+  std::int32_t cached_prompt_tokens = 0;  // served from the prefix cache
+  std::int32_t completion_tokens = 0;     // summed over samples
+};
+
+// One event of a request's stream. Token events carry the sample's new token(s) and the text they
+// completed (never a split UTF-8 character, never part of a stop string); the last event of each sample
+// has finish != none; after every sample finished, one final event with `done` and the usage.
+struct Event {
+  std::int32_t index = 0;                 // which sample (0 .. n-1)
+  std::vector<std::int32_t> tokens;       // tokens appended this step (more than one when forced)
+  std::string text;                       // text delta
+  std::vector<SampledToken> logprobs;     // one per sampled token when logprobs were asked for
+  FinishReason finish = FinishReason::none;
+  std::string error;                      // finish == error: what went wrong
+  bool done = false;                      // the request's last event
+  Usage usage;                            // filled on the done event
+  std::chrono::steady_clock::time_point time;
+};
+
+// The consumer side of a request. Thread-safe; dropping it cancels the request.
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  // Blocks until the next event; nullopt after the done event was returned.
+  virtual std::optional<Event> next() = 0;
+  // Same, giving up after `timeout` (nullopt, with timed_out() true).
+  virtual std::optional<Event> next_for(std::chrono::milliseconds timeout) = 0;
+  virtual bool timed_out() const = 0;
+  // Ends the request early: its samples finish with "cancelled" and its pages are freed.
+  virtual void cancel() = 0;
+  virtual const std::string& id() const = 0;
+};
+
+struct EngineOptions {
+  std::int32_t n_threads = 0;            // forward-pass threads (0: all cores)
+  std::int32_t max_running = 16;         // sequences decoding at once
+  std::int32_t max_batch_tokens = 512;   // tokens per step (decode rows + prefill chunks)
+  std::int32_t context_length = 0;       // per sequence; 0: the model's trained context (capped at 8192)
+  std::int64_t kv_cache_bytes = 0;       // 0: enough for max_running full contexts, capped at 4 GiB
+  tensor::DType kv_dtype = tensor::DType::f32;
+  bool prefix_caching = true;
+  std::int32_t max_queued = 1024;        // submit() throws CapacityError past this
+  std::int32_t grammar_cache = 64;       // compiled grammars kept
+  double grammar_compile_ms = 10'000;    // compile-time bound per constraint
+};
+
+struct EngineStats {
+  std::uint64_t requests = 0, requests_failed = 0, requests_running = 0, requests_queued = 0;
+  std::uint64_t prompt_tokens = 0, generated_tokens = 0, forced_tokens = 0, preemptions = 0;
+  std::int32_t kv_pages = 0, kv_pages_used = 0, kv_pages_cached = 0, kv_pages_free = 0;
+  std::uint64_t prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
+  std::uint64_t grammar_compiles = 0, grammar_cache_hits = 0;
+  double grammar_compile_seconds = 0;
+  double mask_seconds = 0;               // time spent filling masks (on the pool)
+  double forward_seconds = 0;
+  std::uint64_t steps = 0;
+};
+
+class Engine {
+ public:
+  // Starts the loop thread. Throws ModelError when the model cannot run, pie::Error on bad options.
+  Engine(std::shared_ptr<const Model> model, EngineOptions options = {});
+  // Cancels everything still running and joins the loop.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates (RequestError: empty prompt, token ids out of range, prompt longer than the context,
+  // invalid sampling parameters, n < 1; pse errors from the constraint come back as RequestError naming
+  // "grammar") and queues the request. Thread-safe.
+  std::shared_ptr<RequestStream> submit(GenerateRequest request);
+
+  const Model& model() const;
+  const EngineOptions& options() const;
+  EngineStats stats() const;
+  // Stops taking requests, finishes or cancels the running ones, returns when the loop is idle.
+  void shutdown(bool cancel_running);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The embedded default model: a small llama with random weights and a byte-level tokenizer that orchard
+// generates deterministically from a seed (no file needed). Its output is fluent in nothing; it exists so
+// that constrained generation, the server and the tests run anywhere.
+std::shared_ptr<const Model> default_model();
+
+}  // namespace pie

@@ -1,0 +1,90 @@
+// The paged KV cache: one arena of 16-token pages per layer for K and V (the layout of pal/paged_kv.h:
+// [n_pages][16][n_kv_head][head_dim]), a free list, a page table per sequence, reference counts, and the
+// prefix cache: a full page is addressed by a hash of every token up to its end, so a new sequence whose
+// prompt starts with the same tokens reuses those pages instead of recomputing them. Pages no sequence
+// references stay cached and are evicted least-recently-used when a sequence needs a page. Forks (n > 1
+// samples of one prompt) share the full pages and copy only the last partial one.
+//
+// Not thread-safe: the engine loop owns it. Errors: bad configuration or ids throw pie::Error; running
+// out of pages is not an error (reserve() returns false and the scheduler preempts).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace pie {
+
+inline constexpr std::int32_t kKvPageSize = 16;  // tokens per page (== pal::kPageSize)
+
+struct KvCacheConfig {
+  std::int32_t n_layer = 0;
+  std::int32_t n_kv_head = 0;
+  std::int32_t head_dim = 0;
+  tensor::DType dtype = tensor::DType::f32;  // f32 or f16
+  std::int32_t n_pages = 0;                  // pages per layer (K and V each)
+  bool prefix_caching = true;
+  // Bytes of K + V over all layers for one page.
+  std::size_t page_bytes() const;
+};
+
+struct KvCacheStats {
+  std::int32_t n_pages = 0;
+  std::int32_t n_used = 0;        // referenced by at least one sequence
+  std::int32_t n_cached = 0;      // unreferenced but kept for prefix reuse (evictable)
+  std::int32_t n_free = 0;        // on the free list
+  std::uint64_t prefix_lookup_tokens = 0;  // prompt tokens looked up in the prefix cache
+  std::uint64_t prefix_hit_tokens = 0;     // of those, found cached
+  std::uint64_t evictions = 0;
+};
+
+using SeqId = std::int64_t;
+
+class KvCache {
+ public:
+  // Allocates the arena. Throws pie::Error on a bad config (zero sizes, dtype not f32/f16) or when the
+  // memory cannot be allocated.
+  explicit KvCache(const KvCacheConfig& config);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const KvCacheConfig& config() const;
+  // The K and V pools of a layer: [n_pages][16][n_kv_head][head_dim] of config().dtype.
+  void* k_pool(std::int32_t layer);
+  void* v_pool(std::int32_t layer);
+
+  // A new, empty sequence.
+  SeqId create();
+  // Attaches to an empty sequence the longest run of cached full pages that match a prefix of `tokens`,
+  // leaving at least one token to compute (the last token's logits are needed). Returns the number of
+  // tokens covered (a multiple of 16). Counts toward the prefix-cache statistics.
+  std::int32_t attach_prefix(SeqId seq, std::span<const std::int32_t> tokens);
+  // Makes the sequence own pages for n_tokens tokens in all (allocating, evicting unreferenced cached
+  // pages LRU when the free list is empty). Returns false and changes nothing when there are not enough.
+  bool reserve(SeqId seq, std::int32_t n_tokens);
+  // Tells the cache that K/V of tokens[0 .. n_computed) of the sequence are written: full pages among
+  // them become addressable by their prefix hash (when prefix caching is on).
+  void commit(SeqId seq, std::span<const std::int32_t> tokens, std::int32_t n_computed);
+  // A new sequence with the same content: shares the full pages (reference counted), copies the last
+  // partial page. Returns -1 (nothing changed) when no page can be had for the copy.
+  SeqId fork(SeqId seq);
+  // Drops the sequence: its pages lose a reference; committed full pages stay cached, others are freed.
+  void release(SeqId seq);
+  // The sequence's pages in token order, and the tokens committed so far.
+  std::span<const std::int32_t> pages(SeqId seq) const;
+  std::int32_t n_committed(SeqId seq) const;
+  // Pages obtainable right now (free + evictable).
+  std::int32_t n_available() const;
+  KvCacheStats stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pie

@@ -1,0 +1,114 @@
+// A loaded model: its configuration, its tokenizer and chat template, and its weights as typed views into
+// storage the Model owns (a memory-mapped file, or buffers it converted). Immutable after loading and
+// safe to share across threads. Weight matrices are [n_out rows][n_in] in row-major order, the layout of
+// kernels::MatmulParams (PyTorch's Linear.weight; GGUF's dims reversed), of any tensor::DType.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pal/rope.h"
+#include "tensor/dtype.h"
+#include "tokenizers/tokenizer.h"
+
+namespace pie {
+
+enum class Architecture : std::uint8_t { llama, mistral, qwen2, qwen3, gemma2, phi3 };
+// "llama", "mistral", ... (GGUF general.architecture spelling).
+const char* architecture_name(Architecture arch);
+// Throws ModelError naming the architecture when it is not one of the above.
+Architecture architecture_from_name(const std::string& name);
+
+struct ModelConfig {
+  Architecture arch = Architecture::llama;
+  std::int32_t n_vocab = 0;      // logits rows (may exceed the tokenizer's size: padded vocabularies)
+  std::int32_t n_embd = 0;       // hidden size
+  std::int32_t n_layer = 0;
+  std::int32_t n_head = 0;       // query heads
+  std::int32_t n_kv_head = 0;    // key/value heads (GQA when < n_head)
+  std::int32_t head_dim = 0;     // usually n_embd / n_head (Qwen3 and Gemma 2 may differ)
+  std::int32_t n_ff = 0;         // feed-forward hidden size
+  std::int32_t context_length = 0;  // the trained context (max_position_embeddings)
+  float norm_eps = 1e-5f;        // RMSNorm epsilon
+  pal::RopeConfig rope;          // head_dim, rotary_dim, theta, layout, scaling
+  std::int32_t sliding_window = 0;  // 0: full attention (Mistral, Gemma 2's local layers: the window)
+  bool attention_bias = false;   // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;          // RMSNorm over each head of q and k before RoPE (Qwen3)
+  bool tied_embeddings = false;  // the output projection is the token embedding
+  float attn_logit_softcap = 0;  // Gemma 2
+  float final_logit_softcap = 0; // Gemma 2
+  float attention_scale = 0;     // 0: 1 / sqrt(head_dim)
+
+  // Checks the sizes against each other; throws ModelError naming the field.
+  void validate() const;
+};
+
+// A view of one weight tensor.
+struct Weight {
+  tensor::DType type = tensor::DType::f32;
+  const void* data = nullptr;  // nullptr: absent (optional weights)
+  std::int64_t n_out = 0;      // rows (1 for vectors)
+  std::int64_t n_in = 0;       // elements per row
+  std::size_t row_bytes() const { return tensor::row_bytes(type, n_in); }
+  explicit operator bool() const { return data != nullptr; }
+};
+
+struct LayerWeights {
+  Weight attn_norm;                      // f32 [n_embd]
+  Weight wq, wk, wv, wo;                 // [n_head*head_dim, n_embd] ... [n_embd, n_head*head_dim]
+  Weight bq, bk, bv;                     // f32 biases (attention_bias) or absent
+  Weight q_norm, k_norm;                 // f32 [head_dim] (qk_norm) or absent
+  Weight post_attn_norm;                 // f32 [n_embd] (Gemma 2) or absent
+  Weight ffn_norm;                       // f32 [n_embd]
+  Weight w_gate, w_up, w_down;           // [n_ff, n_embd], [n_ff, n_embd], [n_embd, n_ff]
+  Weight post_ffn_norm;                  // f32 [n_embd] (Gemma 2) or absent
+};
+
+struct Model {
+  std::string name;                      // from the file's metadata, or the file name
+  std::filesystem::path path;            // where it was loaded from
+  ModelConfig config;
+  std::shared_ptr<const tokenizers::Tokenizer> tokenizer;
+  std::string chat_template;             // Jinja source; empty when the model has none
+  Weight token_embd;                     // [n_vocab, n_embd]
+  Weight output_norm;                    // f32 [n_embd]
+  Weight output;                         // [n_vocab, n_embd] (== token_embd when tied)
+  std::vector<LayerWeights> layers;
+  // Keeps every buffer and mapping the views above point into alive.
+  std::vector<std::shared_ptr<const void>> storage;
+  // Tensor type counts for display ("q8_0: 154, f32: 65").
+  std::string describe() const;
+};
+
+struct LoadOptions {
+  // llama2.c checkpoints: the tokenizer .bin (default: tokenizer.bin or tok*.bin beside the checkpoint).
+  std::optional<std::filesystem::path> tokenizer_path;
+  // Called with (bytes done, bytes total) while loading; may be empty.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
+};
+
+// Loads a GGUF file, a Hugging Face folder (config.json, *.safetensors (sharded or not), tokenizer.json,
+// tokenizer_config.json) or a llama2.c checkpoint, recognised from the content. Throws ModelError.
+std::shared_ptr<const Model> load_model(const std::filesystem::path& path, const LoadOptions& options = {});
+std::shared_ptr<const Model> load_gguf_model(const std::filesystem::path& path, const LoadOptions& options = {});
+std::shared_ptr<const Model> load_hf_model(const std::filesystem::path& folder, const LoadOptions& options = {});
+std::shared_ptr<const Model> load_llama2c_model(const std::filesystem::path& checkpoint,
+                                                const LoadOptions& options = {});
+
+struct ConvertOptions {
+  // Type of the 2-D weight matrices (norms and biases stay f32; token_embd/output follow llama.cpp's rules:
+  // q6_K for output with the K types, otherwise the requested type where the row size allows).
+  tensor::DType type = tensor::DType::f16;
+  std::function<void(std::uint64_t, std::uint64_t)> progress;  // (tensors done, total)
+};
+
+// Writes `model` as a GGUF v3 file llama.cpp loads (llama.cpp key and tensor names, its tokenizer
+// metadata, chat template). Throws ModelError (e.g. a row size the type cannot hold), pie::Error on I/O.
+void write_gguf_model(const Model& model, const std::filesystem::path& path, const ConvertOptions& options);
+
+}  // namespace pie

@@ -1,0 +1,89 @@
+// Per-request sampling: logits processors (repetition / frequency / presence penalties, logit bias), the
+// grammar's bitmask, then temperature, top-k, top-p, min-p and a seeded draw; logprobs; stop strings that
+// may span token boundaries.
+//
+// Determinism: a Sampler owns its random stream (seeded per request, one draw per sampled token), so a
+// request's tokens do not depend on what else is in the batch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace pie {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0: greedy (argmax); [0, 100]
+  std::int32_t top_k = 0;           // 0: off
+  float top_p = 1.0f;               // (0, 1]
+  float min_p = 0.0f;               // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; 1: off (llama.cpp / HF rule over prompt and output tokens)
+  float frequency_penalty = 0.0f;   // [-2, 2], OpenAI rule over output tokens
+  float presence_penalty = 0.0f;    // [-2, 2], OpenAI rule over output tokens
+  std::vector<std::pair<std::int32_t, float>> logit_bias;  // token -> bias in [-100, 100]
+  std::optional<std::uint64_t> seed;  // none: a fresh random seed
+  bool logprobs = false;            // report the chosen token's logprob
+  std::int32_t top_logprobs = 0;    // [0, 20] alternatives per position
+
+  // Throws RequestError naming the field when a value is out of range or a logit_bias token is outside
+  // [0, n_vocab).
+  void validate(std::int32_t n_vocab) const;
+};
+
+struct TokenLogprob {
+  std::int32_t token = 0;
+  float logprob = 0;
+};
+
+struct SampledToken {
+  std::int32_t token = 0;
+  // log-softmax of the processed logits (after penalties, bias and the mask; before temperature and
+  // truncation) at the chosen token, and the top_logprobs best of them. Filled when asked for.
+  float logprob = 0;
+  std::vector<TokenLogprob> top;
+};
+
+class Sampler {
+ public:
+  // seed: the request's seed (params.seed, or one the engine drew for it).
+  Sampler(SamplingParams params, std::uint64_t seed);
+
+  // Samples one token from logits [n_vocab] (modified in place). mask: the grammar's bitmask
+  // (ceil(n_vocab / 32) words, bit i % 32 of word i / 32 = token i allowed) or empty for none. prompt and
+  // output: the tokens so far, for the penalties. Throws RequestError when the mask allows no token.
+  SampledToken sample(std::span<float> logits, std::span<const std::uint32_t> mask,
+                      std::span<const std::int32_t> prompt, std::span<const std::int32_t> output);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::uint64_t rng_state_[4];
+};
+
+// Finds stop strings in streamed text, even when one spans several pushes, and holds back any tail that
+// could still begin a stop string so that no part of it is ever emitted.
+class StopStringMatcher {
+ public:
+  // Throws RequestError on an empty stop string.
+  explicit StopStringMatcher(std::vector<std::string> stops);
+  struct Result {
+    std::string text;      // safe to emit now (everything before a stop string when stopped)
+    bool stopped = false;  // a stop string was found; nothing after it is emitted
+    std::string matched;   // which one
+  };
+  Result push(std::string_view text);
+  // The text held back, once the stream ends without a stop.
+  std::string flush();
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;
+  bool stopped_ = false;
+};
+
+}  // namespace pie
