@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attention_checks.h"
+#include "attention_merge.h"
 #include "attention_unit.h"
 #include "pal/attention.h"
 #include "pal/error.h"
@@ -64,7 +65,9 @@ void run_units(const std::vector<detail::AttentionUnit>& units, std::int32_t max
     for (std::int64_t i = begin; i < end; ++i) {
       detail::AttentionUnit u = units[static_cast<std::size_t>(i)];
       u.scratch = scratch;
-      if (isa == Isa::kAvx512) {
+      if (!is_supported_head_dim(head_dim)) {
+        detail::run_unit_generic(u);
+      } else if (isa == Isa::kAvx512) {
         detail::run_unit_avx512(u);
       } else {
         detail::run_unit_avx2(u);
@@ -82,7 +85,7 @@ void run_units(const std::vector<detail::AttentionUnit>& units, std::int32_t max
 
 namespace detail {
 void throw_unsupported_head_dim(std::int32_t head_dim) {
-  throw Error(fmt::format("[pal::attention] head dim {} has no kernel (64, 80, 96, 128, 256)", head_dim));
+  throw Error(fmt::format("[pal::attention] head dim {} has no SIMD kernel (64, 80, 96, 128, 256)", head_dim));
 }
 }  // namespace detail
 
@@ -114,12 +117,10 @@ void set_attention_cpu_isa(const std::string& isa) {
 
 // Decode units: a sequence, a range of its KV heads (all of them unless there are too few sequences to
 // keep the threads busy), and a range of its keys. All heads in one unit read each page's K and V as one
-// block. With fewer sequences than twice the threads, long contexts are cut into page-aligned key ranges of
-// at least kMinSplitKeys ("flash decoding"), run as separate units that write partial (o, m, l) states, and
-// merged: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s with M = max_s m_s. Short contexts split the
-// KV heads instead.
-constexpr std::int64_t kMinSplitKeys = 512;
-
+// block. With fewer sequences than twice the threads, long contexts are cut into ranges of whole key chunks
+// (attention_merge.h; "flash decoding"), run as separate units that write each chunk's (o, m, l) state, and
+// folded in chunk order afterwards: the same arithmetic as a unit that walks every chunk itself, so the
+// output does not depend on the split (nor, then, on the batch). Short contexts split the KV heads instead.
 void decode_attention(const PagedKv& kv, const AttentionParams& params, const DecodeArgs& args,
                       tensor::ThreadPool* pool) {
   detail::validate_decode(kv, params, args, "pal::decode_attention");
@@ -133,9 +134,10 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   const std::int64_t want = pool != nullptr && pool->n_threads() > 1 ? 2 * pool->n_threads() : 1;
   std::int64_t max_len = 0;
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) max_len = std::max<std::int64_t>(max_len, kv.seq_lens[s]);
+  const std::int64_t max_chunks = (max_len + detail::kKeyChunk - 1) / detail::kKeyChunk;
   std::int64_t n_splits = 1;
   if (kv.n_seqs < want) {
-    n_splits = std::min<std::int64_t>((want + kv.n_seqs - 1) / kv.n_seqs, max_len / kMinSplitKeys);
+    n_splits = std::min<std::int64_t>((want + kv.n_seqs - 1) / kv.n_seqs, max_len / detail::kKeyChunk);
     n_splits = std::max<std::int64_t>(n_splits, 1);
   }
   std::int64_t n_head_ranges = 1;
@@ -144,9 +146,9 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   }
   const std::int64_t partial_row = d + 2;
   std::vector<float> partial;
-  if (n_splits > 1) {
-    partial.resize(static_cast<std::size_t>(static_cast<std::int64_t>(kv.n_seqs) * params.n_q_heads * n_splits *
-                                            partial_row));
+  if (n_splits > 1) {  // zeroed: a chunk slot no unit writes has l == 0 and is skipped by the merge
+    partial.assign(static_cast<std::size_t>(static_cast<std::int64_t>(kv.n_seqs) * params.n_q_heads * max_chunks *
+                                            partial_row), 0.0f);
   }
 
   std::vector<detail::AttentionUnit> units;
@@ -154,8 +156,9 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   std::int32_t max_heads = 1;
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
     const std::int64_t len = kv.seq_lens[s];
-    // Page-aligned split length; the last split may be shorter, and splits past the end are empty.
-    const std::int64_t split = (len + n_splits * kPageSize - 1) / (n_splits * kPageSize) * kPageSize;
+    // Chunk-aligned split length; the last split may be shorter, and splits past the end are empty.
+    const std::int64_t chunks = (len + detail::kKeyChunk - 1) / detail::kKeyChunk;
+    const std::int64_t split = (chunks + n_splits - 1) / n_splits * detail::kKeyChunk;
     for (std::int64_t hr = 0; hr < n_head_ranges; ++hr) {
       const auto g0 = static_cast<std::int32_t>(hr * kv.n_kv_heads / n_head_ranges);
       const auto g1 = static_cast<std::int32_t>((hr + 1) * kv.n_kv_heads / n_head_ranges);
@@ -176,11 +179,11 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
         if (n_splits > 1) {
           u.key_begin = k * split;
           u.key_end = (k + 1) * split;
-          // partial[(s, q head, split)][d + 2]
+          // partial[(s, q head, chunk)][d + 2]
           u.partial = partial.data() +
-                      ((static_cast<std::int64_t>(s) * params.n_q_heads + static_cast<std::int64_t>(g0) * group) *
-                           n_splits + k) * partial_row;
-          u.partial_stride = n_splits * partial_row;
+                      (static_cast<std::int64_t>(s) * params.n_q_heads + static_cast<std::int64_t>(g0) * group) *
+                          max_chunks * partial_row;
+          u.partial_stride = max_chunks * partial_row;
         }
         units.push_back(u);
       }
@@ -189,23 +192,19 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   run_units(units, 1, max_heads, group, d, pool);
   if (n_splits == 1) return;
 
+  std::vector<float> acc(static_cast<std::size_t>(d));
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
+    const std::int64_t chunks = (kv.seq_lens[s] + detail::kKeyChunk - 1) / detail::kKeyChunk;
     for (std::int32_t qh = 0; qh < params.n_q_heads; ++qh) {
-      const float* states = partial.data() + (static_cast<std::int64_t>(s) * params.n_q_heads + qh) * n_splits * partial_row;
-      float m_max = -INFINITY;
-      for (std::int64_t k = 0; k < n_splits; ++k) m_max = std::max(m_max, states[k * partial_row + d]);
-      float* dst = args.out + s * tok_stride + static_cast<std::int64_t>(qh) * d;
-      std::fill(dst, dst + d, 0.0f);
-      float l_sum = 0.0f;
-      for (std::int64_t k = 0; k < n_splits; ++k) {
-        const float* st = states + k * partial_row;
-        if (st[d + 1] == 0.0f) continue;  // a split with no visible keys (window, or past the end)
-        const float w = std::exp(st[d] - m_max);
-        l_sum += w * st[d + 1];
-        for (std::int32_t i = 0; i < d; ++i) dst[i] += w * st[i];
+      const float* states = partial.data() + (static_cast<std::int64_t>(s) * params.n_q_heads + qh) * max_chunks * partial_row;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      float acc_m = -INFINITY;
+      float acc_l = 0.0f;
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        const float* st = states + c * partial_row;
+        detail::merge_chunk(d, st, st[d], st[d + 1], acc.data(), &acc_m, &acc_l);
       }
-      const float inv = 1.0f / l_sum;
-      for (std::int32_t i = 0; i < d; ++i) dst[i] *= inv;
+      detail::finish_row(d, acc.data(), acc_l, args.out + s * tok_stride + static_cast<std::int64_t>(qh) * d);
     }
   }
 }

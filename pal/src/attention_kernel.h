@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "attention_merge.h"
 #include "attention_unit.h"
 
 namespace pal::detail {
@@ -185,19 +186,46 @@ struct Kernel {
     const std::int64_t row_stride = static_cast<std::int64_t>(kv.n_kv_heads) * D;  // elements between slots
     const std::int64_t elem_bytes = f16 ? 2 : 4;
 
-    // Scratch: o[rows][D] | p[rows][16] | m[rows] | l[rows] | alpha[rows] | pad | kf[16][D]
+    // Scratch: o[rows][D] | acc[rows][D] | p[rows][16] | m | l | alpha | acc_m | acc_l [rows] | pad | kf[16][D]
+    // (o, m, l: the current key chunk's state; acc, acc_m, acc_l: the chunks folded so far, attention_merge.h)
     float* o = u.scratch;
-    float* pbuf = o + static_cast<std::int64_t>(rows) * D;
+    float* acc = o + static_cast<std::int64_t>(rows) * D;
+    float* pbuf = acc + static_cast<std::int64_t>(rows) * D;
     float* m = pbuf + static_cast<std::int64_t>(rows) * kPageSize;
     float* l = m + rows;
     float* alpha = l + rows;
-    const std::int64_t used = static_cast<std::int64_t>(rows) * (D + kPageSize + 3);
+    float* acc_m = alpha + rows;
+    float* acc_l = acc_m + rows;
+    const std::int64_t used = static_cast<std::int64_t>(rows) * (2 * D + kPageSize + 5);
     float* kf = u.scratch + (used + 15) / 16 * 16;
+    auto reset_chunk = [&] {
+      for (int r = 0; r < rows; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int c = 0; c < kChunks; ++c) Isa::store(o + r * D + c * W, Isa::zero());
+      }
+    };
+    reset_chunk();
     for (int r = 0; r < rows; ++r) {
-      m[r] = -INFINITY;
-      l[r] = 0.0f;
-      for (int c = 0; c < kChunks; ++c) Isa::store(o + r * D + c * W, Isa::zero());
+      acc_m[r] = -INFINITY;
+      acc_l[r] = 0.0f;
+      for (int c = 0; c < kChunks; ++c) Isa::store(acc + r * D + c * W, Isa::zero());
     }
+    // Ends key chunk `chunk`: split-KV decode stores each row's state in its slot, otherwise it is folded.
+    auto close_chunk = [&](std::int64_t chunk) {
+      for (int r = 0; r < rows; ++r) {
+        if (u.partial != nullptr) {
+          if (l[r] == 0.0f) continue;  // slots start zeroed (l == 0: nothing seen)
+          float* dst = u.partial + static_cast<std::int64_t>(r) * u.partial_stride + chunk * (D + 2);  // r: q head
+          for (int c = 0; c < kChunks; ++c) Isa::store(dst + c * W, Isa::load(o + r * D + c * W));
+          dst[D] = m[r];
+          dst[D + 1] = l[r];
+        } else {
+          merge_chunk(D, o + r * D, m[r], l[r], acc + r * D, acc_m + r, acc_l + r);
+        }
+      }
+      reset_chunk();
+    };
 
     std::int64_t last_pos = u.first_pos + u.n_tokens - 1;  // the last key any row sees
     std::int64_t first_key = window > 0 ? (u.first_pos - window + 1 > 0 ? u.first_pos - window + 1 : 0) : 0;
@@ -211,7 +239,12 @@ struct Kernel {
 
     const std::int64_t pg_first = first_key / kPageSize;
     const std::int64_t pg_last = last_pos / kPageSize;
+    std::int64_t chunk = pg_first / kPagesPerChunk;
     for (std::int64_t pg = pg_first; pg <= pg_last; ++pg) {
+      if (pg / kPagesPerChunk != chunk) {
+        close_chunk(chunk);
+        chunk = pg / kPagesPerChunk;
+      }
       const std::int64_t base = pg * kPageSize;
       const int ua = static_cast<int>(first_key > base ? first_key - base : 0);
       const int ub = static_cast<int>(last_pos + 1 < base + kPageSize ? last_pos + 1 - base : kPageSize);
@@ -241,21 +274,12 @@ struct Kernel {
       }
     }
 
-    if (u.partial != nullptr) {
-      for (int r = 0; r < rows; ++r) {
-        float* dst = u.partial + static_cast<std::int64_t>(r) * u.partial_stride;  // decode: r is the q head
-        for (int c = 0; c < kChunks; ++c) Isa::store(dst + c * W, Isa::load(o + r * D + c * W));
-        dst[D] = m[r];
-        dst[D + 1] = l[r];
-      }
-      return;
-    }
+    if (pg_first <= pg_last) close_chunk(chunk);
+    if (u.partial != nullptr) return;
     for (int r = 0; r < rows; ++r) {
       const int tok = r / hg;
       const int j = r % hg;
-      float* dst = u.out + tok * u.tok_stride + static_cast<std::int64_t>(j) * D;
-      const V inv = Isa::set1(1.0f / l[r]);
-      for (int c = 0; c < kChunks; ++c) Isa::store(dst + c * W, Isa::mul(Isa::load(o + r * D + c * W), inv));
+      finish_row(D, acc + r * D, acc_l[r], u.out + tok * u.tok_stride + static_cast<std::int64_t>(j) * D);
     }
   }
 };

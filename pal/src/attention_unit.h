@@ -23,11 +23,12 @@ struct AttentionUnit {
   float* out = nullptr;          // same layout as q
   std::int64_t tok_stride = 0;   // floats between consecutive tokens (n_q_heads * head_dim)
   float* scratch = nullptr;      // unit_scratch_floats(...) floats, 64-byte aligned
-  // Split-KV decode: only keys in [key_begin, key_end) are visited, and when `partial` is set the rows'
-  // unnormalized state goes there instead of to out, to be merged with the other splits (attention_cpu.cpp).
+  // Split-KV decode: only keys in [key_begin, key_end) (whole key chunks, attention_merge.h) are visited,
+  // and when `partial` is set each row's state of key chunk c goes to partial + row * partial_stride +
+  // c * (head_dim + 2) instead of to out, to be merged in chunk order afterwards (attention_cpu.cpp).
   std::int64_t key_begin = 0;
   std::int64_t key_end = INT64_MAX;
-  float* partial = nullptr;      // per row (q head): o (unnormalized) [head_dim], then m and l
+  float* partial = nullptr;      // per row (q head) and chunk: o (unnormalized) [head_dim], then m and l
   std::int64_t partial_stride = 0;  // floats between the partial states of consecutive q heads
 };
 
@@ -35,13 +36,18 @@ struct AttentionUnit {
 inline std::int64_t unit_scratch_floats(std::int32_t n_tokens, std::int32_t n_heads, std::int32_t group,
                                         std::int32_t head_dim) {
   const std::int64_t rows = static_cast<std::int64_t>(n_tokens) * n_heads * group;
-  // o[rows][head_dim], p[rows][16], m, l, alpha [rows]; the staged K page [16][head_dim]; alignment pad.
-  return rows * (head_dim + 16 + 3) + 16 * static_cast<std::int64_t>(head_dim) + 64;
+  // o, acc [rows][head_dim], p[rows][16], m, l, alpha, acc_m, acc_l [rows]; the staged K page [16][head_dim];
+  // alignment pad.
+  return rows * (2 * static_cast<std::int64_t>(head_dim) + 16 + 5) + 16 * static_cast<std::int64_t>(head_dim) + 64;
 }
 
 // Throws pal::Error for a head dim no kernel is compiled for. Defined outside the per-ISA files, whose
 // code is built with wider instruction sets and must not instantiate shared library templates.
 [[noreturn]] void throw_unsupported_head_dim(std::int32_t head_dim);
+
+// Any even head dim (the ones without a SIMD kernel): plain scalar code, the same key chunks and merge as
+// the SIMD kernels (attention_generic.cpp).
+void run_unit_generic(const AttentionUnit& unit);
 
 // The per-ISA kernels (attention_avx512.cpp, attention_avx2.cpp); call only when the CPU has the ISA.
 void run_unit_avx512(const AttentionUnit& unit);

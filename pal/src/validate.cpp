@@ -24,8 +24,9 @@ bool is_supported_head_dim(std::int32_t head_dim) {
 }
 
 void validate_paged_kv(const PagedKv& kv, const char* op) {
-  if (!is_supported_head_dim(kv.head_dim)) {
-    throw Error(fmt::format("[{}] head dim {} is not supported (64, 80, 96, 128, 256)", op, kv.head_dim));
+  // SIMD kernels exist for is_supported_head_dim(); any other even head dim takes the generic path.
+  if (kv.head_dim < 2 || kv.head_dim % 2 != 0) {
+    throw Error(fmt::format("[{}] head dim {} is not supported (an even number >= 2)", op, kv.head_dim));
   }
   if (kv.dtype != tensor::DType::f32 && kv.dtype != tensor::DType::f16) {
     throw Error(fmt::format("[{}] KV dtype {} is not supported (f32, f16)", op,

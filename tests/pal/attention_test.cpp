@@ -194,6 +194,32 @@ TEST(AttentionTest, PrefillWindowsSoftCapGqaOnThreadPool) {
   }
 }
 
+// Head dims without a SIMD kernel (tiny models) take the generic kernel: decode (split over key chunks on a
+// pool, and not), prefill, windows, soft cap, f16.
+TEST(AttentionTest, GenericHeadDims) {
+  tensor::ThreadPool pool(2);
+  std::uint32_t seed = 400;
+  for (int head_dim : {2, 8, 24, 72}) {
+    for (tensor::DType dtype : {tensor::DType::f32, tensor::DType::f16}) {
+      AttentionCase c;
+      c.seq_lens = {1, 17, 40, 1300};
+      c.n_q_heads = 4;
+      c.n_kv_heads = 2;
+      c.head_dim = head_dim;
+      c.dtype = dtype;
+      check(c, seed++);
+      c.seq_lens = {1300};
+      c.window = head_dim == 8 ? 600 : 0;
+      check(c, seed++, &pool);
+      c.seq_lens = {50, 33};
+      c.n_query = {20, 33};
+      c.soft_cap = 10.0f;
+      c.window = head_dim == 24 ? 9 : 0;
+      check(c, seed++, &pool);
+    }
+  }
+}
+
 TEST(AttentionTest, ReportsAndSetsIsa) {
   const std::string isa = pal::attention_cpu_isa();
   EXPECT_THAT(isa, ::testing::AnyOf("avx512", "avx2", "scalar"));
@@ -246,9 +272,11 @@ struct ErrorFixture {
 };
 
 TEST(AttentionErrorTest, UnsupportedHeadDim) {
-  ErrorFixture f;
-  f.cache.kv.head_dim = 72;
-  f.expect_error("head dim 72 is not supported");
+  for (int head_dim : {7, 0, -2}) {
+    ErrorFixture f;
+    f.cache.kv.head_dim = head_dim;
+    f.expect_error("head dim " + std::to_string(head_dim) + " is not supported (an even number >= 2)");
+  }
 }
 
 TEST(AttentionErrorTest, UnsupportedDtype) {

@@ -5,11 +5,16 @@
 //
 // Each op has a scalar reference (`*_ref`: two-pass softmax in double, obviously right) and the fast CPU
 // version (AVX-512 or AVX2/FMA/F16C chosen at run time, online softmax, parallel on a tensor::ThreadPool over
-// sequences x KV heads, and in decode with few sequences over key ranges too, merged afterwards). Queries and
-// outputs are f32. The CUDA versions take the same structs.
+// sequences x KV heads, and in decode with few sequences over key ranges too, merged afterwards; head dims
+// other than 64/80/96/128/256 take a generic scalar kernel). Queries and outputs are f32. The CUDA versions
+// take the same structs.
 //
-// Every function validates first and throws pal::Error (nothing written) on: a head dim other than
-// 64/80/96/128/256, a KV dtype other than f32/f16, n_q_heads not a positive multiple of n_kv_heads, a
+// Batch invariance of the fast CPU versions: a query row's output depends only on its own sequence (its
+// keys, its position), never on the other rows or sequences of the call, the thread count, or whether it
+// came through decode or prefill: keys are visited in fixed 512-key chunks whose states are merged in order.
+//
+// Every function validates first and throws pal::Error (nothing written) on: an odd head dim or one
+// below 2, a KV dtype other than f32/f16, n_q_heads not a positive multiple of n_kv_heads, a
 // negative window or soft cap, a non-finite scale, an inconsistent page table, an out-of-range page, an
 // empty sequence in decode, or more query tokens than cached tokens in prefill.
 #pragma once

@@ -25,7 +25,7 @@ struct PagedKv {
   tensor::DType dtype = tensor::DType::f32;  // f32 or f16
   std::int32_t n_pages = 0;     // pages in the pools above (page indices must be < n_pages)
   std::int32_t n_kv_heads = 0;
-  std::int32_t head_dim = 0;    // 64, 80, 96, 128 or 256
+  std::int32_t head_dim = 0;    // even, >= 2 (CPU; SIMD kernels for 64, 80, 96, 128, 256); CUDA: 64, 128, 256
 
   std::int32_t n_seqs = 0;
   const std::int32_t* page_indptr = nullptr;   // [n_seqs + 1], non-decreasing, page_indptr[0] == 0
@@ -44,7 +44,7 @@ inline std::int64_t kv_offset(const PagedKv& kv, std::int64_t page, std::int64_t
 // ceil(seq_lens[s] / 16) pages per sequence. Throws pal::Error naming the sequence and entry at fault.
 void validate_paged_kv(const PagedKv& kv, const char* op);
 
-// The head dims the kernels are compiled for.
+// The head dims the SIMD CPU kernels are compiled for (other even head dims run a generic scalar kernel).
 bool is_supported_head_dim(std::int32_t head_dim);
 
 }  // namespace pal
