@@ -1,0 +1,93 @@
+// Batch invariance of the forward pass: a token's logits are bit-for-bit the same whether its sequence runs
+// alone or among 16 others (prefill chunks and decode rows of other lengths), however its prompt is chunked
+// (1, 7, 16 or 33 tokens per step: chunks of 1 go through decode attention), on one thread or a pool.
+#include <gtest/gtest.h>
+#include <tensor/thread_pool.h>
+
+#include <cstring>
+#include <random>
+
+#include "pie/model.h"
+#include "pie/runner.h"
+#include "runner_test_util.h"
+
+namespace pie::testing {
+namespace {
+
+using Logits = std::vector<std::vector<float>>;  // [position][n_vocab]
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The probe's logits at every position, computed in steps of `chunk` tokens; with `crowd`, each step also
+// carries the next piece of 16 other sequences (prompts of 1..90 tokens, chunked by 5, then decode rows).
+Logits run_probe(ModelRunner& runner, const std::vector<std::int32_t>& tokens, std::int32_t chunk, bool crowd) {
+  KvCache kv = make_kv(runner, 256);
+  Seq probe;
+  probe.id = kv.create();
+  probe.tokens = tokens;
+  std::vector<Seq> others;
+  std::mt19937 rng(99);
+  const std::int32_t n_vocab = runner.model().config.n_vocab;
+  if (crowd) {
+    for (int i = 0; i < 16; ++i) {
+      Seq s;
+      s.id = kv.create();
+      const int len = 1 + static_cast<int>(rng() % 90);
+      for (int t = 0; t < len + 40; ++t) s.tokens.push_back(static_cast<std::int32_t>(rng() % n_vocab));
+      s.n_cached = 0;
+      others.push_back(std::move(s));
+    }
+  }
+  Logits out;
+  while (probe.n_cached < static_cast<std::int32_t>(tokens.size())) {
+    const std::int32_t n = std::min<std::int32_t>(chunk, static_cast<std::int32_t>(tokens.size()) - probe.n_cached);
+    std::vector<std::pair<Seq*, std::int32_t>> work;
+    // The probe sits at a different place in the batch on different steps.
+    const std::size_t at = others.empty() ? 0 : out.size() % (others.size() + 1);
+    for (std::size_t i = 0; i < others.size(); ++i) {
+      if (i == at) work.emplace_back(&probe, n);
+      Seq& s = others[i];
+      const std::int32_t left = static_cast<std::int32_t>(s.tokens.size()) - s.n_cached;
+      if (left > 0) work.emplace_back(&s, std::min<std::int32_t>(left, s.n_cached < 40 ? 5 : 1));
+    }
+    if (at >= others.size()) work.emplace_back(&probe, n);
+    auto logits = run_step(runner, kv, work);
+    for (std::size_t i = 0; i < work.size(); ++i) {
+      if (work[i].first == &probe) out.insert(out.end(), logits[i].begin(), logits[i].end());
+    }
+  }
+  return out;
+}
+
+void check_model(const std::string& name) {
+  const Golden g = load_golden(name);
+  std::vector<std::int32_t> tokens = g.prompt;
+  tokens.insert(tokens.end(), g.greedy.begin(), g.greedy.end());  // 96 tokens: past mistral's window
+  tensor::ThreadPool pool(3);
+  for (tensor::ThreadPool* p : {static_cast<tensor::ThreadPool*>(nullptr), &pool}) {
+    ModelRunner runner(load_hf_model(test_model_dir(name)), p);
+    const Logits alone = run_probe(runner, tokens, static_cast<std::int32_t>(tokens.size()), false);
+    ASSERT_EQ(alone.size(), tokens.size());
+    for (std::int32_t chunk : {1, 7, 16, 33}) {
+      for (bool crowd : {false, true}) {
+        if (chunk == 16 && !crowd) continue;
+        const Logits got = run_probe(runner, tokens, chunk, crowd);
+        ASSERT_EQ(got.size(), alone.size());
+        for (std::size_t pos = 0; pos < alone.size(); ++pos) {
+          ASSERT_TRUE(same_bits(got[pos], alone[pos]))
+              << name << ": position " << pos << " differs with chunks of " << chunk
+              << (crowd ? " among 16 other sequences" : " alone") << (p ? " on a pool" : "");
+        }
+      }
+    }
+  }
+}
+
+TEST(RunnerInvarianceTest, Llama) { check_model("llama"); }      // generic attention kernel (head dim 12)
+TEST(RunnerInvarianceTest, Mistral) { check_model("mistral"); }  // sliding window
+TEST(RunnerInvarianceTest, Qwen3) { check_model("qwen3"); }      // SIMD attention kernel (head dim 64)
+
+}  // namespace
+}  // namespace pie::testing
