@@ -15,7 +15,7 @@
 #include "arg_parser.h"
 #include "commands.h"
 #include "grammar_maskbench.h"
-#include "grammar_vocabulary.h"
+#include "pie/grammar_vocabulary.h"
 #include "pse/compiler.h"
 #include "pse/gbnf.h"
 #include "pse/json_schema.h"
@@ -26,6 +26,8 @@
 #include "tokenizers/tokenizer.h"
 
 namespace orchard::cli {
+
+using pie::grammar_vocabulary;
 
 namespace {
 

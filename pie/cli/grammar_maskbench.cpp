@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "arg_parser.h"
-#include "grammar_vocabulary.h"
+#include "pie/grammar_vocabulary.h"
 #include "pse/compiler.h"
 #include "pse/json_schema.h"
 #include "pse/matcher.h"
@@ -27,6 +27,8 @@
 #include "tokenizers/tokenizer.h"
 
 namespace orchard::cli {
+
+using pie::grammar_vocabulary;
 
 namespace {
 

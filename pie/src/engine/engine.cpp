@@ -1,0 +1,696 @@
+// The engine: submit() validates and compiles on the caller's thread; one loop thread owns the KV cache,
+// the scheduler and the runner, and runs steps: schedule -> (forward pass || grammar masks) -> sample,
+// accept, append forced tokens, detokenize, stop checks -> events.
+#include "pie/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "grammar_cache.h"
+#include "pie/kv_cache.h"
+#include "pie/runner.h"
+#include "pie/scheduler.h"
+#include "pse/matcher.h"
+#include "pse/thread_pool.h"
+#include "request_check.h"
+#include "request_stream.h"
+#include "tensor/thread_pool.h"
+
+namespace pie {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::none: return "none";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+class KvCachePages final : public KvPages {
+ public:
+  explicit KvCachePages(KvCache& kv) : kv_(kv) {}
+  SeqId create() override { return kv_.create(); }
+  std::int32_t attach_prefix(SeqId seq, std::span<const std::int32_t> tokens) override {
+    return kv_.attach_prefix(seq, tokens);
+  }
+  bool reserve(SeqId seq, std::int32_t n_tokens) override { return kv_.reserve(seq, n_tokens); }
+  void commit(SeqId seq, std::span<const std::int32_t> tokens, std::int32_t n_computed) override {
+    kv_.commit(seq, tokens, n_computed);
+  }
+  SeqId fork(SeqId seq) override { return kv_.fork(seq); }
+  void release(SeqId seq) override { kv_.release(seq); }
+
+ private:
+  KvCache& kv_;
+};
+
+struct Request;
+
+// One of a request's n samples: its sequence, sampler, grammar cursor, detokenizer and stop matcher.
+struct Sample {
+  Request* request = nullptr;
+  std::int32_t index = 0;
+  std::optional<SequenceId> seq;
+  std::optional<Sampler> sampler;
+  std::optional<pse::Matcher> matcher;
+  std::optional<tokenizers::StreamingDetokenizer> detok;
+  std::optional<StopStringMatcher> stops;
+  std::vector<std::int32_t> output;
+  bool finished = false;
+  bool hit_stop_string = false;  // the text after it (and what the stop matcher holds back) is dropped
+};
+
+struct Request {
+  GenerateRequest req;
+  std::shared_ptr<detail::RequestChannel> channel;
+  std::uint64_t seed = 0;
+  std::optional<pse::CompiledGrammar> grammar;
+  std::vector<Sample> samples;
+  bool forked = false;     // samples 1..n-1 exist (after the prompt's prefill)
+  bool admitted = false;   // the prompt was admitted once (cached_prompt_tokens recorded)
+  std::int32_t n_finished = 0;
+  bool failed = false;
+  Usage usage;
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  std::shared_ptr<const Model> model;
+  EngineOptions options;
+  std::int32_t context_length = 0;
+  std::int32_t n_vocab = 0;
+  std::unique_ptr<tensor::ThreadPool> forward_pool;
+  std::unique_ptr<pse::ThreadPool> mask_pool;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<KvCachePages> pages;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<detail::GrammarCache> grammars;
+  std::vector<std::uint32_t> no_eos_mask;  // ignore_eos: every row but the end-of-sequence ids
+  std::vector<std::int32_t> eos_ids;
+
+  std::shared_ptr<detail::EngineSignal> signal = std::make_shared<detail::EngineSignal>();
+  // Guarded by signal->mutex.
+  std::deque<std::unique_ptr<Request>> incoming;
+  bool accepting = true;
+  bool stop_loop = false;
+  bool cancel_all = false;
+  bool loop_idle = true;
+  std::condition_variable idle_cv;
+
+  // Loop-owned.
+  std::vector<std::unique_ptr<Request>> active;
+  std::unordered_map<SequenceId, Sample*> by_seq;
+
+  mutable std::mutex stats_mutex;
+  EngineStats stats;
+  std::atomic<std::uint64_t> next_id{1};
+  // Requests submitted and not yet admitted (max_queued counts these; exact, unlike the published stats).
+  std::atomic<std::int64_t> n_unadmitted{0};
+
+  std::thread loop;
+
+  Impl(std::shared_ptr<const Model> m, EngineOptions o);
+  void run_loop();
+  bool step();
+  void take_incoming(std::deque<std::unique_ptr<Request>>& batch);
+  void process_cancellations();
+  void finish(Sample& s, FinishReason reason, std::string error = {});
+  void emit(Sample& s, std::vector<std::int32_t> tokens, std::string text, std::vector<SampledToken> logprobs,
+            FinishReason reason, std::string error = {});
+  void fail_request(Request& r, const std::string& error);
+  void handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask);
+  void fork_samples(Request& r);
+  void drop_finished();
+  void publish_stats();
+  bool is_eos(std::int32_t token) const {
+    return std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
+  }
+};
+
+Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std::move(m)), options(o) {
+  if (!model) throw Error("[engine] no model");
+  if (!model->tokenizer) throw ModelError("[engine] model '" + model->name + "' has no tokenizer");
+  auto positive = [](const char* name, auto value) {
+    if (value < 1) throw Error(fmt::format("[engine] {} must be at least 1, got {}", name, value));
+  };
+  positive("max_running", options.max_running);
+  positive("max_batch_tokens", options.max_batch_tokens);
+  positive("max_queued", options.max_queued);
+  positive("grammar_cache", options.grammar_cache);
+  if (options.n_threads < 0) throw Error(fmt::format("[engine] n_threads must be >= 0, got {}", options.n_threads));
+  if (options.context_length < 0) {
+    throw Error(fmt::format("[engine] context_length must be >= 0, got {}", options.context_length));
+  }
+  if (options.kv_cache_bytes < 0) {
+    throw Error(fmt::format("[engine] kv_cache_bytes must be >= 0, got {}", options.kv_cache_bytes));
+  }
+  if (!(options.grammar_compile_ms > 0)) {
+    throw Error(fmt::format("[engine] grammar_compile_ms must be > 0, got {}", options.grammar_compile_ms));
+  }
+  if (options.kv_dtype != tensor::DType::f32 && options.kv_dtype != tensor::DType::f16) {
+    throw Error("[engine] kv_dtype must be f32 or f16");
+  }
+  n_vocab = model->config.n_vocab;
+  const std::int32_t trained = model->config.context_length > 0 ? model->config.context_length : 8192;
+  context_length = options.context_length > 0 ? options.context_length : std::min(trained, 8192);
+  options.context_length = context_length;
+
+  forward_pool = std::make_unique<tensor::ThreadPool>(options.n_threads);
+  // Masks fill on their own threads while the forward pass runs on forward_pool.
+  const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
+  mask_pool = std::make_unique<pse::ThreadPool>(std::clamp<std::size_t>(hw / 4, 2, 8));
+  runner = std::make_unique<ModelRunner>(model, forward_pool.get());
+
+  const std::size_t page_bytes = runner->kv_config(1, options.kv_dtype).page_bytes();
+  const std::int64_t context_pages = (context_length + kKvPageSize - 1) / kKvPageSize;
+  std::int64_t n_pages;
+  if (options.kv_cache_bytes > 0) {
+    n_pages = options.kv_cache_bytes / static_cast<std::int64_t>(page_bytes);
+    if (n_pages < context_pages + 1) {
+      throw Error(fmt::format("[engine] kv_cache_bytes {} holds {} pages of {} bytes; one context of {} tokens "
+                              "needs {}",
+                              options.kv_cache_bytes, n_pages, page_bytes, context_length, context_pages + 1));
+    }
+  } else {
+    const std::int64_t cap = (std::int64_t{4} << 30) / static_cast<std::int64_t>(page_bytes);
+    n_pages = std::min<std::int64_t>(options.max_running * context_pages + 1, cap);
+    if (n_pages < context_pages + 1) {
+      // A huge model: shrink the context to what 4 GiB holds rather than fail.
+      context_length = static_cast<std::int32_t>((n_pages - 1) * kKvPageSize);
+      options.context_length = context_length;
+    }
+    options.kv_cache_bytes = n_pages * static_cast<std::int64_t>(page_bytes);
+  }
+  if (n_pages > std::numeric_limits<std::int32_t>::max()) n_pages = std::numeric_limits<std::int32_t>::max();
+  KvCacheConfig kv_config = runner->kv_config(static_cast<std::int32_t>(n_pages), options.kv_dtype);
+  kv_config.prefix_caching = options.prefix_caching;
+  kv = std::make_unique<KvCache>(kv_config);
+  pages = std::make_unique<KvCachePages>(*kv);
+  scheduler = std::make_unique<Scheduler>(
+      SchedulerConfig{options.max_running, std::max(options.max_batch_tokens, options.max_running)}, *pages);
+
+  pse::CompileOptions compile;
+  compile.max_compile_ms = options.grammar_compile_ms;
+  grammars = std::make_unique<detail::GrammarCache>(model->tokenizer, static_cast<std::size_t>(n_vocab), compile,
+                                                    static_cast<std::size_t>(options.grammar_cache));
+
+  const tokenizers::SpecialTokens& st = model->tokenizer->special_tokens();
+  eos_ids.assign(st.end_of_generation.begin(), st.end_of_generation.end());
+  if (st.eos && !is_eos(*st.eos)) eos_ids.push_back(*st.eos);
+  no_eos_mask.assign((static_cast<std::size_t>(n_vocab) + 31) / 32, 0xFFFFFFFFu);
+  for (std::int32_t id : eos_ids) {
+    if (id >= 0 && id < n_vocab) no_eos_mask[static_cast<std::size_t>(id) / 32] &= ~(1u << (id % 32));
+  }
+  stats.kv_pages = static_cast<std::int32_t>(n_pages);
+  stats.kv_pages_free = static_cast<std::int32_t>(n_pages);
+}
+
+void Engine::Impl::publish_stats() {
+  const KvCacheStats k = kv->stats();
+  std::uint64_t running = 0, queued = 0;
+  for (const auto& r : active) (r->admitted ? running : queued) += 1;
+  const detail::GrammarCacheStats g = grammars->stats();
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  stats.requests_running = running;
+  stats.requests_queued = queued;
+  stats.kv_pages = k.n_pages;
+  stats.kv_pages_used = k.n_used;
+  stats.kv_pages_cached = k.n_cached;
+  stats.kv_pages_free = k.n_free;
+  stats.prefix_lookup_tokens = k.prefix_lookup_tokens;
+  stats.prefix_hit_tokens = k.prefix_hit_tokens;
+  stats.grammar_compiles = g.compiles;
+  stats.grammar_cache_hits = g.hits;
+  stats.grammar_compile_seconds = g.compile_seconds;
+  stats.preemptions = scheduler->n_preemptions();
+}
+
+void Engine::Impl::emit(Sample& s, std::vector<std::int32_t> tokens, std::string text,
+                        std::vector<SampledToken> logprobs, FinishReason reason, std::string error) {
+  Event e;
+  e.index = s.index;
+  e.tokens = std::move(tokens);
+  e.text = std::move(text);
+  e.logprobs = std::move(logprobs);
+  e.finish = reason;
+  e.error = std::move(error);
+  e.time = Clock::now();
+  s.request->channel->push(std::move(e));
+}
+
+// Ends a sample: frees its sequence, flushes held-back text (unless a stop string ended it), and when it
+// was the request's last, sends the done event.
+void Engine::Impl::finish(Sample& s, FinishReason reason, std::string error) {
+  if (s.finished) return;
+  s.finished = true;
+  if (s.seq) {
+    by_seq.erase(*s.seq);
+    scheduler->remove(*s.seq);
+    s.seq.reset();
+  }
+  std::string tail;
+  if (reason != FinishReason::error && reason != FinishReason::cancelled) {
+    if (s.detok) {
+      std::string rest = s.detok->finish();
+      if (s.stops && !rest.empty()) {
+        auto r = s.stops->push(rest);
+        tail += r.text;
+      } else {
+        tail += rest;
+      }
+    }
+    if (s.stops && !s.hit_stop_string) tail += s.stops->flush();
+  }
+  Request& r = *s.request;
+  if (reason == FinishReason::error) r.failed = true;
+  emit(s, {}, std::move(tail), {}, reason, std::move(error));
+  r.usage.completion_tokens += static_cast<std::int32_t>(s.output.size());
+  if (++r.n_finished == static_cast<std::int32_t>(r.samples.size())) {
+    if (!r.admitted) {
+      r.admitted = true;  // never will be: it leaves the queue
+      n_unadmitted.fetch_sub(1);
+    }
+    Event done;
+    done.index = 0;
+    done.done = true;
+    done.usage = r.usage;
+    done.time = Clock::now();
+    r.channel->push(std::move(done));
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    if (r.failed) ++stats.requests_failed;
+  }
+}
+
+void Engine::Impl::fail_request(Request& r, const std::string& error) {
+  for (Sample& s : r.samples) finish(s, FinishReason::error, error);
+}
+
+void Engine::Impl::take_incoming(std::deque<std::unique_ptr<Request>>& batch) {
+  for (auto& r : batch) {
+    Sample& s0 = r->samples[0];
+    s0.seq = scheduler->add(r->req.prompt);
+    by_seq[*s0.seq] = &s0;
+    active.push_back(std::move(r));
+  }
+  batch.clear();
+}
+
+void Engine::Impl::process_cancellations() {
+  for (auto& r : active) {
+    if (r->n_finished == static_cast<std::int32_t>(r->samples.size())) continue;
+    if (cancel_all || r->channel->cancelled()) {
+      for (Sample& s : r->samples) finish(s, FinishReason::cancelled);
+    }
+  }
+}
+
+void Engine::Impl::drop_finished() {
+  std::erase_if(active, [](const std::unique_ptr<Request>& r) {
+    return r->n_finished == static_cast<std::int32_t>(r->samples.size());
+  });
+}
+
+// n > 1: the other samples start from the prompt's K/V (pages shared) once its prefill is done.
+void Engine::Impl::fork_samples(Request& r) {
+  r.forked = true;
+  Sample& s0 = r.samples[0];
+  for (std::size_t i = 1; i < r.samples.size(); ++i) {
+    Sample& s = r.samples[i];
+    if (s.finished) continue;
+    if (s0.matcher) s.matcher = s0.matcher->fork();
+    s.seq = scheduler->fork(*s0.seq);
+    by_seq[*s.seq] = &s;
+  }
+}
+
+// Samples the sample's next token from its logits row, then appends the forced continuation, and emits.
+void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask) {
+  Request& r = *s.request;
+  const GenerateRequest& q = r.req;
+  const auto prompt_len = static_cast<std::int32_t>(q.prompt.size());
+  const std::int32_t limit = std::min(q.max_tokens, context_length - prompt_len);
+  std::vector<std::int32_t> added;
+  std::vector<SampledToken> logprobs;
+  std::string text;
+  FinishReason reason = FinishReason::none;
+
+  // Appends one token: grammar, detokenizer, stop strings, limits. Returns false when the sample ended.
+  auto push_token = [&](std::int32_t token) -> bool {
+    s.output.push_back(token);
+    added.push_back(token);
+    std::string piece = s.detok->push(token);
+    if (s.stops) {
+      auto res = s.stops->push(piece);
+      text += res.text;
+      if (res.stopped) {
+        s.hit_stop_string = true;
+        reason = FinishReason::stop;
+        return false;
+      }
+    } else {
+      text += piece;
+    }
+    if (s.matcher && s.matcher->must_stop()) {
+      reason = FinishReason::stop;
+      return false;
+    }
+    if (static_cast<std::int32_t>(s.output.size()) >= limit) {
+      reason = FinishReason::length;
+      return false;
+    }
+    return true;
+  };
+
+  SampledToken sampled;
+  try {
+    sampled = s.sampler->sample(logits, mask, q.prompt, s.output);
+  } catch (const std::exception& e) {
+    finish(s, FinishReason::error, fmt::format("sampling failed: {}", e.what()));
+    return;
+  }
+  const std::int32_t token = sampled.token;
+  const bool end = is_eos(token) && (s.matcher ? s.matcher->can_stop() : !q.ignore_eos);
+  if (end) {
+    // The end-of-sequence token is not part of the output.
+    if (q.sampling.logprobs) {
+      logprobs.push_back(std::move(sampled));
+      emit(s, {}, {}, std::move(logprobs), FinishReason::none);
+    }
+    finish(s, FinishReason::stop);
+    return;
+  }
+  if (s.matcher && !s.matcher->accept_token(token)) {
+    finish(s, FinishReason::error,
+           fmt::format("the grammar rejected token {} that its own mask allowed (a dead end)", token));
+    return;
+  }
+  if (q.sampling.logprobs) logprobs.push_back(std::move(sampled));
+  bool going = push_token(token);
+
+  // Jump-forward: tokens that lie entirely inside the forced text are appended without sampling. The last
+  // one is kept back for sampling when the output can still go on (it could merge with what follows).
+  std::int32_t n_forced = 0;
+  if (going && s.matcher) {
+    try {
+      const std::string forced = s.matcher->forced_continuation();
+      if (!forced.empty()) {
+        const std::vector<std::int32_t> ids = model->tokenizer->encode(forced);
+        std::size_t pos = 0;
+        for (std::size_t i = 0; i < ids.size() && going; ++i) {
+          const std::int32_t id = ids[i];
+          if (id < 0 || id >= n_vocab || model->tokenizer->is_special(id)) break;
+          const std::string& bytes = model->tokenizer->token_bytes(id);
+          if (bytes.empty() || forced.compare(pos, bytes.size(), bytes) != 0) break;
+          if (!s.matcher->accept_token(id)) break;
+          if (i + 1 == ids.size() && !s.matcher->must_stop()) {
+            s.matcher->rollback(1);
+            break;
+          }
+          pos += bytes.size();
+          ++n_forced;
+          going = push_token(id);
+        }
+      }
+    } catch (const std::exception& e) {
+      finish(s, FinishReason::error, fmt::format("forced continuation failed: {}", e.what()));
+      return;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    stats.generated_tokens += added.size();
+    stats.forced_tokens += static_cast<std::uint64_t>(n_forced);
+  }
+  if (going && prompt_len + static_cast<std::int32_t>(s.output.size()) >= context_length) {
+    reason = FinishReason::length;
+    going = false;
+  }
+  if (going) scheduler->append(*s.seq, added);
+  emit(s, std::move(added), std::move(text), std::move(logprobs), FinishReason::none);
+  if (!going) finish(s, reason);
+}
+
+bool Engine::Impl::step() {
+  Step plan = scheduler->schedule();
+  for (SequenceId id : plan.failed) {
+    auto it = by_seq.find(id);
+    if (it == by_seq.end()) continue;
+    Sample& s = *it->second;
+    by_seq.erase(it);
+    s.seq.reset();  // already removed by the scheduler
+    finish(s, FinishReason::error,
+           fmt::format("the sequence needs more KV cache than the engine has ({} pages)", kv->config().n_pages));
+  }
+  for (const auto& [id, covered] : plan.admitted) {
+    auto it = by_seq.find(id);
+    if (it == by_seq.end()) continue;
+    Request& r = *it->second->request;
+    if (!r.admitted) {
+      r.admitted = true;
+      r.usage.cached_prompt_tokens = covered;
+      n_unadmitted.fetch_sub(1);
+    }
+  }
+  if (plan.empty()) return false;
+
+  // The batch.
+  std::vector<std::int32_t> tokens, qo_indptr{0}, seq_lens, page_indptr{0}, page_indices, logit_rows;
+  std::vector<Sample*> row_samples;
+  for (const ScheduledChunk& c : plan.chunks) {
+    const auto seq_tokens = scheduler->tokens(c.id);
+    tokens.insert(tokens.end(), seq_tokens.begin() + c.begin, seq_tokens.begin() + c.begin + c.n_tokens);
+    qo_indptr.push_back(static_cast<std::int32_t>(tokens.size()));
+    const std::int32_t len = c.begin + c.n_tokens;
+    seq_lens.push_back(len);
+    const auto seq_pages = kv->pages(c.kv_seq);
+    const std::size_t n_pages = static_cast<std::size_t>((len + kKvPageSize - 1) / kKvPageSize);
+    page_indices.insert(page_indices.end(), seq_pages.begin(),
+                        seq_pages.begin() + static_cast<std::ptrdiff_t>(std::min(n_pages, seq_pages.size())));
+    page_indptr.push_back(static_cast<std::int32_t>(page_indices.size()));
+    if (c.wants_logits) {
+      logit_rows.push_back(static_cast<std::int32_t>(tokens.size()) - 1);
+      row_samples.push_back(by_seq.at(c.id));
+    }
+  }
+  ForwardBatch batch{tokens, qo_indptr, seq_lens, page_indptr, page_indices, logit_rows};
+
+  // Masks of the constrained rows, filled while the forward pass runs.
+  const std::size_t words = (static_cast<std::size_t>(n_vocab) + 31) / 32;
+  std::vector<std::uint32_t> masks(row_samples.size() * words);
+  std::vector<std::size_t> mask_rows;
+  for (std::size_t i = 0; i < row_samples.size(); ++i) {
+    if (row_samples[i]->matcher) mask_rows.push_back(i);
+  }
+  std::vector<std::string> mask_errors(row_samples.size());
+  std::vector<float> logits(row_samples.size() * static_cast<std::size_t>(n_vocab));
+  std::string forward_error;
+  std::atomic<double> mask_time{0.0};
+  double forward_time = 0;
+  mask_pool->parallel_for(1 + mask_rows.size(), [&](std::size_t i) {
+    const auto t0 = Clock::now();
+    if (i == 0) {
+      try {
+        runner->forward(batch, *kv, logits);
+      } catch (const std::exception& e) {
+        forward_error = e.what();
+      }
+      forward_time = seconds_since(t0);
+      return;
+    }
+    const std::size_t row = mask_rows[i - 1];
+    try {
+      row_samples[row]->matcher->fill_next_token_bitmask(std::span<std::uint32_t>(masks).subspan(row * words, words));
+    } catch (const std::exception& e) {
+      mask_errors[row] = e.what();
+    }
+    double cur = mask_time.load();
+    while (!mask_time.compare_exchange_weak(cur, cur + seconds_since(t0))) {
+    }
+  });
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    ++stats.steps;
+    stats.forward_seconds += forward_time;
+    stats.mask_seconds += mask_time.load();
+    for (const ScheduledChunk& c : plan.chunks) {
+      // Prompt tokens computed (recomputation after a preemption counts again: it is work done).
+      const auto n_prompt = static_cast<std::int32_t>(by_seq.at(c.id)->request->req.prompt.size());
+      if (c.begin < n_prompt) stats.prompt_tokens += static_cast<std::uint64_t>(std::min(c.n_tokens, n_prompt - c.begin));
+    }
+  }
+  if (!forward_error.empty()) {
+    // Nothing was sampled; every request in the batch fails (the batch itself was inconsistent).
+    for (Sample* s : row_samples) fail_request(*s->request, "forward pass failed: " + forward_error);
+    for (const ScheduledChunk& c : plan.chunks) {
+      auto it = by_seq.find(c.id);
+      if (it != by_seq.end()) fail_request(*it->second->request, "forward pass failed: " + forward_error);
+    }
+    return true;
+  }
+  scheduler->complete(plan);
+
+  for (std::size_t row = 0; row < row_samples.size(); ++row) {
+    Sample& s = *row_samples[row];
+    if (s.finished) continue;
+    if (!mask_errors[row].empty()) {
+      finish(s, FinishReason::error, "grammar mask failed: " + mask_errors[row]);
+      continue;
+    }
+    std::span<float> row_logits(logits.data() + row * static_cast<std::size_t>(n_vocab),
+                                static_cast<std::size_t>(n_vocab));
+    std::span<const std::uint32_t> mask;
+    if (s.matcher) {
+      mask = std::span<const std::uint32_t>(masks).subspan(row * words, words);
+    } else if (s.request->req.ignore_eos) {
+      mask = no_eos_mask;
+    }
+    Request& r = *s.request;
+    if (s.index == 0 && !r.forked && r.samples.size() > 1) {
+      // The prompt's logits serve every sample: each takes its own copy.
+      fork_samples(r);
+      for (std::size_t i = 1; i < r.samples.size(); ++i) {
+        Sample& other = r.samples[i];
+        if (other.finished || !other.seq || !scheduler->is_running(*other.seq)) continue;
+        std::vector<float> copy(row_logits.begin(), row_logits.end());
+        handle_row(other, copy, mask);
+      }
+    }
+    handle_row(s, row_logits, mask);
+  }
+  return true;
+}
+
+void Engine::Impl::run_loop() {
+  std::deque<std::unique_ptr<Request>> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(signal->mutex);
+      for (;;) {
+        batch.swap(incoming);
+        const bool cancels = std::any_of(active.begin(), active.end(), [&](const auto& r) {
+          return cancel_all || r->channel->cancelled();
+        });
+        if (!batch.empty() || !scheduler->idle() || cancels) break;
+        loop_idle = true;
+        idle_cv.notify_all();
+        if (stop_loop) return;
+        signal->pending = false;
+        signal->cv.wait(lock, [&] { return signal->pending || stop_loop; });
+      }
+      loop_idle = false;
+    }
+    take_incoming(batch);
+    process_cancellations();
+    drop_finished();
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // An internal failure of the step: every request in flight fails, the loop goes on.
+      for (auto& r : active) fail_request(*r, fmt::format("engine step failed: {}", e.what()));
+    }
+    drop_finished();
+    publish_stats();
+  }
+}
+
+Engine::Engine(std::shared_ptr<const Model> model, EngineOptions options)
+    : impl_(std::make_unique<Impl>(std::move(model), options)) {
+  impl_->loop = std::thread([impl = impl_.get()] { impl->run_loop(); });
+}
+
+Engine::~Engine() {
+  shutdown(true);
+  {
+    std::lock_guard<std::mutex> lock(impl_->signal->mutex);
+    impl_->stop_loop = true;
+    impl_->signal->pending = true;
+  }
+  impl_->signal->cv.notify_all();
+  if (impl_->loop.joinable()) impl_->loop.join();
+}
+
+std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
+  Impl& m = *impl_;
+  detail::check_request(request, *m.model, m.context_length);
+  auto r = std::make_unique<Request>();
+  if (request.grammar) {
+    r->grammar = m.grammars->compile(*request.grammar, request.grammar_special_tokens);
+  }
+  r->seed = request.sampling.seed ? *request.sampling.seed : std::random_device{}() * 0x9E3779B97F4A7C15ULL ^
+                                                                  std::random_device{}();
+  if (request.id.empty()) request.id = fmt::format("req-{}", m.next_id.fetch_add(1));
+  r->req = std::move(request);
+  r->usage.prompt_tokens = static_cast<std::int32_t>(r->req.prompt.size());
+  r->channel = std::make_shared<detail::RequestChannel>(r->req.id, m.signal);
+  r->samples.resize(static_cast<std::size_t>(r->req.n));
+  for (std::int32_t i = 0; i < r->req.n; ++i) {
+    Sample& s = r->samples[static_cast<std::size_t>(i)];
+    s.request = r.get();
+    s.index = i;
+    s.sampler.emplace(r->req.sampling, r->seed + static_cast<std::uint64_t>(i));
+    s.detok.emplace(*m.model->tokenizer, tokenizers::DecodeOptions{.skip_special = true});
+    if (!r->req.stop.empty()) s.stops.emplace(r->req.stop);
+  }
+  if (r->grammar) r->samples[0].matcher.emplace(*r->grammar);
+  auto stream = std::make_shared<detail::ChannelStream>(r->channel);
+  {
+    std::lock_guard<std::mutex> lock(m.signal->mutex);
+    if (!m.accepting) throw CapacityError("[engine] shutting down: no new requests");
+    const std::int64_t queued = m.n_unadmitted.load();
+    if (queued >= m.options.max_queued) {
+      throw CapacityError(fmt::format("[engine] the queue is full ({} requests waiting)", queued));
+    }
+    m.n_unadmitted.fetch_add(1);
+    m.incoming.push_back(std::move(r));
+    m.signal->pending = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.stats_mutex);
+    ++m.stats.requests;
+  }
+  m.signal->cv.notify_all();
+  return stream;
+}
+
+const Model& Engine::model() const { return *impl_->model; }
+
+const EngineOptions& Engine::options() const { return impl_->options; }
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+  return impl_->stats;
+}
+
+void Engine::shutdown(bool cancel_running) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.signal->mutex);
+  m.accepting = false;
+  if (cancel_running) m.cancel_all = true;
+  m.signal->pending = true;
+  m.signal->cv.notify_all();
+  m.idle_cv.wait(lock, [&] { return m.loop_idle && m.incoming.empty(); });
+}
+
+}  // namespace pie

@@ -1,0 +1,45 @@
+// Compiled constraints for one model: a pse::Compiler (an LRU cache by grammar content) per set of
+// grammar_special_tokens, since those change the vocabulary the grammar is compiled against. Thread-safe:
+// submit() compiles on the caller's thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pse/compiler.h"
+#include "tokenizers/tokenizer.h"
+
+namespace pie::detail {
+
+struct GrammarCacheStats {
+  std::uint64_t compiles = 0, hits = 0;
+  double compile_seconds = 0;
+};
+
+class GrammarCache {
+ public:
+  // n_rows: the model's logits rows. capacity: grammars kept per compiler.
+  GrammarCache(std::shared_ptr<const tokenizers::Tokenizer> tokenizer, std::size_t n_rows,
+               pse::CompileOptions options, std::size_t capacity);
+  // Throws RequestError (param "grammar", or "grammar_special_tokens") for any pse error.
+  pse::CompiledGrammar compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens);
+  GrammarCacheStats stats() const;
+
+ private:
+  std::shared_ptr<pse::Compiler> compiler_for(const std::vector<std::string>& special_tokens);
+
+  std::shared_ptr<const tokenizers::Tokenizer> tokenizer_;
+  std::size_t n_rows_;
+  pse::CompileOptions options_;
+  std::size_t capacity_;
+  mutable std::mutex mutex_;
+  // Key: the sorted special-token texts joined by '\0'. Few distinct sets exist (one per tool format).
+  std::map<std::string, std::shared_ptr<pse::Compiler>> compilers_;
+  GrammarCacheStats stats_;
+};
+
+}  // namespace pie::detail

@@ -1,0 +1,196 @@
+// Constrained generation with the default model (random weights, so the model itself knows no JSON):
+// every output of several JSON schemas and GBNF grammars, over many seeds, ends by the grammar ("stop"),
+// parses, replays through a fresh pse::Matcher to an accepting state, and never hits a dead end. Forced
+// (jump-forward) tokens are used where the grammar fixes the text.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine_test_util.h"
+#include "pie/engine.h"
+#include "pie/grammar_vocabulary.h"
+#include "pse/compiler.h"
+#include "pse/gbnf.h"
+#include "pse/json_schema.h"
+#include "pse/matcher.h"
+#include "pse/regex.h"
+#include "shared_data.h"
+
+namespace pie {
+namespace {
+
+using testing::RunResult;
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `n_seeds` sampled generations of the grammar and checks each output; returns them.
+std::vector<std::string> generate_checked(Engine& engine, const pse::Grammar& grammar, int n_seeds,
+                                          float temperature = 1.0f) {
+  const Model& model = engine.model();
+  pse::CompiledGrammar compiled =
+      pse::compile_grammar(grammar, grammar_vocabulary(*model.tokenizer, static_cast<std::size_t>(model.config.n_vocab)));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int seed = 0; seed < n_seeds; ++seed) {
+    GenerateRequest r;
+    r.prompt = {*model.tokenizer->special_tokens().bos};
+    const auto body = model.tokenizer->encode("Answer in JSON:");
+    r.prompt.insert(r.prompt.end(), body.begin(), body.end());
+    r.sampling.temperature = temperature;
+    r.sampling.seed = static_cast<std::uint64_t>(seed);
+    r.max_tokens = 1500;
+    r.grammar = grammar;
+    streams.push_back(engine.submit(std::move(r)));
+  }
+  std::vector<std::string> outputs;
+  for (auto& stream : streams) {
+    RunResult res = testing::collect(*stream);
+    EXPECT_EQ(res.samples.size(), 1u);
+    if (res.samples.empty()) continue;
+    const auto& s = res.samples[0];
+    EXPECT_EQ(s.finish, FinishReason::stop) << "finish " << finish_reason_name(s.finish) << " " << s.error
+                                            << "\noutput: " << s.text;
+    pse::Matcher replay(compiled);
+    EXPECT_TRUE(replay.accept_bytes(s.text)) << "output leaves the grammar: " << s.text;
+    EXPECT_TRUE(replay.can_stop()) << "output is not complete: " << s.text;
+    // The tokens replay too (the text is exactly their bytes).
+    pse::Matcher by_token(compiled);
+    for (std::int32_t t : s.tokens) {
+      if (!by_token.accept_token(t)) {
+        ADD_FAILURE() << "token " << t << " leaves the grammar in " << s.text;
+        break;
+      }
+    }
+    outputs.push_back(s.text);
+  }
+  return outputs;
+}
+
+EngineOptions options() {
+  EngineOptions o;
+  o.n_threads = 2;
+  o.context_length = 2048;
+  return o;
+}
+
+TEST(EngineConstrained, JsonSchemasAlwaysValidate) {
+  Engine engine(default_model(), options());
+  const std::string person = read_file(orchard::testing::source_dir() / "examples/person.schema.json");
+  ASSERT_FALSE(person.empty());
+  for (const std::string& text : generate_checked(engine, pse::json_schema_to_grammar(std::string_view(person)), 6)) {
+    const auto j = nlohmann::json::parse(text);
+    ASSERT_TRUE(j.is_object());
+    EXPECT_TRUE(j.contains("name") && j["name"].is_string());
+    const auto name_len = j["name"].get<std::string>().size();
+    EXPECT_GE(name_len, 1u);
+    // JSON Schema's integer is a value, not a spelling: 0.00 is an integer.
+    ASSERT_TRUE(j.contains("age") && j["age"].is_number()) << text;
+    const double age = j["age"].get<double>();
+    EXPECT_EQ(age, std::floor(age)) << text;
+    EXPECT_GE(age, 0) << text;
+    EXPECT_LE(age, 130) << text;
+    for (auto& [k, v] : j.items()) EXPECT_TRUE(k == "name" || k == "age" || k == "email" || k == "tags") << k;
+    if (j.contains("tags")) {
+      EXPECT_LE(j["tags"].size(), 3u);
+      for (const auto& t : j["tags"]) EXPECT_TRUE(t == "admin" || t == "dev" || t == "ops") << t;
+    }
+  }
+  const char* schemas[] = {
+      R"({"type":"object","properties":{"id":{"type":"integer","minimum":1,"maximum":100000},"ok":{"type":"boolean"},
+          "tags":{"type":"array","items":{"type":"string","maxLength":8},"maxItems":4}},
+          "required":["id","ok","tags"],"additionalProperties":false})",
+      R"({"type":"array","items":{"type":"number","minimum":-5,"maximum":5},"minItems":1,"maxItems":5})",
+      R"({"enum":["red","green","blue",{"rgb":[1,2,3]}]})",
+      R"({"type":"object","properties":{"kind":{"const":"point"},"x":{"type":"number","minimum":-1000,"maximum":1000},
+          "y":{"type":"number","exclusiveMinimum":0,"maximum":1},
+          "label":{"type":["string","null"],"maxLength":12}},"required":["kind","x","y","label"]})",
+  };
+  for (const char* schema : schemas) {
+    const auto parsed = nlohmann::json::parse(schema);
+    for (const std::string& text : generate_checked(engine, pse::json_schema_to_grammar(std::string_view(schema)), 5)) {
+      const auto j = nlohmann::json::parse(text);  // throws (fails the test) on bad JSON
+      if (parsed.contains("required")) {
+        for (const auto& key : parsed["required"]) EXPECT_TRUE(j.contains(key.get<std::string>())) << text;
+      }
+      if (parsed.contains("enum")) {
+        EXPECT_NE(std::find(parsed["enum"].begin(), parsed["enum"].end(), j), parsed["enum"].end()) << text;
+      }
+      if (parsed.value("type", "") == "array") {
+        EXPECT_GE(j.size(), 1u);
+        EXPECT_LE(j.size(), 5u);
+        for (const auto& v : j) EXPECT_TRUE(v.is_number() && v.get<double>() >= -5 && v.get<double>() <= 5) << text;
+      }
+    }
+  }
+  // Fixed keys and punctuation came as forced tokens, not sampled ones.
+  EXPECT_GT(engine.stats().forced_tokens, 0u);
+  EXPECT_GT(engine.stats().grammar_compiles, 0u);
+  EXPECT_EQ(engine.stats().requests_failed, 0u);
+}
+
+TEST(EngineConstrained, GbnfAndRegexGrammars) {
+  Engine engine(default_model(), options());
+  const pse::Grammar arithmetic = pse::parse_gbnf(R"gbnf(
+root   ::= expr
+expr   ::= term (("+" | "-") term){0,3}
+term   ::= factor (("*" | "/") factor){0,2}
+factor ::= [0-9]{1,3} | "(" expr ")"
+)gbnf");
+  for (const std::string& text : generate_checked(engine, arithmetic, 6)) EXPECT_FALSE(text.empty());
+  const pse::Grammar yes_no = pse::parse_gbnf(R"gbnf(root ::= ("yes" | "no") ", because " [a-z ]{1,20} ".")gbnf");
+  for (const std::string& text : generate_checked(engine, yes_no, 4, 0.0f)) {
+    EXPECT_TRUE(text.starts_with("yes, because ") || text.starts_with("no, because ")) << text;
+  }
+  const pse::Grammar phone = pse::parse_regex("[0-9]{3}-[0-9]{4}");
+  for (const std::string& text : generate_checked(engine, phone, 4)) EXPECT_EQ(text.size(), 8u) << text;
+}
+
+TEST(EngineConstrained, SharedJsonGbnf) {
+  ORCHARD_REQUIRE_SHARED_DATA("grammars/json.gbnf");
+  Engine engine(default_model(), options());
+  const pse::Grammar json = pse::parse_gbnf(read_file(orchard::testing::shared_data("grammars/json.gbnf")));
+  // llama.cpp's JSON grammar: any JSON object; the random model's output must still parse.
+  for (const std::string& text : generate_checked(engine, json, 4)) {
+    EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+  }
+}
+
+TEST(EngineConstrained, MixedWithUnconstrainedAndSamples) {
+  Engine engine(default_model(), options());
+  const pse::Grammar g = pse::json_schema_to_grammar(std::string_view(
+      R"({"type":"object","properties":{"a":{"type":"integer","minimum":-50,"maximum":50},"b":{"enum":[true,false,null]}},"required":["a","b"]})"));
+  GenerateRequest constrained;
+  constrained.prompt = {*engine.model().tokenizer->special_tokens().bos, 65, 66};
+  constrained.grammar = g;
+  constrained.n = 3;
+  constrained.max_tokens = 400;
+  constrained.sampling.seed = 9;
+  GenerateRequest free = constrained;
+  free.grammar.reset();
+  free.n = 1;
+  free.max_tokens = 50;
+  free.ignore_eos = true;
+  auto s1 = engine.submit(constrained);
+  auto s2 = engine.submit(free);
+  RunResult a = testing::collect(*s1);
+  RunResult b = testing::collect(*s2);
+  ASSERT_EQ(a.samples.size(), 3u);
+  for (const auto& s : a.samples) {
+    EXPECT_EQ(s.finish, FinishReason::stop) << s.error;
+    const auto j = nlohmann::json::parse(s.text);
+    EXPECT_TRUE(j["a"].is_number() && j["a"].get<double>() == std::floor(j["a"].get<double>())) << s.text;
+  }
+  EXPECT_EQ(b.samples.at(0).tokens.size(), 50u);
+}
+
+}  // namespace
+}  // namespace pie
