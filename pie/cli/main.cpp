@@ -21,6 +21,7 @@ constexpr Command kCommands[] = {
      orchard::cli::run_bench},
     {"grammar", "grammars: compile, check a text, list allowed tokens, benchmark masks",
      orchard::cli::run_grammar},
+    {"convert", "any model (GGUF, Hugging Face, llama2.c) -> GGUF, optionally quantized", orchard::cli::run_convert},
 };
 
 void print_help() {

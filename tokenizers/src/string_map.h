@@ -118,6 +118,13 @@ class MergeMap {
     }
   }
   std::size_t size() const { return size_; }
+  // Calls f(left, right, entry) for every merge, in no particular order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Entry& e : slots_) {
+      if (e.key != ~0ull) f(static_cast<std::int32_t>(e.key >> 32), static_cast<std::int32_t>(e.key & 0xFFFFFFFFu), e);
+    }
+  }
 
  private:
   static std::uint64_t mix(std::uint64_t k) {

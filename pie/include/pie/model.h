@@ -105,6 +105,9 @@ struct ConvertOptions {
   // q6_K for output with the K types, otherwise the requested type where the row size allows).
   tensor::DType type = tensor::DType::f16;
   std::function<void(std::uint64_t, std::uint64_t)> progress;  // (tensors done, total)
+  // Called with one line per type fallback ("q4_K cannot hold rows of 172 elements: ... written as q5_0");
+  // may be empty.
+  std::function<void(const std::string&)> notice;
 };
 
 // Writes `model` as a GGUF v3 file llama.cpp loads (llama.cpp key and tensor names, its tokenizer

@@ -95,6 +95,8 @@ class Tokenizer {
 
   struct Impl;
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
+  // The internals, for the tokenizers layer's own code (gguf_export.cpp); Impl is private to src/.
+  const Impl& impl() const { return *impl_; }
 
  private:
   std::shared_ptr<const Impl> impl_;

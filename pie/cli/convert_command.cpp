@@ -1,0 +1,111 @@
+// `orchard convert`: any model Orchard loads (GGUF, Hugging Face folder, llama2.c checkpoint) -> a GGUF v3
+// file llama.cpp loads, with weights of the chosen type.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "arg_parser.h"
+#include "commands.h"
+#include "pie/model.h"
+#include "tensor/dtype.h"
+
+namespace orchard::cli {
+
+namespace {
+
+constexpr const char* kTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q6_K"};
+
+tensor::DType parse_type(const std::string& text) {
+  for (const char* t : kTypes) {
+    if (text == t) return tensor::dtype_from_name(t);
+  }
+  throw UsageError(fmt::format("--type: '{}' is not one of f32, f16, bf16, q8_0, q4_0, q4_K, q6_K", text));
+}
+
+// One "\r" status line on stderr, only when stderr is a terminal.
+class Progress {
+ public:
+  explicit Progress(const char* what) : what_(what), tty_(::isatty(STDERR_FILENO) == 1) {}
+  void operator()(std::uint64_t done, std::uint64_t total) {
+    if (!tty_ || total == 0) return;
+    const int percent = static_cast<int>(done * 100 / total);
+    if (percent == last_ && done != total) return;
+    last_ = percent;
+    std::fprintf(stderr, "\r%s: %3d%% (%llu/%llu)", what_, percent, static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(total));
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void finish() {
+    if (shown_) std::fputs("\r\033[K", stderr);
+    shown_ = false;
+    last_ = -1;
+  }
+  ~Progress() { finish(); }
+
+ private:
+  const char* what_;
+  bool tty_;
+  bool shown_ = false;
+  int last_ = -1;
+};
+
+}  // namespace
+
+int run_convert(std::span<const std::string> args) {
+  std::optional<std::string> input, output, type_text, tokenizer;
+  ArgParser parser(
+      "orchard convert INPUT -o OUT.gguf [--type TYPE] [--tokenizer PATH]",
+      "Converts a model to a GGUF v3 file that llama.cpp and Orchard load: llama.cpp's key and tensor\n"
+      "names, the tokenizer (tokenizer.ggml.*) and chat template. INPUT is a GGUF file, a Hugging Face\n"
+      "folder (config.json, *.safetensors, tokenizer.json) or a llama2.c checkpoint (its tokenizer .bin\n"
+      "beside it, or given with --tokenizer).\n\n"
+      "TYPE is the type of the weight matrices: f32, f16 (default), bf16, q8_0, q4_0, q4_K or q6_K\n"
+      "(quantized exactly as ggml does). Norms and biases stay f32; with q4_K/q6_K the output projection\n"
+      "is q6_K. Matrices whose rows the type cannot hold fall back as llama.cpp does (q4_K -> q5_0,\n"
+      "q6_K -> q8_0, then f16), and a note on stderr says which.\n\n"
+      "Exit status: 0 success; 2 bad arguments or a model that cannot be loaded or written (one line\n"
+      "on stderr says why).\n\n"
+      "example: orchard convert stories260K.bin -o stories260K-q8_0.gguf --type q8_0");
+  parser.option("output", 'o', "OUT.gguf", "the GGUF file to write (required)", &output)
+      .option("type", 0, "TYPE", "weight matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_K, q6_K",
+              &type_text)
+      .option("tokenizer", 't', "PATH", "llama2.c checkpoints: the tokenizer .bin", &tokenizer)
+      .positional("INPUT", "the model: GGUF file, Hugging Face folder or llama2.c checkpoint", true, &input);
+  if (!parser.parse(args)) return 0;
+  if (!output) throw UsageError("missing option --output/-o OUT.gguf");
+  pie::ConvertOptions convert;
+  convert.type = type_text ? parse_type(*type_text) : tensor::DType::f16;
+
+  pie::LoadOptions load;
+  if (tokenizer) load.tokenizer_path = *tokenizer;
+  Progress load_progress("loading");
+  load.progress = [&](std::uint64_t done, std::uint64_t total) { load_progress(done, total); };
+  const std::shared_ptr<const pie::Model> model = pie::load_model(*input, load);
+  load_progress.finish();
+
+  Progress write_progress("converting");
+  convert.progress = [&](std::uint64_t done, std::uint64_t total) { write_progress(done, total); };
+  convert.notice = [&](const std::string& line) {
+    write_progress.finish();
+    std::fprintf(stderr, "orchard convert: note: %s\n", line.c_str());
+  };
+  pie::write_gguf_model(*model, *output, convert);
+  write_progress.finish();
+
+  // Reading the file back checks it and gives the summary.
+  const std::shared_ptr<const pie::Model> written = pie::load_gguf_model(*output);
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(*output, ec);
+  const pie::ModelConfig& c = written->config;
+  std::printf("wrote %s: %s, %d layers, n_embd %d, vocab %d, %.1f MiB (%s)\n", output->c_str(),
+              pie::architecture_name(c.arch), c.n_layer, c.n_embd, c.n_vocab,
+              static_cast<double>(bytes) / (1024.0 * 1024.0), written->describe().c_str());
+  return 0;
+}
+
+}  // namespace orchard::cli
