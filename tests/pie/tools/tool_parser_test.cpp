@@ -259,3 +259,145 @@ TEST(ToolCallStreamParser, TruncatedCallNeverThrows) {
 
 }  // namespace
 }  // namespace pie
+
+namespace pie {
+namespace {
+
+// Random well-formed outputs (text with near-marker fragments, calls with random JSON arguments whose
+// strings hold markers and escapes, reasoning) stream back to the one-shot parse; random mutations of
+// them never throw, in either parser.
+std::string random_json(std::mt19937& rng, int depth) {
+  static const char* kStrings[] = {"\"plain\"", "\"with \\\"quote\\\" and \\\\\"", "\"<tool_call>\"",
+                                   "\"</tool_call>}\"", "\"[TOOL_CALLS]\"", "\"\\u00e9\\n\"", "\"</function>\"",
+                                   "\"\""};
+  switch (depth > 2 ? rng() % 4 : rng() % 6) {
+    case 0: return kStrings[rng() % 8];
+    case 1: return std::to_string(static_cast<int>(rng() % 2000) - 1000) + (rng() % 2 ? ".25" : "");
+    case 2: return rng() % 2 ? "true" : "null";
+    case 3: return "false";
+    case 4: {
+      std::string s = "[";
+      for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i) s += (i ? ", " : " ") + random_json(rng, depth + 1);
+      return s + "]";
+    }
+    default: {
+      std::string s = "{";
+      for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i) {
+        s += (i ? ",\n  " : "") + std::string("\"k") + std::to_string(i) + "\": " + random_json(rng, depth + 1);
+      }
+      return s + "}";
+    }
+  }
+}
+
+std::string random_arguments(std::mt19937& rng) {
+  std::string s = "{";
+  for (int i = 0, n = static_cast<int>(rng() % 4); i < n; ++i) {
+    s += (i ? ", " : "") + std::string("\"a") + std::to_string(i) + "\": " + random_json(rng, 1);
+  }
+  return s + "}";
+}
+
+std::string random_text(std::mt19937& rng) {
+  static const char* kPieces[] = {"Hello", " ", "\n", "<tool", "_call", "[TOOL", "<function", "functoo", "{",
+                                  "}", "the weather", "<|python", "</think", "<thi"};
+  std::string s;
+  for (int i = 0, n = static_cast<int>(rng() % 6); i < n; ++i) s += kPieces[rng() % 14];
+  return s;
+}
+
+std::string random_output(std::mt19937& rng, ToolCallFormat f, ReasoningFormat r) {
+  std::string s;
+  if (r == ReasoningFormat::think && rng() % 2) s += "<think>\n" + random_text(rng) + "\n</think>\n\n";
+  if (r == ReasoningFormat::think_open) s += random_text(rng) + "</think>\n\n";
+  const int n_calls = static_cast<int>(rng() % 3);
+  auto name = [&] { return std::string(rng() % 2 ? "get_weather" : "f.g-h_1"); };
+  switch (f) {
+    case ToolCallFormat::hermes:
+      s += random_text(rng);
+      for (int i = 0; i < n_calls; ++i) {
+        s += "<tool_call>\n{\"name\": \"" + name() + "\", \"arguments\": " + random_arguments(rng) + "}\n</tool_call>\n";
+      }
+      break;
+    case ToolCallFormat::mistral:
+    case ToolCallFormat::firefunction_v2:
+      s += random_text(rng);
+      if (n_calls > 0) {
+        s += f == ToolCallFormat::mistral ? "[TOOL_CALLS][" : "functools[";
+        for (int i = 0; i < n_calls; ++i) {
+          s += (i ? ", " : "") + std::string("{\"name\": \"") + name() + "\", \"arguments\": " + random_arguments(rng) + "}";
+        }
+        s += "]";
+      }
+      break;
+    case ToolCallFormat::functionary_v3_1:
+      s += random_text(rng);
+      for (int i = 0; i < n_calls; ++i) s += "<function=" + name() + ">" + random_arguments(rng) + "</function>";
+      break;
+    case ToolCallFormat::llama3_json:
+      if (n_calls == 0) return s + "Text " + random_text(rng);
+      for (int i = 0; i < n_calls; ++i) {
+        s += (i ? "; " : "") + std::string("{\"name\": \"") + name() + "\", \"parameters\": " + random_arguments(rng) + "}";
+      }
+      break;
+    case ToolCallFormat::generic:
+      if (n_calls == 0) return s + "{\"content\": \"hi <tool_call>\"}";
+      s += "{\"tool_calls\": [";
+      for (int i = 0; i < n_calls; ++i) {
+        s += (i ? ", " : "") + std::string("{\"name\": \"") + name() + "\", \"arguments\": " + random_arguments(rng) + "}";
+      }
+      s += "]}";
+      break;
+  }
+  return s;
+}
+
+TEST(ToolCallStreamParser, RandomOutputsAndMutations) {
+  std::mt19937 rng(99);
+  const ToolCallFormat formats[] = {ToolCallFormat::generic, ToolCallFormat::hermes, ToolCallFormat::llama3_json,
+                                    ToolCallFormat::mistral, ToolCallFormat::functionary_v3_1,
+                                    ToolCallFormat::firefunction_v2};
+  const ReasoningFormat reasonings[] = {ReasoningFormat::none, ReasoningFormat::think, ReasoningFormat::think_open};
+  std::size_t n_calls = 0, n_reasoning = 0;
+  for (int n = 0; n < 600; ++n) {
+    const ToolCallFormat f = formats[n % 6];
+    const ReasoningFormat r = reasonings[(n / 6) % 3];
+    ParseOptions o;
+    o.reasoning = r;
+    std::string text = random_output(rng, f, r);
+    const bool mutate = n % 2 == 1;
+    if (mutate) {
+      for (int k = 0, m = 1 + static_cast<int>(rng() % 3); k < m && !text.empty(); ++k) {
+        const std::size_t at = rng() % text.size();
+        if (rng() % 2) {
+          text.erase(at, 1 + rng() % 3);
+        } else {
+          text.insert(at, 1, "{}[]\",:<>/ a"[rng() % 12]);
+        }
+      }
+    }
+    ParsedOutput whole;
+    ASSERT_NO_THROW(whole = parse_tool_calls(text, f, o)) << text;
+    ToolCallStreamParser stream(f, o);
+    std::vector<StreamDelta> deltas;
+    for (std::size_t i = 0; i < text.size();) {
+      const std::size_t step = 1 + rng() % 7;
+      ASSERT_NO_THROW(deltas.push_back(stream.push(std::string_view(text).substr(i, step)))) << text;
+      i += step;
+    }
+    ASSERT_NO_THROW(deltas.push_back(stream.finish())) << text;
+    if (mutate) continue;
+    const ParsedOutput got = reassemble(deltas);
+    ASSERT_EQ(got.content, whole.content) << text;
+    ASSERT_EQ(got.reasoning_content, whole.reasoning_content) << text;
+    ASSERT_EQ(got.tool_calls, whole.tool_calls) << text;
+    n_calls += whole.tool_calls.size();
+    n_reasoning += whole.reasoning_content.empty() ? 0 : 1;
+  }
+  // The generator exercises what it claims to: many calls and reasoning sections parsed.
+  EXPECT_GT(n_calls, 200u);
+  EXPECT_GT(n_reasoning, 30u);
+}
+
+}  // namespace
+}  // namespace pie
