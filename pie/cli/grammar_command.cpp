@@ -15,13 +15,10 @@
 #include "arg_parser.h"
 #include "commands.h"
 #include "grammar_maskbench.h"
+#include "grammar_source.h"
 #include "pie/grammar_vocabulary.h"
 #include "pse/compiler.h"
-#include "pse/gbnf.h"
-#include "pse/json_schema.h"
-#include "pse/lark.h"
 #include "pse/matcher.h"
-#include "pse/regex.h"
 #include "read_input.h"
 #include "tokenizers/tokenizer.h"
 
@@ -30,63 +27,6 @@ namespace orchard::cli {
 using pie::grammar_vocabulary;
 
 namespace {
-
-constexpr const char* kGrammarSynopsis =
-    "(--gbnf FILE | --lark FILE | --regex PATTERN | --schema FILE)";
-
-struct GrammarSource {
-  std::optional<std::string> gbnf, lark, regex, schema;
-  std::optional<std::string> json_layout;  // with --schema: flexible | compact | indented
-  bool ignore_unknown_keywords = false;
-
-  void add_options(ArgParser& p) {
-    p.option("gbnf", 0, "FILE", "the grammar in GBNF (llama.cpp's format)", &gbnf)
-        .option("lark", 0, "FILE", "the grammar in Lark-style EBNF", &lark)
-        .option("regex", 0, "PATTERN", "the grammar is this regex (whole-text match)", &regex)
-        .option("schema", 0, "FILE", "the output is JSON valid under this JSON Schema", &schema)
-        .option("json-layout", 0, "LAYOUT",
-                "with --schema: flexible (default; bounded whitespace), compact or indented",
-                &json_layout)
-        .flag("ignore-unknown-keywords", 0,
-              "with --schema: treat unknown keywords as annotations instead of errors",
-              &ignore_unknown_keywords);
-  }
-
-  pse::Grammar load() const {
-    const int n = (gbnf ? 1 : 0) + (lark ? 1 : 0) + (regex ? 1 : 0) + (schema ? 1 : 0);
-    if (n != 1) throw UsageError(fmt::format("give exactly one grammar: {}", kGrammarSynopsis));
-    if ((json_layout || ignore_unknown_keywords) && !schema) {
-      throw UsageError("--json-layout and --ignore-unknown-keywords need --schema");
-    }
-    if (gbnf) return pse::parse_gbnf(read_input(*gbnf));
-    if (lark) return pse::parse_lark(read_input(*lark));
-    if (schema) {
-      const std::string text = read_input(*schema);
-      return pse::json_schema_to_grammar(std::string_view(text), schema_options());
-    }
-    return pse::parse_regex(*regex);
-  }
-
- private:
-  pse::JsonSchemaOptions schema_options() const {
-    pse::JsonSchemaOptions options;
-    const std::string layout = json_layout.value_or("flexible");
-    if (layout == "flexible") {
-      options.layout = pse::JsonLayout::kFlexible;
-    } else if (layout == "compact") {
-      options.layout = pse::JsonLayout::kCompact;
-    } else if (layout == "indented") {
-      options.layout = pse::JsonLayout::kIndented;
-    } else {
-      throw UsageError(fmt::format(
-          "--json-layout: expected flexible, compact or indented, got '{}'", layout));
-    }
-    if (ignore_unknown_keywords) {
-      options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kIgnore;
-    }
-    return options;
-  }
-};
 
 // Printable ASCII as is; quotes, backslash and control bytes escaped.
 std::string escape(std::string_view bytes) {

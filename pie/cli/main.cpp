@@ -21,6 +21,7 @@ constexpr Command kCommands[] = {
      orchard::cli::run_bench},
     {"grammar", "grammars: compile, check a text, list allowed tokens, benchmark masks",
      orchard::cli::run_grammar},
+    {"run", "generate text from a prompt, optionally constrained by a schema or grammar", orchard::cli::run_run},
     {"convert", "any model (GGUF, Hugging Face, llama2.c) -> GGUF, optionally quantized", orchard::cli::run_convert},
 };
 

@@ -1,0 +1,51 @@
+#include "grammar_source.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+#include "pse/gbnf.h"
+#include "pse/json_schema.h"
+#include "pse/lark.h"
+#include "pse/regex.h"
+#include "read_input.h"
+
+namespace orchard::cli {
+
+void GrammarSource::add_options(ArgParser& p) {
+  p.option("gbnf", 0, "FILE", "the grammar in GBNF (llama.cpp's format)", &gbnf)
+      .option("lark", 0, "FILE", "the grammar in Lark-style EBNF", &lark)
+      .option("regex", 0, "PATTERN", "the grammar is this regex (whole-text match)", &regex)
+      .option("schema", 0, "FILE", "the output is JSON valid under this JSON Schema", &schema)
+      .option("json-layout", 0, "LAYOUT", "with --schema: flexible (default; bounded whitespace), compact or indented",
+              &json_layout)
+      .flag("ignore-unknown-keywords", 0, "with --schema: treat unknown keywords as annotations instead of errors",
+            &ignore_unknown_keywords);
+}
+
+pse::Grammar GrammarSource::load() const {
+  const int n = (gbnf ? 1 : 0) + (lark ? 1 : 0) + (regex ? 1 : 0) + (schema ? 1 : 0);
+  if (n != 1) throw UsageError(fmt::format("give exactly one grammar: {}", kGrammarSynopsis));
+  if ((json_layout || ignore_unknown_keywords) && !schema) {
+    throw UsageError("--json-layout and --ignore-unknown-keywords need --schema");
+  }
+  if (gbnf) return pse::parse_gbnf(read_input(*gbnf));
+  if (lark) return pse::parse_lark(read_input(*lark));
+  if (regex) return pse::parse_regex(*regex);
+  pse::JsonSchemaOptions options;
+  const std::string layout = json_layout.value_or("flexible");
+  if (layout == "flexible") {
+    options.layout = pse::JsonLayout::kFlexible;
+  } else if (layout == "compact") {
+    options.layout = pse::JsonLayout::kCompact;
+  } else if (layout == "indented") {
+    options.layout = pse::JsonLayout::kIndented;
+  } else {
+    throw UsageError(fmt::format("--json-layout: expected flexible, compact or indented, got '{}'", layout));
+  }
+  if (ignore_unknown_keywords) options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kIgnore;
+  const std::string text = read_input(*schema);
+  return pse::json_schema_to_grammar(std::string_view(text), options);
+}
+
+}  // namespace orchard::cli

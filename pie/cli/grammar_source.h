@@ -1,0 +1,28 @@
+// The grammar options shared by `orchard grammar` and `orchard run`: exactly one of --gbnf, --lark,
+// --regex or --schema (with --json-layout and --ignore-unknown-keywords for schemas), loaded into a
+// pse::Grammar.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "arg_parser.h"
+#include "pse/grammar.h"
+
+namespace orchard::cli {
+
+inline constexpr const char* kGrammarSynopsis = "(--gbnf FILE | --lark FILE | --regex PATTERN | --schema FILE)";
+
+struct GrammarSource {
+  std::optional<std::string> gbnf, lark, regex, schema;
+  std::optional<std::string> json_layout;  // with --schema: flexible | compact | indented
+  bool ignore_unknown_keywords = false;
+
+  void add_options(ArgParser& p);
+  bool given() const { return gbnf || lark || regex || schema; }
+  // Throws UsageError unless exactly one grammar was given; pse errors for a bad grammar, runtime_error
+  // for an unreadable file.
+  pse::Grammar load() const;
+};
+
+}  // namespace orchard::cli

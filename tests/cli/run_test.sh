@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# One case of the `orchard run` command-line tests (run by CTest).
+# usage: run_test.sh CASE   with ORCHARD (the built binary), ORCHARD_SOURCE_DIR and ORCHARD_SHARED_DATA
+# (else ORCHARD_DEFAULT_SHARED_DATA) in the environment.
+# Exit 0 pass, 1 fail (with what differed), 77 skipped (shared data or .venv absent).
+set -u
+case_name=$1
+: "${ORCHARD:?set ORCHARD to the orchard binary}"
+src=${ORCHARD_SOURCE_DIR:?set ORCHARD_SOURCE_DIR}
+data=${ORCHARD_SHARED_DATA:-${ORCHARD_DEFAULT_SHARED_DATA:-}}
+stories=$data/models/stories260K
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
+need() { [ -e "$1" ] || { echo "SKIP [$case_name]: absent: $1" >&2; exit 77; }; }
+
+# run ARGS...: runs orchard; sets rc, out ($tmp/out), err.
+run() {
+  "$ORCHARD" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  err=$(cat "$tmp/err")
+}
+expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stderr: $err"; }
+expect_err_line() {  # one line on stderr, containing $1
+  [ "$(printf '%s' "$err" | wc -l)" -eq 0 ] && [ -n "$err" ] || fail "stderr is not one line: '$err'"
+  [[ "$err" == *"$1"* ]] || fail "stderr '$err' does not mention '$1'"
+}
+# The reference text is the output without the newline orchard run ends with.
+expect_stories_text() {
+  head -c -1 "$tmp/out" >"$tmp/text"
+  cmp -s "$tmp/text" "$stories/expected-greedy-200.txt" ||
+    fail "output differs from expected-greedy-200.txt: $(cmp "$tmp/text" "$stories/expected-greedy-200.txt")"
+}
+
+case $case_name in
+  run_help)
+    run run --help; expect_rc 0
+    grep -q "usage: orchard run" "$tmp/out" || fail "no usage line"
+    grep -q -- "--schema" "$tmp/out" || fail "--schema undocumented"
+    grep -q "RANDOM weights" "$tmp/out" || fail "the default model's random weights are not said" ;;
+  run_unknown_option)
+    run run --frobnicate; expect_rc 2; expect_err_line "unknown option '--frobnicate'" ;;
+  run_two_grammars)
+    run run --regex 'a' --gbnf x.gbnf; expect_rc 2; expect_err_line "grammar" ;;
+  run_layout_without_schema)
+    run run --json-layout compact; expect_rc 2; expect_err_line "--schema" ;;
+  run_bad_number)
+    run run -n 0; expect_rc 2; expect_err_line "-n" ;;
+  run_empty_prompt)
+    run run --no-bos; expect_rc 2; expect_err_line "prompt" ;;
+  run_missing_model)
+    run run -m "$tmp/no-such-model.gguf" -p hi; expect_rc 1; expect_err_line "no-such-model" ;;
+  run_bad_schema)
+    printf '{"type": "object", "minProperties": "two"}' >"$tmp/bad.json"
+    run run --schema "$tmp/bad.json" -p hi; expect_rc 1; expect_err_line "minProperties" ;;
+  run_bad_request)
+    run run -p hi --temp -1; expect_rc 1; expect_err_line "temperature" ;;
+  run_default_unconstrained)
+    run run -p 'Once upon a time' -n 20 --seed 3; expect_rc 0
+    [[ "$err" == *"20 tokens"* && "$err" == *"tokens/s"* && "$err" == *"random weights"* ]] ||
+      fail "summary line: $err"
+    cp "$tmp/out" "$tmp/first"
+    run run -p 'Once upon a time' -n 20 --seed 3; expect_rc 0
+    cmp -s "$tmp/out" "$tmp/first" || fail "the same seed gave different text" ;;
+  run_default_regex)
+    for seed in 1 2 3 4; do
+      run run --regex '[0-9]{3}-[0-9]{4}' -p 'Phone:' --seed $seed; expect_rc 0
+      grep -qxE '[0-9]{3}-[0-9]{4}' "$tmp/out" || fail "seed $seed: '$(cat "$tmp/out")' does not match"
+    done ;;
+  run_default_schema)
+    py=$src/.venv/bin/python
+    need "$py"
+    for seed in 1 2 3 4 5; do
+      run run --schema "$src/examples/person.schema.json" -p 'A person as JSON:' --seed $seed --temp 1 \
+        --top-k 0 --top-p 1 -n 2000; expect_rc 0
+      [[ "$err" == *"finish stop"* ]] || fail "seed $seed: not finished by the grammar: $err"
+      "$py" -c 'import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+jsonschema.validate(json.loads(open(sys.argv[2], encoding="utf-8").read()), schema,
+                    format_checker=jsonschema.FormatChecker())' "$src/examples/person.schema.json" "$tmp/out" ||
+        fail "seed $seed: output does not validate: $(cat "$tmp/out")"
+    done ;;
+  run_stories_greedy)
+    need "$stories/stories260K.bin"
+    run run -m "$stories/stories260K.bin" --temp 0 -n 200; expect_rc 0
+    expect_stories_text ;;
+  run_stories_converted)
+    need "$stories/stories260K.bin"
+    "$ORCHARD" convert "$stories/stories260K.bin" -o "$tmp/stories.gguf" --type f32 >/dev/null 2>"$tmp/err" ||
+      fail "orchard convert failed: $(cat "$tmp/err")"
+    run run -m "$tmp/stories.gguf" --temp 0 -n 200; expect_rc 0
+    expect_stories_text ;;
+  *)
+    fail "unknown case" ;;
+esac
+exit 0
