@@ -1,0 +1,109 @@
+// `orchard serve`: the OpenAI- and Ollama-compatible HTTP server over one model (pie::Server).
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <pthread.h>
+#include <string>
+#include <thread>
+
+#include "arg_parser.h"
+#include "commands.h"
+#include "pie/engine.h"
+#include "pie/model.h"
+#include "pie/server.h"
+
+namespace orchard::cli {
+
+int run_serve(std::span<const std::string> args) {
+  std::optional<std::string> model_path, host, port, api_key, parallel, ctx, threads, max_body, name, grace;
+  bool quiet = false;
+  ArgParser parser(
+      "orchard serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N] [--ctx N]\n"
+      "              [--threads N] [--max-body BYTES] [--name NAME] [--grace SECONDS] [--quiet]",
+      "Serves MODEL over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions, GET /v1/models)\n"
+      "and Ollama's (POST /api/chat, /api/generate, /api/show, GET /api/tags, /api/version), plus GET /health\n"
+      "and GET /metrics (Prometheus). Without -m, the embedded default model (random weights: for trying the\n"
+      "API and constrained output, not for reading). Structured output (response_format, tools with\n"
+      "tool_choice, grammar, regex) is enforced by a grammar: the output always parses.\n\n"
+      "The API key may also come from the ORCHARD_API_KEY environment variable. SIGINT or SIGTERM stop\n"
+      "taking requests, let running ones finish for --grace seconds, cancel the rest and exit 0. Once\n"
+      "listening, one line 'listening on http://HOST:PORT' is printed on standard output; each request\n"
+      "then logs one JSON line on standard error.\n\n"
+      "example: orchard serve -m qwen2.5-0.5b-instruct-q8_0.gguf --port 8080 --parallel 8");
+  parser.option("model", 'm', "MODEL", "GGUF file, Hugging Face folder or llama2.c checkpoint", &model_path)
+      .option("host", 0, "HOST", "address to listen on (default 127.0.0.1)", &host)
+      .option("port", 'p', "PORT", "port (default 8080; 0: any free port)", &port)
+      .option("api-key", 0, "KEY", "require 'Authorization: Bearer KEY' (all routes but /health)", &api_key)
+      .option("parallel", 0, "N", "sequences generated at once (default 16)", &parallel)
+      .option("ctx", 'c', "N", "context length per sequence (default: the model's, at most 8192)", &ctx)
+      .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)
+      .option("max-body", 0, "BYTES", "largest request body accepted (default 16777216)", &max_body)
+      .option("name", 0, "NAME", "model name clients use (default: the model's)", &name)
+      .option("grace", 0, "SECONDS", "on SIGINT/SIGTERM, time running requests get to finish (default 10)", &grace)
+      .flag("quiet", 'q', "no per-request log lines", &quiet);
+  if (!parser.parse(args)) return 0;
+
+  pie::EngineOptions engine_options;
+  if (parallel) engine_options.max_running = static_cast<std::int32_t>(parse_int(*parallel, "--parallel", 1, 4096));
+  if (ctx) engine_options.context_length = static_cast<std::int32_t>(parse_int(*ctx, "--ctx", 16, 1 << 20));
+  if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
+  pie::ServerOptions options;
+  if (host) options.host = *host;
+  if (port) options.port = static_cast<int>(parse_int(*port, "--port", 0, 65535));
+  if (api_key) {
+    options.api_key = *api_key;
+  } else if (const char* env = std::getenv("ORCHARD_API_KEY"); env != nullptr) {
+    options.api_key = env;
+  }
+  if (max_body) options.max_body_bytes = static_cast<std::size_t>(parse_int(*max_body, "--max-body", 1024, 1LL << 34));
+  if (name) {
+    options.model_name = *name;
+  } else if (!model_path) {
+    options.model_name = "orchard-default";  // a plain id for the embedded model
+  }
+  if (grace) options.shutdown_grace_seconds = parse_double(*grace, "--grace");
+  if (options.shutdown_grace_seconds < 0) throw UsageError("--grace must not be negative");
+  options.log_requests = !quiet;
+#ifdef ORCHARD_VERSION
+  options.version = ORCHARD_VERSION;
+#endif
+
+  // SIGINT/SIGTERM are taken by one thread (sigwait) rather than a handler, so stopping runs as ordinary
+  // code; they are blocked before any other thread starts so that every thread inherits the mask. A write
+  // to a client that went away must be an error, not SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::shared_ptr<const pie::Model> model = model_path ? pie::load_model(*model_path) : pie::default_model();
+  auto engine = std::make_shared<pie::Engine>(model, engine_options);
+  pie::Server server(engine, options);
+  int bound = server.bind();
+  std::printf("listening on http://%s:%d (model %s)\n", options.host.c_str(), bound, server.model_name().c_str());
+  std::fflush(stdout);
+
+  std::atomic<bool> exiting{false};
+  std::thread watcher([&server, &exiting, stop_signals] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    if (exiting) return;  // woken by the exit path below
+    std::fprintf(stderr, "orchard serve: %s: stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    server.stop();
+  });
+  server.serve();
+  // serve() returned without a signal only on a listen failure; wake the watcher so it can be joined.
+  exiting = true;
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+  engine->shutdown(/*cancel_running=*/true);
+  return 0;
+}
+
+}  // namespace orchard::cli

@@ -1,0 +1,60 @@
+// The OpenAI- and Ollama-compatible HTTP server over one Engine (`orchard serve`).
+//   OpenAI: POST /v1/chat/completions, POST /v1/completions, GET /v1/models
+//   Ollama: POST /api/chat, POST /api/generate, GET /api/tags, POST /api/show, GET /api/version
+//   GET /health, GET /metrics (Prometheus text)
+// HTTP/1.1 with keep-alive; streams as server-sent events (OpenAI) or NDJSON (Ollama). A bad request is a
+// 4xx with OpenAI's error object and never touches the others; a client that goes away mid-stream has its
+// request cancelled and its KV pages freed. One JSON log line per request on stderr.
+//
+//   auto engine = std::make_shared<pie::Engine>(pie::default_model(), pie::EngineOptions{});
+//   pie::Server server(engine, {.port = 8080});
+//   server.bind();      // throws pie::Error when the address is taken
+//   server.serve();     // until stop() (another thread, e.g. on SIGTERM)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pie/engine.h"
+
+namespace pie {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";    // loopback unless told otherwise
+  int port = 8080;                   // 0: any free port (Server::port() says which)
+  std::string api_key;               // non-empty: every route but /health needs "Authorization: Bearer KEY"
+  std::size_t max_body_bytes = 16u << 20;  // larger bodies are refused with 413
+  std::int32_t http_threads = 0;     // connections served at once; 0: max(128, 4 * engine max_running)
+  std::string model_name;            // the name clients use; empty: the model's own name
+  double shutdown_grace_seconds = 10;  // stop(): how long running requests may finish before cancellation
+  bool log_requests = true;          // one JSON line per request on stderr
+  std::string version = "0.1.0";     // reported by /api/version and /health
+};
+
+class Server {
+ public:
+  // Throws pie::Error on bad options or a chat template that does not parse.
+  Server(std::shared_ptr<Engine> engine, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket; returns the port. Throws pie::Error when it cannot.
+  int bind();
+  // Serves until stop() (binds first when bind() was not called). Returns once every connection closed.
+  void serve();
+  // Thread-safe. Refuses new requests (503), lets running ones finish for the grace period, cancels the
+  // rest (their streams end with finish_reason as the engine reports it), then makes serve() return.
+  void stop();
+  int port() const;
+  const std::string& model_name() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pie

@@ -1,0 +1,166 @@
+#include "server/served_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <random>
+
+#include "pse/gbnf.h"
+#include "pse/json_schema.h"
+#include "pse/regex.h"
+#include "server/api_error.h"
+
+namespace pie::server {
+namespace {
+
+std::string special_text(const tokenizers::Tokenizer& tokenizer, std::optional<tokenizers::TokenId> id) {
+  return id ? tokenizer.token_text(*id) : std::string();
+}
+
+std::int32_t resolve_context(const Engine& engine) {
+  std::int32_t ctx = engine.options().context_length;
+  if (ctx <= 0) ctx = std::min<std::int32_t>(engine.model().config.context_length, 8192);
+  return std::max<std::int32_t>(ctx, 1);
+}
+
+// The grammar of response_format / grammar / regex. pse errors surface as ApiError naming the field.
+std::optional<pse::Grammar> constraint_grammar(const Constraint& c) {
+  try {
+    switch (c.kind) {
+      case Constraint::Kind::none:
+        return std::nullopt;
+      case Constraint::Kind::json_object:
+      case Constraint::Kind::json_schema:
+        return pse::json_schema_to_grammar(c.schema);
+      case Constraint::Kind::grammar:
+        return pse::parse_gbnf(c.text);
+      case Constraint::Kind::regex:
+        return pse::parse_regex(c.text);
+    }
+  } catch (...) {
+    throw api_error_from_exception(std::current_exception(), c.param);
+  }
+  return std::nullopt;
+}
+
+// Sampling, n, stop and max_tokens, shared by every route.
+void fill_common(const ServedModel& model, const GenerationParams& p, PreparedRequest& out) {
+  out.request.sampling = p.sampling;
+  out.request.n = p.n;
+  out.request.stop = p.stop;
+  auto prompt_size = static_cast<std::int32_t>(out.request.prompt.size());
+  // Unset max_tokens: the rest of the context, as OpenAI and Ollama do.
+  out.request.max_tokens = p.max_tokens.value_or(std::max(model.context_length() - prompt_size, 1));
+  out.parse.id_seed = p.sampling.seed ? *p.sampling.seed : std::random_device{}();
+  out.constraint_param = p.constraint.param;
+}
+
+std::vector<std::int32_t> tokenize(const ServedModel& model, const std::string& text, bool templated) {
+  const tokenizers::Tokenizer& tok = *model.model().tokenizer;
+  // A rendered template writes its own BOS text when the model wants one; adding another would double it.
+  bool add_bos = tok.add_bos_by_default();
+  if (add_bos && templated) {
+    std::string bos = special_text(tok, tok.special_tokens().bos);
+    if (!bos.empty() && text.starts_with(bos)) add_bos = false;
+  }
+  try {
+    return tok.encode(text, {.add_bos = add_bos, .parse_special = templated});
+  } catch (const std::exception& e) {
+    throw ApiError::invalid(fmt::format("the prompt does not tokenize: {}", e.what()),
+                            templated ? "messages" : "prompt");
+  }
+}
+
+}  // namespace
+
+ServedModel::ServedModel(std::shared_ptr<Engine> engine, std::string name)
+    : engine_(std::move(engine)),
+      name_(std::move(name)),
+      template_(engine_->model().chat_template.empty() ? builtin_chat_template()
+                                                       : engine_->model().chat_template) {
+  builtin_template_ = engine_->model().chat_template.empty();
+  tool_format_ = detect_tool_call_format(template_.source());
+  reasoning_format_ = detect_reasoning_format(template_.source());
+  const tokenizers::Tokenizer& tok = *engine_->model().tokenizer;
+  tokens_.bos_token = special_text(tok, tok.special_tokens().bos);
+  tokens_.eos_token = special_text(tok, tok.special_tokens().eos);
+  context_length_ = resolve_context(*engine_);
+}
+
+bool ServedModel::serves(const std::string& asked) const { return asked.empty() || asked == name_; }
+
+struct Preparer {
+  static std::string render(const ServedModel& model, const ChatRequest& r) {
+    Json tools = r.tools.empty() || r.tool_choice.mode == ToolChoice::Mode::none ? Json() : r.tools_json;
+    try {
+      return apply_chat_template(model.template_, r.messages, tools, /*add_generation_prompt=*/true,
+                                 model.tokens_);
+    } catch (const TemplateError& e) {
+      // raise_exception() in templates is how they reject a conversation ("roles must alternate").
+      throw ApiError::invalid(fmt::format("the model's chat template rejected the messages: {}", e.what()),
+                              "messages");
+    }
+  }
+};
+
+PreparedRequest prepare_chat(const ServedModel& model, const ChatRequest& r) {
+  PreparedRequest out;
+  out.prompt_text = Preparer::render(model, r);
+  out.request.prompt = tokenize(model, out.prompt_text, /*templated=*/true);
+  fill_common(model, r.params, out);
+  out.tool_format = model.tool_format();
+  ReasoningFormat reasoning = model.reasoning_format();
+  // think_open only when the rendered prompt really ends inside the reasoning (templates may switch it off).
+  if (reasoning == ReasoningFormat::think_open) {
+    std::string_view tail = out.prompt_text;
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.remove_suffix(1);
+    if (!tail.ends_with(ReasoningMarkers{}.open)) reasoning = ReasoningFormat::think;
+  }
+  out.parse.reasoning = reasoning;
+
+  std::optional<pse::Grammar> answer;
+  if (r.tool_choice.mode != ToolChoice::Mode::none && !r.tools.empty()) {
+    ToolGrammar tg = build_tool_grammar(r.tools_json, r.tool_choice, r.parallel_tool_calls, out.tool_format);
+    answer = std::move(tg.grammar);
+    out.request.grammar_special_tokens = std::move(tg.special_tokens);
+    out.parse_tool_calls = true;
+    out.constraint_param = "tools";
+  } else {
+    answer = constraint_grammar(r.params.constraint);
+  }
+  if (answer && reasoning != ReasoningFormat::none) {
+    // The constraint applies to the answer; the model thinks freely first.
+    answer = wrap_with_reasoning(*answer, reasoning);
+    ReasoningMarkers markers;
+    out.request.grammar_special_tokens.push_back(markers.open);
+    out.request.grammar_special_tokens.push_back(markers.close);
+  }
+  out.request.grammar = std::move(answer);
+  return out;
+}
+
+PreparedRequest prepare_completion(const ServedModel& model, const CompletionRequest& r) {
+  PreparedRequest out;
+  if (r.prompt_text) {
+    out.prompt_text = *r.prompt_text;
+    out.request.prompt = tokenize(model, out.prompt_text, /*templated=*/false);
+  } else {
+    out.request.prompt = r.prompt_tokens;
+    const tokenizers::Tokenizer& tok = *model.model().tokenizer;
+    for (std::size_t i = 0; i < r.prompt_tokens.size(); ++i) {
+      if (r.prompt_tokens[i] >= static_cast<std::int32_t>(tok.vocab_size())) {
+        throw ApiError::invalid(fmt::format("'prompt[{}]' is token {}, outside the vocabulary of {} tokens", i,
+                                            r.prompt_tokens[i], tok.vocab_size()),
+                                "prompt");
+      }
+    }
+    if (r.echo) out.prompt_text = tok.decode(r.prompt_tokens);
+  }
+  if (out.request.prompt.empty()) throw ApiError::invalid("'prompt' is empty", "prompt");
+  fill_common(model, r.params, out);
+  out.request.grammar = constraint_grammar(r.params.constraint);
+  return out;
+}
+
+}  // namespace pie::server

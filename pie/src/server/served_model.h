@@ -1,0 +1,65 @@
+// The model behind the server and how its requests are prepared: the chat template (the model's, or the
+// built-in ChatML one), its tool-call and reasoning formats, and the step from a parsed API request to an
+// engine GenerateRequest (prompt tokens, sampling, stop strings, the grammar of the output constraint or
+// of the tools).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "pie/chat_template.h"
+#include "pie/engine.h"
+#include "pie/reasoning.h"
+#include "pie/tool_calls.h"
+#include "server/api_request.h"
+
+namespace pie::server {
+
+class ServedModel {
+ public:
+  // Throws pie::Error when the model's own template does not parse (the server would fail every chat).
+  ServedModel(std::shared_ptr<Engine> engine, std::string name);
+
+  Engine& engine() const { return *engine_; }
+  const Model& model() const { return engine_->model(); }
+  const std::string& name() const { return name_; }
+  const ChatTemplate& chat_template() const { return template_; }
+  bool builtin_template() const { return builtin_template_; }
+  ToolCallFormat tool_format() const { return tool_format_; }
+  ReasoningFormat reasoning_format() const { return reasoning_format_; }
+  std::int32_t context_length() const { return context_length_; }
+
+  // Whether `asked` names this model: its name, or empty (the one model served).
+  bool serves(const std::string& asked) const;
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  std::string name_;
+  ChatTemplate template_;
+  bool builtin_template_ = false;
+  ToolCallFormat tool_format_ = ToolCallFormat::generic;
+  ReasoningFormat reasoning_format_ = ReasoningFormat::none;
+  ChatTemplateTokens tokens_;
+  std::int32_t context_length_ = 0;
+
+  friend struct Preparer;
+};
+
+// A request ready for the engine, and how to read its output back.
+struct PreparedRequest {
+  GenerateRequest request;
+  std::string prompt_text;        // the rendered prompt (completions echo it)
+  bool parse_tool_calls = false;  // the output may hold tool calls (tools given, tool_choice not none)
+  ToolCallFormat tool_format = ToolCallFormat::generic;
+  ParseOptions parse;             // reasoning split and the seed of call ids
+  std::string constraint_param;   // the field that held the constraint, named by compile errors
+};
+
+// Throw ApiError (400 naming the field) for a conversation the template rejects, a constraint or tool
+// schema pse cannot enforce, or a prompt that does not tokenize.
+PreparedRequest prepare_chat(const ServedModel& model, const ChatRequest& request);
+PreparedRequest prepare_completion(const ServedModel& model, const CompletionRequest& request);
+
+}  // namespace pie::server

@@ -1,0 +1,58 @@
+// Error mapping: what each exception becomes on the wire (status, type, param, code).
+#include <gtest/gtest.h>
+
+#include "pie/error.h"
+#include "pse/error.h"
+#include "server/api_error.h"
+
+namespace pie::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+template <typename E>
+ApiError map(E error, const std::string& constraint_param = {}) {
+  return api_error_from_exception(std::make_exception_ptr(std::move(error)), constraint_param);
+}
+
+TEST(ApiError, BodyHasOpenAIShape) {
+  Json body = error_body(ApiError::invalid("bad", "temperature"));
+  EXPECT_EQ(body["error"]["message"], "bad");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["param"], "temperature");
+  EXPECT_TRUE(body["error"]["code"].is_null());
+  Json no_param = error_body(ApiError(500, "server_error", "x"));
+  EXPECT_TRUE(no_param["error"]["param"].is_null());
+}
+
+TEST(ApiError, RequestErrorIs400WithItsParam) {
+  ApiError e = map(RequestError("[request] temperature must be in [0, 100], got -1", "temperature"));
+  EXPECT_EQ(e.status(), 400);
+  EXPECT_EQ(e.param(), "temperature");
+  // The engine names "grammar" for constraint failures: the server names the request field instead.
+  EXPECT_EQ(map(RequestError("bad grammar", "grammar"), "response_format").param(), "response_format");
+}
+
+TEST(ApiError, SchemaErrorNamesKeywordAndPointer) {
+  ApiError e = map(pse::SchemaError("[json_schema] /properties/a: unsupported", "/properties/a", "dependentSchemas"),
+                   "response_format.json_schema.schema");
+  EXPECT_EQ(e.status(), 400);
+  EXPECT_EQ(e.param(), "response_format.json_schema.schema");
+  EXPECT_EQ(e.code(), "unsupported_schema_keyword");
+  EXPECT_NE(std::string(e.what()).find("dependentSchemas"), std::string::npos);
+  EXPECT_NE(std::string(e.what()).find("/properties/a"), std::string::npos);
+}
+
+TEST(ApiError, OtherMappings) {
+  EXPECT_EQ(map(pse::GrammarError("[gbnf] line 1", 1, 2), "grammar").code(), "invalid_grammar");
+  EXPECT_EQ(map(pse::LimitError("too big"), "regex").status(), 400);
+  ApiError capacity = map(CapacityError("queue full"));
+  EXPECT_EQ(capacity.status(), 503);
+  EXPECT_EQ(capacity.type(), "server_error");
+  EXPECT_EQ(map(std::runtime_error("boom")).status(), 500);
+  EXPECT_EQ(map(ApiError(404, "invalid_request_error", "no", "model", "model_not_found")).status(), 404);
+  EXPECT_EQ(api_error_from_exception(std::make_exception_ptr(42)).status(), 500);
+}
+
+}  // namespace
+}  // namespace pie::server

@@ -1,0 +1,76 @@
+// Response formatting: messages with tool calls, stream deltas, chunks, usage, SSE framing.
+#include <gtest/gtest.h>
+
+#include "server/openai_format.h"
+
+namespace pie::server {
+namespace {
+
+TEST(OpenAIFormat, MessageWithToolCallsHasNullContent) {
+  ParsedOutput parsed;
+  parsed.tool_calls.push_back({"call_abc", "get_weather", R"({"city":"Paris"})"});
+  Json m = chat_message_json(parsed);
+  EXPECT_EQ(m["role"], "assistant");
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["tool_calls"][0]["id"], "call_abc");
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_FALSE(m.contains("reasoning_content"));
+  ParsedOutput text;
+  text.content = "hi";
+  text.reasoning_content = "hmm";
+  Json t = chat_message_json(text);
+  EXPECT_EQ(t["content"], "hi");
+  EXPECT_EQ(t["reasoning_content"], "hmm");
+  EXPECT_FALSE(t.contains("tool_calls"));
+}
+
+TEST(OpenAIFormat, StreamedToolCallDeltas) {
+  StreamDelta first;
+  first.tool_calls.push_back({0, "call_x", "f", ""});
+  Json d = chat_delta_json(first);
+  EXPECT_EQ(d["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(d["tool_calls"][0]["id"], "call_x");
+  EXPECT_EQ(d["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(d["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(d["tool_calls"][0]["function"]["arguments"], "");
+  StreamDelta later;
+  later.tool_calls.push_back({0, "", "", R"({"a":)"});
+  Json l = chat_delta_json(later);
+  EXPECT_FALSE(l["tool_calls"][0].contains("id"));
+  EXPECT_FALSE(l["tool_calls"][0]["function"].contains("name"));
+  EXPECT_EQ(l["tool_calls"][0]["function"]["arguments"], R"({"a":)");
+  StreamDelta content;
+  content.content = "x";
+  EXPECT_EQ(chat_delta_json(content), (Json{{"content", "x"}}));
+}
+
+TEST(OpenAIFormat, ChunksUsageAndFraming) {
+  ResponseHeader h{"chatcmpl-1", 123, "m", "fp"};
+  Json chunk = chat_chunk_json(h, 1, Json{{"content", "a"}}, std::nullopt, nullptr, true);
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunk["choices"][0]["index"], 1);
+  EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(chunk.contains("usage"));
+  EXPECT_TRUE(chunk["usage"].is_null());
+  Json last = chat_chunk_json(h, 0, Json::object(), std::string("stop"), nullptr, false);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(last.contains("usage"));
+
+  Usage u{10, 4, 6};
+  Json usage = usage_chunk_json(h, "chat.completion.chunk", u);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 16);
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+
+  EXPECT_EQ(sse_event(Json{{"a", 1}}), "data: {\"a\":1}\n\n");
+  // Invalid UTF-8 (a token holding half a character) is replaced, never thrown on.
+  EXPECT_NO_THROW(dump_json(Json{{"t", std::string("\xE2\x82")}}));
+  Json completion = completion_chunk_json(h, 0, "t", std::nullopt, nullptr, false);
+  EXPECT_EQ(completion["object"], "text_completion");
+  EXPECT_EQ(completion["choices"][0]["text"], "t");
+}
+
+}  // namespace
+}  // namespace pie::server

@@ -1,0 +1,246 @@
+// The HTTP layer against the default model over loopback: routes, API key, body limit, error bodies,
+// constrained output, streaming, and a client that disconnects mid-stream (its request is cancelled and
+// its sequence freed). After every error the server keeps serving.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "pie/engine.h"
+#include "pie/server.h"
+
+namespace pie {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+class ServerHttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    EngineOptions eo;
+    eo.n_threads = 2;
+    eo.context_length = 512;
+    eo.max_running = 4;
+    engine_ = std::make_shared<Engine>(default_model(), eo);
+    ServerOptions so;
+    so.port = 0;
+    so.api_key = "secret";
+    so.max_body_bytes = 64 * 1024;
+    so.model_name = "test-model";
+    so.log_requests = false;
+    so.shutdown_grace_seconds = 1;
+    server_ = std::make_unique<Server>(engine_, so);
+    port_ = server_->bind();
+    thread_ = std::thread([] { server_->serve(); });
+  }
+  static void TearDownTestSuite() {
+    server_->stop();
+    thread_.join();
+    server_.reset();
+    engine_.reset();
+  }
+
+  static httplib::Client client(bool with_key = true) {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    if (with_key) c.set_default_headers({{"Authorization", "Bearer secret"}});
+    return c;
+  }
+  static httplib::Result post(const std::string& path, const Json& body) {
+    return client().Post(path.c_str(), body.dump(), "application/json");
+  }
+  static Json chat_body(Json extra = Json::object()) {
+    Json body{{"model", "test-model"},
+              {"messages", Json::array({Json{{"role", "user"}, {"content", "Hello"}}})},
+              {"max_tokens", 8},
+              {"temperature", 0}};
+    for (auto& [k, v] : extra.items()) body[k] = v;
+    return body;
+  }
+  // The server still answers a normal request.
+  static void expect_serving() {
+    auto r = post("/v1/chat/completions", chat_body({{"max_tokens", 2}}));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  static Json error_of(const httplib::Result& r) {
+    Json body = Json::parse(r->body);
+    EXPECT_TRUE(body.contains("error")) << r->body;
+    return body["error"];
+  }
+  static double metric(const std::string& name) {
+    auto r = client().Get("/metrics");
+    std::string needle = "\n" + name + " ";
+    auto at = r->body.find(needle);
+    if (at == std::string::npos) return -1;
+    return std::stod(r->body.substr(at + needle.size()));
+  }
+
+  static inline std::shared_ptr<Engine> engine_;
+  static inline std::unique_ptr<Server> server_;
+  static inline int port_ = 0;
+  static inline std::thread thread_;
+};
+
+TEST_F(ServerHttpTest, HealthModelsAndOllamaInfo) {
+  auto health = client(false).Get("/health");  // no key needed
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto models = client().Get("/v1/models");
+  ASSERT_EQ(models->status, 200);
+  EXPECT_EQ(Json::parse(models->body)["data"][0]["id"], "test-model");
+  auto tags = client().Get("/api/tags");
+  EXPECT_EQ(Json::parse(tags->body)["models"][0]["name"], "test-model");
+  auto version = client().Get("/api/version");
+  EXPECT_TRUE(Json::parse(version->body).contains("version"));
+  auto show = post("/api/show", Json{{"model", "test-model"}});
+  EXPECT_EQ(show->status, 200);
+  EXPECT_TRUE(Json::parse(show->body).contains("model_info"));
+  auto missing = post("/api/show", Json{{"model", "nope"}});
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_TRUE(Json::parse(missing->body)["error"].is_string());  // Ollama's error shape
+}
+
+TEST_F(ServerHttpTest, ApiKeyIsRequired) {
+  auto none = client(false).Post("/v1/chat/completions", chat_body().dump(), "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(error_of(none)["code"], "invalid_api_key");
+  httplib::Client wrong("127.0.0.1", port_);
+  wrong.set_default_headers({{"Authorization", "Bearer wrong"}});
+  auto bad = wrong.Get("/v1/models");
+  EXPECT_EQ(bad->status, 401);
+  expect_serving();
+}
+
+TEST_F(ServerHttpTest, ErrorsHaveOpenAIShapeAndStatus) {
+  auto malformed = client().Post("/v1/chat/completions", "{\"model\": ", "application/json");
+  EXPECT_EQ(malformed->status, 400);
+  EXPECT_EQ(error_of(malformed)["type"], "invalid_request_error");
+  auto unknown_model = post("/v1/chat/completions", chat_body({{"model", "gpt-9"}}));
+  EXPECT_EQ(unknown_model->status, 404);
+  EXPECT_EQ(error_of(unknown_model)["code"], "model_not_found");
+  auto route = client().Get("/v2/nothing");
+  EXPECT_EQ(route->status, 404);
+  EXPECT_TRUE(error_of(route)["message"].get<std::string>().find("/v2/nothing") != std::string::npos);
+  auto bad_param = post("/v1/chat/completions", chat_body({{"temperature", -1}}));
+  EXPECT_EQ(bad_param->status, 400);
+  EXPECT_EQ(error_of(bad_param)["param"], "temperature");
+  std::string big(100 * 1024, 'x');
+  auto too_large = client().Post("/v1/chat/completions", big, "application/json");
+  ASSERT_TRUE(too_large);
+  EXPECT_EQ(too_large->status, 413);
+  auto bad_grammar = post("/v1/chat/completions", chat_body({{"grammar", "root ::= ("}}));
+  EXPECT_EQ(bad_grammar->status, 400);
+  EXPECT_EQ(error_of(bad_grammar)["param"], "grammar");
+  expect_serving();
+}
+
+TEST_F(ServerHttpTest, UnsupportedSchemaKeywordIsNamed) {
+  Json format{{"type", "json_schema"},
+              {"json_schema", Json{{"name", "x"}, {"schema", Json{{"type", "object"}, {"frobnicate", true}}}}}};
+  auto r = post("/v1/chat/completions", chat_body({{"response_format", format}}));
+  ASSERT_EQ(r->status, 400) << r->body;
+  Json error = error_of(r);
+  EXPECT_EQ(error["param"], "response_format.json_schema.schema");
+  EXPECT_NE(error["message"].get<std::string>().find("frobnicate"), std::string::npos) << error;
+  expect_serving();
+}
+
+TEST_F(ServerHttpTest, JsonSchemaOutputParses) {
+  Json schema{{"type", "object"},
+              {"properties", Json{{"ok", Json{{"type", "boolean"}}}, {"kind", Json{{"enum", Json::array({"a", "b"})}}}}},
+              {"required", Json::array({"ok", "kind"})},
+              {"additionalProperties", false}};
+  Json format{{"type", "json_schema"}, {"json_schema", Json{{"name", "x"}, {"schema", schema}}}};
+  auto r = post("/v1/chat/completions", chat_body({{"response_format", format}, {"max_tokens", 64}, {"seed", 1},
+                                                   {"temperature", 0.7}}));
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json body = Json::parse(r->body);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop") << r->body;
+  Json value = Json::parse(body["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_TRUE(value["ok"].is_boolean());
+  EXPECT_TRUE(value["kind"] == "a" || value["kind"] == "b");
+  EXPECT_GT(body["usage"]["prompt_tokens"].get<int>(), 0);
+}
+
+TEST_F(ServerHttpTest, StreamEndsWithDone) {
+  std::string received;
+  auto c = client();
+  auto r = c.Post("/v1/chat/completions", {{"Authorization", "Bearer secret"}},
+                  chat_body({{"stream", true}, {"stream_options", Json{{"include_usage", true}}}}).dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("\"role\":\"assistant\""), std::string::npos);
+  EXPECT_NE(r->body.find("\"finish_reason\":\"length\""), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("\"completion_tokens\":8"), std::string::npos) << r->body;
+  EXPECT_TRUE(r->body.ends_with("data: [DONE]\n\n"));
+}
+
+TEST_F(ServerHttpTest, DisconnectedStreamIsCancelledAndFreed) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string body = chat_body({{"stream", true}, {"max_tokens", 400}, {"temperature", 1}}).dump();
+  std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                        "Content-Type: application/json\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  char buf[4096];
+  std::string got;
+  while (got.find("\"content\":\"") == std::string::npos || got.find("data:") == got.rfind("data:")) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  EXPECT_EQ(metric("orchard_http_requests_in_flight"), 1);
+  ::close(fd);
+  // The next writes fail; the request is cancelled and its pages go back.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (metric("orchard_http_requests_in_flight") != 0 || engine_->stats().requests_running != 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(metric("orchard_http_requests_in_flight"), 0);
+  EXPECT_EQ(engine_->stats().requests_running, 0u);
+  EXPECT_EQ(engine_->stats().kv_pages_used, 0);
+  EXPECT_GE(metric("orchard_http_requests_cancelled_total"), 1);
+  expect_serving();
+}
+
+TEST_F(ServerHttpTest, OllamaChatStreamsNdjson) {
+  Json body{{"model", "test-model"},
+            {"messages", Json::array({Json{{"role", "user"}, {"content", "Hi"}}})},
+            {"options", Json{{"num_predict", 5}, {"temperature", 0}}}};
+  auto r = post("/api/chat", body);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::size_t lines = 0;
+  Json last;
+  std::size_t start = 0;
+  for (std::size_t end; (end = r->body.find('\n', start)) != std::string::npos; start = end + 1) {
+    last = Json::parse(r->body.substr(start, end - start));
+    ++lines;
+  }
+  EXPECT_GE(lines, 2u);
+  EXPECT_EQ(last["done"], true);
+  EXPECT_EQ(last["eval_count"], 5);
+  EXPECT_EQ(last["done_reason"], "length");
+}
+
+}  // namespace
+}  // namespace pie
