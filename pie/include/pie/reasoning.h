@@ -35,8 +35,9 @@ struct ReasoningMarkers {
 //   think:      ("<think>" T "</think>" W)? answer
 //   think_open: T "</think>" W answer
 // where T is any text not containing the close marker and W at most 4 bytes of whitespace ("\n\n" is what
-// the models write). none returns `answer` unchanged. `answer`'s rules are copied with the prefix "answer_". Throws pse::GrammarError when `answer` is not a valid grammar (no root,
-// undefined rule). The markers are text the engine must treat as text: list them in
+// the models write). none returns `answer` unchanged; otherwise `answer`'s rules are copied with the prefix
+// "answer_". Throws pse::GrammarError when `answer` is not a valid grammar (no root, undefined rule) or a
+// marker is empty. The markers are text the engine must treat as text: list them in
 // GenerateRequest::grammar_special_tokens.
 pse::Grammar wrap_with_reasoning(const pse::Grammar& answer, ReasoningFormat format,
                                  const ReasoningMarkers& markers = {});

@@ -84,7 +84,8 @@ struct ToolGrammar {
 // "description", "parameters"}}]; entries of another type are skipped) in `format`:
 //   required: one call (parallel: 1..max_parallel_calls calls) and nothing else; named: the same, of that
 //   function only; automatic: free text, and once the format's marker appears, calls constrained as in
-//   required (llama3_json: free text not starting with "{" or a call; generic: {"content": ...} or calls);
+//   required (llama3_json, which has no marker: calls, or text that does not start with "{", whitespace or
+//   "<|python_tag|>"; generic: {"content": "..."} or calls);
 //   none: nullopt.
 // Arguments follow each tool's parameters schema (normalised, see normalize_tool_parameters); a tool with
 // no parameters takes an object. Throws RequestError: param "tools" (not an array, no function tools, a

@@ -52,7 +52,12 @@ std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoi
                          where + ".function.parameters");
     }
     if (normalize) {
-      schema = normalize_tool_parameters(schema);
+      try {
+        schema = normalize_tool_parameters(schema);
+      } catch (const RequestError& e) {
+        throw RequestError(std::string(e.what()) + " (in " + where + ".function.parameters)",
+                           where + ".function.parameters");
+      }
     } else if (schema.is_null()) {
       schema = {{"type", "object"}};
     }

@@ -199,7 +199,7 @@ TEST(ToolGrammar, BadToolsThrowRequestErrors) {
               {"type": "object", "properties": {"s": {"type": "string", "pattern": "(?=x)"}}}}}])J")),
             "tools[0].function.parameters");
   EXPECT_EQ(param_of(Json::parse(R"([{"type": "function", "function": {"name": "a", "parameters":
-              {"type": "blob"}}}])")), "parameters");
+              {"type": "blob"}}}])")), "tools[0].function.parameters");
   EXPECT_EQ(param_of(weather_tools(), {ToolChoice::Mode::named, "absent"}), "tool_choice");
 }
 
