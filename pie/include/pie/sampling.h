@@ -61,8 +61,26 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
+  struct Candidate {
+    float logit;
+    std::int32_t id;
+    float weight;  // exp((logit - max) / temperature)
+  };
+  // Temperature > 0: top-k, top-p, min-p and the draw at u in [0, 1) over the processed logits.
+  std::int32_t sample_truncated(std::span<const float> logits, float max, double u);
+  // Top-p alone when the nucleus is wide: weights_ hold every token's weight, need is top_p of their sum.
+  std::int32_t sample_wide_nucleus(std::span<const float> logits, float max, float inv_t, double need, double u);
+
   SamplingParams params_;
   std::uint64_t rng_state_[4];
+  // Scratch reused across calls (sized to the vocabulary once): no allocation per sampled token.
+  std::vector<std::uint32_t> seen_;   // [n_vocab] repetition penalty: stamp of the call that penalized it
+  std::uint32_t seen_stamp_ = 0;
+  std::vector<std::int32_t> counts_;  // [n_vocab] output token counts, all zero between calls
+  std::vector<float> weights_;        // [n_vocab] exp((logit - max) / temperature)
+  std::vector<double> block_sums_;    // [n_vocab / 256] sums of weights_ by block, for the draw
+  std::vector<Candidate> candidates_;  // the best tokens, when top-k / top-p need an order
+  std::vector<double> bucket_mass_;    // [88 * 64] weight per 1/64-nat bucket below the best (wide top-p)
 };
 
 // Finds stop strings in streamed text, even when one spans several pushes, and holds back any tail that
@@ -76,14 +94,16 @@ class StopStringMatcher {
     bool stopped = false;  // a stop string was found; nothing after it is emitted
     std::string matched;   // which one
   };
+  // After a stop, every further push returns empty text with stopped set (and the same `matched`).
   Result push(std::string_view text);
-  // The text held back, once the stream ends without a stop.
+  // The text held back, once the stream ends without a stop (empty after a stop).
   std::string flush();
 
  private:
   std::vector<std::string> stops_;
   std::string pending_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace pie
