@@ -59,7 +59,11 @@ void run_units(const std::vector<detail::AttentionUnit>& units, std::int32_t max
   const Isa isa = cpu_isa();
   const std::int64_t scratch_floats = detail::unit_scratch_floats(max_tokens, max_heads, group, head_dim);
   auto body = [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> storage(static_cast<std::size_t>(scratch_floats + 16));
+    // Per-thread scratch kept between calls: no allocation per layer once it has grown.
+    thread_local std::vector<float> storage;
+    if (storage.size() < static_cast<std::size_t>(scratch_floats + 16)) {
+      storage.resize(static_cast<std::size_t>(scratch_floats + 16));
+    }
     auto addr = reinterpret_cast<std::uintptr_t>(storage.data());
     float* scratch = storage.data() + ((64 - addr % 64) % 64) / sizeof(float);
     for (std::int64_t i = begin; i < end; ++i) {
@@ -145,13 +149,14 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
     n_head_ranges = std::min<std::int64_t>(kv.n_kv_heads, (want + kv.n_seqs * n_splits - 1) / (kv.n_seqs * n_splits));
   }
   const std::int64_t partial_row = d + 2;
-  std::vector<float> partial;
+  thread_local std::vector<float> partial;
   if (n_splits > 1) {  // zeroed: a chunk slot no unit writes has l == 0 and is skipped by the merge
     partial.assign(static_cast<std::size_t>(static_cast<std::int64_t>(kv.n_seqs) * params.n_q_heads * max_chunks *
                                             partial_row), 0.0f);
   }
 
-  std::vector<detail::AttentionUnit> units;
+  thread_local std::vector<detail::AttentionUnit> units;  // reused between calls (capacity kept)
+  units.clear();
   units.reserve(static_cast<std::size_t>(kv.n_seqs * n_head_ranges * n_splits));
   std::int32_t max_heads = 1;
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
@@ -192,7 +197,8 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   run_units(units, 1, max_heads, group, d, pool);
   if (n_splits == 1) return;
 
-  std::vector<float> acc(static_cast<std::size_t>(d));
+  thread_local std::vector<float> acc;
+  acc.resize(static_cast<std::size_t>(d));
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
     const std::int64_t chunks = (kv.seq_lens[s] + detail::kKeyChunk - 1) / detail::kKeyChunk;
     for (std::int32_t qh = 0; qh < params.n_q_heads; ++qh) {
@@ -219,7 +225,8 @@ void prefill_attention(const PagedKv& kv, const AttentionParams& params, const P
   const std::int32_t group = params.n_q_heads / kv.n_kv_heads;
   const std::int32_t block = prefill_block(group);
   const std::int64_t tok_stride = static_cast<std::int64_t>(params.n_q_heads) * kv.head_dim;
-  std::vector<detail::AttentionUnit> units;
+  thread_local std::vector<detail::AttentionUnit> units;  // reused between calls (capacity kept)
+  units.clear();
   for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
     const std::int32_t n = args.qo_indptr[s + 1] - args.qo_indptr[s];
     for (std::int32_t t0 = 0; t0 < n; t0 += block) {

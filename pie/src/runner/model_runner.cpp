@@ -120,6 +120,7 @@ struct ModelRunner::Impl {
   std::vector<std::int32_t> token_page; // [T] page of each token's K/V
   std::vector<std::int32_t> token_slot; // [T]
   AttentionGroup decode, prefill;
+  std::shared_ptr<const pal::RopeTable> rope;  // cos/sin for the positions seen so far
 
   // fn(begin, end) over rows, on the pool when there are enough of them.
   void for_rows(std::int64_t n, std::int64_t grain, tensor::FunctionRef<void(std::int64_t, std::int64_t)> fn) {
@@ -298,7 +299,11 @@ KvCacheConfig ModelRunner::kv_config(std::int32_t n_pages, tensor::DType dtype) 
 
 void ModelRunner::forward(const ForwardBatch& batch, KvCache& kv, std::span<float> logits) {
   detail::check_batch(batch, impl_->model->config, kv.config(), logits.size());
-  impl_->forward(batch, kv, logits);
+  try {
+    impl_->forward(batch, kv, logits);
+  } catch (const tensor::Error& e) {  // kernels and pal: the checks above should make this unreachable
+    throw Error(fmt::format("[runner] forward pass failed: {}", e.what()));
+  }
 }
 
 void ModelRunner::Impl::forward(const ForwardBatch& b, KvCache& kv, std::span<float> logits) {
@@ -343,7 +348,7 @@ void ModelRunner::Impl::forward(const ForwardBatch& b, KvCache& kv, std::span<fl
   }
   std::int32_t max_pos = 0;
   for (std::int64_t t = 0; t < n_tokens; ++t) max_pos = std::max(max_pos, positions[t]);
-  const std::shared_ptr<const pal::RopeTable> rope = pal::rope_table(c.rope, max_pos + 1);
+  if (!rope || rope->n_positions() <= max_pos) rope = pal::rope_table(c.rope, max_pos + 1);
 
   {
     kernels::EmbeddingParams p;
