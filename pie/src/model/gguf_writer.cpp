@@ -115,6 +115,13 @@ class GgufModelWriter {
 
   void metadata() {
     arch_ = model_detail::gguf_arch_name(c_.arch);
+    if (c_.sliding_window > 0 && !model_detail::gguf_rope_is_neox(c_.arch) && options_.notice) {
+      // Orchard reads the key back; llama.cpp's llama architecture ignores it (convert_hf_to_gguf.py
+      // drops it too), so there attention beyond the window differs.
+      options_.notice(fmt::format("llama.cpp runs {} without the sliding window ({} tokens): its attention differs "
+                                  "once a sequence is longer",
+                                  arch_, c_.sliding_window));
+    }
     writer_.set("general.architecture", gg::make_string(arch_));
     writer_.set("general.name", gg::make_string(model_.name.empty() ? model_.path.stem().string() : model_.name));
     writer_.set("general.file_type", gg::make_uint32(file_type(options_.type)));

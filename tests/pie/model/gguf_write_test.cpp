@@ -328,11 +328,15 @@ TEST(GgufWrite, MistralIsWrittenAsLlama) {
   const fs::path out = temp_path("mistral.gguf");
   pie::ConvertOptions o;
   o.type = DType::f16;
+  std::vector<std::string> notices;
+  o.notice = [&](const std::string& s) { notices.push_back(s); };
   pie::write_gguf_model(*model_test::make_model(c, tok512()), out, o);
   const auto back = pie::load_gguf_model(out);
   fs::remove(out);
   EXPECT_EQ(back->config.arch, pie::Architecture::llama);  // llama.cpp has no "mistral" text architecture
   EXPECT_EQ(back->config.sliding_window, 4096);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("without the sliding window (4096 tokens)"), std::string::npos) << notices[0];
 }
 
 template <class E, class F>
