@@ -82,9 +82,16 @@ std::string jinja_title(const std::string& s) {
 
 // str.strip/lstrip/rstrip with chars (nullptr: whitespace).
 std::string py_strip(const std::string& s, const Value* chars, bool left, bool right) {
+  const bool ws = chars == nullptr || chars->is_none();
+  if (ws) {  // fast path: ASCII at both ends decides without decoding
+    auto ascii = [](char c) { return (static_cast<unsigned char>(c) & 0x80) == 0; };
+    std::size_t b = 0, e = s.size();
+    if (left) while (b < e && ascii(s[b]) && is_py_space(static_cast<unsigned char>(s[b]))) ++b;
+    if (right) while (e > b && ascii(s[e - 1]) && is_py_space(static_cast<unsigned char>(s[e - 1]))) --e;
+    if ((!left || b == e || ascii(s[b])) && (!right || b == e || ascii(s[e - 1]))) return s.substr(b, e - b);
+  }
   const auto cps = utf8_decode(s);
   std::vector<std::uint32_t> set;
-  const bool ws = chars == nullptr || chars->is_none();
   if (!ws) {
     if (!chars->is_string()) throw ValueError{"strip arg must be None or str"};
     set = utf8_decode(chars->s);
@@ -853,6 +860,11 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& operand, 
 
 Value bound_method(Interpreter& in, const Value& obj, const std::string& name) {
   (void)in;
+  if (obj.kind != Kind::string && obj.kind != Kind::dict && obj.kind != Kind::list) return Value::undefined();
+  // Every method name is lower-case ASCII letters; anything else (most dict keys) is no method.
+  if (name.empty() || name.size() > 10 ||
+      !std::all_of(name.begin(), name.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
+    return Value::undefined();
   const std::string qualified = std::string(type_name(obj)) + "." + name;
   if (obj.is_string()) {
     const Value self = obj;

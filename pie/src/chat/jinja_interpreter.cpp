@@ -282,24 +282,26 @@ void Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& ou
     auto iteration = std::make_shared<Scope>();
     iteration->parent = scope;
     assign(*s.target, items[static_cast<std::size_t>(k)], iteration);
+    // The loop object: a fresh dict per iteration (keys are distinct, so no lookups while building it).
     Value loop = Value::make_dict();
-    auto& d = *loop.dict;
-    d.items.reserve(12);
-    d.set(Value::string("index"), Value::integer(k + 1));
-    d.set(Value::string("index0"), Value::integer(k));
-    d.set(Value::string("revindex"), Value::integer(n - k));
-    d.set(Value::string("revindex0"), Value::integer(n - k - 1));
-    d.set(Value::string("first"), Value::boolean(k == 0));
-    d.set(Value::string("last"), Value::boolean(k == n - 1));
-    d.set(Value::string("length"), Value::integer(n));
-    d.set(Value::string("depth"), Value::integer(1));
-    d.set(Value::string("depth0"), Value::integer(0));
-    if (k > 0) d.set(Value::string("previtem"), items[static_cast<std::size_t>(k - 1)]);
-    if (k + 1 < n) d.set(Value::string("nextitem"), items[static_cast<std::size_t>(k + 1)]);
-    d.set(Value::string("cycle"), Value::function("loop.cycle", [k](CallArgs& args) -> Value {
-            if (args.positional.empty()) throw ValueError{"no items for cycling given"};
-            return args.positional[static_cast<std::size_t>(k) % args.positional.size()];
-          }));
+    auto& d = loop.dict->items;
+    d.reserve(12);
+    auto add = [&d](const char* key, Value v) { d.emplace_back(Value::string(key), std::move(v)); };
+    add("index", Value::integer(k + 1));
+    add("index0", Value::integer(k));
+    add("revindex", Value::integer(n - k));
+    add("revindex0", Value::integer(n - k - 1));
+    add("first", Value::boolean(k == 0));
+    add("last", Value::boolean(k == n - 1));
+    add("length", Value::integer(n));
+    add("depth", Value::integer(1));
+    add("depth0", Value::integer(0));
+    if (k > 0) add("previtem", items[static_cast<std::size_t>(k - 1)]);
+    if (k + 1 < n) add("nextitem", items[static_cast<std::size_t>(k + 1)]);
+    add("cycle", Value::function("loop.cycle", [k](CallArgs& args) -> Value {
+          if (args.positional.empty()) throw ValueError{"no items for cycling given"};
+          return args.positional[static_cast<std::size_t>(k) % args.positional.size()];
+        }));
     iteration->set("loop", std::move(loop));
     if (exec(s.body, iteration, out) == Flow::break_) break;
   }
