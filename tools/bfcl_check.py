@@ -26,10 +26,13 @@ def parse_number(text):
     """JSON numbers as Python's json would read them, except that an integral value in exponent or
     fraction form (1e400, 2.0) stays exact: a float would overflow to inf or round, and JSON Schema counts
     integral values as integers."""
-    value = decimal.Decimal(text)
-    if value == value.to_integral_value() and value.adjusted() < 5000:
-        return int(value)
-    return float(value)
+    try:
+        value = decimal.Decimal(text)
+        if value.adjusted() < 5000 and value == value.to_integral_value():
+            return int(value)
+    except decimal.DecimalException:  # an exponent past Decimal's range
+        pass
+    return float(text)
 
 
 def walk_errors(entry, walk, validators):

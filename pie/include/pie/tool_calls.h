@@ -60,7 +60,9 @@ struct ToolChoice {
 
 struct ToolGrammarOptions {
   // How each tool's arguments are laid out and read (pse::json_schema_to_grammar). Unknown keywords are
-  // ignored by default: tool schemas in the wild carry many annotations.
+  // ignored by default: tool schemas in the wild carry many annotations. The wrapper around the arguments
+  // ({"name": ..., "arguments": ...}, markers, separators) allows up to schema.max_whitespace_run bytes of
+  // whitespace between its tokens whatever the layout: models write it in their own way.
   pse::JsonSchemaOptions schema = [] {
     pse::JsonSchemaOptions o;
     o.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kIgnore;

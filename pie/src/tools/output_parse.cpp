@@ -202,7 +202,7 @@ Block functionary_block(std::string_view t, std::size_t i) {
     return b;
   }
   if (name.empty()) return b;
-  std::size_t j = gt + 1;
+  std::size_t j = skip_json_whitespace(t, gt + 1);
   const std::size_t value_start = j;
   const Scan s = j < t.size() && t[j] == '{' ? scan_json_value(t, j) : j < t.size() ? Scan::error : Scan::incomplete;
   if (s == Scan::error) return b;
@@ -214,6 +214,7 @@ Block functionary_block(std::string_view t, std::size_t i) {
     return b;
   }
   call.arguments = compact_json(t.substr(value_start, j - value_start));
+  j = skip_json_whitespace(t, j);
   constexpr std::string_view kClose = "</function>";
   b.calls.push_back(std::move(call));
   if (t.substr(j, kClose.size()) == kClose) {

@@ -87,7 +87,9 @@ EntryResult walk_entry(const nlohmann::ordered_json& entry, bool parallel, const
         ++walk.n_tokens;
         continue;
       }
-      if (m.can_stop() && (m.must_stop() || walk.n_tokens > options.bias_after || rng() % 2 == 0)) {
+      // Where the output may end (after a call, with parallel calls on), stop half of the time, so walks
+      // also write several calls; past half the token budget, always.
+      if (m.can_stop() && (m.must_stop() || walk.n_tokens > options.max_tokens / 2 || rng() % 2 == 0)) {
         walk.finished = true;
         break;
       }

@@ -115,6 +115,9 @@ TEST(ParseToolCalls, MistralFunctionaryFirefunctionGeneric) {
   ASSERT_EQ(p.tool_calls.size(), 2u);
   EXPECT_EQ(p.tool_calls[0].name, "get_weather");
   EXPECT_EQ(p.tool_calls[1].arguments, "{}");
+  p = parse("<function=f> \n{\"a\": 1}\n </function>", ToolCallFormat::functionary_v3_1);
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0].arguments, R"({"a":1})");
   p = parse(R"(Sure. functools[{"name": "a", "arguments": {"n": 1}}])", ToolCallFormat::firefunction_v2);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.content, "Sure.");
