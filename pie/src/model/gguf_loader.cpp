@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -151,9 +153,18 @@ class GgufReader {
     }
     done_bytes_ += data.size();
     if (options_.progress) options_.progress(done_bytes_, total_bytes_);
+    const void* ptr = data.data();
+    // A file with general.alignment below 4 may place data where f32 (or a block's f16 scale) cannot be
+    // read in place: such a tensor is copied into an aligned buffer.
+    if (reinterpret_cast<std::uintptr_t>(ptr) % alignof(float) != 0) {
+      auto copy = std::make_shared<std::vector<float>>((data.size() + sizeof(float) - 1) / sizeof(float));
+      std::memcpy(copy->data(), data.data(), data.size());
+      ptr = copy->data();
+      model_.storage.push_back(std::move(copy));
+    }
     Weight w;
     w.type = type;
-    w.data = data.data();
+    w.data = ptr;
     w.n_out = n_out;
     w.n_in = n_in;
     return w;

@@ -131,6 +131,38 @@ class CorruptGguf : public ::testing::Test {
   fs::path base_, bad_;
 };
 
+// general.alignment 1 with an odd-length key: tensor data at unaligned offsets is copied, not viewed.
+TEST_F(CorruptGguf, UnalignedDataIsCopied) {
+  const gg::File f = gg::File::open(base_.string());
+  gg::Writer w(1);
+  w.set("general.alignment", gg::make_uint32(1));
+  for (const auto& [k, v] : f.metadata()) {
+    if (k != "general.alignment") w.set(k, v);
+  }
+  w.set("x", gg::make_string("abc"));
+  std::size_t misaligned = 0;
+  for (const gg::TensorInfo& t : f.tensors()) {
+    const auto bytes = f.tensor_data(t);
+    w.add_tensor(t.name, t.dims, t.type, std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
+  }
+  w.write(bad_);
+  const gg::File written = gg::File::open(bad_.string());
+  for (const gg::TensorInfo& t : written.tensors()) {
+    if ((written.data_offset() + t.offset) % 4 != 0) ++misaligned;
+  }
+  ASSERT_GT(misaligned, 0u) << "the test file happens to be aligned";
+  const auto a = pie::load_gguf_model(base_);
+  const auto b = pie::load_gguf_model(bad_);
+  ASSERT_EQ(a->layers.size(), b->layers.size());
+  for (std::size_t i = 0; i < a->layers.size(); ++i) {
+    for (auto field : {&pie::LayerWeights::attn_norm, &pie::LayerWeights::wq, &pie::LayerWeights::w_down}) {
+      const pie::Weight &x = a->layers[i].*field, &y = b->layers[i].*field;
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(y.data) % 4, 0u);
+      EXPECT_EQ(std::memcmp(x.data, y.data, x.row_bytes() * static_cast<std::size_t>(x.n_out)), 0);
+    }
+  }
+}
+
 TEST_F(CorruptGguf, Truncated) {
   fs::copy_file(base_, bad_);
   fs::resize_file(bad_, fs::file_size(base_) - 100);
