@@ -22,6 +22,12 @@ DotFn dot_avx512_fn(tensor::DType w);
 // serves four rows); nullptr where a type or ISA has no such kernel.
 using Dot4Fn = void (*)(std::int64_t n, const void* w, std::size_t stride, const void* x, float* y);
 Dot4Fn dot4_avx512_fn(tensor::DType w);
+// Four weight rows against three activation rows (x, x + x_stride, x + 2 x_stride bytes apart):
+// y[t * y_stride + k] = dot(n, w + k * stride, x_t), each bit-identical to what Dot4Fn gives for that
+// activation row (the prefill path of matmul; batch invariance). nullptr where there is none.
+using Dot4x3Fn = void (*)(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride,
+                          float* y, std::size_t y_stride);
+Dot4x3Fn dot4x3_avx512_fn(tensor::DType w);
 
 QuantizeFn quantize_avx2_fn(tensor::DType t);
 

@@ -139,6 +139,72 @@ inline void dot4_rows(std::int64_t n, const void* w, std::size_t stride, const v
   y[3] = s3;
 }
 
+// Four rows against three activation rows (prefill): each (row, token) product is accumulated exactly as
+// dot4_rows does it (two accumulators over 32-element steps, a 16-element step, the same reductions and
+// scalar tail), so a token's results do not depend on whether it went through here or through dot4_rows
+// (batch invariance); each converted weight vector now serves three tokens.
+template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
+inline void dot4x3_rows(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride,
+                        float* y, std::size_t y_stride) {
+  const auto* base = static_cast<const unsigned char*>(w);
+  const T* a[4];
+  for (int r = 0; r < 4; ++r) a[r] = reinterpret_cast<const T*>(base + r * stride);
+  const float* b[3];
+  for (int t = 0; t < 3; ++t) b[t] = reinterpret_cast<const float*>(static_cast<const unsigned char*>(x) + t * x_stride);
+  constexpr std::size_t kStepBytes = 32 * sizeof(T);
+  __m512 c[4][3][2];
+  for (int r = 0; r < 4; ++r) {
+    for (int t = 0; t < 3; ++t) c[r][t][0] = c[r][t][1] = _mm512_setzero_ps();
+  }
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int r = 0; r < 4; ++r) prefetch_w(a[r] + i, kStepBytes);
+    for (int h = 0; h < 2; ++h) {
+      const __m512 x0 = _mm512_loadu_ps(b[0] + i + 16 * h), x1 = _mm512_loadu_ps(b[1] + i + 16 * h),
+                   x2 = _mm512_loadu_ps(b[2] + i + 16 * h);
+      for (int r = 0; r < 4; ++r) {
+        const __m512 wv = Load(a[r] + i + 16 * h);
+        c[r][0][h] = _mm512_fmadd_ps(wv, x0, c[r][0][h]);
+        c[r][1][h] = _mm512_fmadd_ps(wv, x1, c[r][1][h]);
+        c[r][2][h] = _mm512_fmadd_ps(wv, x2, c[r][2][h]);
+      }
+    }
+  }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x0 = _mm512_loadu_ps(b[0] + i), x1 = _mm512_loadu_ps(b[1] + i), x2 = _mm512_loadu_ps(b[2] + i);
+    for (int r = 0; r < 4; ++r) {
+      const __m512 wv = Load(a[r] + i);
+      c[r][0][0] = _mm512_fmadd_ps(wv, x0, c[r][0][0]);
+      c[r][1][0] = _mm512_fmadd_ps(wv, x1, c[r][1][0]);
+      c[r][2][0] = _mm512_fmadd_ps(wv, x2, c[r][2][0]);
+    }
+  }
+  for (int t = 0; t < 3; ++t) {
+    float s0 = hsum_16(_mm512_add_ps(c[0][t][0], c[0][t][1])), s1 = hsum_16(_mm512_add_ps(c[1][t][0], c[1][t][1]));
+    float s2 = hsum_16(_mm512_add_ps(c[2][t][0], c[2][t][1])), s3 = hsum_16(_mm512_add_ps(c[3][t][0], c[3][t][1]));
+    for (std::int64_t k = i; k < n; ++k) {
+      s0 += Scalar(a[0][k]) * b[t][k];
+      s1 += Scalar(a[1][k]) * b[t][k];
+      s2 += Scalar(a[2][k]) * b[t][k];
+      s3 += Scalar(a[3][k]) * b[t][k];
+    }
+    float* yt = y + t * y_stride;
+    yt[0] = s0;
+    yt[1] = s1;
+    yt[2] = s2;
+    yt[3] = s3;
+  }
+}
+
+void dot4x3_f16_512(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, float* y,
+                    std::size_t y_stride) {
+  dot4x3_rows<std::uint16_t, load_f16x16, tensor::f16_to_f32>(n, w, stride, x, x_stride, y, y_stride);
+}
+void dot4x3_bf16_512(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, float* y,
+                     std::size_t y_stride) {
+  dot4x3_rows<std::uint16_t, load_bf16x16, tensor::bf16_to_f32>(n, w, stride, x, x_stride, y, y_stride);
+}
+
 void dot4_f16_512(std::int64_t n, const void* w, std::size_t stride, const void* x, float* y) {
   dot4_rows<std::uint16_t, load_f16x16, tensor::f16_to_f32>(n, w, stride, x, y);
 }
@@ -153,6 +219,14 @@ Dot4Fn dot4_avx512_fn(tensor::DType w) {
   switch (w) {
     case tensor::DType::f16: return avx512::dot4_f16_512;
     case tensor::DType::bf16: return avx512::dot4_bf16_512;
+    default: return nullptr;
+  }
+}
+
+Dot4x3Fn dot4x3_avx512_fn(tensor::DType w) {
+  switch (w) {
+    case tensor::DType::f16: return avx512::dot4x3_f16_512;
+    case tensor::DType::bf16: return avx512::dot4x3_bf16_512;
     default: return nullptr;
   }
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,31 @@ TEST(MatmulConsistency, FastMatchesReferenceOverShapesThreadsAndIsas) {
                   << kernels::isa_name(isa) << " threads " << (pool ? pool->n_threads() : 1);
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// Batch invariance: a token's products are bit-for-bit the same whatever other tokens share the call (so a
+// runner can batch prefill chunks and decode rows), for every type and ISA, on one thread and on a pool.
+TEST(MatmulConsistency, EachTokenMatchesItsMatvecBitForBit) {
+  tensor::ThreadPool pool(3);
+  std::uint32_t seed = 900;
+  for (DType t : kWeightTypes) {
+    const std::int64_t n_in = tensor::block_size(t) == 256 ? 512 : (tensor::block_size(t) == 1 ? 113 : 96);
+    const std::int64_t n_out = 37;
+    const Weights w = make_weights(t, n_out, n_in, ++seed);
+    const std::int64_t n_tokens = 38;  // several 3-token groups, a partial tile of 32, leftovers
+    const std::vector<float> x = random_floats(n_tokens * n_in, ++seed);
+    for (kernels::Isa isa : kernels::available_isas()) {
+      for (tensor::ThreadPool* p : {static_cast<tensor::ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> all(static_cast<std::size_t>(n_tokens * n_out)), one(static_cast<std::size_t>(n_out));
+        kernels::matmul(w.params, x.data(), n_tokens, all.data(), p, isa);
+        for (std::int64_t tok = 0; tok < n_tokens; ++tok) {
+          kernels::matvec(w.params, x.data() + tok * n_in, one.data(), p, isa);
+          ASSERT_EQ(0, std::memcmp(one.data(), all.data() + tok * n_out, one.size() * sizeof(float)))
+              << tensor::dtype_name(t) << " " << kernels::isa_name(isa) << " token " << tok;
         }
       }
     }
