@@ -59,6 +59,11 @@ class GgufReader {
     return v == nullptr ? nullptr : &v->as_string(k);
   }
 
+  // Reports the whole file done (tensors the model does not use are never read).
+  void finish_progress() const {
+    if (options_.progress) options_.progress(total_bytes_, total_bytes_);
+  }
+
   bool has_tensor(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
 
   // A [n_out, n_in] matrix (GGUF dims {n_in, n_out}) of any supported storage type, viewed in place.
@@ -339,6 +344,7 @@ std::shared_ptr<const Model> load_gguf_model(const std::filesystem::path& path, 
     GgufReader reader(*file, path.string(), *model, options);
     read_config(reader, *file, *model);
     read_weights(reader, *model);
+    reader.finish_progress();
     model->name = path.stem().string();
     if (const gg::Value* v = file->find("general.name")) model->name = v->as_string("general.name");
     if (const gg::Value* v = file->find("tokenizer.chat_template")) {

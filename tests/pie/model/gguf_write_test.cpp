@@ -114,8 +114,18 @@ TEST(GgufWrite, Stories260KRoundTripsExactly) {
   pie::write_gguf_model(*original, out, o);
   EXPECT_EQ(last_done, last_total);
   EXPECT_EQ(last_total, 47u);
-  const auto back = pie::load_model(out);
+  pie::LoadOptions load;
+  std::uint64_t loaded = 0, load_total = 0;
+  load.progress = [&](std::uint64_t done, std::uint64_t total) {
+    EXPECT_GE(done, loaded);
+    EXPECT_LE(done, total);
+    loaded = done;
+    load_total = total;
+  };
+  const auto back = pie::load_model(out, load);
   fs::remove(out);
+  EXPECT_EQ(loaded, load_total);
+  EXPECT_GT(load_total, 1000000u);  // the weights' bytes
   expect_same_config(original->config, back->config);
   expect_identical_weights(*original, *back);
   EXPECT_EQ(back->name, "stories260K");
