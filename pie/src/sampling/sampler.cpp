@@ -41,17 +41,20 @@ void select_best(std::span<const float> logits, std::size_t k, Vec& out) {
   using C = typename Vec::value_type;
   const auto cmp = [](const C& a, const C& b) { return better(a, b); };  // heap front: the worst kept
   out.clear();
-  for (std::size_t i = 0; i < logits.size(); ++i) {
+  // Only tokens above the worst kept one can enter: the scan skips the rest 16 at a time.
+  float threshold = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = sampling_detail::next_above(logits, 0, threshold); i < logits.size();
+       i = sampling_detail::next_above(logits, i + 1, threshold)) {
     const float x = logits[i];
-    if (x == -std::numeric_limits<float>::infinity()) continue;
     if (out.size() < k) {
       out.push_back({x, static_cast<std::int32_t>(i), 0.0f});
       std::push_heap(out.begin(), out.end(), cmp);
-    } else if (x > out.front().logit) {  // an equal logit has a higher id: not better
+    } else {  // x > the worst kept; an equal logit would have a higher id, so is never better
       std::pop_heap(out.begin(), out.end(), cmp);
       out.back() = {x, static_cast<std::int32_t>(i), 0.0f};
       std::push_heap(out.begin(), out.end(), cmp);
     }
+    if (out.size() == k) threshold = out.front().logit;
   }
   std::sort_heap(out.begin(), out.end(), cmp);
 }
@@ -288,15 +291,17 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const std::uint3
       const auto want = static_cast<std::size_t>(params_.top_logprobs);
       TokenLogprob top[20];
       std::size_t have = 0;
-      for (std::size_t i = 0; i < n; ++i) {
+      float threshold = -kInf;  // the worst kept once full: only better logits can enter
+      for (std::size_t i = sampling_detail::next_above(logits, 0, threshold); i < n;
+           i = sampling_detail::next_above(logits, i + 1, threshold)) {
         const float x = logits[i];
-        if (x == -kInf || (have == want && !(x > top[have - 1].logprob))) continue;
         std::size_t pos = have < want ? have++ : want - 1;
         while (pos > 0 && top[pos - 1].logprob < x) {
           top[pos] = top[pos - 1];
           --pos;
         }
         top[pos] = {static_cast<std::int32_t>(i), x};
+        if (have == want) threshold = top[want - 1].logprob;
       }
       out.top.reserve(have);
       for (std::size_t j = 0; j < have; ++j) {

@@ -1,5 +1,6 @@
 #include "sampling/vector_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -111,6 +112,26 @@ MaxResult find_max(std::span<const float> x) {
     }
   }
   return r;
+}
+
+std::size_t next_above(std::span<const float> x, std::size_t from, float threshold) {
+  const std::size_t n = x.size();
+  const float* p = x.data();
+  std::size_t k = from;
+  // Scalar up to a multiple of 16 from `from`, so the vector loop below starts on a block.
+  for (std::size_t stop = std::min(n, from + 4 * kW); k < stop; ++k) {
+    if (p[k] > threshold) return k;
+  }
+  const V4F t = splat(threshold);
+  for (; k + 4 * kW <= n; k += 4 * kW) {
+    const V4I hit = (load(p + k) > t) | (load(p + k + kW) > t) | (load(p + k + 2 * kW) > t) |
+                    (load(p + k + 3 * kW) > t);
+    if ((hit[0] | hit[1] | hit[2] | hit[3]) != 0) break;
+  }
+  for (; k < n; ++k) {
+    if (p[k] > threshold) return k;
+  }
+  return n;
 }
 
 void exp_shifted(std::span<const float> x, float max, float scale, float floor, float* out) {

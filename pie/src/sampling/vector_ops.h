@@ -22,6 +22,10 @@ MaxResult find_max(std::span<const float> x);
 // >= every x[i] and scale > 0. When floor > 0, results below it are set to 0 as well.
 void exp_shifted(std::span<const float> x, float max, float scale, float floor, float* out);
 
+// The first index k >= from with x[k] > threshold, or x.size(): whole blocks of 16 that hold nothing
+// above the threshold are skipped with vector compares.
+std::size_t next_above(std::span<const float> x, std::size_t from, float threshold);
+
 // Sums of w over consecutive blocks of kSumBlock elements into block_sums[ceil(n / kSumBlock)]; returns
 // the total (of the block sums, in order).
 double block_sums(std::span<const float> w, double* block_sums);
