@@ -38,6 +38,17 @@ class Target:
     def __init__(self, host, port, model, key):
         self.host, self.port, self.model, self.key = host, port, model, key
 
+    def metric(self, name):
+        try:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {self.key}"} if self.key else {})
+            text = conn.getresponse().read().decode()
+            conn.close()
+        except OSError:
+            return None
+        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        return float(m.group(1)) if m else None
+
     def request(self, body, stream):
         """One chat completion. Returns dict(text, usage, finish, ttft, error)."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
@@ -120,6 +131,9 @@ def main():
     ap.add_argument("--replay-fraction", type=float, default=0.25,
                     help="share of streams replayed without streaming to compare tokens (default 0.25)")
     ap.add_argument("--rss-growth-limit", type=float, default=0.10, help="allowed RSS growth (fraction)")
+    ap.add_argument("--warmup", type=float, default=None,
+                    help="seconds before the RSS baseline (default: 5 s after the KV pool first filled, at "
+                         "most half the run)")
     args = ap.parse_args()
 
     proc = None
@@ -163,12 +177,18 @@ def main():
             with lock:
                 results.append(r)
 
+    pool_full_at = []  # when the KV pool first ran out of free pages (every page touched once)
+
     def sample_rss():
         while time.perf_counter() < stop_at:
             if pid:
                 value = rss_bytes(pid)
                 if value:
                     rss.append((time.perf_counter(), value))
+            if not pool_full_at:
+                free, total = target.metric("orchard_kv_pages_free"), target.metric("orchard_kv_pages")
+                if free is not None and total and free < 0.05 * total:
+                    pool_full_at.append(time.perf_counter())
             time.sleep(1)
 
     t0 = time.perf_counter()
@@ -197,13 +217,21 @@ def main():
     # Every stream's token count is what it may be: max_tokens unless it stopped.
     bad_counts = [r for r in ok if r["usage"]["completion_tokens"] != args.max_tokens and r["finish"] != "stop"]
 
-    rss_verdict, rss_growth = "not sampled", 0.0
-    if len(rss) >= 10:
-        warm = [v for t, v in rss if t - t0 > min(10, args.duration / 5)]
+    # Flat memory: the last tenth of the run against the first tenth after the warm-up, during which the
+    # KV pool's pages are touched for the first time as the prefix cache fills it (RSS rises by the pool's
+    # size, then stays).
+    rss_verdict, rss_growth, rss_series = "not sampled", 0.0, []
+    warmup = args.warmup if args.warmup is not None else (
+        min(pool_full_at[0] - t0 + 5, args.duration / 2) if pool_full_at else args.duration / 2)
+    warm = [v for t, v in rss if t - t0 > warmup]
+    if len(warm) >= 10:
         tenth = max(1, len(warm) // 10)
         first, last = statistics.median(warm[:tenth]), statistics.median(warm[-tenth:])
         rss_growth = (last - first) / first
-        rss_verdict = f"{first / 2**20:.0f} MiB -> {last / 2**20:.0f} MiB ({rss_growth * 100:+.1f}%), max {max(v for _, v in rss) / 2**20:.0f} MiB"
+        rss_verdict = (f"{first / 2**20:.0f} MiB -> {last / 2**20:.0f} MiB ({rss_growth * 100:+.1f}%) after "
+                       f"{warmup:.0f} s warm-up; max {max(v for _, v in rss) / 2**20:.0f} MiB")
+    step = max(1, len(rss) // 12)
+    rss_series = [f"{t - t0:.0f}s:{v / 2**20:.0f}" for t, v in rss[::step]]
 
     summary = {
         "clients": args.clients, "duration_s": round(elapsed, 1), "max_tokens": args.max_tokens,
@@ -211,7 +239,8 @@ def main():
         "throughput_tok_s": round(tokens / elapsed, 1), "requests_per_s": round(len(ok) / elapsed, 2),
         "ttft_p50_ms": round(percentile(ttfts, 50) * 1000, 1), "ttft_p99_ms": round(percentile(ttfts, 99) * 1000, 1),
         "replayed": len(sample), "replay_mismatches": len(mismatches), "bad_token_counts": len(bad_counts),
-        "rss": rss_verdict,
+        "kv_pool_full_at_s": round(pool_full_at[0] - t0, 1) if pool_full_at else None,
+        "rss": rss_verdict, "rss_mib_series": " ".join(rss_series),
     }
     print(json.dumps(summary, indent=1))
     for e in errors[:5]:

@@ -100,6 +100,12 @@ Json chat_delta_json(const StreamDelta& delta) {
   if (!delta.tool_calls.empty()) {
     Json calls = Json::array();
     for (const ToolCallDelta& piece : delta.tool_calls) {
+      // Pieces of one call in one delta become one entry, as OpenAI sends them (one entry per index).
+      if (!calls.empty() && calls.back()["index"] == piece.index && piece.id.empty() && piece.name.empty()) {
+        calls.back()["function"]["arguments"] =
+            calls.back()["function"]["arguments"].get<std::string>() + piece.arguments;
+        continue;
+      }
       Json call;
       call["index"] = piece.index;
       Json function = Json::object();

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <sys/socket.h>
 #include <mutex>
 
 #include "server/api_error.h"
@@ -87,7 +88,12 @@ struct Server::Impl {
   ServerOptions options;
   std::shared_ptr<Engine> engine;
   std::unique_ptr<server::ServedModel> model;
-  httplib::Server http;
+  // httplib 0.11 listens with a backlog of 5: a burst of new connections (dozens of clients connecting at
+  // once) overflows it. The listening socket is protected; this raises the backlog once it is bound.
+  struct HttpServer : httplib::Server {
+    void raise_backlog(int backlog) { ::listen(svr_sock_, backlog); }
+  };
+  HttpServer http;
   server::Metrics metrics;
   std::mutex log_mutex;
 
@@ -334,6 +340,8 @@ struct Server::Impl {
     http.set_payload_max_length(options.max_body_bytes);
     http.set_keep_alive_max_count(100000);
     http.set_keep_alive_timeout(5);
+    // A client slowed down by load may take a while to send its request after connecting.
+    http.set_read_timeout(30);
     http.set_tcp_nodelay(true);
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -466,6 +474,7 @@ int Server::bind() {
     }
     impl_->port = o.port;
   }
+  impl_->http.raise_backlog(1024);
   return impl_->port;
 }
 

@@ -41,6 +41,13 @@ TEST(OpenAIFormat, StreamedToolCallDeltas) {
   EXPECT_FALSE(l["tool_calls"][0].contains("id"));
   EXPECT_FALSE(l["tool_calls"][0]["function"].contains("name"));
   EXPECT_EQ(l["tool_calls"][0]["function"]["arguments"], R"({"a":)");
+  StreamDelta both;  // the first piece and an argument fragment of one call: one entry
+  both.tool_calls.push_back({1, "call_y", "g", ""});
+  both.tool_calls.push_back({1, "", "", "{}"});
+  Json merged = chat_delta_json(both);
+  ASSERT_EQ(merged["tool_calls"].size(), 1u);
+  EXPECT_EQ(merged["tool_calls"][0]["id"], "call_y");
+  EXPECT_EQ(merged["tool_calls"][0]["function"]["arguments"], "{}");
   StreamDelta content;
   content.content = "x";
   EXPECT_EQ(chat_delta_json(content), (Json{{"content", "x"}}));
