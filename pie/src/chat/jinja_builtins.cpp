@@ -1102,6 +1102,7 @@ void add_globals(Interpreter& in, Scope& scope) {
   scope.set("namespace", Value::function("namespace", [dict_from_args](CallArgs& a) {
     Value d = dict_from_args(a, "namespace");
     d.namespace_ = true;
+    a.interp->track_namespace(d.dict);
     return d;
   }));
   scope.set("dict", Value::function("dict", [dict_from_args](CallArgs& a) { return dict_from_args(a, "dict"); }));

@@ -169,6 +169,16 @@ void Interpreter::fail_at(const std::string& message, int line, int column) cons
 
 // --- rendering -------------------------------------------------------------------------------------
 
+Interpreter::~Interpreter() {
+  std::vector<std::pair<Value, Value>> doomed;  // destroyed after every namespace was emptied
+  for (const auto& weak : namespaces_) {
+    if (auto dict = weak.lock()) {
+      for (auto& item : dict->items) doomed.push_back(std::move(item));
+      dict->items.clear();
+    }
+  }
+}
+
 std::string Interpreter::render(const Program& program, const nlohmann::ordered_json& context) {
   auto globals = std::make_shared<Scope>();
   add_globals(*this, *globals);
@@ -176,7 +186,11 @@ std::string Interpreter::render(const Program& program, const nlohmann::ordered_
   root->parent = globals;
   if (!context.is_null()) {
     if (!context.is_object()) throw TemplateError("the render context must be a JSON object", 0, 0);
-    for (const auto& [k, v] : context.items()) root->set(k, from_json(v));
+    try {
+      for (const auto& [k, v] : context.items()) root->set(k, from_json(v));
+    } catch (const ValueError& e) {
+      throw TemplateError(e.message, 0, 0);
+    }
   }
   std::string out;
   try {

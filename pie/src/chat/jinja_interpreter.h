@@ -44,6 +44,13 @@ using ScopePtr = std::shared_ptr<Scope>;
 class Interpreter {
  public:
   explicit Interpreter(const RenderOptions& options) : options_(options) {}
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  // namespace() objects are the only mutable values, so the only ones that can form reference cycles
+  // (set ns.self = ns); they are emptied when the render ends so that no cycle outlives it.
+  void track_namespace(const DictPtr& dict) { namespaces_.push_back(dict); }
 
   std::string render(const Program& program, const nlohmann::ordered_json& context);
 
@@ -77,6 +84,7 @@ class Interpreter {
   [[noreturn]] void fail_at(const std::string& message, int line, int column) const;
 
   const RenderOptions& options_;
+  std::vector<std::weak_ptr<Dict>> namespaces_;
   std::size_t work_ = 0;
   std::int64_t iterations_ = 0;
   int depth_ = 0;

@@ -7,6 +7,29 @@
 
 namespace pie::jinja {
 
+void Value::release_nested() {
+  std::vector<Value> work;
+  auto take = [&work](Value& v) {
+    if (v.list && v.list.use_count() == 1) {
+      for (auto& x : *v.list) work.push_back(std::move(x));
+      v.list->clear();
+    }
+    if (v.dict && v.dict.use_count() == 1) {
+      for (auto& [k, x] : v.dict->items) {
+        work.push_back(std::move(k));
+        work.push_back(std::move(x));
+      }
+      v.dict->items.clear();
+    }
+  };
+  take(*this);
+  while (!work.empty()) {
+    Value v = std::move(work.back());
+    work.pop_back();
+    take(v);  // v's children move to the work list, so destroying v recurses no further
+  }
+}
+
 const Value* Dict::find(const Value& key) const {
   if (key.is_string()) return find(std::string_view(key.s));
   for (const auto& [k, v] : items) {
@@ -184,7 +207,16 @@ std::string string_repr(const std::string& s) {
 
 }  // namespace
 
-std::string repr(const Value& v) {
+namespace {
+std::string repr_at(const Value& v, int depth);
+}
+
+std::string repr(const Value& v) { return repr_at(v, 0); }
+
+namespace {
+// A namespace can hold itself (set ns.x = ns): the depth bound stands in for Python's "..." detection.
+std::string repr_at(const Value& v, int depth) {
+  if (depth > kMaxValueDepth) throw ValueError{"value nested too deeply to print"};
   switch (v.kind) {
     case Kind::string: return v.markup ? "Markup(" + string_repr(v.s) + ")" : string_repr(v.s);
     case Kind::list: {
@@ -192,7 +224,7 @@ std::string repr(const Value& v) {
       std::string out = v.tuple ? "(" : "[";
       for (std::size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";
-        out += repr((*v.list)[k]);
+        out += repr_at((*v.list)[k], depth + 1);
       }
       if (v.tuple && v.list->size() == 1) out += ",";
       return out + (v.tuple ? ")" : "]");
@@ -203,13 +235,14 @@ std::string repr(const Value& v) {
       for (const auto& [k, x] : v.dict->items) {
         if (!first) out += ", ";
         first = false;
-        out += repr(k) + ": " + repr(x);
+        out += repr_at(k, depth + 1) + ": " + repr_at(x, depth + 1);
       }
       return out + (v.namespace_ ? "}>" : "}");
     }
     default: return to_str(v);
   }
 }
+}  // namespace
 
 std::string to_str(const Value& v) {
   switch (v.kind) {
@@ -226,7 +259,17 @@ std::string to_str(const Value& v) {
   return "";
 }
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+bool equals_at(const Value& a, const Value& b, int depth);
+int compare_at(const Value& a, const Value& b, int depth);
+}  // namespace
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+int compare(const Value& a, const Value& b) { return compare_at(a, b, 0); }
+
+namespace {
+bool equals_at(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxValueDepth) throw ValueError{"values nested too deeply to compare"};
   if (a.is_number() && b.is_number()) {
     if (a.is_integral() && b.is_integral()) return a.as_int() == b.as_int();
     return a.as_double() == b.as_double();
@@ -240,7 +283,7 @@ bool equals(const Value& a, const Value& b) {
       if (a.generator || b.generator) return a.list == b.list;
       if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;
       for (std::size_t k = 0; k < a.list->size(); ++k) {
-        if (!equals((*a.list)[k], (*b.list)[k])) return false;
+        if (!equals_at((*a.list)[k], (*b.list)[k], depth + 1)) return false;
       }
       return true;
     }
@@ -249,7 +292,7 @@ bool equals(const Value& a, const Value& b) {
       if (a.dict->items.size() != b.dict->items.size()) return false;
       for (const auto& [k, x] : a.dict->items) {
         const Value* y = b.dict->find(k);
-        if (y == nullptr || !equals(x, *y)) return false;
+        if (y == nullptr || !equals_at(x, *y, depth + 1)) return false;
       }
       return true;
     }
@@ -258,7 +301,8 @@ bool equals(const Value& a, const Value& b) {
   }
 }
 
-int compare(const Value& a, const Value& b) {
+int compare_at(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxValueDepth) throw ValueError{"values nested too deeply to compare"};
   if (a.is_number() && b.is_number()) {
     if (a.is_integral() && b.is_integral()) {
       return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
@@ -273,13 +317,14 @@ int compare(const Value& a, const Value& b) {
   if (a.kind == Kind::list && b.kind == Kind::list && a.tuple == b.tuple && !a.generator && !b.generator) {
     const std::size_t n = std::min(a.list->size(), b.list->size());
     for (std::size_t k = 0; k < n; ++k) {
-      if (!equals((*a.list)[k], (*b.list)[k])) return compare((*a.list)[k], (*b.list)[k]);
+      if (!equals_at((*a.list)[k], (*b.list)[k], depth + 1)) return compare_at((*a.list)[k], (*b.list)[k], depth + 1);
     }
     return a.list->size() < b.list->size() ? -1 : a.list->size() > b.list->size() ? 1 : 0;
   }
   throw ValueError{std::string("'<' not supported between instances of '") + type_name(a) + "' and '" +
                    type_name(b) + "'"};
 }
+}  // namespace
 
 std::string html_escape(std::string_view s) {
   std::string out;
@@ -346,7 +391,7 @@ std::string json_key(const Value& k) {
 }
 
 void json_value(std::string& out, const Value& v, const JsonOptions& o, int depth) {
-  if (depth > 512) throw ValueError{"tojson: nesting too deep"};
+  if (depth > kMaxValueDepth) throw ValueError{"tojson: nesting too deep"};
   auto newline = [&](int level) {
     if (o.indent < 0 && o.indent_string.empty()) return;
     out += '\n';
@@ -408,7 +453,8 @@ std::string to_json(const Value& v, const JsonOptions& options) {
   return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+Value from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxValueDepth) throw ValueError{"template variable nested deeper than " + std::to_string(kMaxValueDepth)};
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -423,13 +469,13 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       List items;
       items.reserve(j.size());
-      for (const auto& x : j) items.push_back(from_json(x));
+      for (const auto& x : j) items.push_back(from_json(x, depth + 1));
       return Value::make_list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Value d = Value::make_dict();
       d.dict->items.reserve(j.size());
-      for (const auto& [k, x] : j.items()) d.dict->items.emplace_back(Value::string(k), from_json(x));
+      for (const auto& [k, x] : j.items()) d.dict->items.emplace_back(Value::string(k), from_json(x, depth + 1));
       return d;
     }
     default: return Value::none();

@@ -44,6 +44,17 @@ struct Value {
   DictPtr dict;
   FunctionPtr fn;
 
+  Value() = default;
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
+  // Releases nested lists and dicts iteratively: a template can nest values deeper (one wrap per loop
+  // iteration) than a recursive destructor could unwind on the stack.
+  ~Value() {
+    if ((list && list.use_count() == 1) || (dict && dict.use_count() == 1)) release_nested();
+  }
+
   static Value undefined(std::string hint = {}) {
     Value v;
     v.s = std::move(hint);
@@ -71,6 +82,8 @@ struct Value {
     v.fn = std::make_shared<Function>(Function{std::move(name), std::move(call)});
     return v;
   }
+
+  void release_nested();
 
   bool is_undefined() const { return kind == Kind::undefined; }
   bool is_none() const { return kind == Kind::none; }
@@ -119,7 +132,9 @@ struct JsonOptions {
 };
 std::string to_json(const Value& v, const JsonOptions& options);
 
-Value from_json(const nlohmann::ordered_json& j);
+// Nesting bound of values (JSON input, printing, tojson): keeps recursion off the end of the stack.
+constexpr int kMaxValueDepth = 256;
+Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
 // UTF-8 helpers: Python strings index code points.
 std::vector<std::uint32_t> utf8_decode(std::string_view s);
