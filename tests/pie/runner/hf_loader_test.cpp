@@ -82,6 +82,12 @@ TEST(HfLoaderTest, MistralQwen2Qwen3Configs) {
   EXPECT_EQ(qwen3->layers[0].wq.n_out, 128);
 }
 
+TEST(HfLoaderTest, LoadModelRecognisesTheFolder) {
+  const auto m = load_model(test_model_dir("qwen3"));
+  EXPECT_EQ(m->config.arch, Architecture::qwen3);
+  EXPECT_EQ(m->layers.size(), 2u);
+}
+
 // The llama test model copied to a temp folder with its config edited.
 struct EditedModel {
   TempDir dir{"hf"};
@@ -133,8 +139,12 @@ TEST(HfLoaderTest, Transformers4RopeFields) {
       EXPECT_EQ(model->config.rope.original_max_position, 64);
       EXPECT_DOUBLE_EQ(model->config.rope.yarn_beta_fast, 16.0);
     }
-    if (c.want == pal::RopeScaling::dynamic_ntk) EXPECT_EQ(model->config.rope.original_max_position, 128);
-    if (c.want == pal::RopeScaling::llama3) EXPECT_DOUBLE_EQ(model->config.rope.llama3_low_freq_factor, 2.0);
+    if (c.want == pal::RopeScaling::dynamic_ntk) {
+      EXPECT_EQ(model->config.rope.original_max_position, 128);
+    }
+    if (c.want == pal::RopeScaling::llama3) {
+      EXPECT_DOUBLE_EQ(model->config.rope.llama3_low_freq_factor, 2.0);
+    }
   }
 }
 
