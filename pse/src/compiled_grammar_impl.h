@@ -19,6 +19,7 @@ struct CompiledGrammar::Impl {
   detail::Automaton automaton;
   std::vector<std::uint32_t> scan_index;  // [n_states] index into tables, or kNoTable
   static constexpr std::uint32_t kNoTable = ~0u;
+  std::vector<std::uint32_t> table_state;  // [n_tables] the state a table is built from
   // Built once each (eagerly in compile, or lazily under the once flags).
   mutable std::vector<detail::TokenTable> tables;
   mutable std::unique_ptr<std::once_flag[]> table_once;
@@ -28,7 +29,7 @@ struct CompiledGrammar::Impl {
   const detail::TokenTable& table(std::uint32_t state) const {
     const std::uint32_t i = scan_index[state];
     std::call_once(table_once[i], [&] {
-      tables[i] = detail::build_token_table(automaton, *vocabulary, state, nullptr);
+      tables[i] = detail::build_token_table(automaton, *vocabulary, table_state[i], nullptr);
     });
     return tables[i];
   }
@@ -47,7 +48,7 @@ struct CompiledGrammar::Impl {
   mutable std::unordered_map<std::vector<std::uint32_t>, std::shared_ptr<const detail::ChainTable>, ChainHash>
       chain_tables;
 
-  // The table of `chain` (chain[0] a state, then return states), built from `below` (the table of the
+  // The table of `chain` (chain[0] a table index, then return states), built from `below` (the table of the
   // chain without its last element) when absent. nullptr when the bound is reached.
   std::shared_ptr<const detail::ChainTable> chain_table(const std::vector<std::uint32_t>& chain,
                                                         detail::UncertainView below) const {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "compiled_grammar_impl.h"
+#include "stack_dfa.h"
 
 namespace pse {
 
@@ -56,35 +57,38 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   st.automaton_ms = ms_since(t0);
 
   impl->scan_index.assign(a.n_states(), CompiledGrammar::Impl::kNoTable);
-  std::vector<std::uint32_t> scan_states;
   for (std::uint32_t s = 0; s < a.n_states(); ++s) {
     if (a.reachable[s] && a.has_bytes(s)) {
-      impl->scan_index[s] = static_cast<std::uint32_t>(scan_states.size());
-      scan_states.push_back(s);
+      impl->scan_index[s] = static_cast<std::uint32_t>(impl->table_state.size());
+      impl->table_state.push_back(s);
     }
   }
-  st.n_scan_states = scan_states.size();
-  impl->tables.resize(scan_states.size());
-  impl->table_once = std::make_unique<std::once_flag[]>(scan_states.size());
+  const std::size_t n_tables = impl->table_state.size();
+  st.n_scan_states = n_tables;
+  impl->tables.resize(n_tables);
+  impl->table_once = std::make_unique<std::once_flag[]>(n_tables);
   st.memory_bytes = a.memory_bytes() + impl->scan_index.size() * 4 +
-                    scan_states.size() * (sizeof(detail::TokenTable) + sizeof(std::once_flag));
+                    n_tables * (sizeof(detail::TokenTable) + sizeof(std::once_flag) + 4);
   if (st.memory_bytes > options.max_memory_bytes) {
     throw LimitError(fmt::format("[compile] the automaton needs {} bytes, over the limit of {}",
                                  st.memory_bytes, options.max_memory_bytes));
   }
 
   const auto t1 = std::chrono::steady_clock::now();
-  if (options.precompute && scan_states.size() <= options.eager_state_limit) {
-    for (std::size_t i = 0; i < scan_states.size(); ++i) {
+  // One stack automaton for all the eager builds: walks from neighbouring states meet the same
+  // configurations, built once.
+  detail::StackDfa dfa(a);
+  if (options.precompute && n_tables <= options.eager_state_limit) {
+    for (std::size_t i = 0; i < n_tables; ++i) {
       std::call_once(impl->table_once[i], [&] {
-        impl->tables[i] = detail::build_token_table(a, *impl->vocabulary, scan_states[i], &deadline);
+        impl->tables[i] = detail::build_token_table(a, *impl->vocabulary, impl->table_state[i], &deadline, &dfa);
       });
       st.memory_bytes += impl->tables[i].memory_bytes();
       st.n_uncertain += impl->tables[i].uncertain.size();
       if (st.memory_bytes > options.max_memory_bytes) {
         throw LimitError(fmt::format("[compile] token tables need over {} bytes, the limit ({} of {} "
-                                     "states built)",
-                                     options.max_memory_bytes, i + 1, scan_states.size()));
+                                     "tables built)",
+                                     options.max_memory_bytes, i + 1, n_tables));
       }
     }
     st.precomputed = true;

@@ -112,8 +112,9 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
     // Resolve the uncertain tokens up the real parse stack: the items of this state in the last set
     // were called by items (in their origin sets) that continue at return states, and so on up. Each
     // chain of return states has its table; what no bounded chain resolves is checked on the chart.
+    // Chains start at the table (states sharing a table share their chain tables too).
     std::vector<std::uint32_t>& chain = scratch_->chain;
-    chain.assign(1, s);
+    chain.assign(1, impl_->scan_index[s]);
     std::size_t budget = 256;
     for (const detail::Item& it : chart_->last()) {
       if (it.state == s) resolve_up(chain, t.view(), a.state_rule[s], it.origin, 0, budget, mask, lo_word, hi_word);

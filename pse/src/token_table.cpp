@@ -3,56 +3,137 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <string_view>
 #include <unordered_map>
 
 #include "earley.h"
 #include "pse/error.h"
+#include "stack_dfa.h"
 
 namespace pse::detail {
 
-TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
-                             const std::chrono::steady_clock::time_point* deadline) {
+namespace {
+
+ByteSet first_bytes(const Automaton& a, const Chart& chart) {
+  ByteSet first{};
+  for (const Item& it : chart.last()) {
+    for (std::uint32_t e = a.byte_begin[it.state]; e < a.byte_begin[it.state + 1]; ++e) {
+      for (unsigned b = a.byte_edges[e].lo; b <= a.byte_edges[e].hi; ++b) first[b >> 6] |= 1ULL << (b & 63);
+    }
+  }
+  return first;
+}
+
+ByteSet first_bytes(const Automaton& /*a*/, const DfaCursor& cursor) { return cursor.first_bytes(); }
+
+// The walks below run on either cursor: a DfaCursor (memoized steps) or, when the stack automaton
+// overflows its bounds, the Earley Chart. Both answer the same questions identically.
+// Whether the rests of tokens after the current rule's end can continue in some caller context (a
+// superset of the real ones: the rule's follow contexts, transitively). A final item of an outer rule
+// reached part-way leaves the answer to the run-time check (true). One walk per end depth j: the rests
+// at the same depth of consecutive (sorted) tokens share prefixes, so each walk resumes from the common
+// prefix with the previous rest and, when the previous walk stopped inside it, reuses its answer.
+template <class Cursor>
+class FollowCheck {
+ public:
+  template <class MakeCursor>
+  FollowCheck(std::span<const std::uint32_t> contexts, MakeCursor make) : contexts_(contexts) {
+    if (contexts_.empty()) return;
+    for (std::size_t j = 0; j < walks_.size(); ++j) walks_[j].cursor = make();
+  }
+
+  bool viable(std::string_view suffix, std::size_t j) {
+    if (contexts_.empty()) return true;
+    Walk& w = walks_[std::min(j, walks_.size() - 1)];
+    if (!w.started) {
+      w.cursor.reset_detached(contexts_);
+      w.started = true;
+    }
+    std::size_t l = 0;
+    if (w.have_prev) {
+      const std::size_t n = std::min(w.prev.size(), suffix.size());
+      while (l < n && w.prev[l] == suffix[l]) ++l;
+      // The previous walk decided within the common prefix: same sets up to there, same answer.
+      if (w.prev_viable ? w.prev_stop <= l && w.prev_stop < w.prev.size() : w.prev_stop < l) {
+        w.prev = suffix;
+        return w.prev_viable;
+      }
+    }
+    const std::size_t depth = std::min(l, w.cursor.n_sets() - 2);
+    w.cursor.truncate(depth + 2);
+    bool ok = true;
+    std::size_t i = depth;
+    for (; i < suffix.size(); ++i) {
+      if (i > 0 && w.cursor.last_has_any_final_at_origin0()) break;
+      if (!w.cursor.push(static_cast<std::uint8_t>(suffix[i]))) {
+        ok = false;
+        break;
+      }
+    }
+    w.have_prev = true;
+    w.prev = suffix;
+    w.prev_stop = i;
+    w.prev_viable = ok;
+    return ok;
+  }
+
+ private:
+  struct Walk {
+    Cursor cursor{nullptr};
+    bool started = false, have_prev = false, prev_viable = true;
+    std::string_view prev;
+    std::size_t prev_stop = 0;
+  };
+  std::span<const std::uint32_t> contexts_;
+  std::array<Walk, 8> walks_;
+};
+
+// The end of the run of positions after p (within [p, end)) whose tokens start with tok[0..n).
+std::uint32_t prefix_run_end(const Vocabulary& vocab, std::uint32_t p, std::uint32_t end, std::string_view prefix) {
+  auto has = [&](std::uint32_t q) { return vocab.sorted_token(q).starts_with(prefix); };
+  std::uint32_t lo = p + 1;  // the first position not known to have the prefix
+  std::uint32_t step = 1;
+  while (lo < end && has(lo)) {  // gallop, then bisect: most runs are short
+    const std::uint32_t probe = static_cast<std::uint32_t>(std::min<std::size_t>(std::size_t{lo} + step, end));
+    if (probe < end && has(probe)) {
+      lo = probe + 1;
+      step *= 2;
+      continue;
+    }
+    std::uint32_t hi = probe;  // the answer lies in (lo, hi]
+    ++lo;
+    while (lo < hi) {
+      const std::uint32_t mid = lo + (hi - lo) / 2;
+      if (has(mid)) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+  return lo;
+}
+
+// The walks below run on either cursor: a DfaCursor (memoized steps) or, when the stack automaton
+// overflows its bounds, the Earley Chart. Both answer the same questions identically.
+template <class Cursor, class MakeCursor>
+TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
+                                  const std::chrono::steady_clock::time_point* deadline, MakeCursor make) {
   TokenTable table;
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
   const std::vector<TokenId>& sorted = vocab.text_tokens();
   const std::vector<std::uint32_t>& fb = vocab.first_byte_begin();
 
-  Chart chart(&a);
+  Cursor chart = make();
   chart.reset_detached({&state, 1});
-  ByteSet first{};
-  for (const Item& it : chart.set(1)) {
-    for (std::uint32_t e = a.byte_begin[it.state]; e < a.byte_begin[it.state + 1]; ++e) {
-      for (unsigned b = a.byte_edges[e].lo; b <= a.byte_edges[e].hi; ++b) first[b >> 6] |= 1ULL << (b & 63);
-    }
-  }
+  const ByteSet first = first_bytes(a, chart);
+  FollowCheck<Cursor> follow_check(a.rule_contexts[rule], make);
 
-  // Whether the bytes after the rule's end can continue in some caller context (a superset of the real
-  // ones: the rule's follow contexts, transitively). A final item of an outer rule reached part-way
-  // leaves the answer to the run-time check (true). Memoized per suffix.
-  const std::vector<std::uint32_t>& contexts = a.rule_contexts[rule];
-  Chart follow_chart(&a);
-  if (!contexts.empty()) follow_chart.reset_detached(contexts);
-  std::unordered_map<std::string_view, bool> suffix_memo;
-  auto suffix_viable = [&](std::string_view suffix) {
-    if (contexts.empty()) return true;
-    auto it = suffix_memo.find(suffix);
-    if (it != suffix_memo.end()) return it->second;
-    follow_chart.truncate(2);
-    bool viable = true;
-    for (std::size_t i = 0; i < suffix.size(); ++i) {
-      if (i > 0 && follow_chart.last_has_any_final_at_origin0()) break;
-      if (!follow_chart.push(static_cast<std::uint8_t>(suffix[i]))) {
-        viable = false;
-        break;
-      }
-    }
-    suffix_memo.emplace(suffix, viable);
-    return viable;
-  };
-
-  std::vector<TokenId> accepted;
+  std::vector<std::uint32_t> accepted_bits(vocab.n_mask_words(), 0);
+  std::size_t n_accepted = 0;
   // ends: the depths j > 0 of the current prefix after which the rule's end is reached (a property of
   // the prefix, so it survives truncation to a shorter prefix).
   std::vector<std::uint32_t> ends;
@@ -62,7 +143,7 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
     const std::size_t before = table.end_depths.size();
     for (std::uint32_t j : ends) {
       if (j > died_at || j >= tok.size()) break;
-      if (byte_set_has(follow, static_cast<unsigned char>(tok[j])) && suffix_viable(tok.substr(j))) {
+      if (byte_set_has(follow, static_cast<unsigned char>(tok[j])) && follow_check.viable(tok.substr(j), j)) {
         table.end_depths.push_back(j);
       }
     }
@@ -104,18 +185,25 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
         if (chart.last_has_final(rule, 0)) ends.push_back(static_cast<std::uint32_t>(j + 1));
       }
       if (depth_dead == SIZE_MAX) {
-        accepted.push_back(id);
-      } else {
+        accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+        ++n_accepted;
+      } else if (!ends.empty()) {
         uncertain(p, tok, depth_dead);
+      } else {
+        // No end before the failing byte: every token under this prefix is rejected; skip them all.
+        p = prefix_run_end(vocab, p, fb[b + 1], tok.substr(0, depth_dead + 1)) - 1;
       }
     }
   }
-  std::sort(accepted.begin(), accepted.end());
-  if (accepted.size() > vocab.n_mask_words()) {
-    table.accepted_bits.assign(vocab.n_mask_words(), 0);
-    for (TokenId id : accepted) table.accepted_bits[id >> 5] |= 1u << (id & 31);
+  if (n_accepted > vocab.n_mask_words()) {
+    table.accepted_bits = std::move(accepted_bits);
   } else {
-    table.accepted_list = std::move(accepted);
+    table.accepted_list.reserve(n_accepted);
+    for (std::size_t w = 0; w < accepted_bits.size(); ++w) {
+      for (std::uint32_t bits = accepted_bits[w]; bits != 0; bits &= bits - 1) {
+        table.accepted_list.push_back(static_cast<TokenId>(w * 32 + static_cast<std::size_t>(__builtin_ctz(bits))));
+      }
+    }
   }
   table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
   table.uncertain.shrink_to_fit();
@@ -123,8 +211,9 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
   return table;
 }
 
-ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
-                             std::uint32_t caller_return) {
+template <class Cursor>
+ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, UncertainView below,
+                                  std::uint32_t caller_return, Cursor& chart) {
   // The rest of each token after a depth where the callee ends, read from caller_return in a detached
   // chart. Consumed: accepted. Dead: the depths where the caller's rule ended (outer end, any depth
   // including 0) with a byte its own callers may read carry the token one level up; none: rejected.
@@ -132,7 +221,6 @@ ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, Uncert
   // depth), so consecutive ones share the chart of their common prefix; `leaves` is a prefix property.
   const std::uint32_t rule = a.state_rule[caller_return];
   const ByteSet& follow = a.rule_follow[rule];
-  Chart chart(&a);
   chart.reset_detached({&caller_return, 1});
   std::vector<std::uint32_t> leaves;  // rest positions i where the caller's rule may be left
   std::string_view prev;
@@ -194,6 +282,42 @@ ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, Uncert
   out.end_begin.push_back(static_cast<std::uint32_t>(out.end_depths.size()));
   std::sort(out.accepted.begin(), out.accepted.end());
   return out;
+}
+
+}  // namespace
+
+TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
+                             const std::chrono::steady_clock::time_point* deadline, StackDfa* shared,
+                             Walker walker) {
+  if (walker == Walker::kAuto) {
+    // A saturated shared automaton would overflow at the first new configuration: start afresh.
+    if (shared != nullptr && !shared->saturated()) {
+      try {
+        return build_token_table_with<DfaCursor>(a, vocab, state, deadline, [&] { return DfaCursor(shared); });
+      } catch (const StackDfa::Overflow&) {
+      }
+    }
+    try {
+      StackDfa dfa(a);
+      return build_token_table_with<DfaCursor>(a, vocab, state, deadline, [&] { return DfaCursor(&dfa); });
+    } catch (const StackDfa::Overflow&) {
+    }
+  }
+  return build_token_table_with<Chart>(a, vocab, state, deadline, [&] { return Chart(&a); });
+}
+
+ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
+                             std::uint32_t caller_return, Walker walker) {
+  if (walker == Walker::kAuto) {
+    try {
+      StackDfa dfa(a);
+      DfaCursor chart(&dfa);
+      return build_chain_table_with(a, vocab, below, caller_return, chart);
+    } catch (const StackDfa::Overflow&) {
+    }
+  }
+  Chart chart(&a);
+  return build_chain_table_with(a, vocab, below, caller_return, chart);
 }
 
 }  // namespace pse::detail

@@ -53,12 +53,21 @@ struct ChainTable {
   }
 };
 
+class StackDfa;
+
+// How the walks read bytes: kAuto through a StackDfa (memoized steps; the Earley chart when its bounds
+// are exceeded), kEarley through the Earley chart only (the reference the tests compare kAuto with).
+enum class Walker { kAuto, kEarley };
+
 // Classifies every text token for `state`. Throws LimitError when `deadline` (if given) passes.
+// `shared`: a StackDfa of this automaton reused across calls (one thread at a time), so configurations
+// met by earlier tables are not built again; nullptr: a fresh one.
 TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocabulary,
                              std::uint32_t state,
-                             const std::chrono::steady_clock::time_point* deadline);
+                             const std::chrono::steady_clock::time_point* deadline,
+                             StackDfa* shared = nullptr, Walker walker = Walker::kAuto);
 
 ChainTable build_chain_table(const Automaton& automaton, const Vocabulary& vocabulary, UncertainView below,
-                             std::uint32_t caller_return);
+                             std::uint32_t caller_return, Walker walker = Walker::kAuto);
 
 }  // namespace pse::detail

@@ -1,0 +1,166 @@
+// The stack automaton (pse/src/stack_dfa.h) against the Earley chart walks it replaces: every token
+// table and chain table it builds equals the one the chart builds, state by state, on the small grammars
+// and on the shared GBNF grammars (fresh and shared automata); and its bounds (left recursion overflows,
+// deep nesting does not).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "automaton.h"
+#include "engine_test_util.h"
+#include "pse/gbnf.h"
+#include "shared_data.h"
+#include "stack_dfa.h"
+#include "token_table.h"
+
+namespace {
+
+using pse::Grammar;
+using pse::Vocabulary;
+using namespace pse::detail;
+
+void expect_same(const TokenTable& x, const TokenTable& y, const std::string& where) {
+  EXPECT_EQ(x.accepted_bits, y.accepted_bits) << where;
+  EXPECT_EQ(x.accepted_list, y.accepted_list) << where;
+  EXPECT_EQ(x.uncertain, y.uncertain) << where;
+  EXPECT_EQ(x.end_begin, y.end_begin) << where;
+  EXPECT_EQ(x.end_depths, y.end_depths) << where;
+}
+
+void expect_same(const ChainTable& x, const ChainTable& y, const std::string& where) {
+  EXPECT_EQ(x.accepted, y.accepted) << where;
+  EXPECT_EQ(x.uncertain, y.uncertain) << where;
+  EXPECT_EQ(x.end_begin, y.end_begin) << where;
+  EXPECT_EQ(x.end_depths, y.end_depths) << where;
+}
+
+// Every reachable state that reads bytes: its table by the stack automaton (fresh, and one shared by
+// all states) equals the chart's; for tables with uncertain tokens, the chain tables one and two callers
+// up too. Returns the number of tables compared.
+std::size_t check_walks(const Grammar& g, const Vocabulary& vocab, const std::string& name) {
+  const Automaton a = build_automaton(g, AutomatonLimits{});
+  StackDfa shared(a);
+  std::size_t n = 0;
+  auto callers_of = [&](std::uint32_t rule) {
+    std::vector<std::uint32_t> out;
+    for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+      if (!a.reachable[s]) continue;
+      for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e)
+        if (a.call_edges[e].rule == rule) out.push_back(a.call_edges[e].target);
+    }
+    return out;
+  };
+  for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+    if (!a.reachable[s] || !a.has_bytes(s)) continue;
+    const std::string where = name + " state " + std::to_string(s);
+    const TokenTable earley = build_token_table(a, vocab, s, nullptr, nullptr, Walker::kEarley);
+    expect_same(build_token_table(a, vocab, s, nullptr), earley, where + " (fresh)");
+    expect_same(build_token_table(a, vocab, s, nullptr, &shared), earley, where + " (shared)");
+    ++n;
+    if (earley.uncertain.empty()) continue;
+    for (std::uint32_t ret : callers_of(a.state_rule[s])) {
+      const ChainTable up = build_chain_table(a, vocab, earley.view(), ret, Walker::kEarley);
+      expect_same(build_chain_table(a, vocab, earley.view(), ret), up, where + " chain " + std::to_string(ret));
+      if (up.uncertain.empty()) continue;
+      for (std::uint32_t ret2 : callers_of(a.state_rule[ret])) {
+        expect_same(build_chain_table(a, vocab, up.view(), ret2),
+                    build_chain_table(a, vocab, up.view(), ret2, Walker::kEarley),
+                    where + " chain " + std::to_string(ret) + " " + std::to_string(ret2));
+      }
+    }
+  }
+  return n;
+}
+
+// The small vocabulary plus long runs that nest deep or repeat a rule many times.
+std::shared_ptr<const Vocabulary> vocabulary_with_runs() {
+  std::vector<std::string> t;
+  const auto small = pse::testing::small_vocabulary();
+  for (std::size_t i = 0; i < small->n_tokens(); ++i) {
+    t.push_back(small->is_special(static_cast<pse::TokenId>(i)) ? "" : small->token_bytes(static_cast<pse::TokenId>(i)));
+  }
+  for (const char* run : {"((((((((((((((((", "----------------------------------------------------------------",
+                          "))))))))", "[[[[[[[[[[[[", "]]]]]]", "{\"a\":{\"a\":[[", "                ", "\n\n\n\n",
+                          "/* a */", "// x\n", "int x = 1;", " = (", "-(-(", "aaaaaaaaaaaaaaaaaaaa", "abababab"}) {
+    t.push_back(run);
+  }
+  return std::make_shared<Vocabulary>(std::move(t), std::vector<pse::TokenId>{}, std::vector<pse::TokenId>{});
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(StackDfa, TablesEqualEarleyOnSmallGrammars) {
+  const auto vocab = vocabulary_with_runs();
+  for (const auto& [name, g] : pse::testing::all_small_grammars()) {
+    EXPECT_GT(check_walks(g, *vocab, name), 0u) << name;
+  }
+}
+
+TEST(StackDfa, TablesEqualEarleyOnSharedGrammars) {
+  ORCHARD_REQUIRE_SHARED_DATA("grammars/json.gbnf");
+  const auto vocab = vocabulary_with_runs();
+  for (const char* name : {"json", "arithmetic", "c"}) {
+    const Grammar g = pse::parse_gbnf(read_file(orchard::testing::shared_data(std::string("grammars/") + name + ".gbnf")));
+    EXPECT_GT(check_walks(g, *vocab, name), 0u) << name;
+  }
+}
+
+std::uint32_t root_start(const Automaton& a) { return a.rule_start[a.root]; }
+
+TEST(StackDfa, LeftRecursionOverflows) {
+  const Automaton a = build_automaton(pse::testing::left_recursive_grammar(), AutomatonLimits{});
+  StackDfa dfa(a);
+  const std::uint32_t s = root_start(a);
+  EXPECT_THROW(dfa.start({&s, 1}), StackDfa::Overflow);
+}
+
+TEST(StackDfa, DeepNestingStaysExactWithinBounds) {
+  // p ::= "(" p ")" | "x": 100 open parentheses nest 100 calls.
+  pse::testing::G g;
+  const pse::RuleId p = g.rule("root");
+  g.define(p, g.alt({g.seq({g.lit("("), g.ref(p), g.lit(")")}), g.lit("x")}));
+  const Automaton a = build_automaton(g.done(p), AutomatonLimits{});
+  StackDfa dfa(a);
+  DfaCursor cursor(&dfa);
+  const std::uint32_t s = root_start(a);
+  cursor.reset_detached({&s, 1});
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(cursor.push('(')) << i;
+  EXPECT_FALSE(cursor.push(')'));
+  ASSERT_TRUE(cursor.push('x'));
+  for (int i = 0; i < 99; ++i) {
+    ASSERT_TRUE(cursor.push(')')) << i;
+    EXPECT_FALSE(cursor.last_has_any_final_at_origin0()) << i;
+  }
+  ASSERT_TRUE(cursor.push(')'));
+  EXPECT_TRUE(cursor.last_has_any_final_at_origin0());
+  EXPECT_FALSE(cursor.push(')'));
+}
+
+TEST(StackDfa, StepsAreMemoized) {
+  const Automaton a = build_automaton(pse::testing::arithmetic_grammar(), AutomatonLimits{});
+  StackDfa dfa(a);
+  const std::uint32_t s = root_start(a);
+  const std::int32_t c0 = dfa.start({&s, 1});
+  EXPECT_EQ(dfa.start({&s, 1}), c0);
+  const std::int32_t c1 = dfa.step(c0, '1');
+  ASSERT_NE(c1, StackDfa::kDead);
+  const std::size_t n = dfa.n_configs();
+  EXPECT_EQ(dfa.step(c0, '1'), c1);
+  EXPECT_EQ(dfa.step(c1, '2'), c1);  // digits loop in the same configuration
+  EXPECT_EQ(dfa.n_configs(), n);
+  EXPECT_EQ(dfa.step(c0, '*'), StackDfa::kDead);
+  EXPECT_TRUE(dfa.outer_final(c1));  // "1" is a whole expression
+  EXPECT_FALSE(dfa.outer_final(c0));
+  const ByteSet first = dfa.first_bytes(c0);
+  EXPECT_TRUE(byte_set_has(first, '('));
+  EXPECT_TRUE(byte_set_has(first, '7'));
+  EXPECT_FALSE(byte_set_has(first, '+'));
+}
+
+}  // namespace
