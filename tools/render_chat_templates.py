@@ -86,6 +86,23 @@ def tool_turn(arguments_as_string, call_content):
     ]
 
 
+def parallel_calls():
+    calls = [
+        {"id": "call00001", "type": "function",
+         "function": {"name": "get_weather", "arguments": json.dumps({"location": "Paris, France"})}},
+        {"id": "call00002", "type": "function",
+         "function": {"name": "search_web", "arguments": json.dumps({"query": "événements à Paris", "max_results": 3,
+                                                                      "threshold": 0.75, "safe": True})}},
+    ]
+    return [
+        SYSTEM,
+        {"role": "user", "content": "Weather in Paris, and what's on?"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "sunny, 22"},
+        {"role": "tool", "tool_call_id": "call00002", "name": "search_web", "content": "[\"Fête de la musique\"]"},
+    ]
+
+
 CONVERSATIONS = {
     "user": ([{"role": "user", "content": "Hello!"}], None),
     "system_user": ([SYSTEM, USER], None),
@@ -104,6 +121,7 @@ CONVERSATIONS = {
     # OpenAI sends content null beside tool_calls; templates differ in what they accept, so both shapes.
     "tool_calls_string_arguments": ([SYSTEM] + tool_turn(True, ""), TOOLS),
     "tool_calls_object_arguments": (tool_turn(False, None), TOOLS),
+    "parallel_tool_calls": (parallel_calls(), TOOLS),
 }
 
 # Variables some templates read beyond HF's defaults (Firefunction's functions and datetime, Command R's
