@@ -168,6 +168,9 @@ class ToolCallStreamParser {
   std::size_t committed_ = 0;   // diverged: text_[0, committed_) is settled; the rest is content
   bool diverged_ = false;
   bool finished_ = false;
+  // The last parse ended inside a string of the last call's arguments (no escape pending): text without
+  // quotes, backslashes and control bytes only extends those arguments, with no need to parse again.
+  bool in_argument_string_ = false;
   StreamDelta advance(bool final);
 };
 

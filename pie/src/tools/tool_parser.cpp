@@ -1,5 +1,7 @@
 // parse_tool_calls and the streaming parser: both read parse_output; the stream emits the difference
 // between the parse of what it has received and what it emitted before.
+#include <algorithm>
+
 #include "pie/tool_calls.h"
 #include "tools/output_parse.h"
 
@@ -27,6 +29,16 @@ ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format, ParseOptions o
 StreamDelta ToolCallStreamParser::push(std::string_view text) {
   if (finished_) return {};
   text_.append(text);
+  if (in_argument_string_ && !diverged_ &&
+      std::none_of(text.begin(), text.end(), [](char c) {
+        return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+      })) {
+    // Inside a string the arguments keep every byte: the parse would only extend them by `text`.
+    StreamDelta d;
+    emitted_.tool_calls.back().arguments.append(text);
+    d.tool_calls.push_back({static_cast<std::int32_t>(emitted_.tool_calls.size() - 1), "", "", std::string(text)});
+    return d;
+  }
   return advance(false);
 }
 
@@ -49,6 +61,21 @@ bool extend(std::string& before, const std::string& now, std::string& delta) {
   delta.append(now, before.size());
   before = now;
   return true;
+}
+
+// Whether JSON text (a prefix of a value) ends inside a string, with no escape pending.
+bool ends_inside_string(const std::string& json) {
+  bool in_string = false, escaped = false;
+  for (char c : json) {
+    if (escaped) {
+      escaped = false;
+    } else if (in_string && c == '\\') {
+      escaped = true;
+    } else if (c == '"') {
+      in_string = !in_string;
+    }
+  }
+  return in_string && !escaped;
 }
 
 }  // namespace
@@ -77,6 +104,7 @@ StreamDelta ToolCallStreamParser::advance(bool final) {
     committed_ = text_.size();
     return d;
   }
+  in_argument_string_ = !final && !p.calls.empty() && !p.calls.back().complete && ends_inside_string(p.calls.back().arguments);
   extend(emitted_.reasoning_content, p.reasoning, d.reasoning_content);
   extend(emitted_.content, p.content, d.content);
   for (std::size_t i = 0; i < p.calls.size(); ++i) {

@@ -201,6 +201,11 @@ TEST(ToolCallStreamParser, RandomSplitsReassembleToTheOneShotParse) {
       {ToolCallFormat::generic, ReasoningFormat::none,
        "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"n\": 1}}, {\"name\": \"b\", \"arguments\": {}}]}"},
       {ToolCallFormat::generic, ReasoningFormat::none, "{\"content\": \"hi there\"}"},
+      // A long string argument (the stream's fast path inside strings), with escapes and braces in it.
+      {ToolCallFormat::hermes, ReasoningFormat::none,
+       "<tool_call>{\"name\": \"write\", \"arguments\": {\"path\": \"a.py\", \"text\": \"def f(x):\\n    "
+       "return {'a': [x, \\\"}\\\"]}\\n# </tool_call> is text here, and so are { and ] and \\\\ \\u00e9 "
+       "and a long tail of plain words that goes on and on and on\"}}</tool_call>"},
   };
   std::mt19937 rng(1234);
   for (const StreamCase& c : cases) {
