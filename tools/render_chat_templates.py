@@ -122,6 +122,8 @@ CONVERSATIONS = {
     "tool_calls_string_arguments": ([SYSTEM] + tool_turn(True, ""), TOOLS),
     "tool_calls_object_arguments": (tool_turn(False, None), TOOLS),
     "parallel_tool_calls": (parallel_calls(), TOOLS),
+    # Every parameter described (Command R+ concatenates each description, so it fails without one).
+    "described_tool_calls": ([SYSTEM] + tool_turn(True, ""), TOOLS[:1]),
 }
 
 # Variables some templates read beyond HF's defaults (Firefunction's functions and datetime, Command R's
