@@ -34,7 +34,7 @@ enum class ToolCallFormat : std::uint8_t {
   // Llama 3.1 / 3.2 / 3.3: {"name": ..., "parameters": {...}}, optionally after <|python_tag|>; parallel
   // calls separated by ";" (no marker, so in auto mode the output is either text or calls).
   llama3_json,
-  // Mistral Nemo: [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": "<9 alphanumerics>"}, ...]
+  // Mistral Nemo: [TOOL_CALLS][{"name": ..., "arguments": {...}[, "id": "<9 alphanumerics>"]}, ...]
   mistral,
   // Functionary v3.1 (Llama 3.1): <function=NAME>{...}</function>, one per call.
   functionary_v3_1,
