@@ -46,11 +46,10 @@ KvArena::KvArena(std::int32_t n_layer, std::size_t pool_bytes) : pool_bytes_(poo
   if (total >= kHuge) ::madvise(p, total, MADV_HUGEPAGE);  // advice only: failure is harmless
   base_ = static_cast<std::byte*>(p);
   total_bytes_ = total;
-  mapped_bytes_ = total;
 }
 
 KvArena::~KvArena() {
-  if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+  if (base_ != nullptr) ::munmap(base_, total_bytes_);
 }
 
 }  // namespace pie::kv_detail

@@ -26,7 +26,6 @@ class KvArena {
   std::byte* base_ = nullptr;
   std::size_t pool_bytes_ = 0;
   std::size_t total_bytes_ = 0;
-  std::size_t mapped_bytes_ = 0;
 };
 
 }  // namespace pie::kv_detail
