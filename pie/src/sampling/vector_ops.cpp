@@ -24,36 +24,68 @@ inline V4F load(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store(float* p, V4F v) { std::memcpy(p, &v, sizeof v); }
 inline V4F splat(float x) { return V4F{} + x; }
 // mask lanes (all ones / zero) ? a : b
 inline V4F select(V4I mask, V4F a, V4F b) { return (V4F)(((V4I)a & mask) | ((V4I)b & ~mask)); }
 
+
 // exp(x) for x <= 0 (Cephes expf: round-to-nearest range reduction by ln 2, degree-6 polynomial, the
 // exponent put in by bit arithmetic; within 2 ulp). Below -87 (exp < 1.7e-38), -inf and NaN give 0.
-inline V4F exp_nonpositive(V4F x) {
-  const V4I tiny = ~(V4I)(x >= splat(-87.0f));
-  const V4F xc = select(tiny, splat(-87.0f), x);
+// Plain IEEE adds and multiplies (no FMA), so every width gives bit-identical results.
+// Vectors go by reference: no vector is passed or returned by value, so no ABI question arises.
+template <class VF, class VI>
+[[gnu::always_inline]] inline void exp_nonpositive(const VF& x, VF& out) {
+  const VF lo = VF{} + -87.0f;
+  const VI tiny = ~(VI)(x >= lo);
+  const VF xc = (VF)(((VI)lo & tiny) | ((VI)x & ~tiny));
   // Round to nearest with the 1.5 * 2^23 trick (exact without -ffast-math, which this file is not built with).
-  const V4F n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  V4F r = xc - n * 0.693359375f;
+  const VF n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  VF r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  V4F p = splat(1.9875691500e-4f);
+  VF p = VF{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const V4F y = p * r * r + r + 1.0f;
-  const V4I e = (__builtin_convertvector(n, V4I) + 127) << 23;
-  return select(tiny, V4F{}, y * (V4F)e);
+  const VF y = p * r * r + r + 1.0f;
+  const VI e = (__builtin_convertvector(n, VI) + 127) << 23;
+  out = (VF)((VI)(y * (VF)e) & ~tiny);
+}
+
+// out[i] = exp((in[i] - max) * scale), zeroed below floor, W lanes at a time.
+template <class VF, class VI>
+[[gnu::always_inline]] inline std::size_t exp_shifted_lanes(const float* in, std::size_t n, float max, float scale,
+                                                           float floor, float* out) {
+  constexpr std::size_t w = sizeof(VF) / sizeof(float);
+  const VF vmax = VF{} + max, vscale = VF{} + scale, vfloor = VF{} + floor;
+  std::size_t i = 0;
+  for (; i + w <= n; i += w) {
+    VF x;
+    std::memcpy(&x, in + i, sizeof x);
+    VF e;
+    exp_nonpositive<VF, VI>((x - vmax) * vscale, e);
+    const VF r = (VF)((VI)e & ~(VI)(e < vfloor));
+    std::memcpy(out + i, &r, sizeof r);
+  }
+  return i;
+}
+
+typedef float V8F __attribute__((vector_size(32)));
+typedef std::int32_t V8I __attribute__((vector_size(32)));
+
+__attribute__((target("avx2"))) std::size_t exp_shifted_avx2(const float* in, std::size_t n, float max,
+                                                             float scale, float floor, float* out) {
+  return exp_shifted_lanes<V8F, V8I>(in, n, max, scale, floor, out);
 }
 
 inline float exp_nonpositive(float x) {
-  float lanes[kW] = {x};
-  store(lanes, exp_nonpositive(load(lanes)));
-  return lanes[0];
+  V4F v;
+  exp_nonpositive<V4F, V4I>(splat(x), v);
+  return v[0];
 }
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 
 }  // namespace
 
@@ -137,12 +169,8 @@ std::size_t next_above(std::span<const float> x, std::size_t from, float thresho
 void exp_shifted(std::span<const float> x, float max, float scale, float floor, float* out) {
   const std::size_t n = x.size();
   const float* in = x.data();
-  const V4F vmax = splat(max), vscale = splat(scale), vfloor = splat(floor);
-  std::size_t i = 0;
-  for (; i + kW <= n; i += kW) {
-    const V4F w = exp_nonpositive((load(in + i) - vmax) * vscale);
-    store(out + i, select(w < vfloor, V4F{}, w));
-  }
+  std::size_t i = kHaveAvx2 ? exp_shifted_avx2(in, n, max, scale, floor, out)
+                            : exp_shifted_lanes<V4F, V4I>(in, n, max, scale, floor, out);
   for (; i < n; ++i) {
     const float w = exp_nonpositive((in[i] - max) * scale);
     out[i] = w < floor ? 0.0f : w;
