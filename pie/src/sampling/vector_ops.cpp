@@ -71,6 +71,7 @@ template <class VF, class VI>
   return i;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
 typedef float V8F __attribute__((vector_size(32)));
 typedef std::int32_t V8I __attribute__((vector_size(32)));
 
@@ -79,13 +80,17 @@ __attribute__((target("avx2"))) std::size_t exp_shifted_avx2(const float* in, st
   return exp_shifted_lanes<V8F, V8I>(in, n, max, scale, floor, out);
 }
 
+bool have_avx2() {
+  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx2") != 0);
+  return yes;
+}
+#endif
+
 inline float exp_nonpositive(float x) {
   V4F v;
   exp_nonpositive<V4F, V4I>(splat(x), v);
   return v[0];
 }
-
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 
 }  // namespace
 
@@ -169,8 +174,12 @@ std::size_t next_above(std::span<const float> x, std::size_t from, float thresho
 void exp_shifted(std::span<const float> x, float max, float scale, float floor, float* out) {
   const std::size_t n = x.size();
   const float* in = x.data();
-  std::size_t i = kHaveAvx2 ? exp_shifted_avx2(in, n, max, scale, floor, out)
-                            : exp_shifted_lanes<V4F, V4I>(in, n, max, scale, floor, out);
+#if defined(__x86_64__) || defined(__i386__)
+  std::size_t i = have_avx2() ? exp_shifted_avx2(in, n, max, scale, floor, out)
+                              : exp_shifted_lanes<V4F, V4I>(in, n, max, scale, floor, out);
+#else
+  std::size_t i = exp_shifted_lanes<V4F, V4I>(in, n, max, scale, floor, out);
+#endif
   for (; i < n; ++i) {
     const float w = exp_nonpositive((in[i] - max) * scale);
     out[i] = w < floor ? 0.0f : w;
