@@ -957,6 +957,51 @@ Value bound_method(Interpreter& in, const Value& obj, const std::string& name) {
         return Value::string(std::move(out));
       });
     }
+    if (name == "format") {  // the sandbox's str.format: {} {0} {name}, {{ and }}; no format specs
+      return method([](const Value& s, CallArgs& a) {
+        std::string out;
+        std::size_t next = 0;
+        bool automatic = false, manual = false;
+        for (std::size_t k = 0; k < s.s.size(); ++k) {
+          const char c = s.s[k];
+          if (c == '}') {
+            if (k + 1 < s.s.size() && s.s[k + 1] == '}') { out += '}'; ++k; continue; }
+            throw ValueError{"Single '}' encountered in format string"};
+          }
+          if (c != '{') { out += c; continue; }
+          if (k + 1 < s.s.size() && s.s[k + 1] == '{') { out += '{'; ++k; continue; }
+          const std::size_t close = s.s.find('}', k);
+          if (close == std::string::npos) throw ValueError{"Single '{' encountered in format string"};
+          const std::string field = s.s.substr(k + 1, close - k - 1);
+          if (field.find_first_of(":!.[") != std::string::npos) {
+            throw ValueError{"format: field '" + field + "' uses a conversion, spec or lookup, which is not supported"};
+          }
+          const Value* v = nullptr;
+          const bool numbered = !field.empty() && std::isdigit(static_cast<unsigned char>(field[0]));
+          (field.empty() ? automatic : numbered ? manual : automatic) |= field.empty() || numbered;
+          if (automatic && manual) {
+            throw ValueError{"cannot switch from manual field specification to automatic field numbering"};
+          }
+          if (field.empty()) {
+            v = next < a.positional.size() ? &a.positional[next] : nullptr;
+            ++next;
+          } else if (std::all_of(field.begin(), field.end(), [](char d) { return std::isdigit(static_cast<unsigned char>(d)) != 0; })) {
+            const auto index = static_cast<std::size_t>(std::stoull(field.substr(0, 9)));
+            v = index < a.positional.size() ? &a.positional[index] : nullptr;
+          } else {
+            for (const auto& [kw, x] : a.keyword) {
+              if (kw == field) v = &x;
+            }
+            if (v == nullptr) throw ValueError{"KeyError: '" + field + "'"};
+          }
+          if (v == nullptr) throw ValueError{"Replacement index out of range for positional args tuple"};
+          out += to_str(*v);
+          k = close;
+        }
+        a.interp->charge(out.size());
+        return keep_markup(s, std::move(out));
+      });
+    }
     if (name == "splitlines") {
       return method([](const Value& s, CallArgs& a) {
         a.check("splitlines", {});

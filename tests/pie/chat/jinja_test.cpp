@@ -122,6 +122,10 @@ end)~~"},
 };
 // clang-format on
 
+void expect_render_error(const std::string& source, const std::string& message_part,
+                         const nlohmann::ordered_json& context = nlohmann::ordered_json::object(),
+                         const pie::RenderOptions& options = {});
+
 std::string render(const std::string& source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object(),
                    const pie::RenderOptions& options = {}) {
   return pie::ChatTemplate(source).render(context, options);
@@ -133,6 +137,13 @@ TEST(Jinja, RendersLikePythonJinja2) {
     SCOPED_TRACE("case " + std::to_string(index++) + ": " + c.source);
     EXPECT_EQ(render(c.source, nlohmann::ordered_json::parse(c.context)), c.expected);
   }
+}
+
+TEST(Jinja, StrFormat) {
+  EXPECT_EQ(render("{{ 'a{}b{}c{x}{{}}'.format(1, 2, x='y') }}|{{ '{1}{0}'.format('a', 'b') }}"), "a1b2cy{}|ba");
+  expect_render_error("{{ '{}{0}'.format(1) }}", "cannot switch from manual");
+  expect_render_error("{{ '{:>3}'.format(1) }}", "not supported");
+  expect_render_error("{{ '{}'.format() }}", "out of range");
 }
 
 TEST(Jinja, TrailingNewlineAndCrLf) {
@@ -182,8 +193,7 @@ TEST(Jinja, DeepNestingIsASyntaxErrorNotACrash) {
 }
 
 void expect_render_error(const std::string& source, const std::string& message_part,
-                         const nlohmann::ordered_json& context = nlohmann::ordered_json::object(),
-                         const pie::RenderOptions& options = {}) {
+                         const nlohmann::ordered_json& context, const pie::RenderOptions& options) {
   SCOPED_TRACE(source);
   pie::ChatTemplate t(source);
   try {
