@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "arg_parser.h"
 #include "commands.h"
@@ -26,9 +28,16 @@ void write_out(const std::string& text) {
   }
 }
 
+struct RunSettings {
+  int n_threads = 0;
+  int parallel = 1;      // concurrent requests (seeds seed, seed + 1, ...)
+  bool no_bos = false;
+  bool json_stats = false;
+};
+
 int generate(const std::optional<std::string>& model_path, const GrammarSource& grammar,
              const std::optional<std::string>& prompt_text, const std::optional<std::string>& prompt_file,
-             const pie::GenerateRequest& base, bool no_bos, int n_threads) {
+             const pie::GenerateRequest& base, const RunSettings& settings) {
   const auto t_load = std::chrono::steady_clock::now();
   std::shared_ptr<const pie::Model> model = model_path ? pie::load_model(*model_path) : pie::default_model();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
@@ -36,45 +45,81 @@ int generate(const std::optional<std::string>& model_path, const GrammarSource& 
   pie::GenerateRequest request = base;
   const std::string text = prompt_file ? read_input(*prompt_file) : prompt_text.value_or("");
   const auto& tokenizer = *model->tokenizer;
-  request.prompt = tokenizer.encode(text, {.add_bos = !no_bos});
+  request.prompt = tokenizer.encode(text, {.add_bos = !settings.no_bos});
   if (request.prompt.empty()) throw UsageError("the prompt is empty (give -p or -f, or drop --no-bos)");
   if (grammar.given()) request.grammar = grammar.load();
 
   pie::EngineOptions options;
-  options.n_threads = n_threads;
-  options.max_running = 1;
+  options.n_threads = settings.n_threads;
+  options.max_running = settings.parallel;
   pie::Engine engine(model, options);
   const auto t0 = std::chrono::steady_clock::now();
-  auto stream = engine.submit(std::move(request));
+  // --parallel N: N requests at once, seeds seed .. seed + N - 1 (the grammar is compiled once: cached).
+  std::vector<std::shared_ptr<pie::RequestStream>> streams;
+  const std::uint64_t seed = base.sampling.seed ? *base.sampling.seed : std::random_device{}();
+  for (int i = 0; i < settings.parallel; ++i) {
+    pie::GenerateRequest r = request;
+    r.sampling.seed = seed + static_cast<std::uint64_t>(i);
+    streams.push_back(engine.submit(std::move(r)));
+  }
+  const auto t_submitted = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> first;
-  pie::FinishReason finish = pie::FinishReason::none;
+  std::vector<pie::FinishReason> finish(streams.size(), pie::FinishReason::none);
+  std::vector<std::string> texts(streams.size());
   std::string error;
   pie::Usage usage;
-  while (auto event = stream->next()) {
-    if (event->done) {
-      usage = event->usage;
-      break;
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    while (auto event = streams[i]->next()) {
+      if (event->done) {
+        usage.prompt_tokens += event->usage.prompt_tokens;
+        usage.completion_tokens += event->usage.completion_tokens;
+        break;
+      }
+      if (!event->tokens.empty() && (!first || event->time < *first)) first = event->time;
+      // One request streams; several are printed one per line once done.
+      if (streams.size() == 1) {
+        write_out(event->text);
+      } else {
+        texts[i] += event->text;
+      }
+      if (event->finish != pie::FinishReason::none) {
+        finish[i] = event->finish;
+        if (!event->error.empty()) error = event->error;
+      }
     }
-    if (!first && !event->tokens.empty()) first = event->time;
-    write_out(event->text);
-    if (event->finish != pie::FinishReason::none) {
-      finish = event->finish;
-      error = event->error;
-    }
+    if (streams.size() > 1) write_out(texts[i] + "\n");
   }
   const auto t1 = std::chrono::steady_clock::now();
-  write_out("\n");
+  if (streams.size() == 1) write_out("\n");
   const double total_s = std::chrono::duration<double>(t1 - t0).count();
+  const double compile_s = std::chrono::duration<double>(t_submitted - t0).count();
   const double gen_s = first ? std::chrono::duration<double>(t1 - *first).count() : 0.0;
   const pie::EngineStats st = engine.stats();
-  // Tokens after the first over the time since it: the decode rate, without the prompt's prefill.
+  // Tokens after the first over the time since it: the decode rate, without grammar compile and prefill.
   const double rate = usage.completion_tokens > 1 && gen_s > 0 ? (usage.completion_tokens - 1) / gen_s : 0.0;
-  std::fprintf(stderr,
-               "orchard run: %d tokens (%llu forced) in %.2f s, %.1f tokens/s; prompt %d tokens; finish %s; "
-               "model %s (loaded in %.2f s)\n",
-               usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens), total_s, rate,
-               usage.prompt_tokens, pie::finish_reason_name(finish), model->name.c_str(), load_s);
-  if (finish == pie::FinishReason::error) {
+  bool failed = false;
+  std::string reasons;
+  for (pie::FinishReason f : finish) {
+    failed = failed || f == pie::FinishReason::error;
+    if (!reasons.empty()) reasons += ',';
+    reasons += pie::finish_reason_name(f);
+  }
+  if (settings.json_stats) {
+    std::fprintf(stderr,
+                 "{\"requests\": %zu, \"completion_tokens\": %d, \"forced_tokens\": %llu, \"prompt_tokens\": %d, "
+                 "\"seconds\": %.6f, \"decode_seconds\": %.6f, \"submit_seconds\": %.6f, \"tokens_per_second\": %.3f, "
+                 "\"steps\": %llu, \"forward_seconds\": %.6f, \"mask_seconds\": %.6f, \"finish\": \"%s\"}\n",
+                 streams.size(), usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens),
+                 usage.prompt_tokens, total_s, gen_s, compile_s, rate, static_cast<unsigned long long>(st.steps),
+                 st.forward_seconds, st.mask_seconds, reasons.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "orchard run: %d tokens (%llu forced) in %.2f s, %.1f tokens/s; prompt %d tokens; finish %s; "
+                 "model %s (loaded in %.2f s)\n",
+                 usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens), total_s, rate,
+                 usage.prompt_tokens, reasons.c_str(), model->name.c_str(), load_s);
+  }
+  if (failed) {
     std::fprintf(stderr, "orchard run: generation failed: %s\n", error.c_str());
     return 1;
   }
@@ -84,12 +129,12 @@ int generate(const std::optional<std::string>& model_path, const GrammarSource& 
 }  // namespace
 
 int run_run(std::span<const std::string> args) {
-  std::optional<std::string> model_path, prompt, prompt_file, n_tokens, temp, top_k, top_p, seed, threads;
-  bool no_bos = false, ignore_eos = false;
+  std::optional<std::string> model_path, prompt, prompt_file, n_tokens, temp, top_k, top_p, seed, threads, parallel;
+  bool no_bos = false, ignore_eos = false, json_stats = false;
   GrammarSource grammar;
   ArgParser parser(
       fmt::format("orchard run [-m MODEL] [{}] [-p PROMPT | -f FILE] [-n N] [--temp T] [--top-k K] "
-                  "[--top-p P] [--seed S] [--threads N] [--no-bos] [--ignore-eos]",
+                  "[--top-p P] [--seed S] [--threads N] [--parallel N] [--no-bos] [--ignore-eos] [--json-stats]",
                   kGrammarSynopsis),
       "Generates text from the prompt and streams it to standard output; a summary line (tokens,\n"
       "tokens/s, finish reason) goes to standard error. With a grammar, the output always fits it:\n"
@@ -112,7 +157,10 @@ int run_run(std::span<const std::string> args) {
       .option("seed", 0, "S", "random seed (default: a fresh one)", &seed)
       .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)
       .flag("no-bos", 0, "do not prepend the beginning-of-sequence token", &no_bos)
-      .flag("ignore-eos", 0, "keep generating past end-of-sequence tokens (unconstrained only)", &ignore_eos);
+      .option("parallel", 0, "N",
+              "run N requests at once (seeds S .. S+N-1), printed one per line when done (default 1)", &parallel)
+      .flag("ignore-eos", 0, "keep generating past end-of-sequence tokens (unconstrained only)", &ignore_eos)
+      .flag("json-stats", 0, "write the summary to standard error as one JSON object (for benchmarks)", &json_stats);
   grammar.add_options(parser);
   if (!parser.parse(args)) return 0;
   if (prompt && prompt_file) throw UsageError("give -p PROMPT or -f FILE, not both");
@@ -130,11 +178,15 @@ int run_run(std::span<const std::string> args) {
   request.sampling.top_p = static_cast<float>(top_p ? parse_double(*top_p, "--top-p") : 0.95);
   if (seed) request.sampling.seed = static_cast<std::uint64_t>(parse_int(*seed, "--seed", 0, (1LL << 62)));
   request.ignore_eos = ignore_eos;
-  const int n_threads = threads ? static_cast<int>(parse_int(*threads, "--threads", 1, 1024)) : 0;
+  RunSettings settings;
+  settings.n_threads = threads ? static_cast<int>(parse_int(*threads, "--threads", 1, 1024)) : 0;
+  settings.parallel = parallel ? static_cast<int>(parse_int(*parallel, "--parallel", 1, 256)) : 1;
+  settings.no_bos = no_bos;
+  settings.json_stats = json_stats;
 
   // Model, prompt, grammar and request errors: one line, exit status 1 (usage errors go to main: 2).
   try {
-    return generate(model_path, grammar, prompt, prompt_file, request, no_bos, n_threads);
+    return generate(model_path, grammar, prompt, prompt_file, request, settings);
   } catch (const UsageError&) {
     throw;
   } catch (const pie::Error& e) {
