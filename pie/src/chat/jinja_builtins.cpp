@@ -142,7 +142,19 @@ List py_split(const std::string& s, const Value* sep_v, std::int64_t maxsplit) {
   return out;
 }
 
-std::string py_replace(const std::string& s, const std::string& old, const std::string& rep, std::int64_t count) {
+std::string py_replace(const std::string& s, const std::string& old, const std::string& rep, std::int64_t count,
+                       std::size_t max_bytes) {
+  // The result's size first: a short string can expand past any bound.
+  std::size_t n = 0;
+  if (old.empty()) {
+    n = utf8_length(s) + 1;
+  } else {
+    for (std::size_t at = s.find(old); at != std::string::npos; at = s.find(old, at + old.size())) ++n;
+  }
+  if (count >= 0) n = std::min<std::size_t>(n, static_cast<std::size_t>(count));
+  if (rep.size() > old.size() && n > 0 && (rep.size() - old.size()) > (max_bytes - std::min(max_bytes, s.size())) / n) {
+    throw ValueError{"replace: result exceeds the output bound of " + std::to_string(max_bytes) + " bytes"};
+  }
   std::string out;
   if (old.empty()) {
     const auto cps = utf8_decode(s);
@@ -430,7 +442,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       if (!a.keyword.empty()) throw ValueError{"format: keyword arguments are not supported"};
       return Value::string(percent_format(soft_str(v), a.positional));
     };
-    t["indent"] = [](Interpreter&, const Value& v, CallArgs& a) {
+    t["indent"] = [](Interpreter& in, const Value& v, CallArgs& a) {
       a.check("indent", {"width", "first", "blank"});
       const Value* w = a.get(0, "width");
       std::string indention;
@@ -440,6 +452,9 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       const bool blank = bool_arg(a.get(2, "blank"), false);
       std::string s = soft_str(v) + "\n";
       auto lines = py_splitlines(s);
+      if (lines.size() * indention.size() > in.options().limits.max_output_bytes) {
+        throw ValueError{"indent: result exceeds the output bound"};
+      }
       std::string rv;
       if (blank) {
         for (std::size_t k = 0; k < lines.size(); ++k) {
@@ -595,7 +610,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       const Value* new_v = a.get(1, "new");
       if (old_v == nullptr || new_v == nullptr) throw ValueError{"replace() missing required arguments"};
       std::string out = py_replace(soft_str(v), soft_str(*old_v), soft_str(*new_v),
-                                   int_arg(a.get(2, "count"), -1, "count"));
+                                   int_arg(a.get(2, "count"), -1, "count"), in.options().limits.max_output_bytes);
       if (out.size() > in.options().limits.max_output_bytes) throw ValueError{"string exceeds the output bound"};
       in.charge(out.size());
       return Value::string(std::move(out));
@@ -918,7 +933,8 @@ Value bound_method(Interpreter& in, const Value& obj, const std::string& name) {
         if (o == nullptr || n == nullptr || !o->is_string() || !n->is_string()) {
           throw ValueError{"replace() arguments must be str"};
         }
-        std::string out = py_replace(s.s, o->s, n->s, int_arg(a.get(2, "count"), -1, "count"));
+        std::string out = py_replace(s.s, o->s, n->s, int_arg(a.get(2, "count"), -1, "count"),
+                                     a.interp->options().limits.max_output_bytes);
         if (out.size() > a.interp->options().limits.max_output_bytes) throw ValueError{"string exceeds the output bound"};
         a.interp->charge(out.size());
         return keep_markup(s, std::move(out));

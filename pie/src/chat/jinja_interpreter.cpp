@@ -421,7 +421,11 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
   } depth(*this);
   if (depth_ > kMaxEvalDepth) fail_at("template nesting too deep", e.line, e.column);
   try {
-    return eval_inner(e, scope);
+    Value v = eval_inner(e, scope);
+    // Strings are values, copied wherever they flow: charging each result's bytes bounds the copying a
+    // loop over a large string can cause.
+    if (v.is_string()) charge(v.s.size());
+    return v;
   } catch (const ValueError& err) {
     fail_at(err.message, e.line, e.column);
   }
@@ -651,6 +655,9 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       throw ValueError{"list repetition exceeds the collection bound"};
     }
     check_collection(seq->list->size() * static_cast<std::size_t>(n));
+    std::size_t item_bytes = 0;
+    for (const auto& x : *seq->list) item_bytes += x.s.size();
+    charge(item_bytes * static_cast<std::size_t>(n));  // before building: the copies are the cost
     List out;
     for (std::int64_t k = 0; k < n; ++k) out.insert(out.end(), seq->list->begin(), seq->list->end());
     return Value::make_list(std::move(out), seq->tuple);
@@ -774,7 +781,12 @@ Value Interpreter::call(const Value& callee, CallArgs& args) {
 List Interpreter::iterate(const Value& v) {
   switch (v.kind) {
     case Kind::undefined: return {};
-    case Kind::list: return *v.list;
+    case Kind::list: {
+      std::size_t bytes = v.list->size() * sizeof(Value);
+      for (const auto& x : *v.list) bytes += x.s.size();
+      charge(bytes);
+      return *v.list;
+    }
     case Kind::dict: {
       if (v.namespace_) break;
       List keys;

@@ -251,6 +251,14 @@ TEST(Jinja, BoundsStopHostileTemplates) {
   expect_render_error("{% for i in range(10) %}{% for j in range(10) %}{% endfor %}{% endfor %}", "loop iterations",
                       {}, few);
   expect_render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested deeper");
+  expect_render_error("{{ ('x' * 100)|replace('x', 'y' * 100000) }}", "output bound", {}, small);
+  expect_render_error("{{ ('\n' * 500)|indent(100) }}", "output bound", {}, small);
+  pie::RenderOptions copies;
+  copies.limits.max_work_bytes = 1 << 24;
+  expect_render_error("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s|length }}{% endfor %}",
+                      "work bound", {}, copies);
+  expect_render_error("{% set s = ['x' * 1000000] * 100 %}{% for i in range(100000) %}{{ s|first|length }}"
+                      "{% endfor %}", "work bound", {}, copies);
   pie::RenderOptions work;
   work.limits.max_work_bytes = 1 << 20;
   expect_render_error(
