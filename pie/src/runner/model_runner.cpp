@@ -1,5 +1,5 @@
-// The CPU forward pass of the Llama family (Llama, Mistral, Qwen2, Qwen3, and Phi-3 once its fused
-// projections are split) over the paged KV cache.
+// The CPU forward pass of the Llama family (Llama, Mistral, Qwen2, Qwen3; any architecture whose loader
+// fills the same separate q/k/v and gate/up weights) over the paged KV cache. Gemma 2 is refused.
 //
 // Batch invariance: every product runs through kernels::matmul over all of the step's tokens (a row's dot
 // products do not depend on the other rows), row-wise kernels are called per row (their SIMD / tail split
