@@ -10,6 +10,7 @@
 
 #include "automaton.h"
 #include "pse/compiler.h"
+#include "stack_dfa.h"
 #include "token_table.h"
 
 namespace pse {
@@ -24,12 +25,18 @@ struct CompiledGrammar::Impl {
   mutable std::vector<detail::TokenTable> tables;
   mutable std::unique_ptr<std::once_flag[]> table_once;
   CompileStats stats;
+  // The stack automaton of the walks, kept from compile() for the tables and chain tables built on
+  // first use (they meet the configurations met before); one build at a time uses it.
+  static constexpr std::size_t kMaxSharedConfigs = 2048;  // bounds its memory (about 2 MiB)
+  mutable std::mutex dfa_mutex;
+  mutable std::unique_ptr<detail::StackDfa> dfa;
 
   // The token table of a state that reads bytes; builds it on first use when not precomputed.
   const detail::TokenTable& table(std::uint32_t state) const {
     const std::uint32_t i = scan_index[state];
     std::call_once(table_once[i], [&] {
-      tables[i] = detail::build_token_table(automaton, *vocabulary, table_state[i], nullptr);
+      std::lock_guard<std::mutex> lock(dfa_mutex);
+      tables[i] = detail::build_token_table(automaton, *vocabulary, table_state[i], nullptr, dfa.get());
     });
     return tables[i];
   }
@@ -58,8 +65,12 @@ struct CompiledGrammar::Impl {
       if (it != chain_tables.end()) return it->second;
       if (chain_tables.size() >= kMaxChainTables) return nullptr;
     }
-    auto built = std::make_shared<const detail::ChainTable>(
-        detail::build_chain_table(automaton, *vocabulary, below, chain.back()));
+    std::shared_ptr<const detail::ChainTable> built;
+    {
+      std::lock_guard<std::mutex> lock(dfa_mutex);
+      built = std::make_shared<const detail::ChainTable>(
+          detail::build_chain_table(automaton, *vocabulary, below, chain.back(), dfa.get()));
+    }
     std::lock_guard<std::mutex> lock(chain_mutex);
     return chain_tables.emplace(chain, std::move(built)).first->second;
   }

@@ -75,9 +75,10 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   }
 
   const auto t1 = std::chrono::steady_clock::now();
-  // One stack automaton for all the eager builds: walks from neighbouring states meet the same
-  // configurations, built once.
-  detail::StackDfa dfa(a);
+  // One stack automaton for all the builds, eager and on first use: walks from neighbouring states
+  // meet the same configurations, built once.
+  impl->dfa = std::make_unique<detail::StackDfa>(a, CompiledGrammar::Impl::kMaxSharedConfigs);
+  detail::StackDfa& dfa = *impl->dfa;
   if (options.precompute && n_tables <= options.eager_state_limit) {
     for (std::size_t i = 0; i < n_tables; ++i) {
       std::call_once(impl->table_once[i], [&] {

@@ -24,6 +24,12 @@ std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
   return close_and_intern(seeds);
 }
 
+std::size_t StackDfa::memory_bytes() const {
+  std::size_t n = trans_.capacity() * 4 + outer_final_.capacity();
+  for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
+  return n;
+}
+
 ByteSet StackDfa::first_bytes(std::int32_t config) const {
   ByteSet out{};
   const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
@@ -113,7 +119,7 @@ std::int32_t StackDfa::close_and_intern(std::vector<Stack>& seeds) {
   }
   auto it = index_.find(key);
   if (it != index_.end()) return it->second;
-  if (configs_.size() >= kMaxConfigs) throw Overflow{};
+  if (configs_.size() >= max_configs_) throw Overflow{};
   const std::int32_t id = static_cast<std::int32_t>(configs_.size());
   configs_.emplace_back(key.begin() + 1, key.end());
   outer_final_.push_back(outer ? 1 : 0);

@@ -26,7 +26,8 @@ class StackDfa {
   static constexpr std::size_t kMaxConfigs = 8192;    // configurations per automaton instance
   static constexpr std::int32_t kDead = -1;
 
-  explicit StackDfa(const Automaton& automaton) : a_(automaton) {}
+  explicit StackDfa(const Automaton& automaton, std::size_t max_configs = kMaxConfigs)
+      : a_(automaton), max_configs_(max_configs) {}
 
   // The configuration of the start states, each the bottom of its own stack (an outer rule).
   std::int32_t start(std::span<const std::uint32_t> states);
@@ -46,7 +47,8 @@ class StackDfa {
   ByteSet first_bytes(std::int32_t config) const;
   std::size_t n_configs() const { return outer_final_.size(); }
   // Near its bound on configurations: a new walk would likely overflow.
-  bool saturated() const { return n_configs() >= kMaxConfigs - kMaxConfigs / 8; }
+  bool saturated() const { return n_configs() >= max_configs_ - max_configs_ / 8; }
+  std::size_t memory_bytes() const;
 
  private:
   static constexpr std::int32_t kUnknown = -2;
@@ -58,6 +60,7 @@ class StackDfa {
   std::int32_t close_and_intern(std::vector<Stack>& seeds);
 
   const Automaton& a_;
+  std::size_t max_configs_;
   // Configuration c: its stacks, flattened as (height, states...) in sorted order.
   std::vector<std::vector<std::uint32_t>> configs_;
   std::vector<std::uint8_t> outer_final_;

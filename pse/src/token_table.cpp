@@ -15,6 +15,17 @@ namespace pse::detail {
 
 namespace {
 
+std::vector<TokenId> bits_to_ids(const std::vector<std::uint32_t>& bits, std::size_t n) {
+  std::vector<TokenId> ids;
+  ids.reserve(n);
+  for (std::size_t w = 0; w < bits.size(); ++w) {
+    for (std::uint32_t b = bits[w]; b != 0; b &= b - 1) {
+      ids.push_back(static_cast<TokenId>(w * 32 + static_cast<std::size_t>(__builtin_ctz(b))));
+    }
+  }
+  return ids;
+}
+
 ByteSet first_bytes(const Automaton& a, const Chart& chart) {
   ByteSet first{};
   for (const Item& it : chart.last()) {
@@ -198,12 +209,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   if (n_accepted > vocab.n_mask_words()) {
     table.accepted_bits = std::move(accepted_bits);
   } else {
-    table.accepted_list.reserve(n_accepted);
-    for (std::size_t w = 0; w < accepted_bits.size(); ++w) {
-      for (std::uint32_t bits = accepted_bits[w]; bits != 0; bits &= bits - 1) {
-        table.accepted_list.push_back(static_cast<TokenId>(w * 32 + static_cast<std::size_t>(__builtin_ctz(bits))));
-      }
-    }
+    table.accepted_list = bits_to_ids(accepted_bits, n_accepted);
   }
   table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
   table.uncertain.shrink_to_fit();
@@ -260,6 +266,9 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
   };
   ChainTable out;
   const std::vector<TokenId>& sorted = vocab.text_tokens();
+  // Accepted ids arrive in byte order: marked in a bitset, then read back ascending.
+  std::vector<std::uint32_t> accepted_bits(vocab.n_mask_words(), 0);
+  std::size_t n_accepted = 0;
   for (std::size_t k = 0; k < below.uncertain.size(); ++k) {
     const std::uint32_t p = below.uncertain[k];
     const std::string_view tok = vocab.sorted_token(p);
@@ -270,7 +279,9 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
       accepted = walk(tok.substr(j), j);
     }
     if (accepted) {
-      out.accepted.push_back(sorted[p]);
+      const TokenId id = sorted[p];
+      accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+      ++n_accepted;
     } else if (!next_ends.empty()) {
       std::sort(next_ends.begin(), next_ends.end());
       next_ends.erase(std::unique(next_ends.begin(), next_ends.end()), next_ends.end());
@@ -280,7 +291,7 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
     }
   }
   out.end_begin.push_back(static_cast<std::uint32_t>(out.end_depths.size()));
-  std::sort(out.accepted.begin(), out.accepted.end());
+  out.accepted = bits_to_ids(accepted_bits, n_accepted);
   return out;
 }
 
@@ -307,8 +318,15 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
 }
 
 ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
-                             std::uint32_t caller_return, Walker walker) {
+                             std::uint32_t caller_return, StackDfa* shared, Walker walker) {
   if (walker == Walker::kAuto) {
+    if (shared != nullptr && !shared->saturated()) {
+      try {
+        DfaCursor chart(shared);
+        return build_chain_table_with(a, vocab, below, caller_return, chart);
+      } catch (const StackDfa::Overflow&) {
+      }
+    }
     try {
       StackDfa dfa(a);
       DfaCursor chart(&dfa);

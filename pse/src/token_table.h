@@ -68,6 +68,7 @@ TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocab
                              StackDfa* shared = nullptr, Walker walker = Walker::kAuto);
 
 ChainTable build_chain_table(const Automaton& automaton, const Vocabulary& vocabulary, UncertainView below,
-                             std::uint32_t caller_return, Walker walker = Walker::kAuto);
+                             std::uint32_t caller_return, StackDfa* shared = nullptr,
+                             Walker walker = Walker::kAuto);
 
 }  // namespace pse::detail

@@ -60,12 +60,14 @@ std::size_t check_walks(const Grammar& g, const Vocabulary& vocab, const std::st
     ++n;
     if (earley.uncertain.empty()) continue;
     for (std::uint32_t ret : callers_of(a.state_rule[s])) {
-      const ChainTable up = build_chain_table(a, vocab, earley.view(), ret, Walker::kEarley);
+      const ChainTable up = build_chain_table(a, vocab, earley.view(), ret, nullptr, Walker::kEarley);
       expect_same(build_chain_table(a, vocab, earley.view(), ret), up, where + " chain " + std::to_string(ret));
+      expect_same(build_chain_table(a, vocab, earley.view(), ret, &shared), up,
+                  where + " chain (shared) " + std::to_string(ret));
       if (up.uncertain.empty()) continue;
       for (std::uint32_t ret2 : callers_of(a.state_rule[ret])) {
         expect_same(build_chain_table(a, vocab, up.view(), ret2),
-                    build_chain_table(a, vocab, up.view(), ret2, Walker::kEarley),
+                    build_chain_table(a, vocab, up.view(), ret2, nullptr, Walker::kEarley),
                     where + " chain " + std::to_string(ret) + " " + std::to_string(ret2));
       }
     }
