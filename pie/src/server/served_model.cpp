@@ -88,7 +88,10 @@ ServedModel::ServedModel(std::shared_ptr<Engine> engine, std::string name)
   context_length_ = resolve_context(*engine_);
 }
 
-bool ServedModel::serves(const std::string& asked) const { return asked.empty() || asked == name_; }
+bool ServedModel::serves(const std::string& asked) const {
+  // Ollama clients name models with a tag; the one model served is its own "latest".
+  return asked.empty() || asked == name_ || asked == name_ + ":latest";
+}
 
 // A template that knows nothing of tools (the built-in one, many base models') would drop them and the
 // calls of earlier turns: the tools are then described in the system message, and earlier calls written

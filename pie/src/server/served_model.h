@@ -31,7 +31,7 @@ class ServedModel {
   ReasoningFormat reasoning_format() const { return reasoning_format_; }
   std::int32_t context_length() const { return context_length_; }
 
-  // Whether `asked` names this model: its name, or empty (the one model served).
+  // Whether `asked` names this model: its name, NAME:latest (Ollama's tag), or empty (the one model served).
   bool serves(const std::string& asked) const;
 
  private:

@@ -172,6 +172,9 @@ struct Server::Impl {
       res.set_content(server::dump_json(server::error_body(error)), "application/json");
     }
     if (error.status() == 503) res.set_header("Retry-After", "1");
+    // Refused before its body was read (401, 413, 503 while draining): the unread body must not be taken
+    // for the connection's next request.
+    if (error.status() == 401 || error.status() == 413 || error.status() == 503) res.set_header("Connection", "close");
   }
 
   // Runs `handler`, turning whatever it throws into the error response.
@@ -339,14 +342,13 @@ struct Server::Impl {
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
     http.set_payload_max_length(options.max_body_bytes);
     http.set_keep_alive_max_count(100000);
+    // Reads keep httplib's 5 s timeout: a connection that stalls mid-request holds a worker (and stop())
+    // no longer than that.
     http.set_keep_alive_timeout(5);
-    // A client slowed down by load may take a while to send its request after connecting.
-    http.set_read_timeout(30);
     http.set_tcp_nodelay(true);
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      t_context = RequestContext{};
-      t_context.route = req.path;
+      t_context = RequestContext{};  // route "unmatched" until a handler names it: bounded metric labels
       if (draining.load()) {
         send_error(req, res, ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down"));
         return httplib::Server::HandlerResponse::Handled;
@@ -438,14 +440,22 @@ struct Server::Impl {
   void stop() {
     if (draining.exchange(true)) return;
     auto grace = std::chrono::duration<double>(std::max(options.shutdown_grace_seconds, 0.0));
+    std::size_t running = 0, cancelled = 0;
     {
       std::unique_lock lock(active_mutex);
+      running = active.size();
       active_changed.wait_for(lock, grace, [&] { return active.empty(); });
       // What did not finish in time is cancelled: its stream ends and its response completes.
+      cancelled = active.size();
       for (auto& [g, stream] : active) {
         if (stream) stream->cancel();
       }
       active_changed.wait_for(lock, std::chrono::seconds(10), [&] { return active.empty(); });
+    }
+    if (options.log_requests) {
+      std::lock_guard lock(log_mutex);
+      std::fprintf(stderr, "orchard serve: stopping: %zu requests running, %zu cancelled after the grace period\n",
+                   running, cancelled);
     }
     stopped = true;
     http.stop();

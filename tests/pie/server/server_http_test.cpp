@@ -106,6 +106,7 @@ TEST_F(ServerHttpTest, HealthModelsAndOllamaInfo) {
   auto show = post("/api/show", Json{{"model", "test-model"}});
   EXPECT_EQ(show->status, 200);
   EXPECT_TRUE(Json::parse(show->body).contains("model_info"));
+  EXPECT_EQ(post("/api/show", Json{{"model", "test-model:latest"}})->status, 200);  // Ollama's tag
   auto missing = post("/api/show", Json{{"model", "nope"}});
   EXPECT_EQ(missing->status, 404);
   EXPECT_TRUE(Json::parse(missing->body)["error"].is_string());  // Ollama's error shape
@@ -132,6 +133,8 @@ TEST_F(ServerHttpTest, ErrorsHaveOpenAIShapeAndStatus) {
   EXPECT_EQ(error_of(unknown_model)["code"], "model_not_found");
   auto route = client().Get("/v2/nothing");
   EXPECT_EQ(route->status, 404);
+  // Unknown paths share one metric label, so a scanner cannot grow the metrics without bound.
+  EXPECT_EQ(client().Get("/metrics")->body.find("/v2/nothing"), std::string::npos);
   EXPECT_TRUE(error_of(route)["message"].get<std::string>().find("/v2/nothing") != std::string::npos);
   auto bad_param = post("/v1/chat/completions", chat_body({{"temperature", -1}}));
   EXPECT_EQ(bad_param->status, 400);
