@@ -199,7 +199,9 @@ TEST_F(ServerHttpTest, DisconnectedStreamIsCancelledAndFreed) {
   addr.sin_port = htons(static_cast<std::uint16_t>(port_));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  std::string body = chat_body({{"stream", true}, {"max_tokens", 400}, {"temperature", 1}}).dump();
+  // The regex cannot end before 1000 letters: the stream outlives the disconnect (no early end of sequence).
+  std::string body =
+      chat_body({{"stream", true}, {"max_tokens", 400}, {"temperature", 1}, {"regex", "[a-z]{1000}"}}).dump();
   std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
                         "Content-Type: application/json\r\nContent-Length: " +
                         std::to_string(body.size()) + "\r\n\r\n" + body;

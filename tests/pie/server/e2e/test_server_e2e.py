@@ -386,7 +386,8 @@ def test_errors(server):
 def test_client_gone_mid_stream(server):
     before_cancelled = server.metric("orchard_http_requests_cancelled_total")
     body = json.dumps({"model": server.model, "messages": [{"role": "user", "content": "Go on."}],
-                       "max_tokens": 800, "stream": True, "temperature": 1})
+                       "max_tokens": 800, "stream": True, "temperature": 1,
+                       "regex": "[a-z]{2000}"})  # cannot end early: the stream outlives the disconnect
     s = socket.create_connection((server.host, server.port))
     s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
@@ -417,7 +418,8 @@ def test_sigterm_finishes_streams_and_exits_0(server):
     def stream():
         finish = None
         try:
-            for chunk in chat(client(server), server, stream=True, max_tokens=200, temperature=1):
+            for chunk in chat(client(server), server, stream=True, max_tokens=200, temperature=1,
+                              extra_body={"regex": "[a-z]{500}"}):
                 started.set()
                 for ch in chunk.choices:
                     finish = ch.finish_reason or finish
