@@ -50,7 +50,13 @@ void Generation::submit() {
   try {
     stream_ = model_.engine().submit(std::move(request));
   } catch (...) {
-    throw api_error_from_exception(std::current_exception(), prepared_.constraint_param);
+    ApiError error = api_error_from_exception(std::current_exception(), prepared_.constraint_param);
+    // A chat's prompt is its messages: name the field the client sent.
+    bool chat = setup_.api == Api::openai_chat || setup_.api == Api::ollama_chat;
+    if (chat && error.param() == "prompt") {
+      throw ApiError(error.status(), error.type(), error.what(), "messages", error.code());
+    }
+    throw error;
   }
   usage_.prompt_tokens = static_cast<std::int32_t>(prepared_.request.prompt.size());
 }

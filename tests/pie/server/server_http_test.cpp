@@ -143,6 +143,12 @@ TEST_F(ServerHttpTest, ErrorsHaveOpenAIShapeAndStatus) {
   auto too_large = client().Post("/v1/chat/completions", big, "application/json");
   ASSERT_TRUE(too_large);
   EXPECT_EQ(too_large->status, 413);
+  // A conversation longer than the context (512 tokens) names the messages.
+  Json long_chat = chat_body();
+  long_chat["messages"][0]["content"] = std::string(20000, 'x');
+  auto too_long = post("/v1/chat/completions", long_chat);
+  EXPECT_EQ(too_long->status, 400);
+  EXPECT_EQ(error_of(too_long)["param"], "messages");
   auto bad_grammar = post("/v1/chat/completions", chat_body({{"grammar", "root ::= ("}}));
   EXPECT_EQ(bad_grammar->status, 400);
   EXPECT_EQ(error_of(bad_grammar)["param"], "grammar");
