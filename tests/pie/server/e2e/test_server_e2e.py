@@ -269,6 +269,15 @@ def test_streamed_tool_calls(server):
     expect(got == want, f"streamed {got} != {want}")
     for name, args in got:
         jsonschema.validate(args, TOOL_SCHEMAS[name])
+    # The client's own stream helper accumulates the deltas into the same message.
+    kw.pop("max_tokens")
+    with c.chat.completions.stream(model=server.model, max_tokens=1200, **kw) as s:
+        final = s.get_final_completion()
+    calls = final.choices[0].message.tool_calls
+    expect(final.choices[0].finish_reason == "tool_calls", f"helper finish {final.choices[0].finish_reason}")
+    helper = [(t.function.name, json.loads(t.function.arguments)) for t in calls]
+    expect(helper == want, f"client-assembled {helper} != {want}")
+    expect([t.id for t in calls] == [t.id for t in whole], "call ids differ between streamed and not")
 
 
 def test_completions(server):
