@@ -117,6 +117,8 @@ def main():
     parser.add_argument("--limit", type=int, help="entries per category")
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
     parser.add_argument("--save", help="also write the walks here (JSON Lines)")
+    parser.add_argument("--open-objects", action="store_true", help="grammars with objects as written")
+    parser.add_argument("--precompute", action="store_true", help="eager token tables (compile times)")
     parser.add_argument("--require-all-valid", action="store_true", help="exit 1 unless every walk is valid")
     args = parser.parse_args()
     if args.input:
@@ -127,6 +129,8 @@ def main():
         for fmt in args.format or ["hermes"]:
             command = [args.binary, "--encoder", os.path.join(args.data, "tokenizers/llama3/encoder.json"),
                        "--format", fmt, "--walks", str(args.walks), "--seed", str(args.seed)]
+            command += ["--open-objects"] if args.open_objects else []
+            command += ["--precompute"] if args.precompute else []
             if args.limit:
                 command += ["--limit", str(args.limit)]
             command += [os.path.join(args.data, "bfcl", f"BFCL_v4_{c}.json") for c in CATEGORIES]

@@ -83,7 +83,43 @@ void normalize(Json& schema, const std::string& pointer) {
   }
 }
 
+// Closes plain object schemas, descending through properties and items only: a schema that combines
+// others (allOf, anyOf, oneOf, not, if, $ref, dependentSchemas) is left as written with everything
+// under it, since closing one conjunct could reject members another one declares.
+void close_objects(Json& schema) {
+  if (!schema.is_object()) return;
+  for (const char* key : {"allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "dependentSchemas",
+                          "unevaluatedProperties", "unevaluatedItems"}) {
+    if (schema.contains(key)) return;
+  }
+  if (auto props = schema.find("properties"); props != schema.end() && props->is_object() && !props->empty() &&
+                                              !schema.contains("additionalProperties") &&
+                                              !schema.contains("patternProperties")) {
+    schema["additionalProperties"] = false;
+  }
+  for (const char* key : {"properties", "patternProperties"}) {
+    if (auto it = schema.find(key); it != schema.end() && it->is_object()) {
+      for (auto sub = it->begin(); sub != it->end(); ++sub) close_objects(sub.value());
+    }
+  }
+  for (const char* key : {"items", "prefixItems", "additionalItems", "contains", "additionalProperties"}) {
+    if (auto it = schema.find(key); it != schema.end()) {
+      if (it->is_array()) {
+        for (Json& sub : *it) close_objects(sub);
+      } else {
+        close_objects(*it);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+nlohmann::ordered_json close_object_schemas(const nlohmann::ordered_json& schema) {
+  Json out = schema;
+  close_objects(out);
+  return out;
+}
 
 nlohmann::ordered_json normalize_tool_parameters(const nlohmann::ordered_json& parameters) {
   if (parameters.is_null() || (parameters.is_object() && parameters.empty())) {

@@ -24,7 +24,8 @@ struct Tool {
   std::size_t index = 0;  // in the request's tools array, for error messages
 };
 
-std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoice& choice, bool normalize) {
+std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoice& choice, bool normalize,
+                             bool closed_objects) {
   if (!tools.is_array()) throw RequestError("[tool_calls] tools must be an array, got " + std::string(tools.type_name()), "tools");
   std::vector<Tool> out;
   std::set<std::string> names;
@@ -61,7 +62,7 @@ std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoi
     } else if (schema.is_null()) {
       schema = {{"type", "object"}};
     }
-    tool.parameters = std::move(schema);
+    tool.parameters = closed_objects ? close_object_schemas(schema) : std::move(schema);
     if (choice.mode != ToolChoice::Mode::named || tool.name == choice.name) out.push_back(std::move(tool));
   }
   if (out.empty()) {
@@ -161,7 +162,7 @@ ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolCh
   }
   ToolGrammar out;
   // Validate the tools even for "none": a malformed request is an error whatever the choice.
-  const std::vector<Tool> list = read_tools(tools, choice, options.normalize);
+  const std::vector<Tool> list = read_tools(tools, choice, options.normalize, options.closed_objects);
   if (choice.mode == ToolChoice::Mode::none) return out;
   const bool automatic = choice.mode == ToolChoice::Mode::automatic;
   Builder b(options);

@@ -59,10 +59,13 @@ EntryResult walk_entry(const nlohmann::ordered_json& entry, bool parallel, const
     for (const auto& f : entry.at("function")) {
       r.tools[f.at("name").get<std::string>()] = normalize_tool_parameters(f.value("parameters", nlohmann::ordered_json()));
     }
-    const ToolGrammar tg = build_tool_grammar(tools, {ToolChoice::Mode::required, ""}, parallel, options.format);
+    ToolGrammarOptions grammar_options;
+    grammar_options.closed_objects = options.closed_objects;
+    const ToolGrammar tg =
+        build_tool_grammar(tools, {ToolChoice::Mode::required, ""}, parallel, options.format, grammar_options);
     const auto vocab = llama3_tool_vocabulary(encoder_json, tg.special_tokens);
     pse::CompileOptions co;
-    co.precompute = false;  // a walk visits few states
+    co.precompute = options.precompute;
     co.max_compile_ms = options.max_compile_ms;
     const auto t0 = std::chrono::steady_clock::now();
     compiled = pse::compile_grammar(*tg.grammar, vocab, co);

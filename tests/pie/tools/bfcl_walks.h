@@ -23,6 +23,8 @@ struct WalkOptions {
   std::size_t max_tokens = 800;       // a walk still open here counts as unfinished
   std::size_t bias_after = 40;        // tokens of uniform choice before the closing bias
   double max_compile_ms = 60'000;
+  bool closed_objects = true;  // ToolGrammarOptions::closed_objects
+  bool precompute = false;     // eager token tables (the engine's default); walks visit few states
 };
 
 struct WalkResult {

@@ -1,7 +1,9 @@
 // bfcl_walks: random walks through the tool_choice "required" grammar of every entry of BFCL files, one
 // JSON line per entry on stdout (tools/bfcl_check.py validates them with jsonschema and counts).
 //   bfcl_walks --encoder ../shared/data/tokenizers/llama3/encoder.json [--format hermes] [--walks 2]
-//              [--seed 1] [--limit N] FILE.json...   (files whose name has "parallel" get parallel calls)
+//              [--seed 1] [--limit N] [--open-objects] [--precompute] FILE.json...
+// (files whose name has "parallel" get parallel calls; --open-objects: ToolGrammarOptions::closed_objects
+// off; --precompute: eager token tables, as the engine compiles, for compile times)
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
       else if (a == "--seed") options.seed = std::stoull(value());
       else if (a == "--limit") limit = std::stol(value());
       else if (a == "--max-tokens") options.max_tokens = std::stoul(value());
+      else if (a == "--open-objects") options.closed_objects = false;
+      else if (a == "--precompute") options.precompute = true;
       else if (!a.empty() && a[0] == '-') {
         std::fprintf(stderr, "bfcl_walks: unknown option %s\n", a.c_str());
         return 2;
@@ -43,7 +47,8 @@ int main(int argc, char** argv) {
     }
   }
   if (encoder.empty() || files.empty()) {
-    std::fprintf(stderr, "usage: bfcl_walks --encoder encoder.json [--format F] [--walks N] [--seed S] [--limit N] FILE...\n");
+    std::fprintf(stderr, "usage: bfcl_walks --encoder encoder.json [--format F] [--walks N] [--seed S] [--limit N] "
+                 "[--open-objects] [--precompute] FILE...\n");
     return 2;
   }
   for (const std::string& file : files) {

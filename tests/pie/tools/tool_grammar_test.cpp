@@ -242,6 +242,35 @@ TEST(NormalizeToolParameters, RewritesDatasetSpellings) {
                RequestError);
 }
 
+TEST(CloseObjectSchemas, ClosesPlainObjectsOnly) {
+  const Json in = Json::parse(R"({"type": "object", "properties": {
+      "a": {"type": "object", "properties": {"x": {"type": "integer"}}},
+      "b": {"type": "array", "items": {"type": "object", "properties": {"y": {}}}},
+      "c": {"type": "object"},
+      "d": {"type": "object", "properties": {"z": {}}, "additionalProperties": {"type": "string"}},
+      "e": {"allOf": [{"properties": {"p": {}}}, {"properties": {"q": {}}}]},
+      "f": {"type": "object", "properties": {"r": {}}, "anyOf": [{"required": ["r"]}]}}})");
+  const Json out = close_object_schemas(in);
+  EXPECT_EQ(out["additionalProperties"], false);
+  EXPECT_EQ(out["properties"]["a"]["additionalProperties"], false);
+  EXPECT_EQ(out["properties"]["b"]["items"]["additionalProperties"], false);
+  EXPECT_FALSE(out["properties"]["c"].contains("additionalProperties"));  // a free-form object stays free
+  EXPECT_EQ(out["properties"]["d"]["additionalProperties"], Json::parse(R"({"type": "string"})"));
+  EXPECT_EQ(out["properties"]["e"], in["properties"]["e"]);
+  EXPECT_EQ(out["properties"]["f"], in["properties"]["f"]);
+}
+
+TEST(ToolGrammar, ClosedObjectsOption) {
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
+      {"type": "object", "properties": {"a": {"type": "integer"}}}}}])");
+  const std::string extra = hermes(R"({"name": "f", "arguments": {"a": 1, "b": 2}})");
+  EXPECT_FALSE(accepts(tool_grammar(required(), false, ToolCallFormat::hermes, tools), extra));
+  ToolGrammarOptions open;
+  open.closed_objects = false;
+  EXPECT_TRUE(accepts(compile(*build_tool_grammar(tools, required(), false, ToolCallFormat::hermes, open).grammar),
+                      extra));
+}
+
 TEST(FormatNames, RoundTripAndUnknown) {
   for (ToolCallFormat f : {ToolCallFormat::generic, ToolCallFormat::hermes, ToolCallFormat::llama3_json,
                            ToolCallFormat::mistral, ToolCallFormat::functionary_v3_1,
