@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Engine throughput with and without a JSON Schema constraint, at batch 8 (8 requests at once, seeds 0..7),
 # on two random-weight Llamas of the same shape (n_embd 256, 4 layers, GQA 4/2, SwiGLU 768): the embedded
-# default model (byte-level BPE, ~560 tokens) and the same shape on the Llama 2 tokenizer (32,000 tokens,
+# default model (byte-level BPE, ~560 tokens) and the same shape on the Phi-3 tokenizer (32,011 tokens,
 # written as a Hugging Face folder by tests/bench/peers/engine_peers.py). The constrained runs generate a
-# list of 12 bounded objects (compact JSON); the unconstrained ones 256 tokens each past EOS. Prints decode
+# list of 12 bounded objects (compact JSON); the unconstrained ones then generate, past EOS, as many tokens
+# per request as the constrained ones averaged (same sequence lengths, so attention costs the same). Prints decode
 # tokens/s per mode (best of RUNS), the ratio constrained / unconstrained (all tokens, and sampled tokens
 # only: forced jump-forward tokens excluded), and the same ratio for the peer (transformers + XGrammar on
 # the 32K model, same schema, same batch) when its packages are there.
@@ -37,7 +38,7 @@ cat > "$WORK/list.schema.json" <<'SCHEMA'
                           "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 2}}}}
 SCHEMA
 "$PY" "$ROOT/tests/bench/peers/engine_peers.py" make-model "$WORK/model32k" \
-  --tokenizer "$SHARED/tokenizers/hf/llama2.tokenizer.json" >/dev/null 2>&1
+  --tokenizer "$SHARED/tokenizers/hf/phi-3.tokenizer.json" >/dev/null 2>&1
 
 common=(-p 'A list as JSON:' --parallel 8 --seed 0 --temp 1 --top-k 0 --top-p 1 --threads "$THREADS" --json-stats)
 # best_of NAME ARGS...: RUNS runs of orchard run, the JSON summary of the fastest kept in $WORK/NAME.json.
@@ -55,14 +56,16 @@ PY
 for model in default 32k; do
   margs=()
   [ "$model" = 32k ] && margs=(-m "$WORK/model32k")
-  best_of "$model.free" "${margs[@]}" "${common[@]}" -n 256 --ignore-eos
   best_of "$model.json" "${margs[@]}" "${common[@]}" -n 1024 --schema "$WORK/list.schema.json" --json-layout compact
+  n=$("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); print(round(r["completion_tokens"] / r["requests"]))' \
+    "$WORK/$model.json.json")
+  best_of "$model.free" "${margs[@]}" "${common[@]}" -n "$n" --ignore-eos
 done
 
 "$PY" - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]
-for model, label in (("default", "default model (~560 tokens)"), ("32k", "same shape, Llama 2 tokenizer (32,000 tokens)")):
+for model, label in (("default", "default model (~560 tokens)"), ("32k", "same shape, Phi-3 tokenizer (32,011 tokens)")):
     free = json.load(open(f"{w}/{model}.free.json"))
     cons = json.load(open(f"{w}/{model}.json.json"))
     def sampled_rate(r):
@@ -80,7 +83,7 @@ PY
 if "$PY" -c 'import torch, transformers, xgrammar' 2>/dev/null; then
   echo "peer: transformers + xgrammar, same 32K model, batch 8:"
   flock "$LOCK" "$PY" "$ROOT/tests/bench/peers/engine_peers.py" run "$WORK/model32k" --schema "$WORK/list.schema.json" \
-    --batch 8 --max-new-tokens 256 --runs "$RUNS" --threads "$THREADS" 2>/dev/null | sed 's/^/  /'
+    --batch 8 --max-new-tokens 1024 --runs "$RUNS" --threads "$THREADS" 2>/dev/null | sed 's/^/  /'
 else
   echo "peer skipped: torch, transformers and xgrammar are not in $PY"
 fi

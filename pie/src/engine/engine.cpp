@@ -66,6 +66,45 @@ class KvCachePages final : public KvPages {
 
 struct Request;
 
+// The longest text token of `vocab` whose bytes start `text`, or -1.
+std::int32_t longest_prefix_token(const pse::Vocabulary& vocab, std::string_view text) {
+  if (text.empty()) return -1;
+  const auto b = static_cast<unsigned char>(text[0]);
+  std::int32_t best = -1;
+  std::size_t best_len = 0;
+  for (std::uint32_t p = vocab.first_byte_begin()[b]; p < vocab.first_byte_begin()[b + 1u]; ++p) {
+    const std::string_view t = vocab.sorted_token(p);
+    if (t.size() > best_len && t.size() <= text.size() && text.substr(0, t.size()) == t) {
+      best = vocab.text_tokens()[p];
+      best_len = t.size();
+    }
+  }
+  return best;
+}
+
+// Tokens that spell a prefix of `text`: the tokenizer's own tokenization as far as its tokens spell the
+// text byte for byte (SentencePiece's dummy prefix, for one, does not), then the longest vocabulary
+// token at each position.
+std::vector<std::int32_t> spell(const tokenizers::Tokenizer& tokenizer, const pse::Vocabulary& vocab,
+                                const std::string& text) {
+  std::vector<std::int32_t> out;
+  std::size_t pos = 0;
+  for (const std::int32_t id : tokenizer.encode(text)) {
+    if (id < 0 || static_cast<std::size_t>(id) >= vocab.n_tokens() || vocab.is_special(id)) break;
+    const std::string& bytes = vocab.token_bytes(id);
+    if (bytes.empty() || text.compare(pos, bytes.size(), bytes) != 0) break;
+    out.push_back(id);
+    pos += bytes.size();
+  }
+  while (pos < text.size()) {
+    const std::int32_t id = longest_prefix_token(vocab, std::string_view(text).substr(pos));
+    if (id < 0) break;
+    out.push_back(id);
+    pos += vocab.token_bytes(id).size();
+  }
+  return out;
+}
+
 // One of a request's n samples: its sequence, sampler, grammar cursor, detokenizer and stop matcher.
 struct Sample {
   Request* request = nullptr;
@@ -416,21 +455,15 @@ void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<cons
     try {
       const std::string forced = s.matcher->forced_continuation();
       if (!forced.empty()) {
-        const std::vector<std::int32_t> ids = model->tokenizer->encode(forced);
-        std::size_t pos = 0;
+        const std::vector<std::int32_t> ids = spell(*model->tokenizer, s.matcher->grammar().vocabulary(), forced);
         for (std::size_t i = 0; i < ids.size() && going; ++i) {
-          const std::int32_t id = ids[i];
-          if (id < 0 || id >= n_vocab || model->tokenizer->is_special(id)) break;
-          const std::string& bytes = model->tokenizer->token_bytes(id);
-          if (bytes.empty() || forced.compare(pos, bytes.size(), bytes) != 0) break;
-          if (!s.matcher->accept_token(id)) break;
+          if (!s.matcher->accept_token(ids[i])) break;
           if (i + 1 == ids.size() && !s.matcher->must_stop()) {
             s.matcher->rollback(1);
             break;
           }
-          pos += bytes.size();
           ++n_forced;
-          going = push_token(id);
+          going = push_token(ids[i]);
         }
       }
     } catch (const std::exception& e) {
@@ -460,8 +493,14 @@ bool Engine::Impl::step() {
     Sample& s = *it->second;
     by_seq.erase(it);
     s.seq.reset();  // already removed by the scheduler
-    finish(s, FinishReason::error,
-           fmt::format("the sequence needs more KV cache than the engine has ({} pages)", kv->config().n_pages));
+    const std::string why =
+        fmt::format("the sequence needs more KV cache than the engine has ({} pages)", kv->config().n_pages);
+    // Before the fork, the prompt's sequence stands for every sample.
+    if (s.request->forked) {
+      finish(s, FinishReason::error, why);
+    } else {
+      fail_request(*s.request, why);
+    }
   }
   for (const auto& [id, covered] : plan.admitted) {
     auto it = by_seq.find(id);
@@ -555,7 +594,11 @@ bool Engine::Impl::step() {
     Sample& s = *row_samples[row];
     if (s.finished) continue;
     if (!mask_errors[row].empty()) {
-      finish(s, FinishReason::error, "grammar mask failed: " + mask_errors[row]);
+      if (s.request->forked) {
+        finish(s, FinishReason::error, "grammar mask failed: " + mask_errors[row]);
+      } else {
+        fail_request(*s.request, "grammar mask failed: " + mask_errors[row]);
+      }
       continue;
     }
     std::span<float> row_logits(logits.data() + row * static_cast<std::size_t>(n_vocab),

@@ -5,11 +5,11 @@
       Writes a Hugging Face folder with a random-weight Llama (seed 0; n_embd 256, 4 layers, 4 query heads
       of 64 over 2 key/value heads, SwiGLU 768: the shape of Orchard's embedded default model) on the given
       tokenizer (its vocabulary size), so that Orchard (`orchard run -m DIR`) and the peer run the same model.
-  engine_peers.py run DIR --schema FILE [--batch 8] [--max-new-tokens 256] [--runs 3]
-      Hugging Face transformers generate() on CPU at batch B, sampled (temperature 1, no top-k/top-p), seeds
-      0..B-1 via one torch seed, unconstrained (EOS suppressed: exactly max-new-tokens) and constrained by the
-      JSON Schema with XGrammar's logits processor. Prints one JSON line per mode with generated tokens per
-      second (best of --runs) and the ratio constrained / unconstrained.
+  engine_peers.py run DIR --schema FILE [--batch 8] [--max-new-tokens 1024] [--runs 3]
+      Hugging Face transformers generate() on CPU at batch B, sampled (temperature 1, no top-k/top-p), one
+      torch seed: constrained by the JSON Schema with XGrammar's logits processor, then unconstrained with EOS
+      suppressed for as many new tokens as the constrained rows averaged. Prints one JSON line per mode with
+      generated tokens per second (best of --runs) and the ratio constrained / unconstrained.
 Needs torch, transformers, xgrammar (scripts/requirements-bench.txt).
 """
 import argparse
@@ -62,8 +62,8 @@ def run(args):
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model.config.vocab_size)
     compiled = xgr.GrammarCompiler(info).compile_json_schema(schema, any_whitespace=False)
 
-    def one(constrained):
-        kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+    def one(constrained, max_new_tokens):
+        kwargs = dict(max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                       pad_token_id=model.config.eos_token_id, attention_mask=torch.ones_like(prompt))
         if constrained:
             kwargs["logits_processor"] = [xgr.contrib.hf.LogitsProcessor(compiled)]
@@ -82,13 +82,16 @@ def run(args):
         return n, seconds
 
     results = {}
-    for mode in ("unconstrained", "constrained"):
+    max_new = args.max_new_tokens
+    for mode in ("constrained", "unconstrained"):
         best = None
         for _ in range(args.runs):
-            n, s = one(mode == "constrained")
+            n, s = one(mode == "constrained", max_new)
             if best is None or n / s > best[0] / best[1]:
                 best = (n, s)
         results[mode] = best[0] / best[1]
+        if mode == "constrained":
+            max_new = max(1, round(best[0] / args.batch))  # the same lengths, unconstrained
         print(json.dumps({"peer": "transformers+xgrammar", "mode": mode, "batch": args.batch,
                           "tokens": best[0], "seconds": round(best[1], 4), "tokens_per_second": round(results[mode], 2)}))
     print(json.dumps({"peer": "transformers+xgrammar",
@@ -105,7 +108,7 @@ def main():
     r.add_argument("dir")
     r.add_argument("--schema", required=True)
     r.add_argument("--batch", type=int, default=8)
-    r.add_argument("--max-new-tokens", type=int, default=256)
+    r.add_argument("--max-new-tokens", type=int, default=1024)
     r.add_argument("--runs", type=int, default=3)
     r.add_argument("--threads", type=int, default=2)
     args = p.parse_args()

@@ -8,6 +8,7 @@
 
 #include "engine_test_util.h"
 #include "pie/engine.h"
+#include "pse/gbnf.h"
 #include "shared_data.h"
 
 namespace pie {
@@ -49,6 +50,26 @@ TEST(EngineStories, GreedyMatchesTheReference) {
   auto again = testing::run(engine, r);
   EXPECT_EQ(again.samples.at(0).text, expected);
   for (auto& s : others) EXPECT_TRUE(testing::collect(*s).done);
+}
+
+// A SentencePiece vocabulary (its encoder adds a dummy-prefix space): text the grammar fixes still comes as
+// forced tokens that spell it byte for byte.
+TEST(EngineStories, ForcedTokensWithSentencePiece) {
+  ORCHARD_REQUIRE_SHARED_DATA("models/stories260K/stories260K.bin");
+  EngineOptions o;
+  o.n_threads = 2;
+  Engine engine(load_model(orchard::testing::shared_data("models/stories260K/stories260K.bin")), o);
+  GenerateRequest r;
+  r.prompt = {1};
+  r.sampling.seed = 3;
+  r.max_tokens = 100;
+  r.grammar = pse::parse_gbnf(R"gbnf(root ::= "Once upon a time, there was a " [a-z]{1,12} "." )gbnf");
+  auto res = testing::run(engine, r);
+  ASSERT_EQ(res.samples.size(), 1u);
+  EXPECT_EQ(res.samples[0].finish, FinishReason::stop) << res.samples[0].error;
+  EXPECT_TRUE(res.samples[0].text.starts_with("Once upon a time, there was a ")) << res.samples[0].text;
+  EXPECT_TRUE(res.samples[0].text.ends_with(".")) << res.samples[0].text;
+  EXPECT_GT(engine.stats().forced_tokens, 3u);
 }
 
 }  // namespace
