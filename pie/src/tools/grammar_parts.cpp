@@ -18,7 +18,8 @@ ExprId embed_grammar(Grammar& target, const Grammar& source, const std::string& 
   for (std::size_t r = 0; r < source.rules().size(); ++r) {
     rule_map[r] = target.declare_rule(prefix + source.rules()[r].name);
   }
-  // Expressions refer only to earlier ones (the builders enforce it), so one pass in order maps them all.
+  // Expressions refer only to earlier ones (the builders enforce it), so one pass in order maps
+  // them all.
   std::vector<ExprId> expr_map(source.exprs().size());
   for (std::size_t e = 0; e < source.exprs().size(); ++e) {
     const pse::Expr& x = source.exprs()[e];
@@ -26,13 +27,27 @@ ExprId embed_grammar(Grammar& target, const Grammar& source, const std::string& 
     children.reserve(x.children.size());
     for (ExprId c : x.children) children.push_back(expr_map.at(c));
     switch (x.kind) {
-      case pse::ExprKind::kEmpty: expr_map[e] = target.add_empty(); break;
-      case pse::ExprKind::kBytes: expr_map[e] = target.add_bytes(x.bytes); break;
-      case pse::ExprKind::kCharClass: expr_map[e] = target.add_char_class(x.ranges, x.negated); break;
-      case pse::ExprKind::kSequence: expr_map[e] = target.add_sequence(std::move(children)); break;
-      case pse::ExprKind::kChoice: expr_map[e] = target.add_choice(std::move(children)); break;
-      case pse::ExprKind::kRepeat: expr_map[e] = target.add_repeat(children.at(0), x.min, x.max); break;
-      case pse::ExprKind::kRuleRef: expr_map[e] = target.add_rule_ref(rule_map.at(x.rule)); break;
+      case pse::ExprKind::kEmpty:
+        expr_map[e] = target.add_empty();
+        break;
+      case pse::ExprKind::kBytes:
+        expr_map[e] = target.add_bytes(x.bytes);
+        break;
+      case pse::ExprKind::kCharClass:
+        expr_map[e] = target.add_char_class(x.ranges, x.negated);
+        break;
+      case pse::ExprKind::kSequence:
+        expr_map[e] = target.add_sequence(std::move(children));
+        break;
+      case pse::ExprKind::kChoice:
+        expr_map[e] = target.add_choice(std::move(children));
+        break;
+      case pse::ExprKind::kRepeat:
+        expr_map[e] = target.add_repeat(children.at(0), x.min, x.max);
+        break;
+      case pse::ExprKind::kRuleRef:
+        expr_map[e] = target.add_rule_ref(rule_map.at(x.rule));
+        break;
     }
   }
   for (std::size_t r = 0; r < source.rules().size(); ++r) {
@@ -53,13 +68,15 @@ std::u32string decode_utf8(std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
     if (n == 0 || i + n > s.size()) {
-      throw pse::GrammarError("[tool_grammar] marker is not valid UTF-8 at byte " + std::to_string(i));
+      throw pse::GrammarError("[tool_grammar] marker is not valid UTF-8 at byte " +
+                              std::to_string(i));
     }
     char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
     for (std::size_t k = 1; k < n; ++k) {
       const auto d = static_cast<unsigned char>(s[i + k]);
       if ((d & 0xC0) != 0x80) {
-        throw pse::GrammarError("[tool_grammar] marker is not valid UTF-8 at byte " + std::to_string(i + k));
+        throw pse::GrammarError("[tool_grammar] marker is not valid UTF-8 at byte " +
+                                std::to_string(i + k));
       }
       cp = (cp << 6) | (d & 0x3F);
     }
@@ -95,23 +112,26 @@ namespace {
 
 ExprId any_char_but(Grammar& g, std::vector<char32_t> excluded) {
   std::vector<CharRange> ranges;
-  for (char32_t c : excluded) ranges.push_back({static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(c)});
+  for (char32_t c : excluded)
+    ranges.push_back({static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(c)});
   return g.add_char_class(std::move(ranges), /*negated=*/true);
 }
 
 ExprId literal(Grammar& g, std::u32string_view cps) { return g.add_bytes(encode_utf8(cps)); }
 
-// Strings over the alphabet without `c0` that do not start with `rest` (whose characters differ from c0):
-// a proper prefix of rest, or rest[0..j) then a character other than rest[j] (and c0), then anything
-// without c0. Nested so the size is linear in the marker.
+// Strings over the alphabet without `c0` that do not start with `rest` (whose characters differ
+// from c0): a proper prefix of rest, or rest[0..j) then a character other than rest[j] (and c0),
+// then anything without c0. Nested so the size is linear in the marker.
 ExprId not_starting_with(Grammar& g, char32_t c0, std::u32string_view rest) {
   const ExprId tail = g.add_repeat(any_char_but(g, {c0}), 0, pse::kUnbounded);
   ExprId inner = g.add_empty();  // after a full `rest`: nothing (that would be the marker)
   for (std::size_t j = rest.size(); j-- > 0;) {
     const ExprId branch = g.add_sequence({any_char_but(g, {c0, rest[j]}), tail});
-    // Here rest[0..j) was read: stop, diverge now, or read rest[j] and go on (unless that completes it).
+    // Here rest[0..j) was read: stop, diverge now, or read rest[j] and go on (unless that completes
+    // it).
     std::vector<ExprId> options = {g.add_empty(), branch};
-    if (j + 1 < rest.size()) options.push_back(g.add_sequence({literal(g, rest.substr(j, 1)), inner}));
+    if (j + 1 < rest.size())
+      options.push_back(g.add_sequence({literal(g, rest.substr(j, 1)), inner}));
     inner = g.add_choice(std::move(options));
   }
   return inner;
@@ -134,14 +154,16 @@ ExprId kmp_text_without(Grammar& g, const std::u32string& m, const std::string& 
   std::sort(alphabet.begin(), alphabet.end());
   alphabet.erase(std::unique(alphabet.begin(), alphabet.end()), alphabet.end());
   std::vector<RuleId> rules(n);
-  for (std::size_t i = 0; i < n; ++i) rules[i] = g.declare_rule(prefix + "text_" + std::to_string(i));
+  for (std::size_t i = 0; i < n; ++i)
+    rules[i] = g.declare_rule(prefix + "text_" + std::to_string(i));
   for (std::size_t i = 0; i < n; ++i) {
-    std::vector<ExprId> options = {g.add_empty(),
-                                   g.add_sequence({any_char_but(g, alphabet), g.add_rule_ref(rules[0])})};
+    std::vector<ExprId> options = {
+        g.add_empty(), g.add_sequence({any_char_but(g, alphabet), g.add_rule_ref(rules[0])})};
     for (char32_t c : alphabet) {
       const std::size_t next = step(i, c);
       if (next == n) continue;  // would complete the marker
-      options.push_back(g.add_sequence({literal(g, std::u32string(1, c)), g.add_rule_ref(rules[next])}));
+      options.push_back(
+          g.add_sequence({literal(g, std::u32string(1, c)), g.add_rule_ref(rules[next])}));
     }
     g.define_rule(rules[i], g.add_choice(std::move(options)));
   }
@@ -157,9 +179,11 @@ ExprId add_text_without(Grammar& g, std::string_view marker, const std::string& 
   const ExprId head = g.add_repeat(any_char_but(g, {c0}), 0, pse::kUnbounded);
   if (m.size() == 1) return head;
   if (std::find(m.begin() + 1, m.end(), c0) != m.end()) return kmp_text_without(g, m, rule_prefix);
-  // Every occurrence of the marker starts at a c0, and c0 does not recur inside it: the text is a run
-  // without c0, then segments "c0 S" where S has no c0 and does not start with the marker's rest.
-  const ExprId segment = g.add_sequence({literal(g, m.substr(0, 1)), not_starting_with(g, c0, m.substr(1))});
+  // Every occurrence of the marker starts at a c0, and c0 does not recur inside it: the text is a
+  // run without c0, then segments "c0 S" where S has no c0 and does not start with the marker's
+  // rest.
+  const ExprId segment =
+      g.add_sequence({literal(g, m.substr(0, 1)), not_starting_with(g, c0, m.substr(1))});
   return g.add_sequence({head, g.add_repeat(segment, 0, pse::kUnbounded)});
 }
 

@@ -1,5 +1,5 @@
-// Small grammar building blocks shared by the tool-call and reasoning grammars: embedding one Grammar in
-// another, whitespace, literals and "any text that does not contain a marker".
+// Small grammar building blocks shared by the tool-call and reasoning grammars: embedding one
+// Grammar in another, whitespace, literals and "any text that does not contain a marker".
 #pragma once
 
 #include <cstdint>
@@ -10,18 +10,21 @@
 
 namespace pie::tools_detail {
 
-// Copies every rule and expression of `source` into `target`, rule names prefixed with `prefix`, and
-// returns a reference to the copy of its root. Throws pse::GrammarError when `source` has no root or
-// an undefined rule.
-pse::ExprId embed_grammar(pse::Grammar& target, const pse::Grammar& source, const std::string& prefix);
+// Copies every rule and expression of `source` into `target`, rule names prefixed with `prefix`,
+// and returns a reference to the copy of its root. Throws pse::GrammarError when `source` has no
+// root or an undefined rule.
+pse::ExprId embed_grammar(pse::Grammar& target, const pse::Grammar& source,
+                          const std::string& prefix);
 
 // 0..max_run bytes of JSON whitespace.
 pse::ExprId add_whitespace(pse::Grammar& g, std::uint32_t max_run);
 
 // Any UTF-8 text (possibly empty) that does not contain `marker` (non-empty, valid UTF-8). Throws
 // pse::GrammarError on an empty marker. Markers whose first character does not recur in them (every
-// tool-call and reasoning marker) give one regular expression; others a small rule set (KMP automaton).
-pse::ExprId add_text_without(pse::Grammar& g, std::string_view marker, const std::string& rule_prefix);
+// tool-call and reasoning marker) give one regular expression; others a small rule set (KMP
+// automaton).
+pse::ExprId add_text_without(pse::Grammar& g, std::string_view marker,
+                             const std::string& rule_prefix);
 
 // Any UTF-8 text that does not start with `prefix` (non-empty).
 pse::ExprId add_text_not_starting_with(pse::Grammar& g, std::string_view prefix);

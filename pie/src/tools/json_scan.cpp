@@ -31,7 +31,8 @@ Scan scan_string(std::string_view t, std::size_t& pos) {
         i += 6;
         continue;
       }
-      if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' && e != 't') {
+      if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' &&
+          e != 't') {
         return Scan::error;
       }
       i += 2;

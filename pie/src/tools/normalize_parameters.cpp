@@ -1,5 +1,5 @@
-// normalize_tool_parameters: the schema spellings of function-calling datasets (BFCL's "dict", "float",
-// "tuple", "any", the "optional" annotation) rewritten as JSON Schema.
+// normalize_tool_parameters: the schema spellings of function-calling datasets (BFCL's "dict",
+// "float", "tuple", "any", the "optional" annotation) rewritten as JSON Schema.
 #include <algorithm>
 #include <string>
 
@@ -14,27 +14,30 @@ using Json = nlohmann::ordered_json;
 // The JSON Schema type for a spelling; "" for "any" (no constraint). Throws on an unknown spelling.
 std::string normalized_type(const std::string& type, const std::string& pointer) {
   static const std::pair<const char*, const char*> kSpellings[] = {
-      {"object", "object"}, {"dict", "object"},   {"array", "array"},     {"list", "array"},
-      {"tuple", "array"},   {"string", "string"}, {"str", "string"},      {"integer", "integer"},
-      {"int", "integer"},   {"number", "number"}, {"float", "number"},    {"double", "number"},
-      {"boolean", "boolean"}, {"bool", "boolean"}, {"null", "null"},      {"any", ""},
+      {"object", "object"},   {"dict", "object"},   {"array", "array"},  {"list", "array"},
+      {"tuple", "array"},     {"string", "string"}, {"str", "string"},   {"integer", "integer"},
+      {"int", "integer"},     {"number", "number"}, {"float", "number"}, {"double", "number"},
+      {"boolean", "boolean"}, {"bool", "boolean"},  {"null", "null"},    {"any", ""},
   };
   for (const auto& [from, to] : kSpellings) {
     if (type == from) return to;
   }
-  throw RequestError("[tool_calls] parameters" + pointer + "/type: unknown type \"" + type + "\"", "parameters");
+  throw RequestError("[tool_calls] parameters" + pointer + "/type: unknown type \"" + type + "\"",
+                     "parameters");
 }
 
 void normalize(Json& schema, const std::string& pointer);
 
 void normalize_map(Json& map, const std::string& pointer) {
   if (!map.is_object()) return;
-  for (auto it = map.begin(); it != map.end(); ++it) normalize(it.value(), pointer + "/" + it.key());
+  for (auto it = map.begin(); it != map.end(); ++it)
+    normalize(it.value(), pointer + "/" + it.key());
 }
 
 void normalize_list(Json& list, const std::string& pointer) {
   if (!list.is_array()) return;
-  for (std::size_t i = 0; i < list.size(); ++i) normalize(list[i], pointer + "/" + std::to_string(i));
+  for (std::size_t i = 0; i < list.size(); ++i)
+    normalize(list[i], pointer + "/" + std::to_string(i));
 }
 
 void normalize(Json& schema, const std::string& pointer) {
@@ -64,15 +67,18 @@ void normalize(Json& schema, const std::string& pointer) {
     }
   }
   // BFCL marks optional parameters with "optional": true beside leaving them out of "required".
-  if (auto opt = schema.find("optional"); opt != schema.end() && opt->is_boolean()) schema.erase(opt);
-  for (const char* key : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}) {
+  if (auto opt = schema.find("optional"); opt != schema.end() && opt->is_boolean())
+    schema.erase(opt);
+  for (const char* key :
+       {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}) {
     if (auto it = schema.find(key); it != schema.end()) normalize_map(*it, pointer + "/" + key);
   }
   for (const char* key : {"anyOf", "oneOf", "allOf", "prefixItems"}) {
     if (auto it = schema.find(key); it != schema.end()) normalize_list(*it, pointer + "/" + key);
   }
-  for (const char* key : {"items", "additionalProperties", "additionalItems", "not", "contains", "propertyNames",
-                          "unevaluatedProperties", "unevaluatedItems", "if", "then", "else"}) {
+  for (const char* key :
+       {"items", "additionalProperties", "additionalItems", "not", "contains", "propertyNames",
+        "unevaluatedProperties", "unevaluatedItems", "if", "then", "else"}) {
     if (auto it = schema.find(key); it != schema.end()) {
       if (it->is_array()) {
         normalize_list(*it, pointer + "/" + key);  // draft-04 tuple "items"
@@ -88,13 +94,13 @@ void normalize(Json& schema, const std::string& pointer) {
 // under it, since closing one conjunct could reject members another one declares.
 void close_objects(Json& schema) {
   if (!schema.is_object()) return;
-  for (const char* key : {"allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "dependentSchemas",
-                          "unevaluatedProperties", "unevaluatedItems"}) {
+  for (const char* key : {"allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef",
+                          "dependentSchemas", "unevaluatedProperties", "unevaluatedItems"}) {
     if (schema.contains(key)) return;
   }
-  if (auto props = schema.find("properties"); props != schema.end() && props->is_object() && !props->empty() &&
-                                              !schema.contains("additionalProperties") &&
-                                              !schema.contains("patternProperties")) {
+  if (auto props = schema.find("properties");
+      props != schema.end() && props->is_object() && !props->empty() &&
+      !schema.contains("additionalProperties") && !schema.contains("patternProperties")) {
     schema["additionalProperties"] = false;
   }
   for (const char* key : {"properties", "patternProperties"}) {
@@ -102,7 +108,8 @@ void close_objects(Json& schema) {
       for (auto sub = it->begin(); sub != it->end(); ++sub) close_objects(sub.value());
     }
   }
-  for (const char* key : {"items", "prefixItems", "additionalItems", "contains", "additionalProperties"}) {
+  for (const char* key :
+       {"items", "prefixItems", "additionalItems", "contains", "additionalProperties"}) {
     if (auto it = schema.find(key); it != schema.end()) {
       if (it->is_array()) {
         for (Json& sub : *it) close_objects(sub);

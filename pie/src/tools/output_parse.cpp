@@ -29,7 +29,8 @@ std::string_view lstrip(std::string_view s) {
   return s;
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of `marker` (it may still become one).
+// Length of the longest suffix of `text` that is a proper prefix of `marker` (it may still become
+// one).
 std::size_t marker_prefix_suffix(std::string_view text, std::string_view marker) {
   for (std::size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
     if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
@@ -48,14 +49,15 @@ std::optional<std::string> arguments_of(std::string_view raw) {
   if (!decode_json_string(raw, decoded)) return std::nullopt;
   std::string_view d = lstrip(decoded);
   std::size_t pos = 0;
-  if (d.empty() || d.front() != '{' || scan_json_value(d, pos) != Scan::ok || !lstrip(d.substr(pos)).empty()) {
+  if (d.empty() || d.front() != '{' || scan_json_value(d, pos) != Scan::ok ||
+      !lstrip(d.substr(pos)).empty()) {
     return std::nullopt;
   }
   return compact_json(d.substr(0, pos));
 }
 
-// {"name": "...", "arguments" | "parameters": {...}, ...} at t[i] (members in any order; for a partial
-// call the name is known only when it came before the arguments).
+// {"name": "...", "arguments" | "parameters": {...}, ...} at t[i] (members in any order; for a
+// partial call the name is known only when it came before the arguments).
 CallObject parse_call_object(std::string_view t, std::size_t i) {
   CallObject r;
   if (i >= t.size()) {
@@ -71,7 +73,8 @@ CallObject parse_call_object(std::string_view t, std::size_t i) {
     if (name) {
       r.has_name = true;
       r.call.name = *name;
-      if (!args_prefix.empty() && args_prefix.front() == '{') r.call.arguments = compact_json(args_prefix);
+      if (!args_prefix.empty() && args_prefix.front() == '{')
+        r.call.arguments = compact_json(args_prefix);
     }
     return r;
   };
@@ -82,7 +85,8 @@ CallObject parse_call_object(std::string_view t, std::size_t i) {
       if (i >= t.size()) return partial(args.value_or(""));
       if (t[i] != '"') return r;
       const std::size_t key_start = i;
-      if (Scan s = scan_json_value(t, i); s != Scan::ok) return s == Scan::incomplete ? partial(args.value_or("")) : r;
+      if (Scan s = scan_json_value(t, i); s != Scan::ok)
+        return s == Scan::incomplete ? partial(args.value_or("")) : r;
       std::string key;
       if (!decode_json_string(t.substr(key_start, i - key_start), key)) return r;
       i = skip_json_whitespace(t, i);
@@ -93,7 +97,8 @@ CallObject parse_call_object(std::string_view t, std::size_t i) {
       const Scan s = scan_json_value(t, i);
       const bool is_args = key == "arguments" || key == "parameters";
       if (s == Scan::error) return r;
-      if (s == Scan::incomplete) return partial(is_args && !args ? t.substr(value_start) : args.value_or(""));
+      if (s == Scan::incomplete)
+        return partial(is_args && !args ? t.substr(value_start) : args.value_or(""));
       const std::string_view value = t.substr(value_start, i - value_start);
       if (key == "name" && !name) {
         std::string decoded;
@@ -122,7 +127,8 @@ CallObject parse_call_object(std::string_view t, std::size_t i) {
   return r;
 }
 
-// A block of calls that starts at a marker. calls: the block's calls so far (the last possibly partial).
+// A block of calls that starts at a marker. calls: the block's calls so far (the last possibly
+// partial).
 struct Block {
   Status status = Status::malformed;
   std::size_t end = 0;
@@ -193,7 +199,8 @@ Block array_block(std::string_view t, std::size_t i) {
 Block functionary_block(std::string_view t, std::size_t i) {
   Block b;
   const std::size_t gt = t.find('>', i);
-  const std::string_view name = t.substr(i, gt == std::string_view::npos ? std::string_view::npos : gt - i);
+  const std::string_view name =
+      t.substr(i, gt == std::string_view::npos ? std::string_view::npos : gt - i);
   for (char c : name) {
     if (c == '<' || c == '\n' || c == '"' || c == ' ') return b;
   }
@@ -204,7 +211,9 @@ Block functionary_block(std::string_view t, std::size_t i) {
   if (name.empty()) return b;
   std::size_t j = skip_json_whitespace(t, gt + 1);
   const std::size_t value_start = j;
-  const Scan s = j < t.size() && t[j] == '{' ? scan_json_value(t, j) : j < t.size() ? Scan::error : Scan::incomplete;
+  const Scan s = j < t.size() && t[j] == '{' ? scan_json_value(t, j)
+                 : j < t.size()              ? Scan::error
+                                             : Scan::incomplete;
   if (s == Scan::error) return b;
   PartialCall call{std::string(name), "", false};
   if (s == Scan::incomplete) {
@@ -237,25 +246,34 @@ struct MarkerSpec {
 
 MarkerSpec marker_spec(ToolCallFormat format) {
   switch (format) {
-    case ToolCallFormat::hermes: return {"<tool_call>", "</tool_call>"};
-    case ToolCallFormat::mistral: return {"[TOOL_CALLS]", ""};
-    case ToolCallFormat::firefunction_v2: return {"functools", ""};
-    case ToolCallFormat::functionary_v3_1: return {"<function=", "</function>"};
-    default: return {};
+    case ToolCallFormat::hermes:
+      return {"<tool_call>", "</tool_call>"};
+    case ToolCallFormat::mistral:
+      return {"[TOOL_CALLS]", ""};
+    case ToolCallFormat::firefunction_v2:
+      return {"functools", ""};
+    case ToolCallFormat::functionary_v3_1:
+      return {"<function=", "</function>"};
+    default:
+      return {};
   }
 }
 
 Block parse_block(ToolCallFormat format, std::string_view t, std::size_t i) {
   switch (format) {
-    case ToolCallFormat::hermes: return hermes_block(t, i);
-    case ToolCallFormat::functionary_v3_1: return functionary_block(t, i);
-    default: return array_block(t, i);
+    case ToolCallFormat::hermes:
+      return hermes_block(t, i);
+    case ToolCallFormat::functionary_v3_1:
+      return functionary_block(t, i);
+    default:
+      return array_block(t, i);
   }
 }
 
-// Appends a piece of text outside calls: whitespace next to a call is dropped; on a prefix, the trailing
-// whitespace of the last piece is held back (it is dropped if a call follows).
-void add_content(OutputParse& out, std::string_view piece, bool after_call, bool before_call, bool settled) {
+// Appends a piece of text outside calls: whitespace next to a call is dropped; on a prefix, the
+// trailing whitespace of the last piece is held back (it is dropped if a call follows).
+void add_content(OutputParse& out, std::string_view piece, bool after_call, bool before_call,
+                 bool settled) {
   if (after_call) piece = lstrip(piece);
   if (before_call || !settled) piece = rstrip(piece);
   out.content.append(piece);
@@ -294,7 +312,8 @@ void parse_marked(std::string_view t, ToolCallFormat format, bool final, OutputP
       }
       if (search == t.size()) {
         std::string_view rest = t.substr(piece);
-        if (!final && !spec.close.empty()) rest.remove_suffix(marker_prefix_suffix(rest, spec.close));
+        if (!final && !spec.close.empty())
+          rest.remove_suffix(marker_prefix_suffix(rest, spec.close));
         add_content(out, rest, after_call, false, final);
         return;
       }
@@ -336,7 +355,8 @@ void parse_llama3(std::string_view t, bool final, OutputParse& out) {
     if (i < t.size() && t[i] == ';') i = skip_json_whitespace(t, i + 1);
     if (i >= t.size()) {
       if (!final) {
-        for (PartialCall& c : calls) c.complete = false;  // text may still follow and turn it all into text
+        for (PartialCall& c : calls)
+          c.complete = false;  // text may still follow and turn it all into text
       }
       return add_calls(out, calls);
     }
@@ -395,15 +415,19 @@ void parse_generic(std::string_view t, bool final, OutputParse& out) {
 
 void parse_answer(std::string_view t, ToolCallFormat format, bool final, OutputParse& out) {
   switch (format) {
-    case ToolCallFormat::llama3_json: return parse_llama3(t, final, out);
-    case ToolCallFormat::generic: return parse_generic(t, final, out);
-    default: return parse_marked(t, format, final, out);
+    case ToolCallFormat::llama3_json:
+      return parse_llama3(t, final, out);
+    case ToolCallFormat::generic:
+      return parse_generic(t, final, out);
+    default:
+      return parse_marked(t, format, final, out);
   }
 }
 
 }  // namespace
 
-OutputParse parse_output(std::string_view text, ToolCallFormat format, const ParseOptions& options, bool final) {
+OutputParse parse_output(std::string_view text, ToolCallFormat format, const ParseOptions& options,
+                         bool final) {
   OutputParse out;
   const ReasoningMarkers& mk = options.reasoning_markers;
   std::size_t reasoning_start = std::string_view::npos;
@@ -428,7 +452,8 @@ OutputParse parse_output(std::string_view text, ToolCallFormat format, const Par
     out.reasoning = std::string(final ? lstrip(rstrip(r)) : rstrip(lstrip(r)));
     return out;
   }
-  out.reasoning = std::string(rstrip(lstrip(text.substr(reasoning_start, close - reasoning_start))));
+  out.reasoning =
+      std::string(rstrip(lstrip(text.substr(reasoning_start, close - reasoning_start))));
   std::string_view answer = text.substr(close + mk.close.size());
   // The answer starts after the blank line models write; whitespace only is nothing yet.
   answer = lstrip(answer);
@@ -439,7 +464,8 @@ OutputParse parse_output(std::string_view text, ToolCallFormat format, const Par
 std::string tool_call_id(ToolCallFormat format, std::uint64_t seed, std::size_t index) {
   std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ULL * (index + 1)));
   if (format != ToolCallFormat::mistral) return make_tool_call_id(rng);
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::string id;
   for (int i = 0; i < 9; ++i) id.push_back(kAlphabet[rng() % 62]);
   return id;

@@ -1,7 +1,8 @@
-// The parse of a model's output (or a prefix of it, while it streams) into reasoning, content and calls.
-// One function serves both: on a prefix (final = false) it returns only what can no longer change for
-// well-formed output (text that may still be a marker or trailing whitespace held back; the last call
-// possibly partial), so the streaming parser emits differences between successive parses.
+// The parse of a model's output (or a prefix of it, while it streams) into reasoning, content and
+// calls. One function serves both: on a prefix (final = false) it returns only what can no longer
+// change for well-formed output (text that may still be a marker or trailing whitespace held back;
+// the last call possibly partial), so the streaming parser emits differences between successive
+// parses.
 #pragma once
 
 #include <string>
@@ -24,7 +25,8 @@ struct OutputParse {
   std::vector<PartialCall> calls;
 };
 
-OutputParse parse_output(std::string_view text, ToolCallFormat format, const ParseOptions& options, bool final);
+OutputParse parse_output(std::string_view text, ToolCallFormat format, const ParseOptions& options,
+                         bool final);
 
 // The id of call `index` of an output parsed with `seed` (mistral: 9 alphanumerics, as its template
 // requires; others "call_" + 24).

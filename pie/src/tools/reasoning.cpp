@@ -8,9 +8,12 @@ namespace pie {
 
 const char* reasoning_format_name(ReasoningFormat format) {
   switch (format) {
-    case ReasoningFormat::none: return "none";
-    case ReasoningFormat::think: return "think";
-    case ReasoningFormat::think_open: return "think_open";
+    case ReasoningFormat::none:
+      return "none";
+    case ReasoningFormat::think:
+      return "think";
+    case ReasoningFormat::think_open:
+      return "think_open";
   }
   return "unknown";
 }
@@ -27,14 +30,16 @@ ReasoningFormat reasoning_format_from_name(std::string_view name) {
 ReasoningFormat detect_reasoning_format(std::string_view source) {
   if (source.find("<think>") == std::string_view::npos) return ReasoningFormat::none;
   // The generation prompt opens the reasoning itself: "<|im_start|>assistant\n<think>\n" (QwQ) or
-  // "<｜Assistant｜><think>\n" (DeepSeek R1 distills). Qwen3 writes "<think>" only when thinking is off.
+  // "<｜Assistant｜><think>\n" (DeepSeek R1 distills). Qwen3 writes "<think>" only when thinking is
+  // off.
   for (std::string_view opener : {"assistant\\n<think>\\n", "<｜Assistant｜><think>\\n"}) {
     if (source.find(opener) != std::string_view::npos) return ReasoningFormat::think_open;
   }
   return ReasoningFormat::think;
 }
 
-pse::Grammar wrap_with_reasoning(const pse::Grammar& answer, ReasoningFormat format, const ReasoningMarkers& markers) {
+pse::Grammar wrap_with_reasoning(const pse::Grammar& answer, ReasoningFormat format,
+                                 const ReasoningMarkers& markers) {
   if (format == ReasoningFormat::none) return answer;
   if (markers.close.empty() || (format == ReasoningFormat::think && markers.open.empty())) {
     throw pse::GrammarError("[reasoning] wrap_with_reasoning: empty marker");

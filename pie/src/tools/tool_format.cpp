@@ -17,7 +17,9 @@ constexpr std::array<std::pair<ToolCallFormat, const char*>, 6> kFormatNames = {
     {ToolCallFormat::firefunction_v2, "firefunction_v2"},
 }};
 
-bool contains(std::string_view text, std::string_view what) { return text.find(what) != std::string_view::npos; }
+bool contains(std::string_view text, std::string_view what) {
+  return text.find(what) != std::string_view::npos;
+}
 
 }  // namespace
 
@@ -33,12 +35,14 @@ ToolCallFormat tool_call_format_from_name(std::string_view name) {
     if (name == n) return f;
   }
   throw RequestError("[tool_calls] unknown tool-call format \"" + std::string(name) +
-                         "\" (expected generic, hermes, llama3_json, mistral, functionary_v3_1 or firefunction_v2)",
+                         "\" (expected generic, hermes, llama3_json, mistral, functionary_v3_1 or "
+                         "firefunction_v2)",
                      "tool_call_format");
 }
 
 ToolCallFormat detect_tool_call_format(std::string_view source) {
-  // Most specific markers first: Functionary v3.1 also writes <|python_tag|> (for its code interpreter).
+  // Most specific markers first: Functionary v3.1 also writes <|python_tag|> (for its code
+  // interpreter).
   if (contains(source, "<function=")) return ToolCallFormat::functionary_v3_1;
   if (contains(source, "functools[")) return ToolCallFormat::firefunction_v2;
   if (contains(source, "[TOOL_CALLS]")) return ToolCallFormat::mistral;
@@ -66,30 +70,37 @@ ToolChoice ToolChoice::from_json(const nlohmann::ordered_json& value) {
       choice.mode = Mode::required;
       return choice;
     }
-    throw RequestError("[tool_calls] tool_choice must be \"none\", \"auto\", \"required\" or a function, got \"" +
-                           s + "\"",
-                       "tool_choice");
+    throw RequestError(
+        "[tool_calls] tool_choice must be \"none\", \"auto\", \"required\" or a function, got \"" +
+            s + "\"",
+        "tool_choice");
   }
   if (value.is_object()) {
     const auto type = value.find("type");
     const auto function = value.find("function");
-    if (type != value.end() && *type == "function" && function != value.end() && function->is_object()) {
+    if (type != value.end() && *type == "function" && function != value.end() &&
+        function->is_object()) {
       const auto name = function->find("name");
-      if (name != function->end() && name->is_string() && !name->get_ref<const std::string&>().empty()) {
+      if (name != function->end() && name->is_string() &&
+          !name->get_ref<const std::string&>().empty()) {
         choice.mode = Mode::named;
         choice.name = name->get<std::string>();
         return choice;
       }
     }
-    throw RequestError("[tool_calls] tool_choice object must be {\"type\": \"function\", \"function\": {\"name\": "
-                       "...}}, got " + value.dump(),
-                       "tool_choice");
+    throw RequestError(
+        "[tool_calls] tool_choice object must be {\"type\": \"function\", \"function\": {\"name\": "
+        "...}}, got " +
+            value.dump(),
+        "tool_choice");
   }
-  throw RequestError("[tool_calls] tool_choice must be a string or an object, got " + value.dump(), "tool_choice");
+  throw RequestError("[tool_calls] tool_choice must be a string or an object, got " + value.dump(),
+                     "tool_choice");
 }
 
 std::string make_tool_call_id(std::mt19937_64& rng) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::string id = "call_";
   for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % 62]);
   return id;

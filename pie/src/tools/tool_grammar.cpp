@@ -24,9 +24,11 @@ struct Tool {
   std::size_t index = 0;  // in the request's tools array, for error messages
 };
 
-std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoice& choice, bool normalize,
-                             bool closed_objects) {
-  if (!tools.is_array()) throw RequestError("[tool_calls] tools must be an array, got " + std::string(tools.type_name()), "tools");
+std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoice& choice,
+                             bool normalize, bool closed_objects) {
+  if (!tools.is_array())
+    throw RequestError("[tool_calls] tools must be an array, got " + std::string(tools.type_name()),
+                       "tools");
   std::vector<Tool> out;
   std::set<std::string> names;
   for (std::size_t i = 0; i < tools.size(); ++i) {
@@ -39,18 +41,22 @@ std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoi
       throw RequestError("[tool_calls] " + where + ".function must be an object", "tools");
     }
     const auto name = function->find("name");
-    if (name == function->end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
-      throw RequestError("[tool_calls] " + where + ".function.name must be a non-empty string", "tools");
+    if (name == function->end() || !name->is_string() ||
+        name->get_ref<const std::string&>().empty()) {
+      throw RequestError("[tool_calls] " + where + ".function.name must be a non-empty string",
+                         "tools");
     }
     Tool tool{name->get<std::string>(), nlohmann::ordered_json(), i};
     if (!names.insert(tool.name).second) {
-      throw RequestError("[tool_calls] " + where + ": duplicate function name \"" + tool.name + "\"", "tools");
+      throw RequestError(
+          "[tool_calls] " + where + ": duplicate function name \"" + tool.name + "\"", "tools");
     }
     const auto params = function->find("parameters");
     nlohmann::ordered_json schema = params == function->end() ? nlohmann::ordered_json() : *params;
     if (!schema.is_null() && !schema.is_object() && !schema.is_boolean()) {
-      throw RequestError("[tool_calls] " + where + ".function.parameters must be a JSON Schema object",
-                         where + ".function.parameters");
+      throw RequestError(
+          "[tool_calls] " + where + ".function.parameters must be a JSON Schema object",
+          where + ".function.parameters");
     }
     if (normalize) {
       try {
@@ -63,12 +69,14 @@ std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoi
       schema = {{"type", "object"}};
     }
     tool.parameters = closed_objects ? close_object_schemas(schema) : std::move(schema);
-    if (choice.mode != ToolChoice::Mode::named || tool.name == choice.name) out.push_back(std::move(tool));
+    if (choice.mode != ToolChoice::Mode::named || tool.name == choice.name)
+      out.push_back(std::move(tool));
   }
   if (out.empty()) {
     if (choice.mode == ToolChoice::Mode::named) {
-      throw RequestError("[tool_calls] tool_choice names function \"" + choice.name + "\", which is not in tools",
-                         "tool_choice");
+      throw RequestError(
+          "[tool_calls] tool_choice names function \"" + choice.name + "\", which is not in tools",
+          "tool_choice");
     }
     throw RequestError("[tool_calls] tools has no function tool", "tools");
   }
@@ -87,7 +95,9 @@ class Builder {
   ExprId lit(std::string s) { return g_.add_bytes(std::move(s)); }
   ExprId seq(std::vector<ExprId> c) { return g_.add_sequence(std::move(c)); }
   ExprId alt(std::vector<ExprId> c) { return g_.add_choice(std::move(c)); }
-  ExprId rule(const std::string& name, ExprId body) { return g_.add_rule_ref(g_.add_rule(name, body)); }
+  ExprId rule(const std::string& name, ExprId body) {
+    return g_.add_rule_ref(g_.add_rule(name, body));
+  }
 
   // The arguments object of each tool, one rule each.
   void add_arguments(const std::vector<Tool>& tools) {
@@ -96,28 +106,36 @@ class Builder {
       try {
         args = pse::json_schema_to_grammar(tools[k].parameters, options_.schema);
       } catch (const pse::SchemaError& e) {
-        const std::string param = "tools[" + std::to_string(tools[k].index) + "].function.parameters";
+        const std::string param =
+            "tools[" + std::to_string(tools[k].index) + "].function.parameters";
         throw RequestError("[tool_calls] " + param + e.pointer() + ": " + e.what(), param);
       } catch (const pse::Error& e) {
-        const std::string param = "tools[" + std::to_string(tools[k].index) + "].function.parameters";
+        const std::string param =
+            "tools[" + std::to_string(tools[k].index) + "].function.parameters";
         throw RequestError("[tool_calls] " + param + ": " + e.what(), param);
       }
-      arguments_.push_back(rule("args_" + std::to_string(k), embed_grammar(g_, args, "f" + std::to_string(k) + "_")));
+      arguments_.push_back(rule("args_" + std::to_string(k),
+                                embed_grammar(g_, args, "f" + std::to_string(k) + "_")));
     }
   }
 
-  // {"name": "<name>", "<args_key>": <arguments>[, "id": "<9 alphanumerics>"]}, one alternative per tool.
+  // {"name": "<name>", "<args_key>": <arguments>[, "id": "<9 alphanumerics>"]}, one alternative per
+  // tool.
   ExprId json_call(const std::vector<Tool>& tools, const std::string& args_key, bool optional_id) {
     std::vector<ExprId> options;
     for (std::size_t k = 0; k < tools.size(); ++k) {
       const std::string name = nlohmann::ordered_json(tools[k].name).dump();
-      options.push_back(seq({lit(name), ws(), lit(","), ws(), lit("\"" + args_key + "\""), ws(), lit(":"), ws(),
-                             arguments_[k]}));
+      options.push_back(seq({lit(name), ws(), lit(","), ws(), lit("\"" + args_key + "\""), ws(),
+                             lit(":"), ws(), arguments_[k]}));
     }
-    std::vector<ExprId> body = {lit("{"), ws(), lit("\"name\""), ws(), lit(":"), ws(), alt(std::move(options))};
+    std::vector<ExprId> body = {lit("{"), ws(), lit("\"name\""),        ws(),
+                                lit(":"), ws(), alt(std::move(options))};
     if (optional_id) {
-      const ExprId id = g_.add_repeat(g_.add_char_class({{'0', '9'}, {'A', 'Z'}, {'a', 'z'}}), 9, 9);
-      body.push_back(g_.add_repeat(seq({ws(), lit(","), ws(), lit("\"id\""), ws(), lit(":"), ws(), lit("\""), id, lit("\"")}), 0, 1));
+      const ExprId id =
+          g_.add_repeat(g_.add_char_class({{'0', '9'}, {'A', 'Z'}, {'a', 'z'}}), 9, 9);
+      body.push_back(g_.add_repeat(seq({ws(), lit(","), ws(), lit("\"id\""), ws(), lit(":"), ws(),
+                                        lit("\""), id, lit("\"")}),
+                                   0, 1));
     }
     body.push_back(ws());
     body.push_back(lit("}"));
@@ -128,7 +146,8 @@ class Builder {
   ExprId functionary_call(const std::vector<Tool>& tools) {
     std::vector<ExprId> options;
     for (std::size_t k = 0; k < tools.size(); ++k) {
-      options.push_back(seq({lit("<function=" + tools[k].name + ">"), arguments_[k], lit("</function>")}));
+      options.push_back(
+          seq({lit("<function=" + tools[k].name + ">"), arguments_[k], lit("</function>")}));
     }
     return rule("call", alt(std::move(options)));
   }
@@ -154,7 +173,8 @@ class Builder {
 }  // namespace
 
 ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolChoice& choice,
-                               bool parallel_tool_calls, ToolCallFormat format, const ToolGrammarOptions& options) {
+                               bool parallel_tool_calls, ToolCallFormat format,
+                               const ToolGrammarOptions& options) {
   if (options.max_parallel_calls < 1 || options.max_parallel_calls > 64) {
     throw RequestError("[tool_calls] max_parallel_calls must be in [1, 64], got " +
                            std::to_string(options.max_parallel_calls),
@@ -162,7 +182,8 @@ ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolCh
   }
   ToolGrammar out;
   // Validate the tools even for "none": a malformed request is an error whatever the choice.
-  const std::vector<Tool> list = read_tools(tools, choice, options.normalize, options.closed_objects);
+  const std::vector<Tool> list =
+      read_tools(tools, choice, options.normalize, options.closed_objects);
   if (choice.mode == ToolChoice::Mode::none) return out;
   const bool automatic = choice.mode == ToolChoice::Mode::automatic;
   Builder b(options);
@@ -170,8 +191,9 @@ ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolCh
   ExprId root = 0;
   switch (format) {
     case ToolCallFormat::hermes: {
-      const ExprId block = b.seq({b.lit("<tool_call>"), b.ws(), b.json_call(list, "arguments", false), b.ws(),
-                                  b.lit("</tool_call>")});
+      const ExprId block =
+          b.seq({b.lit("<tool_call>"), b.ws(), b.json_call(list, "arguments", false), b.ws(),
+                 b.lit("</tool_call>")});
       const ExprId calls = b.repeated(block, b.ws(), parallel_tool_calls);
       root = automatic ? b.seq({add_text_without(b.g(), "<tool_call>", "content_"),
                                 b.g().add_repeat(calls, 0, 1)})
@@ -184,32 +206,41 @@ ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolCh
       const bool mistral = format == ToolCallFormat::mistral;
       const std::string marker = mistral ? "[TOOL_CALLS]" : "functools";
       const ExprId call = b.json_call(list, "arguments", mistral);
-      const ExprId calls = b.seq({b.lit(marker + "["), b.ws(),
-                                  b.repeated(call, b.seq({b.ws(), b.lit(","), b.ws()}), parallel_tool_calls), b.ws(),
-                                  b.lit("]")});
-      root = automatic ? b.seq({add_text_without(b.g(), marker, "content_"), b.g().add_repeat(calls, 0, 1)}) : calls;
+      const ExprId calls =
+          b.seq({b.lit(marker + "["), b.ws(),
+                 b.repeated(call, b.seq({b.ws(), b.lit(","), b.ws()}), parallel_tool_calls), b.ws(),
+                 b.lit("]")});
+      root =
+          automatic
+              ? b.seq({add_text_without(b.g(), marker, "content_"), b.g().add_repeat(calls, 0, 1)})
+              : calls;
       out.special_tokens = {marker};
       break;
     }
     case ToolCallFormat::functionary_v3_1: {
       const ExprId calls = b.repeated(b.functionary_call(list), b.ws(), parallel_tool_calls);
-      root = automatic ? b.seq({add_text_without(b.g(), "<function=", "content_"), b.g().add_repeat(calls, 0, 1)})
+      root = automatic ? b.seq({add_text_without(b.g(), "<function=", "content_"),
+                                b.g().add_repeat(calls, 0, 1)})
                        : calls;
       out.special_tokens = {"<function=", "</function>"};
       break;
     }
     case ToolCallFormat::llama3_json: {
       const ExprId call = b.json_call(list, "parameters", false);
-      const ExprId calls = b.seq({b.g().add_repeat(b.lit("<|python_tag|>"), 0, 1),
-                                  b.repeated(call, b.seq({b.ws(), b.lit(";"), b.ws()}), parallel_tool_calls)});
+      const ExprId calls =
+          b.seq({b.g().add_repeat(b.lit("<|python_tag|>"), 0, 1),
+                 b.repeated(call, b.seq({b.ws(), b.lit(";"), b.ws()}), parallel_tool_calls)});
       if (automatic) {
-        // No marker: text that cannot be mistaken for a call (does not start with "{", "<|python_tag|>" or
-        // whitespace), or calls.
+        // No marker: text that cannot be mistaken for a call (does not start with "{",
+        // "<|python_tag|>" or whitespace), or calls.
         auto& g = b.g();
         const ExprId any = g.add_repeat(g.add_char_class({}, true), 0, pse::kUnbounded);
-        const ExprId text = b.alt({g.add_empty(),
-                                   b.seq({g.add_char_class({{'\t', '\n'}, {'\r', '\r'}, {' ', ' '}, {'<', '<'}, {'{', '{'}}, true), any}),
-                                   b.seq({b.lit("<"), add_text_not_starting_with(g, "|python_tag|>")})});
+        const ExprId text = b.alt(
+            {g.add_empty(),
+             b.seq({g.add_char_class(
+                        {{'\t', '\n'}, {'\r', '\r'}, {' ', ' '}, {'<', '<'}, {'{', '{'}}, true),
+                    any}),
+             b.seq({b.lit("<"), add_text_not_starting_with(g, "|python_tag|>")})});
         root = b.alt({b.rule("content", text), calls});
       } else {
         root = calls;
@@ -219,14 +250,16 @@ ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolCh
     }
     case ToolCallFormat::generic: {
       const ExprId call = b.json_call(list, "arguments", false);
-      const ExprId calls = b.seq({b.lit("{"), b.ws(), b.lit("\"tool_calls\""), b.ws(), b.lit(":"), b.ws(), b.lit("["),
-                                  b.ws(), b.repeated(call, b.seq({b.ws(), b.lit(","), b.ws()}), parallel_tool_calls),
-                                  b.ws(), b.lit("]"), b.ws(), b.lit("}")});
+      const ExprId calls = b.seq(
+          {b.lit("{"), b.ws(), b.lit("\"tool_calls\""), b.ws(), b.lit(":"), b.ws(), b.lit("["),
+           b.ws(), b.repeated(call, b.seq({b.ws(), b.lit(","), b.ws()}), parallel_tool_calls),
+           b.ws(), b.lit("]"), b.ws(), b.lit("}")});
       if (automatic) {
-        const ExprId str = embed_grammar(b.g(), pse::json_schema_to_grammar(nlohmann::ordered_json{{"type", "string"}}),
-                                         "content_");
-        const ExprId content = b.seq({b.lit("{"), b.ws(), b.lit("\"content\""), b.ws(), b.lit(":"), b.ws(), str,
-                                      b.ws(), b.lit("}")});
+        const ExprId str = embed_grammar(
+            b.g(), pse::json_schema_to_grammar(nlohmann::ordered_json{{"type", "string"}}),
+            "content_");
+        const ExprId content = b.seq({b.lit("{"), b.ws(), b.lit("\"content\""), b.ws(), b.lit(":"),
+                                      b.ws(), str, b.ws(), b.lit("}")});
         root = b.alt({calls, content});
       } else {
         root = calls;

@@ -1,5 +1,5 @@
-// parse_tool_calls and the streaming parser: both read parse_output; the stream emits the difference
-// between the parse of what it has received and what it emitted before.
+// parse_tool_calls and the streaming parser: both read parse_output; the stream emits the
+// difference between the parse of what it has received and what it emitted before.
 #include <algorithm>
 
 #include "pie/tool_calls.h"
@@ -11,7 +11,8 @@ using tools_detail::OutputParse;
 using tools_detail::parse_output;
 using tools_detail::tool_call_id;
 
-ParsedOutput parse_tool_calls(std::string_view text, ToolCallFormat format, const ParseOptions& options) {
+ParsedOutput parse_tool_calls(std::string_view text, ToolCallFormat format,
+                              const ParseOptions& options) {
   OutputParse p = parse_output(text, format, options, /*final=*/true);
   ParsedOutput out;
   out.content = std::move(p.content);
@@ -29,14 +30,14 @@ ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format, ParseOptions o
 StreamDelta ToolCallStreamParser::push(std::string_view text) {
   if (finished_) return {};
   text_.append(text);
-  if (in_argument_string_ && !diverged_ &&
-      std::none_of(text.begin(), text.end(), [](char c) {
+  if (in_argument_string_ && !diverged_ && std::none_of(text.begin(), text.end(), [](char c) {
         return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
       })) {
     // Inside a string the arguments keep every byte: the parse would only extend them by `text`.
     StreamDelta d;
     emitted_.tool_calls.back().arguments.append(text);
-    d.tool_calls.push_back({static_cast<std::int32_t>(emitted_.tool_calls.size() - 1), "", "", std::string(text)});
+    d.tool_calls.push_back(
+        {static_cast<std::int32_t>(emitted_.tool_calls.size() - 1), "", "", std::string(text)});
     return d;
   }
   return advance(false);
@@ -90,7 +91,8 @@ StreamDelta ToolCallStreamParser::advance(bool final) {
     return d;
   }
   const OutputParse p = parse_output(text_, format_, options_, final);
-  bool consistent = starts_with(p.reasoning, emitted_.reasoning_content) && starts_with(p.content, emitted_.content) &&
+  bool consistent = starts_with(p.reasoning, emitted_.reasoning_content) &&
+                    starts_with(p.content, emitted_.content) &&
                     p.calls.size() >= emitted_.tool_calls.size();
   for (std::size_t i = 0; consistent && i < emitted_.tool_calls.size(); ++i) {
     consistent = p.calls[i].name == emitted_.tool_calls[i].name &&
@@ -104,13 +106,15 @@ StreamDelta ToolCallStreamParser::advance(bool final) {
     committed_ = text_.size();
     return d;
   }
-  in_argument_string_ = !final && !p.calls.empty() && !p.calls.back().complete && ends_inside_string(p.calls.back().arguments);
+  in_argument_string_ = !final && !p.calls.empty() && !p.calls.back().complete &&
+                        ends_inside_string(p.calls.back().arguments);
   extend(emitted_.reasoning_content, p.reasoning, d.reasoning_content);
   extend(emitted_.content, p.content, d.content);
   for (std::size_t i = 0; i < p.calls.size(); ++i) {
     const auto index = static_cast<std::int32_t>(i);
     if (i == emitted_.tool_calls.size()) {
-      emitted_.tool_calls.push_back({tool_call_id(format_, options_.id_seed, i), p.calls[i].name, ""});
+      emitted_.tool_calls.push_back(
+          {tool_call_id(format_, options_.id_seed, i), p.calls[i].name, ""});
       d.tool_calls.push_back({index, emitted_.tool_calls[i].id, p.calls[i].name, ""});
     }
     std::string fragment;

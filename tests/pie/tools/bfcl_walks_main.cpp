@@ -1,9 +1,12 @@
-// bfcl_walks: random walks through the tool_choice "required" grammar of every entry of BFCL files, one
-// JSON line per entry on stdout (tools/bfcl_check.py validates them with jsonschema and counts).
-//   bfcl_walks --encoder ../shared/data/tokenizers/llama3/encoder.json [--format hermes] [--walks 2]
+// bfcl_walks: random walks through the tool_choice "required" grammar of every entry of BFCL files,
+// one JSON line per entry on stdout (tools/bfcl_check.py validates them with jsonschema and
+// counts).
+//   bfcl_walks --encoder ../shared/data/tokenizers/llama3/encoder.json [--format hermes] [--walks
+//   2]
 //              [--seed 1] [--limit N] [--open-objects] [--precompute] FILE.json...
-// (files whose name has "parallel" get parallel calls; --open-objects: ToolGrammarOptions::closed_objects
-// off; --precompute: eager token tables, as the engine compiles, for compile times)
+// (files whose name has "parallel" get parallel calls; --open-objects:
+// ToolGrammarOptions::closed_objects off; --precompute: eager token tables, as the engine compiles,
+// for compile times)
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -29,26 +32,37 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (a == "--encoder") encoder = value();
-      else if (a == "--format") options.format = pie::tool_call_format_from_name(value());
-      else if (a == "--walks") options.walks = std::stoi(value());
-      else if (a == "--seed") options.seed = std::stoull(value());
-      else if (a == "--limit") limit = std::stol(value());
-      else if (a == "--max-tokens") options.max_tokens = std::stoul(value());
-      else if (a == "--open-objects") options.closed_objects = false;
-      else if (a == "--precompute") options.precompute = true;
+      if (a == "--encoder")
+        encoder = value();
+      else if (a == "--format")
+        options.format = pie::tool_call_format_from_name(value());
+      else if (a == "--walks")
+        options.walks = std::stoi(value());
+      else if (a == "--seed")
+        options.seed = std::stoull(value());
+      else if (a == "--limit")
+        limit = std::stol(value());
+      else if (a == "--max-tokens")
+        options.max_tokens = std::stoul(value());
+      else if (a == "--open-objects")
+        options.closed_objects = false;
+      else if (a == "--precompute")
+        options.precompute = true;
       else if (!a.empty() && a[0] == '-') {
         std::fprintf(stderr, "bfcl_walks: unknown option %s\n", a.c_str());
         return 2;
-      } else files.push_back(a);
+      } else
+        files.push_back(a);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bfcl_walks: %s: %s\n", a.c_str(), e.what());
       return 2;
     }
   }
   if (encoder.empty() || files.empty()) {
-    std::fprintf(stderr, "usage: bfcl_walks --encoder encoder.json [--format F] [--walks N] [--seed S] [--limit N] "
-                 "[--open-objects] [--precompute] FILE...\n");
+    std::fprintf(
+        stderr,
+        "usage: bfcl_walks --encoder encoder.json [--format F] [--walks N] [--seed S] [--limit N] "
+        "[--open-objects] [--precompute] FILE...\n");
     return 2;
   }
   for (const std::string& file : files) {
@@ -65,8 +79,10 @@ int main(int argc, char** argv) {
       ++n;
       const auto entry = nlohmann::ordered_json::parse(line);
       const EntryResult r = walk_entry(entry, parallel, encoder, options);
-      std::cout << entry_json(r, options).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-                << "\n" << std::flush;
+      std::cout << entry_json(r, options)
+                       .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+                << "\n"
+                << std::flush;
     }
   }
   return 0;

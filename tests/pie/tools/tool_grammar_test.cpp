@@ -1,5 +1,5 @@
-// build_tool_grammar, normalize_tool_parameters, format detection and the reasoning wrapper: grammars are
-// checked by what they accept and reject through pse::Matcher.
+// build_tool_grammar, normalize_tool_parameters, format detection and the reasoning wrapper:
+// grammars are checked by what they accept and reject through pse::Matcher.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -49,19 +49,24 @@ std::string hermes(const std::string& call) { return "<tool_call>\n" + call + "\
 TEST(ToolGrammar, HermesRequiredAcceptsOneValidCall) {
   auto g = tool_grammar(required(), false, ToolCallFormat::hermes);
   EXPECT_TRUE(accepts(g, hermes(kWeather)));
-  EXPECT_TRUE(accepts(g, hermes(R"({"name": "get_weather", "arguments": {"city": "Paris", "unit": "f"}})")));
+  EXPECT_TRUE(accepts(
+      g, hermes(R"({"name": "get_weather", "arguments": {"city": "Paris", "unit": "f"}})")));
   EXPECT_TRUE(accepts(g, hermes(kTime)));
   EXPECT_TRUE(accepts(g, "<tool_call>" + kTime + "</tool_call>"));
 }
 
 TEST(ToolGrammar, HermesRequiredRejectsInvalidCalls) {
   auto g = tool_grammar(required(), false, ToolCallFormat::hermes);
-  EXPECT_FALSE(accepts(g, hermes(R"({"name": "get_wether", "arguments": {"city": "Paris"}})")));  // wrong name
-  EXPECT_FALSE(accepts(g, hermes(R"({"name": "get_weather", "arguments": {"unit": "c"}})")));  // missing city
-  EXPECT_FALSE(accepts(g, hermes(R"({"name": "get_weather", "arguments": {"city": 3}})")));    // wrong type
-  EXPECT_FALSE(accepts(g, hermes(R"({"name": "get_time", "arguments": {"zone": 2, "x": 1}})")));  // closed
-  EXPECT_FALSE(accepts(g, hermes(kWeather) + "\nDone."));  // text after the call
-  EXPECT_FALSE(accepts(g, "Sure. " + hermes(kWeather)));   // text before it
+  EXPECT_FALSE(accepts(
+      g, hermes(R"({"name": "get_wether", "arguments": {"city": "Paris"}})")));  // wrong name
+  EXPECT_FALSE(accepts(
+      g, hermes(R"({"name": "get_weather", "arguments": {"unit": "c"}})")));  // missing city
+  EXPECT_FALSE(
+      accepts(g, hermes(R"({"name": "get_weather", "arguments": {"city": 3}})")));  // wrong type
+  EXPECT_FALSE(
+      accepts(g, hermes(R"({"name": "get_time", "arguments": {"zone": 2, "x": 1}})")));  // closed
+  EXPECT_FALSE(accepts(g, hermes(kWeather) + "\nDone."));             // text after the call
+  EXPECT_FALSE(accepts(g, "Sure. " + hermes(kWeather)));              // text before it
   EXPECT_FALSE(accepts(g, hermes(kWeather) + "\n" + hermes(kTime)));  // two calls, parallel off
   EXPECT_FALSE(accepts(g, ""));
 }
@@ -81,7 +86,9 @@ TEST(ToolGrammar, ParallelCallsAreBounded) {
   EXPECT_TRUE(accepts(g, hermes(kWeather) + hermes(kTime)));
   EXPECT_FALSE(accepts(g, hermes(kWeather) + hermes(kTime) + hermes(kTime)));
   options.max_parallel_calls = 0;
-  EXPECT_THROW(build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::hermes, options), RequestError);
+  EXPECT_THROW(
+      build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::hermes, options),
+      RequestError);
 }
 
 TEST(ToolGrammar, NamedForcesThatFunction) {
@@ -102,9 +109,11 @@ TEST(ToolGrammar, AutoAllowsTextThenConstrainedCalls) {
 }
 
 TEST(ToolGrammar, NoneHasNoGrammarButValidatesTools) {
-  ToolGrammar tg = build_tool_grammar(weather_tools(), {ToolChoice::Mode::none, ""}, true, ToolCallFormat::hermes);
+  ToolGrammar tg = build_tool_grammar(weather_tools(), {ToolChoice::Mode::none, ""}, true,
+                                      ToolCallFormat::hermes);
   EXPECT_FALSE(tg.grammar.has_value());
-  EXPECT_THROW(build_tool_grammar(Json::object(), {ToolChoice::Mode::none, ""}, true, ToolCallFormat::hermes),
+  EXPECT_THROW(build_tool_grammar(Json::object(), {ToolChoice::Mode::none, ""}, true,
+                                  ToolCallFormat::hermes),
                RequestError);
 }
 
@@ -112,8 +121,10 @@ TEST(ToolGrammar, MistralFormat) {
   auto g = tool_grammar(required(), true, ToolCallFormat::mistral);
   EXPECT_TRUE(accepts(g, "[TOOL_CALLS][" + kWeather + "]"));
   EXPECT_TRUE(accepts(g, "[TOOL_CALLS][" + kWeather + ", " + kTime + "]"));
-  EXPECT_TRUE(accepts(g, R"([TOOL_CALLS][{"name": "get_time", "arguments": {"zone": 1}, "id": "a1B2c3D4e"}])"));
-  EXPECT_FALSE(accepts(g, R"([TOOL_CALLS][{"name": "get_time", "arguments": {"zone": 1}, "id": "short"}])"));
+  EXPECT_TRUE(accepts(
+      g, R"([TOOL_CALLS][{"name": "get_time", "arguments": {"zone": 1}, "id": "a1B2c3D4e"}])"));
+  EXPECT_FALSE(
+      accepts(g, R"([TOOL_CALLS][{"name": "get_time", "arguments": {"zone": 1}, "id": "short"}])"));
   EXPECT_FALSE(accepts(g, "[TOOL_CALLS][]"));
   auto single = tool_grammar(required(), false, ToolCallFormat::mistral);
   EXPECT_FALSE(accepts(single, "[TOOL_CALLS][" + kWeather + ", " + kTime + "]"));
@@ -142,7 +153,9 @@ TEST(ToolGrammar, Llama3JsonFormat) {
 TEST(ToolGrammar, FunctionaryAndFirefunctionFormats) {
   auto f = tool_grammar(required(), true, ToolCallFormat::functionary_v3_1);
   EXPECT_TRUE(accepts(f, R"(<function=get_weather>{"city": "Oslo"}</function>)"));
-  EXPECT_TRUE(accepts(f, R"(<function=get_weather>{"city": "Oslo"}</function><function=get_time>{"zone": 0}</function>)"));
+  EXPECT_TRUE(accepts(
+      f,
+      R"(<function=get_weather>{"city": "Oslo"}</function><function=get_time>{"zone": 0}</function>)"));
   EXPECT_FALSE(accepts(f, R"(<function=get_weather>{"zone": 0}</function>)"));
   auto ff = tool_grammar(required(), false, ToolCallFormat::firefunction_v2);
   EXPECT_TRUE(accepts(ff, "functools[" + kWeather + "]"));
@@ -160,11 +173,14 @@ TEST(ToolGrammar, GenericFormat) {
 }
 
 TEST(ToolGrammar, SpecialTokensNameTheMarkers) {
-  EXPECT_EQ(build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::hermes).special_tokens,
-            (std::vector<std::string>{"<tool_call>", "</tool_call>"}));
-  EXPECT_EQ(build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::mistral).special_tokens,
-            (std::vector<std::string>{"[TOOL_CALLS]"}));
-  EXPECT_EQ(build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::llama3_json).special_tokens,
+  EXPECT_EQ(
+      build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::hermes).special_tokens,
+      (std::vector<std::string>{"<tool_call>", "</tool_call>"}));
+  EXPECT_EQ(
+      build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::mistral).special_tokens,
+      (std::vector<std::string>{"[TOOL_CALLS]"}));
+  EXPECT_EQ(build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::llama3_json)
+                .special_tokens,
             (std::vector<std::string>{"<|python_tag|>"}));
 }
 
@@ -192,14 +208,17 @@ TEST(ToolGrammar, BadToolsThrowRequestErrors) {
   EXPECT_EQ(param_of(Json::parse(R"([{"type": "function"}])")), "tools");
   EXPECT_EQ(param_of(Json::parse(R"([{"type": "function", "function": {"name": ""}}])")), "tools");
   EXPECT_EQ(param_of(Json::parse(R"([{"type": "function", "function": {"name": "a"}},
-                                     {"type": "function", "function": {"name": "a"}}])")), "tools");
-  EXPECT_EQ(param_of(Json::parse(R"([{"type": "function", "function": {"name": "a", "parameters": 3}}])")),
+                                     {"type": "function", "function": {"name": "a"}}])")),
+            "tools");
+  EXPECT_EQ(param_of(Json::parse(
+                R"([{"type": "function", "function": {"name": "a", "parameters": 3}}])")),
             "tools[0].function.parameters");
   EXPECT_EQ(param_of(Json::parse(R"J([{"type": "function", "function": {"name": "a", "parameters":
               {"type": "object", "properties": {"s": {"type": "string", "pattern": "(?=x)"}}}}}])J")),
             "tools[0].function.parameters");
   EXPECT_EQ(param_of(Json::parse(R"([{"type": "function", "function": {"name": "a", "parameters":
-              {"type": "blob"}}}])")), "tools[0].function.parameters");
+              {"type": "blob"}}}])")),
+            "tools[0].function.parameters");
   EXPECT_EQ(param_of(weather_tools(), {ToolChoice::Mode::named, "absent"}), "tool_choice");
 }
 
@@ -208,13 +227,16 @@ TEST(ToolChoiceTest, FromJson) {
   EXPECT_EQ(ToolChoice::from_json("auto").mode, ToolChoice::Mode::automatic);
   EXPECT_EQ(ToolChoice::from_json("none").mode, ToolChoice::Mode::none);
   EXPECT_EQ(ToolChoice::from_json("required").mode, ToolChoice::Mode::required);
-  const ToolChoice named = ToolChoice::from_json(Json::parse(R"({"type": "function", "function": {"name": "f"}})"));
+  const ToolChoice named =
+      ToolChoice::from_json(Json::parse(R"({"type": "function", "function": {"name": "f"}})"));
   EXPECT_EQ(named.mode, ToolChoice::Mode::named);
   EXPECT_EQ(named.name, "f");
   EXPECT_THROW(ToolChoice::from_json("always"), RequestError);
   EXPECT_THROW(ToolChoice::from_json(3), RequestError);
   EXPECT_THROW(ToolChoice::from_json(Json::parse(R"({"type": "function"})")), RequestError);
-  EXPECT_THROW(ToolChoice::from_json(Json::parse(R"({"type": "function", "function": {"name": 1}})")), RequestError);
+  EXPECT_THROW(
+      ToolChoice::from_json(Json::parse(R"({"type": "function", "function": {"name": 1}})")),
+      RequestError);
 }
 
 TEST(NormalizeToolParameters, RewritesDatasetSpellings) {
@@ -238,7 +260,8 @@ TEST(NormalizeToolParameters, RewritesDatasetSpellings) {
   EXPECT_EQ(out["properties"]["g"]["anyOf"][1]["type"], "string");
   EXPECT_EQ(normalize_tool_parameters(nullptr), Json::parse(R"({"type": "object"})"));
   EXPECT_EQ(normalize_tool_parameters(Json::object()), Json::parse(R"({"type": "object"})"));
-  EXPECT_THROW(normalize_tool_parameters(Json::parse(R"({"type": "dict", "properties": {"x": {"type": "blob"}}})")),
+  EXPECT_THROW(normalize_tool_parameters(
+                   Json::parse(R"({"type": "dict", "properties": {"x": {"type": "blob"}}})")),
                RequestError);
 }
 
@@ -254,7 +277,8 @@ TEST(CloseObjectSchemas, ClosesPlainObjectsOnly) {
   EXPECT_EQ(out["additionalProperties"], false);
   EXPECT_EQ(out["properties"]["a"]["additionalProperties"], false);
   EXPECT_EQ(out["properties"]["b"]["items"]["additionalProperties"], false);
-  EXPECT_FALSE(out["properties"]["c"].contains("additionalProperties"));  // a free-form object stays free
+  EXPECT_FALSE(
+      out["properties"]["c"].contains("additionalProperties"));  // a free-form object stays free
   EXPECT_EQ(out["properties"]["d"]["additionalProperties"], Json::parse(R"({"type": "string"})"));
   EXPECT_EQ(out["properties"]["e"], in["properties"]["e"]);
   EXPECT_EQ(out["properties"]["f"], in["properties"]["f"]);
@@ -267,18 +291,20 @@ TEST(ToolGrammar, ClosedObjectsOption) {
   EXPECT_FALSE(accepts(tool_grammar(required(), false, ToolCallFormat::hermes, tools), extra));
   ToolGrammarOptions open;
   open.closed_objects = false;
-  EXPECT_TRUE(accepts(compile(*build_tool_grammar(tools, required(), false, ToolCallFormat::hermes, open).grammar),
-                      extra));
+  EXPECT_TRUE(accepts(
+      compile(*build_tool_grammar(tools, required(), false, ToolCallFormat::hermes, open).grammar),
+      extra));
 }
 
 TEST(FormatNames, RoundTripAndUnknown) {
-  for (ToolCallFormat f : {ToolCallFormat::generic, ToolCallFormat::hermes, ToolCallFormat::llama3_json,
-                           ToolCallFormat::mistral, ToolCallFormat::functionary_v3_1,
-                           ToolCallFormat::firefunction_v2}) {
+  for (ToolCallFormat f : {ToolCallFormat::generic, ToolCallFormat::hermes,
+                           ToolCallFormat::llama3_json, ToolCallFormat::mistral,
+                           ToolCallFormat::functionary_v3_1, ToolCallFormat::firefunction_v2}) {
     EXPECT_EQ(tool_call_format_from_name(tool_call_format_name(f)), f);
   }
   EXPECT_THROW(tool_call_format_from_name("xml"), RequestError);
-  for (ReasoningFormat f : {ReasoningFormat::none, ReasoningFormat::think, ReasoningFormat::think_open}) {
+  for (ReasoningFormat f :
+       {ReasoningFormat::none, ReasoningFormat::think, ReasoningFormat::think_open}) {
     EXPECT_EQ(reasoning_format_from_name(reasoning_format_name(f)), f);
   }
   EXPECT_THROW(reasoning_format_from_name("thinking"), RequestError);
@@ -294,28 +320,36 @@ std::string read_template(const std::string& name) {
 TEST(DetectFormat, SharedChatTemplates) {
   ORCHARD_REQUIRE_SHARED_DATA("chat-templates");
   const std::map<std::string, std::pair<ToolCallFormat, ReasoningFormat>> expected = {
-      {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", {ToolCallFormat::hermes, ReasoningFormat::none}},
-      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", {ToolCallFormat::hermes, ReasoningFormat::none}},
+      {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+       {ToolCallFormat::hermes, ReasoningFormat::none}},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
+       {ToolCallFormat::hermes, ReasoningFormat::none}},
       {"Qwen-Qwen2.5-7B-Instruct", {ToolCallFormat::hermes, ReasoningFormat::none}},
       {"Qwen-Qwen3-0.6B", {ToolCallFormat::hermes, ReasoningFormat::think}},
       {"Qwen-QwQ-32B", {ToolCallFormat::hermes, ReasoningFormat::think_open}},
-      {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", {ToolCallFormat::generic, ReasoningFormat::think_open}},
-      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", {ToolCallFormat::generic, ReasoningFormat::think_open}},
+      {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
+       {ToolCallFormat::generic, ReasoningFormat::think_open}},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+       {ToolCallFormat::generic, ReasoningFormat::think_open}},
       {"meta-llama-Llama-3.1-8B-Instruct", {ToolCallFormat::llama3_json, ReasoningFormat::none}},
       {"meta-llama-Llama-3.2-3B-Instruct", {ToolCallFormat::llama3_json, ReasoningFormat::none}},
       {"meta-llama-Llama-3.3-70B-Instruct", {ToolCallFormat::llama3_json, ReasoningFormat::none}},
       {"mistralai-Mistral-Nemo-Instruct-2407", {ToolCallFormat::mistral, ReasoningFormat::none}},
-      {"meetkai-functionary-medium-v3.1", {ToolCallFormat::functionary_v3_1, ReasoningFormat::none}},
-      {"fireworks-ai-llama-3-firefunction-v2", {ToolCallFormat::firefunction_v2, ReasoningFormat::none}},
+      {"meetkai-functionary-medium-v3.1",
+       {ToolCallFormat::functionary_v3_1, ReasoningFormat::none}},
+      {"fireworks-ai-llama-3-firefunction-v2",
+       {ToolCallFormat::firefunction_v2, ReasoningFormat::none}},
       {"google-gemma-2-2b-it", {ToolCallFormat::generic, ReasoningFormat::none}},
       {"microsoft-Phi-3.5-mini-instruct", {ToolCallFormat::generic, ReasoningFormat::none}},
   };
   for (const auto& [name, formats] : expected) {
     const std::string source = read_template(name);
     ASSERT_FALSE(source.empty()) << name;
-    EXPECT_EQ(tool_call_format_name(detect_tool_call_format(source)), std::string(tool_call_format_name(formats.first)))
+    EXPECT_EQ(tool_call_format_name(detect_tool_call_format(source)),
+              std::string(tool_call_format_name(formats.first)))
         << name;
-    EXPECT_EQ(reasoning_format_name(detect_reasoning_format(source)), std::string(reasoning_format_name(formats.second)))
+    EXPECT_EQ(reasoning_format_name(detect_reasoning_format(source)),
+              std::string(reasoning_format_name(formats.second)))
         << name;
   }
 }
@@ -323,11 +357,13 @@ TEST(DetectFormat, SharedChatTemplates) {
 TEST(Reasoning, WrapThinkIsOptional) {
   auto tg = build_tool_grammar(weather_tools(), required(), false, ToolCallFormat::hermes);
   auto g = compile(wrap_with_reasoning(*tg.grammar, ReasoningFormat::think));
-  EXPECT_TRUE(accepts(g, "<think>\nThe user wants <b>weather</b>.\n</think>\n\n" + hermes(kWeather)));
+  EXPECT_TRUE(
+      accepts(g, "<think>\nThe user wants <b>weather</b>.\n</think>\n\n" + hermes(kWeather)));
   EXPECT_TRUE(accepts(g, hermes(kWeather)));
   EXPECT_TRUE(accepts(g, "<think></think>" + hermes(kWeather)));
-  EXPECT_FALSE(accepts(g, "<think>\nhmm\n</think>\n\nIt is sunny."));  // the answer stays constrained
-  EXPECT_FALSE(accepts(g, "<think>\nhmm\n" + hermes(kWeather)));        // never closed
+  EXPECT_FALSE(
+      accepts(g, "<think>\nhmm\n</think>\n\nIt is sunny."));      // the answer stays constrained
+  EXPECT_FALSE(accepts(g, "<think>\nhmm\n" + hermes(kWeather)));  // never closed
   EXPECT_FALSE(accepts(g, "<think>a</think> </think>" + hermes(kWeather)));
 }
 
@@ -339,13 +375,14 @@ TEST(Reasoning, WrapThinkOpenRequiresTheClose) {
   EXPECT_FALSE(accepts(g, hermes(kWeather)));
   EXPECT_FALSE(accepts(g, "<think>x" + hermes(kWeather)));
   EXPECT_EQ(wrap_with_reasoning(*tg.grammar, ReasoningFormat::none).hash(), tg.grammar->hash());
-  EXPECT_THROW(wrap_with_reasoning(*tg.grammar, ReasoningFormat::think, {"", "</think>"}), pse::GrammarError);
+  EXPECT_THROW(wrap_with_reasoning(*tg.grammar, ReasoningFormat::think, {"", "</think>"}),
+               pse::GrammarError);
   EXPECT_THROW(wrap_with_reasoning(pse::Grammar(), ReasoningFormat::think), pse::GrammarError);
 }
 
-// The "text without a marker" expression against a brute-force check, on random strings over a small
-// alphabet (so near misses are frequent); both the one-expression and the KMP (recurring first
-// character) constructions.
+// The "text without a marker" expression against a brute-force check, on random strings over a
+// small alphabet (so near misses are frequent); both the one-expression and the KMP (recurring
+// first character) constructions.
 TEST(TextWithout, MatchesBruteForce) {
   for (const std::string marker : {"<ab>", "abab", "aab", "<|", "x"}) {
     ReasoningMarkers markers{"", marker};

@@ -1,5 +1,5 @@
-// parse_tool_calls and ToolCallStreamParser: every format, reasoning, malformed output, and streamed
-// reassembly against the one-shot parse for random splits.
+// parse_tool_calls and ToolCallStreamParser: every format, reasoning, malformed output, and
+// streamed reassembly against the one-shot parse for random splits.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -9,7 +9,8 @@
 namespace pie {
 namespace {
 
-ParsedOutput parse(std::string_view text, ToolCallFormat f, ReasoningFormat r = ReasoningFormat::none) {
+ParsedOutput parse(std::string_view text, ToolCallFormat f,
+                   ReasoningFormat r = ReasoningFormat::none) {
   ParseOptions o;
   o.reasoning = r;
   o.id_seed = 42;
@@ -17,9 +18,12 @@ ParsedOutput parse(std::string_view text, ToolCallFormat f, ReasoningFormat r = 
 }
 
 TEST(ParseToolCalls, Hermes) {
-  const auto p = parse("Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"San Jose\", "
-                       "\"days\": [1, 2]}}\n</tool_call>\n<tool_call>\n{\"arguments\": {}, \"name\": \"now\"}\n</tool_call>",
-                       ToolCallFormat::hermes);
+  const auto p = parse(
+      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"San "
+      "Jose\", "
+      "\"days\": [1, 2]}}\n</tool_call>\n<tool_call>\n{\"arguments\": {}, \"name\": "
+      "\"now\"}\n</tool_call>",
+      ToolCallFormat::hermes);
   EXPECT_EQ(p.content, "Let me look.");
   ASSERT_EQ(p.tool_calls.size(), 2u);
   EXPECT_EQ(p.tool_calls[0].name, "get_weather");
@@ -30,24 +34,34 @@ TEST(ParseToolCalls, Hermes) {
   EXPECT_EQ(p.tool_calls[0].id.rfind("call_", 0), 0u);
   EXPECT_NE(p.tool_calls[0].id, p.tool_calls[1].id);
   // Same text and seed, same ids; another seed, other ids.
-  EXPECT_EQ(parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>", ToolCallFormat::hermes,
-                             {.id_seed = 9}).tool_calls[0].id,
-            parse_tool_calls("<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>", ToolCallFormat::hermes,
-                             {.id_seed = 9}).tool_calls[0].id);
-  EXPECT_NE(parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>", ToolCallFormat::hermes,
-                             {.id_seed = 9}).tool_calls[0].id,
-            parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>", ToolCallFormat::hermes,
-                             {.id_seed = 10}).tool_calls[0].id);
+  EXPECT_EQ(parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>",
+                             ToolCallFormat::hermes, {.id_seed = 9})
+                .tool_calls[0]
+                .id,
+            parse_tool_calls("<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>",
+                             ToolCallFormat::hermes, {.id_seed = 9})
+                .tool_calls[0]
+                .id);
+  EXPECT_NE(parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>",
+                             ToolCallFormat::hermes, {.id_seed = 9})
+                .tool_calls[0]
+                .id,
+            parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>",
+                             ToolCallFormat::hermes, {.id_seed = 10})
+                .tool_calls[0]
+                .id);
 }
 
 TEST(ParseToolCalls, ArgumentsKeepTokensAndDropWhitespace) {
-  const auto p = parse("<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"a  b\\n\\\" }\", \"x\": 1.50e3,\n"
-                       "\"u\": \"\\u00e9\"}}</tool_call>",
-                       ToolCallFormat::hermes);
+  const auto p = parse(
+      "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"a  b\\n\\\" }\", \"x\": 1.50e3,\n"
+      "\"u\": \"\\u00e9\"}}</tool_call>",
+      ToolCallFormat::hermes);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].arguments, R"({"s":"a  b\n\" }","x":1.50e3,"u":"\u00e9"})");
   // Arguments given as a string holding the object's JSON.
-  const auto q = parse(R"(<tool_call>{"name": "f", "arguments": "{\"a\": 1}"}</tool_call>)", ToolCallFormat::hermes);
+  const auto q = parse(R"(<tool_call>{"name": "f", "arguments": "{\"a\": 1}"}</tool_call>)",
+                       ToolCallFormat::hermes);
   ASSERT_EQ(q.tool_calls.size(), 1u);
   EXPECT_EQ(q.tool_calls[0].arguments, R"({"a":1})");
 }
@@ -55,11 +69,11 @@ TEST(ParseToolCalls, ArgumentsKeepTokensAndDropWhitespace) {
 TEST(ParseToolCalls, MalformedCallsStayContent) {
   for (const std::string text : {
            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>",  // bad JSON
-           "<tool_call>\n{\"arguments\": {}}\n</tool_call>",                          // no name
-           "<tool_call>\n{\"name\": \"f\"}\n</tool_call>",                            // no arguments
-           "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>",        // not an object
-           "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}",                       // unclosed
-           "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"x",              // truncated
+           "<tool_call>\n{\"arguments\": {}}\n</tool_call>",                         // no name
+           "<tool_call>\n{\"name\": \"f\"}\n</tool_call>",                           // no arguments
+           "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>",  // not an object
+           "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}",                 // unclosed
+           "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"x",         // truncated
            "<tool_call>",
            "<tool_call>{\"name\": \"f\", \"arguments\": {}} junk </tool_call>",
        }) {
@@ -68,16 +82,18 @@ TEST(ParseToolCalls, MalformedCallsStayContent) {
     EXPECT_EQ(p.content, text);
   }
   // A malformed block does not hide a good one after it.
-  const auto p = parse("<tool_call>oops</tool_call>\n<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>",
-                       ToolCallFormat::hermes);
+  const auto p = parse(
+      "<tool_call>oops</tool_call>\n<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>",
+      ToolCallFormat::hermes);
   EXPECT_EQ(p.content, "<tool_call>oops</tool_call>");
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].name, "g");
 }
 
 TEST(ParseToolCalls, PlainTextIsContent) {
-  for (ToolCallFormat f : {ToolCallFormat::generic, ToolCallFormat::hermes, ToolCallFormat::llama3_json,
-                           ToolCallFormat::mistral, ToolCallFormat::functionary_v3_1, ToolCallFormat::firefunction_v2}) {
+  for (ToolCallFormat f : {ToolCallFormat::generic, ToolCallFormat::hermes,
+                           ToolCallFormat::llama3_json, ToolCallFormat::mistral,
+                           ToolCallFormat::functionary_v3_1, ToolCallFormat::firefunction_v2}) {
     const auto p = parse("  Hello, world!\n", f);
     EXPECT_EQ(p.content, "  Hello, world!\n") << tool_call_format_name(f);
     EXPECT_TRUE(p.tool_calls.empty());
@@ -86,12 +102,14 @@ TEST(ParseToolCalls, PlainTextIsContent) {
 }
 
 TEST(ParseToolCalls, Llama3Json) {
-  auto p = parse(R"({"name": "get_weather", "parameters": {"city": "Rome"}})", ToolCallFormat::llama3_json);
+  auto p = parse(R"({"name": "get_weather", "parameters": {"city": "Rome"}})",
+                 ToolCallFormat::llama3_json);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].arguments, R"({"city":"Rome"})");
   EXPECT_EQ(p.content, "");
-  p = parse(R"(<|python_tag|>{"name": "a", "parameters": {}}; {"name": "b", "arguments": {"x": 1}})",
-            ToolCallFormat::llama3_json);
+  p = parse(
+      R"(<|python_tag|>{"name": "a", "parameters": {}}; {"name": "b", "arguments": {"x": 1}})",
+      ToolCallFormat::llama3_json);
   ASSERT_EQ(p.tool_calls.size(), 2u);
   EXPECT_EQ(p.tool_calls[1].name, "b");
   p = parse(R"({"name": "a", "parameters": {}} and then some text)", ToolCallFormat::llama3_json);
@@ -102,8 +120,9 @@ TEST(ParseToolCalls, Llama3Json) {
 }
 
 TEST(ParseToolCalls, MistralFunctionaryFirefunctionGeneric) {
-  auto p = parse(R"([TOOL_CALLS][{"name": "a", "arguments": {"q": "x"}, "id": "abcDEF123"}, {"name": "b", "arguments": {}}])",
-                 ToolCallFormat::mistral);
+  auto p = parse(
+      R"([TOOL_CALLS][{"name": "a", "arguments": {"q": "x"}, "id": "abcDEF123"}, {"name": "b", "arguments": {}}])",
+      ToolCallFormat::mistral);
   ASSERT_EQ(p.tool_calls.size(), 2u);
   EXPECT_EQ(p.tool_calls[0].arguments, R"({"q":"x"})");
   EXPECT_EQ(p.tool_calls[0].id.size(), 9u);
@@ -118,7 +137,8 @@ TEST(ParseToolCalls, MistralFunctionaryFirefunctionGeneric) {
   p = parse("<function=f> \n{\"a\": 1}\n </function>", ToolCallFormat::functionary_v3_1);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].arguments, R"({"a":1})");
-  p = parse(R"(Sure. functools[{"name": "a", "arguments": {"n": 1}}])", ToolCallFormat::firefunction_v2);
+  p = parse(R"(Sure. functools[{"name": "a", "arguments": {"n": 1}}])",
+            ToolCallFormat::firefunction_v2);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.content, "Sure.");
   p = parse(R"({"tool_calls": [{"name": "a", "arguments": {"n": 1}}]})", ToolCallFormat::generic);
@@ -133,16 +153,19 @@ TEST(ParseToolCalls, MistralFunctionaryFirefunctionGeneric) {
 }
 
 TEST(ParseToolCalls, Reasoning) {
-  auto p = parse("<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n"
-                 "</tool_call>",
-                 ToolCallFormat::hermes, ReasoningFormat::think);
+  auto p = parse(
+      "<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": "
+      "{}}\n"
+      "</tool_call>",
+      ToolCallFormat::hermes, ReasoningFormat::think);
   EXPECT_EQ(p.reasoning_content, "The user wants weather.");
   EXPECT_EQ(p.content, "");
   ASSERT_EQ(p.tool_calls.size(), 1u);
   p = parse("No thinking here.", ToolCallFormat::hermes, ReasoningFormat::think);
   EXPECT_EQ(p.reasoning_content, "");
   EXPECT_EQ(p.content, "No thinking here.");
-  p = parse("Hmm, so 2+2.\n</think>\n\nIt is 4.", ToolCallFormat::hermes, ReasoningFormat::think_open);
+  p = parse("Hmm, so 2+2.\n</think>\n\nIt is 4.", ToolCallFormat::hermes,
+            ReasoningFormat::think_open);
   EXPECT_EQ(p.reasoning_content, "Hmm, so 2+2.");
   EXPECT_EQ(p.content, "It is 4.");
   p = parse("Still thinking <tool_call>", ToolCallFormat::hermes, ReasoningFormat::think_open);
@@ -182,29 +205,40 @@ struct StreamCase {
 TEST(ToolCallStreamParser, RandomSplitsReassembleToTheOneShotParse) {
   const std::vector<StreamCase> cases = {
       {ToolCallFormat::hermes, ReasoningFormat::none,
-       "Checking <tool the weather.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a b\\\"c\", "
-       "\"n\": [1, 2.5, true, null]}}\n</tool_call>\n<tool_call>{\"name\": \"t\", \"arguments\": {}}</tool_call>\n"},
+       "Checking <tool the weather.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+       "{\"city\": \"a b\\\"c\", "
+       "\"n\": [1, 2.5, true, null]}}\n</tool_call>\n<tool_call>{\"name\": \"t\", \"arguments\": "
+       "{}}</tool_call>\n"},
       {ToolCallFormat::hermes, ReasoningFormat::think,
-       "<think>\nI should call it.\n\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 10}}\n</tool_call>"},
-      {ToolCallFormat::hermes, ReasoningFormat::think_open, "Just answer.\n</think>\n\nThe answer is 4.  \n"},
+       "<think>\nI should call it.\n\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+       "{\"x\": 10}}\n</tool_call>"},
+      {ToolCallFormat::hermes, ReasoningFormat::think_open,
+       "Just answer.\n</think>\n\nThe answer is 4.  \n"},
       {ToolCallFormat::hermes, ReasoningFormat::none, "<tool_call>broken</tool_call> then text"},
       {ToolCallFormat::llama3_json, ReasoningFormat::none,
-       "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"q\": \"x y\"}}; {\"name\": \"b\", \"parameters\": {}}"},
+       "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"q\": \"x y\"}}; {\"name\": \"b\", "
+       "\"parameters\": {}}"},
       {ToolCallFormat::llama3_json, ReasoningFormat::none, "Plain answer with {braces} inside."},
       {ToolCallFormat::mistral, ReasoningFormat::none,
-       "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"k\": [1, {\"z\": \"}\"}]}, \"id\": \"abcdefghi\"}, "
+       "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"k\": [1, {\"z\": \"}\"}]}, \"id\": "
+       "\"abcdefghi\"}, "
        "{\"name\": \"b\", \"arguments\": {}}]"},
       {ToolCallFormat::functionary_v3_1, ReasoningFormat::none,
-       "Text first <fun.<function=a>{\"v\": \"</function>\"}</function>\n<function=b>{}</function>"},
+       "Text first <fun.<function=a>{\"v\": "
+       "\"</function>\"}</function>\n<function=b>{}</function>"},
       {ToolCallFormat::firefunction_v2, ReasoningFormat::none,
        " functools[{\"name\": \"a\", \"arguments\": {\"n\": -0.5e-3}}]"},
       {ToolCallFormat::generic, ReasoningFormat::none,
-       "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"n\": 1}}, {\"name\": \"b\", \"arguments\": {}}]}"},
+       "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"n\": 1}}, {\"name\": \"b\", "
+       "\"arguments\": {}}]}"},
       {ToolCallFormat::generic, ReasoningFormat::none, "{\"content\": \"hi there\"}"},
-      // A long string argument (the stream's fast path inside strings), with escapes and braces in it.
+      // A long string argument (the stream's fast path inside strings), with escapes and braces in
+      // it.
       {ToolCallFormat::hermes, ReasoningFormat::none,
-       "<tool_call>{\"name\": \"write\", \"arguments\": {\"path\": \"a.py\", \"text\": \"def f(x):\\n    "
-       "return {'a': [x, \\\"}\\\"]}\\n# </tool_call> is text here, and so are { and ] and \\\\ \\u00e9 "
+       "<tool_call>{\"name\": \"write\", \"arguments\": {\"path\": \"a.py\", \"text\": \"def "
+       "f(x):\\n    "
+       "return {'a': [x, \\\"}\\\"]}\\n# </tool_call> is text here, and so are { and ] and \\\\ "
+       "\\u00e9 "
        "and a long tail of plain words that goes on and on and on\"}}</tool_call>"},
   };
   std::mt19937 rng(1234);
@@ -271,27 +305,34 @@ TEST(ToolCallStreamParser, TruncatedCallNeverThrows) {
 namespace pie {
 namespace {
 
-// Random well-formed outputs (text with near-marker fragments, calls with random JSON arguments whose
-// strings hold markers and escapes, reasoning) stream back to the one-shot parse; random mutations of
-// them never throw, in either parser.
+// Random well-formed outputs (text with near-marker fragments, calls with random JSON arguments
+// whose strings hold markers and escapes, reasoning) stream back to the one-shot parse; random
+// mutations of them never throw, in either parser.
 std::string random_json(std::mt19937& rng, int depth) {
-  static const char* kStrings[] = {"\"plain\"", "\"with \\\"quote\\\" and \\\\\"", "\"<tool_call>\"",
-                                   "\"</tool_call>}\"", "\"[TOOL_CALLS]\"", "\"\\u00e9\\n\"", "\"</function>\"",
-                                   "\"\""};
+  static const char* kStrings[] = {"\"plain\"",        "\"with \\\"quote\\\" and \\\\\"",
+                                   "\"<tool_call>\"",  "\"</tool_call>}\"",
+                                   "\"[TOOL_CALLS]\"", "\"\\u00e9\\n\"",
+                                   "\"</function>\"",  "\"\""};
   switch (depth > 2 ? rng() % 4 : rng() % 6) {
-    case 0: return kStrings[rng() % 8];
-    case 1: return std::to_string(static_cast<int>(rng() % 2000) - 1000) + (rng() % 2 ? ".25" : "");
-    case 2: return rng() % 2 ? "true" : "null";
-    case 3: return "false";
+    case 0:
+      return kStrings[rng() % 8];
+    case 1:
+      return std::to_string(static_cast<int>(rng() % 2000) - 1000) + (rng() % 2 ? ".25" : "");
+    case 2:
+      return rng() % 2 ? "true" : "null";
+    case 3:
+      return "false";
     case 4: {
       std::string s = "[";
-      for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i) s += (i ? ", " : " ") + random_json(rng, depth + 1);
+      for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i)
+        s += (i ? ", " : " ") + random_json(rng, depth + 1);
       return s + "]";
     }
     default: {
       std::string s = "{";
       for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i) {
-        s += (i ? ",\n  " : "") + std::string("\"k") + std::to_string(i) + "\": " + random_json(rng, depth + 1);
+        s += (i ? ",\n  " : "") + std::string("\"k") + std::to_string(i) +
+             "\": " + random_json(rng, depth + 1);
       }
       return s + "}";
     }
@@ -307,8 +348,9 @@ std::string random_arguments(std::mt19937& rng) {
 }
 
 std::string random_text(std::mt19937& rng) {
-  static const char* kPieces[] = {"Hello", " ", "\n", "<tool", "_call", "[TOOL", "<function", "functoo", "{",
-                                  "}", "the weather", "<|python", "</think", "<thi"};
+  static const char* kPieces[] = {"Hello",       " ",         "\n",      "<tool", "_call",
+                                  "[TOOL",       "<function", "functoo", "{",     "}",
+                                  "the weather", "<|python",  "</think", "<thi"};
   std::string s;
   for (int i = 0, n = static_cast<int>(rng() % 6); i < n; ++i) s += kPieces[rng() % 14];
   return s;
@@ -316,7 +358,8 @@ std::string random_text(std::mt19937& rng) {
 
 std::string random_output(std::mt19937& rng, ToolCallFormat f, ReasoningFormat r) {
   std::string s;
-  if (r == ReasoningFormat::think && rng() % 2) s += "<think>\n" + random_text(rng) + "\n</think>\n\n";
+  if (r == ReasoningFormat::think && rng() % 2)
+    s += "<think>\n" + random_text(rng) + "\n</think>\n\n";
   if (r == ReasoningFormat::think_open) s += random_text(rng) + "</think>\n\n";
   const int n_calls = static_cast<int>(rng() % 3);
   auto name = [&] { return std::string(rng() % 2 ? "get_weather" : "f.g-h_1"); };
@@ -324,7 +367,8 @@ std::string random_output(std::mt19937& rng, ToolCallFormat f, ReasoningFormat r
     case ToolCallFormat::hermes:
       s += random_text(rng);
       for (int i = 0; i < n_calls; ++i) {
-        s += "<tool_call>\n{\"name\": \"" + name() + "\", \"arguments\": " + random_arguments(rng) + "}\n</tool_call>\n";
+        s += "<tool_call>\n{\"name\": \"" + name() + "\", \"arguments\": " + random_arguments(rng) +
+             "}\n</tool_call>\n";
       }
       break;
     case ToolCallFormat::mistral:
@@ -333,26 +377,30 @@ std::string random_output(std::mt19937& rng, ToolCallFormat f, ReasoningFormat r
       if (n_calls > 0) {
         s += f == ToolCallFormat::mistral ? "[TOOL_CALLS][" : "functools[";
         for (int i = 0; i < n_calls; ++i) {
-          s += (i ? ", " : "") + std::string("{\"name\": \"") + name() + "\", \"arguments\": " + random_arguments(rng) + "}";
+          s += (i ? ", " : "") + std::string("{\"name\": \"") + name() +
+               "\", \"arguments\": " + random_arguments(rng) + "}";
         }
         s += "]";
       }
       break;
     case ToolCallFormat::functionary_v3_1:
       s += random_text(rng);
-      for (int i = 0; i < n_calls; ++i) s += "<function=" + name() + ">" + random_arguments(rng) + "</function>";
+      for (int i = 0; i < n_calls; ++i)
+        s += "<function=" + name() + ">" + random_arguments(rng) + "</function>";
       break;
     case ToolCallFormat::llama3_json:
       if (n_calls == 0) return s + "Text " + random_text(rng);
       for (int i = 0; i < n_calls; ++i) {
-        s += (i ? "; " : "") + std::string("{\"name\": \"") + name() + "\", \"parameters\": " + random_arguments(rng) + "}";
+        s += (i ? "; " : "") + std::string("{\"name\": \"") + name() +
+             "\", \"parameters\": " + random_arguments(rng) + "}";
       }
       break;
     case ToolCallFormat::generic:
       if (n_calls == 0) return s + "{\"content\": \"hi <tool_call>\"}";
       s += "{\"tool_calls\": [";
       for (int i = 0; i < n_calls; ++i) {
-        s += (i ? ", " : "") + std::string("{\"name\": \"") + name() + "\", \"arguments\": " + random_arguments(rng) + "}";
+        s += (i ? ", " : "") + std::string("{\"name\": \"") + name() +
+             "\", \"arguments\": " + random_arguments(rng) + "}";
       }
       s += "]}";
       break;
@@ -362,10 +410,11 @@ std::string random_output(std::mt19937& rng, ToolCallFormat f, ReasoningFormat r
 
 TEST(ToolCallStreamParser, RandomOutputsAndMutations) {
   std::mt19937 rng(99);
-  const ToolCallFormat formats[] = {ToolCallFormat::generic, ToolCallFormat::hermes, ToolCallFormat::llama3_json,
-                                    ToolCallFormat::mistral, ToolCallFormat::functionary_v3_1,
-                                    ToolCallFormat::firefunction_v2};
-  const ReasoningFormat reasonings[] = {ReasoningFormat::none, ReasoningFormat::think, ReasoningFormat::think_open};
+  const ToolCallFormat formats[] = {
+      ToolCallFormat::generic, ToolCallFormat::hermes,           ToolCallFormat::llama3_json,
+      ToolCallFormat::mistral, ToolCallFormat::functionary_v3_1, ToolCallFormat::firefunction_v2};
+  const ReasoningFormat reasonings[] = {ReasoningFormat::none, ReasoningFormat::think,
+                                        ReasoningFormat::think_open};
   std::size_t n_calls = 0, n_reasoning = 0;
   for (int n = 0; n < 600; ++n) {
     const ToolCallFormat f = formats[n % 6];
@@ -390,7 +439,8 @@ TEST(ToolCallStreamParser, RandomOutputsAndMutations) {
     std::vector<StreamDelta> deltas;
     for (std::size_t i = 0; i < text.size();) {
       const std::size_t step = 1 + rng() % 7;
-      ASSERT_NO_THROW(deltas.push_back(stream.push(std::string_view(text).substr(i, step)))) << text;
+      ASSERT_NO_THROW(deltas.push_back(stream.push(std::string_view(text).substr(i, step))))
+          << text;
       i += step;
     }
     ASSERT_NO_THROW(deltas.push_back(stream.finish())) << text;
