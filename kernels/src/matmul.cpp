@@ -125,6 +125,9 @@ void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float*
       isa == Isa::avx512 && isa_supported(Isa::avx512) ? detail::dot4_avx512_fn(p.w_type) : nullptr;
   const detail::Dot4x3Fn dot4x3 =
       dot4 != nullptr && n_tokens >= 3 ? detail::dot4x3_avx512_fn(p.w_type) : nullptr;
+  // Quantized types: four rows x up to four tokens per weight load (same bits per product as dot).
+  const detail::Dot4xTFn dot4xt =
+      isa == Isa::avx512 && isa_supported(Isa::avx512) ? detail::dot4xt_avx512_fn(p.w_type) : nullptr;
   const DType act = vec_dot_type(p.w_type);
   const auto* w = static_cast<const unsigned char*>(p.w);
   const unsigned char* xq = reinterpret_cast<const unsigned char*>(x);
@@ -146,6 +149,16 @@ void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float*
       for (std::int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
         const std::int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
         std::int64_t r = r0;
+        if (dot4xt != nullptr) {
+          for (; r + 4 <= r1; r += 4) {
+            const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
+            for (std::int64_t t = t0; t < t1; t += 4) {
+              dot4xt(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, act_bytes,
+                     static_cast<int>(std::min<std::int64_t>(4, t1 - t)), y + t * n_out + r,
+                     static_cast<std::size_t>(n_out));
+            }
+          }
+        }
         if (dot4 != nullptr) {
           float out[4];
           for (; r + 4 <= r1; r += 4) {

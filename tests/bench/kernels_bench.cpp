@@ -94,6 +94,41 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_matvec)->Apply(matvec_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// Prefill / batched decode: y [tokens, n_out] = x W^T at TinyLlama-1.1B shapes (ff 5632 x 2048 and back),
+// reported as tokens per second through the one matrix. The weights fit the L2+L3 of a core poorly, so this
+// is compute-bound for the quantized types from a handful of tokens on.
+//
+//   build/tests/bench/kernels_bench --benchmark_filter='matmul/'
+void BM_matmul(benchmark::State& state) {
+  const DType t = kTypes[state.range(0)];
+  const std::int64_t n_out = state.range(1), n_in = state.range(2), n_tokens = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  const std::vector<unsigned char> w = make_weights(t, n_out, n_in);
+  const kernels::MatmulParams p{t, w.data(), 0, n_out, n_in};
+  std::vector<float> x(static_cast<std::size_t>(n_in * n_tokens)), y(static_cast<std::size_t>(n_out * n_tokens));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i * 7919 % 2001) - 1000) * 1e-3f;
+  for (auto _ : state) {
+    kernels::matmul(p, x.data(), n_tokens, y.data(), &pool_of(threads));
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(tensor::dtype_name(t)) + " tokens " + std::to_string(n_tokens) + " threads " +
+                 std::to_string(threads));
+}
+
+void matmul_args(benchmark::internal::Benchmark* b) {
+  for (int ti = 0; ti < static_cast<int>(std::size(kTypes)); ++ti) {
+    for (auto shape : {std::pair{5632, 2048}, std::pair{2048, 5632}}) {
+      for (int tokens : {1, 4, 16, 64}) {
+        for (int threads : {1, 2}) b->Args({ti, shape.first, shape.second, tokens, threads});
+      }
+    }
+  }
+}
+BENCHMARK(BM_matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // The limit: streaming reads of 512 MiB (16x the L3) split over the threads.
 void BM_read_bandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));

@@ -137,6 +137,56 @@ TEST(MatmulConsistency, EachTokenMatchesItsMatvecBitForBit) {
   }
 }
 
+// The register tiles of the _0 types (four rows x up to four tokens per weight load) against the one-row
+// dot product itself: every output bit-equal to vec_dot of its row with its token quantized alone. Block
+// counts with and without a remainder mod 4 (the one-row kernels put those blocks in one accumulator),
+// every token count 1..9 (each tile width and mixes), row counts that leave rows outside the tiles, and a
+// weight matrix of extreme levels (-128, -127, 127 against +-127) where a saturating or off-by-offset
+// integer sum would show.
+TEST(MatmulConsistency, QuantizedTilesMatchVecDotBitForBit) {
+  tensor::ThreadPool pool(2);
+  std::uint32_t seed = 4200;
+  for (DType t : {DType::q8_0, DType::q4_0}) {
+    for (std::int64_t n_in : {32, 96, 128, 320, 2048}) {
+      for (bool extreme : {false, true}) {
+        const std::int64_t n_out = 38;
+        Weights w = make_weights(t, n_out, n_in, ++seed);
+        std::vector<float> x = random_floats(9 * n_in, ++seed);
+        if (extreme) {
+          const std::size_t block = tensor::block_bytes(t);
+          for (std::size_t off = 0; off + block <= w.bytes.size(); off += block) {
+            for (std::size_t k = 2; k < block; ++k) w.bytes[off + k] = (k % 3 == 0) ? 0x80 : ((k % 3 == 1) ? 0x81 : 0x7F);
+          }
+          for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i % 2 == 0) ? 1.0f : -1.0f;
+        }
+        const DType act = kernels::vec_dot_type(t);
+        const std::size_t act_bytes = tensor::row_bytes(act, n_in), row = tensor::row_bytes(t, n_in);
+        for (kernels::Isa isa : kernels::available_isas()) {
+          std::vector<float> want(static_cast<std::size_t>(9 * n_out));
+          std::vector<unsigned char> xq(act_bytes);
+          for (std::int64_t tok = 0; tok < 9; ++tok) {
+            kernels::quantize_row(act, x.data() + tok * n_in, xq.data(), n_in, isa);
+            for (std::int64_t r = 0; r < n_out; ++r) {
+              want[static_cast<std::size_t>(tok * n_out + r)] =
+                  kernels::vec_dot(t, n_in, w.bytes.data() + static_cast<std::size_t>(r) * row, xq.data(), isa);
+            }
+          }
+          for (std::int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
+            for (tensor::ThreadPool* p : {static_cast<tensor::ThreadPool*>(nullptr), &pool}) {
+              std::vector<float> got(static_cast<std::size_t>(n_tokens * n_out));
+              poison(got);
+              kernels::matmul(w.params, x.data(), n_tokens, got.data(), p, isa);
+              ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+                  << tensor::dtype_name(t) << " n_in " << n_in << (extreme ? " extreme" : "") << " tokens "
+                  << n_tokens << " " << kernels::isa_name(isa);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MatmulConsistency, StridedRowsAreHonoured) {
   const std::int64_t n_in = 256, n_out = 9;
   const Weights dense = make_weights(DType::q4_K, n_out, n_in, 5);
