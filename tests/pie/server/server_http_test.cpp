@@ -197,21 +197,36 @@ TEST_F(ServerHttpTest, StreamEndsWithDone) {
   EXPECT_TRUE(r->body.ends_with("data: [DONE]\n\n"));
 }
 
-TEST_F(ServerHttpTest, DisconnectedStreamIsCancelledAndFreed) {
+// Sends a streaming chat request on a raw socket (so the test decides when the client goes away) and
+// returns the socket. The regex cannot end before 1000 letters: the stream outlives whatever the test
+// does next (no early end of sequence).
+int open_stream(int port, const std::string& key, int max_tokens) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  // The regex cannot end before 1000 letters: the stream outlives the disconnect (no early end of sequence).
-  std::string body =
-      chat_body({{"stream", true}, {"max_tokens", 400}, {"temperature", 1}, {"regex", "[a-z]{1000}"}}).dump();
-  std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
-                        "Content-Type: application/json\r\nContent-Length: " +
-                        std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  Json chat{{"messages", Json::array({Json{{"role", "user"}, {"content", "Hello"}}})},
+            {"stream", true}, {"max_tokens", max_tokens}, {"temperature", 1}, {"regex", "[a-z]{1000}"}};
+  std::string body = chat.dump();
+  std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
+                        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                        "\r\n\r\n" + body;
+  if (::send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(ServerHttpTest, DisconnectedStreamIsCancelledAndFreed) {
+  int fd = open_stream(port_, "secret", 400);
+  ASSERT_GE(fd, 0);
   char buf[4096];
   std::string got;
   while (got.find("\"content\":\"") == std::string::npos || got.find("data:") == got.rfind("data:")) {
@@ -232,6 +247,32 @@ TEST_F(ServerHttpTest, DisconnectedStreamIsCancelledAndFreed) {
   EXPECT_EQ(engine_->stats().kv_pages_used, 0);
   EXPECT_GE(metric("orchard_http_requests_cancelled_total"), 1);
   expect_serving();
+}
+
+// An engine that refuses work (CapacityError: queue full, or shutting down, as here) is a 503 with
+// Retry-After, and the server keeps answering the routes that need no generation.
+TEST(ServerCapacity, EngineRefusalIs503) {
+  EngineOptions eo;
+  eo.n_threads = 1;
+  eo.context_length = 256;
+  auto engine = std::make_shared<Engine>(default_model(), eo);
+  ServerOptions so;
+  so.port = 0;
+  so.log_requests = false;
+  Server server(engine, so);
+  int port = server.bind();
+  std::thread serving([&] { server.serve(); });
+  engine->shutdown(/*cancel_running=*/false);
+  httplib::Client c("127.0.0.1", port);
+  Json body{{"messages", Json::array({Json{{"role", "user"}, {"content", "Hi"}}})}, {"max_tokens", 2}};
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["error"]["code"], "server_overloaded");
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  server.stop();
+  serving.join();
 }
 
 TEST_F(ServerHttpTest, OllamaChatStreamsNdjson) {
