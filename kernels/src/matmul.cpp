@@ -125,9 +125,11 @@ void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float*
       isa == Isa::avx512 && isa_supported(Isa::avx512) ? detail::dot4_avx512_fn(p.w_type) : nullptr;
   const detail::Dot4x3Fn dot4x3 =
       dot4 != nullptr && n_tokens >= 3 ? detail::dot4x3_avx512_fn(p.w_type) : nullptr;
-  // Quantized types: four rows x up to four tokens per weight load (same bits per product as dot).
-  const detail::Dot4xTFn dot4xt =
-      isa == Isa::avx512 && isa_supported(Isa::avx512) ? detail::dot4xt_avx512_fn(p.w_type) : nullptr;
+  // Quantized types: four rows x up to four tokens per weight load (same bits per product as dot). Not for
+  // one token: there the one-row kernel streams the weights faster (measured, docs/PERFORMANCE.md).
+  const detail::Dot4xTFn dot4xt = isa == Isa::avx512 && isa_supported(Isa::avx512) && n_tokens >= 2
+                                      ? detail::dot4xt_avx512_fn(p.w_type)
+                                      : nullptr;
   const DType act = vec_dot_type(p.w_type);
   const auto* w = static_cast<const unsigned char*>(p.w);
   const unsigned char* xq = reinterpret_cast<const unsigned char*>(x);
@@ -152,10 +154,17 @@ void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float*
         if (dot4xt != nullptr) {
           for (; r + 4 <= r1; r += 4) {
             const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
-            for (std::int64_t t = t0; t < t1; t += 4) {
+            std::int64_t t = t0;
+            for (; t + 1 < t1; t += 4) {
               dot4xt(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, act_bytes,
                      static_cast<int>(std::min<std::int64_t>(4, t1 - t)), y + t * n_out + r,
                      static_cast<std::size_t>(n_out));
+            }
+            for (; t < t1; ++t) {  // a last lone token
+              for (int k = 0; k < 4; ++k) {
+                y[t * n_out + r + k] = dot(n_in, wr + static_cast<std::size_t>(k) * stride,
+                                           xq + static_cast<std::size_t>(t) * act_bytes);
+              }
             }
           }
         }
