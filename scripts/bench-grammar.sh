@@ -6,12 +6,13 @@
 # peer / Orchard (above 1: Orchard is faster).
 #
 #   scripts/bench-grammar.sh [BUILD_DIR]        (default build/; builds the orchard target there)
-# Needs the peers: .venv/bin/pip install -r scripts/requirements-bench.txt
+# Needs the peers in .venv-bench (python3 -m venv .venv-bench && .venv-bench/bin/pip install -r
+# scripts/requirements-test.txt -r scripts/requirements-bench.txt); PYTHON overrides.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
 SHARED="${ORCHARD_SHARED_DATA:-$ROOT/../shared/data}"
-PY="${PYTHON:-$ROOT/.venv/bin/python}"
+PY="${PYTHON:-$ROOT/.venv-bench/bin/python}"
 ORCHARD="$BUILD/pie/orchard"
 TOKENIZER="$SHARED/tokenizers/llama3"
 REPEAT="${REPEAT:-1}"  # passes over the documents; 1 = the same single pass the peers make

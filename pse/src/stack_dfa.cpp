@@ -36,7 +36,8 @@ ByteSet StackDfa::first_bytes(std::int32_t config) const {
   for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
     const std::uint32_t s = flat[i + flat[i]];
     for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
-      for (unsigned b = a_.byte_edges[e].lo; b <= a_.byte_edges[e].hi; ++b) out[b >> 6] |= 1ULL << (b & 63);
+      for (unsigned b = a_.byte_edges[e].lo; b <= a_.byte_edges[e].hi; ++b)
+        out[b >> 6] |= 1ULL << (b & 63);
     }
   }
   return out;
@@ -62,10 +63,11 @@ std::int32_t StackDfa::compute_step(std::int32_t config, std::uint8_t byte) {
 }
 
 std::int32_t StackDfa::close_and_intern(std::vector<Stack>& seeds) {
-  // Closure: epsilon moves, calls (push the return state, enter the callee) and completions of a called
-  // rule (pop: continue at the return state). A completed stack of height one is an outer completion.
-  // Between two bytes a stack can grow by at most one frame per rule unless some rule calls itself
-  // without reading a byte (left recursion): that closure would never end, so it overflows at once.
+  // Closure: epsilon moves, calls (push the return state, enter the callee) and completions of a
+  // called rule (pop: continue at the return state). A completed stack of height one is an outer
+  // completion. Between two bytes a stack can grow by at most one frame per rule unless some rule
+  // calls itself without reading a byte (left recursion): that closure would never end, so it
+  // overflows at once.
   std::size_t base = kMaxDepth;
   for (const Stack& st : seeds) base = std::min(base, st.size());
   const std::size_t max_height = std::min(kMaxDepth, base + a_.rule_start.size() + 1);

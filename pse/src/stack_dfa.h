@@ -1,12 +1,13 @@
-// A lazily built deterministic automaton over sets of explicit call stacks, for the detached walks of the
-// token tables (a state's walk over the sorted vocabulary, the follow check, the chain tables). A
-// configuration is the set of stacks (return states..., current state) reachable after the bytes read so
-// far from the start states, closed under epsilon moves, calls (push) and rule ends (pop); it is the same
-// parse information as the Earley sets of a detached chart, but a configuration is a value, so it is
-// interned and each (configuration, byte) step is computed once and then looked up. A vocabulary walk
-// meets few distinct configurations, so the walk costs about one table lookup per byte instead of an
-// Earley step. Stacks are bounded: left recursion, deep nesting or too many configurations throw
-// Overflow, and the caller walks with the Earley chart instead (same results, slower).
+// A lazily built deterministic automaton over sets of explicit call stacks, for the detached walks
+// of the token tables (a state's walk over the sorted vocabulary, the follow check, the chain
+// tables). A configuration is the set of stacks (return states..., current state) reachable after
+// the bytes read so far from the start states, closed under epsilon moves, calls (push) and rule
+// ends (pop); it is the same parse information as the Earley sets of a detached chart, but a
+// configuration is a value, so it is interned and each (configuration, byte) step is computed once
+// and then looked up. A vocabulary walk meets few distinct configurations, so the walk costs about
+// one table lookup per byte instead of an Earley step. Stacks are bounded: left recursion, deep
+// nesting or too many configurations throw Overflow, and the caller walks with the Earley chart
+// instead (same results, slower).
 #pragma once
 
 #include <cstdint>
@@ -21,9 +22,9 @@ namespace pse::detail {
 class StackDfa {
  public:
   struct Overflow {};
-  static constexpr std::size_t kMaxDepth = 1024;      // stack height (tokens like "((((((" nest deep)
-  static constexpr std::size_t kMaxElements = 2048;   // stacks in one configuration
-  static constexpr std::size_t kMaxConfigs = 8192;    // configurations per automaton instance
+  static constexpr std::size_t kMaxDepth = 1024;  // stack height (tokens like "((((((" nest deep)
+  static constexpr std::size_t kMaxElements = 2048;  // stacks in one configuration
+  static constexpr std::size_t kMaxConfigs = 8192;   // configurations per automaton instance
   static constexpr std::int32_t kDead = -1;
 
   explicit StackDfa(const Automaton& automaton, std::size_t max_configs = kMaxConfigs)
@@ -42,7 +43,9 @@ class StackDfa {
     return t;
   }
   // Some outer rule (a stack of height one) is complete: the detached chart's (final, origin 0).
-  bool outer_final(std::int32_t config) const { return outer_final_[static_cast<std::size_t>(config)] != 0; }
+  bool outer_final(std::int32_t config) const {
+    return outer_final_[static_cast<std::size_t>(config)] != 0;
+  }
   // The bytes some stack of the configuration can read next.
   ByteSet first_bytes(std::int32_t config) const;
   std::size_t n_configs() const { return outer_final_.size(); }
@@ -52,11 +55,12 @@ class StackDfa {
 
  private:
   static constexpr std::int32_t kUnknown = -2;
-  using Stack = std::vector<std::uint32_t>;  // return states from the bottom, then the current state
+  using Stack =
+      std::vector<std::uint32_t>;  // return states from the bottom, then the current state
 
   std::int32_t compute_step(std::int32_t config, std::uint8_t byte);
-  // Closes `seeds` and interns the result (only stacks whose state reads bytes are kept, plus whether
-  // an outer rule is complete).
+  // Closes `seeds` and interns the result (only stacks whose state reads bytes are kept, plus
+  // whether an outer rule is complete).
   std::int32_t close_and_intern(std::vector<Stack>& seeds);
 
   const Automaton& a_;
@@ -75,12 +79,17 @@ class StackDfa {
   std::unordered_map<std::vector<std::uint32_t>, std::int32_t, KeyHash> index_;
 };
 
-// The walking interface of Chart (detached use only) over a StackDfa: one configuration per byte read.
+// The walking interface of Chart (detached use only) over a StackDfa: one configuration per byte
+// read.
 class DfaCursor {
  public:
   explicit DfaCursor(StackDfa* dfa) : dfa_(dfa) {}
-  void reset_detached(std::span<const std::uint32_t> starts) { path_.assign(1, dfa_->start(starts)); }
-  std::size_t n_sets() const { return path_.size() + 1; }  // as Chart: set 0 is the empty detached set
+  void reset_detached(std::span<const std::uint32_t> starts) {
+    path_.assign(1, dfa_->start(starts));
+  }
+  std::size_t n_sets() const {
+    return path_.size() + 1;
+  }  // as Chart: set 0 is the empty detached set
   void truncate(std::size_t n_sets) { path_.resize(n_sets - 1); }
   bool push(std::uint8_t byte) {
     const std::int32_t next = dfa_->step(path_.back(), byte);
@@ -88,9 +97,11 @@ class DfaCursor {
     path_.push_back(next);
     return true;
   }
-  // In a detached walk only the start's own rule sits at the bottom of a stack: its completion is the
-  // outer completion.
-  bool last_has_final(std::uint32_t /*rule*/, std::uint32_t /*origin*/) const { return dfa_->outer_final(path_.back()); }
+  // In a detached walk only the start's own rule sits at the bottom of a stack: its completion is
+  // the outer completion.
+  bool last_has_final(std::uint32_t /*rule*/, std::uint32_t /*origin*/) const {
+    return dfa_->outer_final(path_.back());
+  }
   bool last_has_any_final_at_origin0() const { return dfa_->outer_final(path_.back()); }
   ByteSet first_bytes() const { return dfa_->first_bytes(path_.back()); }
 

@@ -1,7 +1,9 @@
 // The stack automaton (pse/src/stack_dfa.h) against the Earley chart walks it replaces: every token
-// table and chain table it builds equals the one the chart builds, state by state, on the small grammars
-// and on the shared GBNF grammars (fresh and shared automata); and its bounds (left recursion overflows,
-// deep nesting does not).
+// table and chain table it builds equals the one the chart builds, state by state, on the small
+// grammars and on the shared GBNF grammars (fresh and shared automata); and its bounds (left
+// recursion overflows, deep nesting does not).
+#include "stack_dfa.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -11,7 +13,6 @@
 #include "engine_test_util.h"
 #include "pse/gbnf.h"
 #include "shared_data.h"
-#include "stack_dfa.h"
 #include "token_table.h"
 
 namespace {
@@ -35,9 +36,9 @@ void expect_same(const ChainTable& x, const ChainTable& y, const std::string& wh
   EXPECT_EQ(x.end_depths, y.end_depths) << where;
 }
 
-// Every reachable state that reads bytes: its table by the stack automaton (fresh, and one shared by
-// all states) equals the chart's; for tables with uncertain tokens, the chain tables one and two callers
-// up too. Returns the number of tables compared.
+// Every reachable state that reads bytes: its table by the stack automaton (fresh, and one shared
+// by all states) equals the chart's; for tables with uncertain tokens, the chain tables one and two
+// callers up too. Returns the number of tables compared.
 std::size_t check_walks(const Grammar& g, const Vocabulary& vocab, const std::string& name) {
   const Automaton a = build_automaton(g, AutomatonLimits{});
   StackDfa shared(a);
@@ -60,8 +61,10 @@ std::size_t check_walks(const Grammar& g, const Vocabulary& vocab, const std::st
     ++n;
     if (earley.uncertain.empty()) continue;
     for (std::uint32_t ret : callers_of(a.state_rule[s])) {
-      const ChainTable up = build_chain_table(a, vocab, earley.view(), ret, nullptr, Walker::kEarley);
-      expect_same(build_chain_table(a, vocab, earley.view(), ret), up, where + " chain " + std::to_string(ret));
+      const ChainTable up =
+          build_chain_table(a, vocab, earley.view(), ret, nullptr, Walker::kEarley);
+      expect_same(build_chain_table(a, vocab, earley.view(), ret), up,
+                  where + " chain " + std::to_string(ret));
       expect_same(build_chain_table(a, vocab, earley.view(), ret, &shared), up,
                   where + " chain (shared) " + std::to_string(ret));
       if (up.uncertain.empty()) continue;
@@ -80,14 +83,18 @@ std::shared_ptr<const Vocabulary> vocabulary_with_runs() {
   std::vector<std::string> t;
   const auto small = pse::testing::small_vocabulary();
   for (std::size_t i = 0; i < small->n_tokens(); ++i) {
-    t.push_back(small->is_special(static_cast<pse::TokenId>(i)) ? "" : small->token_bytes(static_cast<pse::TokenId>(i)));
+    t.push_back(small->is_special(static_cast<pse::TokenId>(i))
+                    ? ""
+                    : small->token_bytes(static_cast<pse::TokenId>(i)));
   }
-  for (const char* run : {"((((((((((((((((", "----------------------------------------------------------------",
-                          "))))))))", "[[[[[[[[[[[[", "]]]]]]", "{\"a\":{\"a\":[[", "                ", "\n\n\n\n",
-                          "/* a */", "// x\n", "int x = 1;", " = (", "-(-(", "aaaaaaaaaaaaaaaaaaaa", "abababab"}) {
+  for (const char* run :
+       {"((((((((((((((((", "----------------------------------------------------------------",
+        "))))))))", "[[[[[[[[[[[[", "]]]]]]", "{\"a\":{\"a\":[[", "                ", "\n\n\n\n",
+        "/* a */", "// x\n", "int x = 1;", " = (", "-(-(", "aaaaaaaaaaaaaaaaaaaa", "abababab"}) {
     t.push_back(run);
   }
-  return std::make_shared<Vocabulary>(std::move(t), std::vector<pse::TokenId>{}, std::vector<pse::TokenId>{});
+  return std::make_shared<Vocabulary>(std::move(t), std::vector<pse::TokenId>{},
+                                      std::vector<pse::TokenId>{});
 }
 
 std::string read_file(const std::filesystem::path& p) {
@@ -108,7 +115,8 @@ TEST(StackDfa, TablesEqualEarleyOnSharedGrammars) {
   ORCHARD_REQUIRE_SHARED_DATA("grammars/json.gbnf");
   const auto vocab = vocabulary_with_runs();
   for (const char* name : {"json", "arithmetic", "c"}) {
-    const Grammar g = pse::parse_gbnf(read_file(orchard::testing::shared_data(std::string("grammars/") + name + ".gbnf")));
+    const Grammar g = pse::parse_gbnf(
+        read_file(orchard::testing::shared_data(std::string("grammars/") + name + ".gbnf")));
     EXPECT_GT(check_walks(g, *vocab, name), 0u) << name;
   }
 }
