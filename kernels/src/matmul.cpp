@@ -155,9 +155,9 @@ void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float*
           for (; r + 4 <= r1; r += 4) {
             const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
             std::int64_t t = t0;
-            for (; t + 1 < t1; t += 4) {
+            for (; t + 1 < t1; t += detail::kDot4xTMaxTokens) {
               dot4xt(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, act_bytes,
-                     static_cast<int>(std::min<std::int64_t>(4, t1 - t)), y + t * n_out + r,
+                     static_cast<int>(std::min<std::int64_t>(detail::kDot4xTMaxTokens, t1 - t)), y + t * n_out + r,
                      static_cast<std::size_t>(n_out));
             }
             for (; t < t1; ++t) {  // a last lone token
