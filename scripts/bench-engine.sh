@@ -10,7 +10,8 @@
 # the 32K model, same schema, same batch) when its packages are there.
 #
 #   scripts/bench-engine.sh [BUILD_DIR]     (default build/; builds the orchard target there)
-# Timed runs hold /tmp/orchard-cpu-bench.lock. Threads: THREADS (default 2).
+# Timed runs hold /tmp/orchard-cpu-bench.lock. Threads: THREADS (default 2); peer runs: PEER_RUNS (default 1:
+# transformers on CPU takes minutes per run).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -83,7 +84,7 @@ PY
 if "$PY" -c 'import torch, transformers, xgrammar' 2>/dev/null; then
   echo "peer: transformers + xgrammar, same 32K model, batch 8:"
   flock "$LOCK" "$PY" "$ROOT/tests/bench/peers/engine_peers.py" run "$WORK/model32k" --schema "$WORK/list.schema.json" \
-    --batch 8 --max-new-tokens 1024 --runs "$RUNS" --threads "$THREADS" 2>/dev/null | sed 's/^/  /'
+    --batch 8 --max-new-tokens 1024 --runs "${PEER_RUNS:-1}" --threads "$THREADS" 2>/dev/null | sed 's/^/  /'
 else
   echo "peer skipped: torch, transformers and xgrammar are not in $PY"
 fi
