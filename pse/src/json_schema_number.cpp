@@ -394,6 +394,9 @@ ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
     return alts.size() == 1 ? alts[0] : g_.add_choice(alts);
   }
   const bool non_integer_only = !(c.types & kInteger);
+  // Draft 6 made 1.0 an integer; under draft 4 (and its validators) it is only a number, so an integer that
+  // must not be any other number is written without a fraction there.
+  const bool fraction_zero_ok = (c.types & kNumber) || draft_of(Node{}) > 4;
   const std::string& mptr = c.multiple_of.empty() ? std::string() : c.multiple_of.front().second;
   // multipleOf: integers k (any bound-free number) or 10^-p (a bound on the fraction's digits).
   std::uint32_t int_multiple = 0;  // 0: no integer multipleOf (0 itself is rejected earlier)
@@ -435,6 +438,7 @@ ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
       // -?(multiple)(.0+)?  ("-0" is left out: 0 is written "0").
       ExprId nat = nb.nat_multiple_of(int_multiple);
       ExprId signed_nat = g_.add_sequence({g_.add_repeat(g_.add_bytes("-"), 0, 1), nat});
+      if (!fraction_zero_ok) return signed_nat;
       return g_.add_sequence({signed_nat, g_.add_repeat(g_.add_sequence({g_.add_bytes("."), g_.add_repeat(g_.add_bytes("0"), 1, kUnbounded)}), 0, 1)});
     }
     ExprId int_part = nb.int_range(std::nullopt, std::nullopt);
@@ -459,6 +463,7 @@ ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
       hi = c.upper->exclusive ? int_sub1(ceil_of(c.upper->value)) : floor_of(c.upper->value);
     }
     ExprId ints = nb.int_range(lo, hi);
+    if (!fraction_zero_ok) return ints;
     ExprId zeros = g_.add_sequence({g_.add_bytes("."), g_.add_repeat(g_.add_bytes("0"), 1, kUnbounded)});
     return g_.add_sequence({ints, g_.add_repeat(zeros, 0, 1)});
   }

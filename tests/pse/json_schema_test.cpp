@@ -38,6 +38,10 @@ TEST(JsonSchema, TypesAndTypeArrays) {
   expect_language(R"({"type":["string","null"]})", {"null", "\"a\""}, {"1", "[]"});
   expect_language(R"({"type":"integer"})", {"0", "-7", "123456789012345678901234567890", "1.0"}, {"1.5", "01", "-0", "\"1\""});
   expect_language(R"({"type":"number"})", {"0", "-1.5", "1e10", "2.5E-3"}, {".5", "1.", "+1", "NaN"});
+  // Draft 4 counts 1.0 as a number but not as an integer.
+  expect_language(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"})", {"0", "-7"}, {"1.0", "1.5"});
+  expect_language(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer","multipleOf":3})", {"3"}, {"3.0"});
+  expect_language(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"number"})", {"1.0", "2"}, {"1."});
   expect_language(R"(true)", {"null", "{\"a\":[1,{}]}", "\"x\""}, {"nul"});
   expect_language(R"(false)", {}, {"null", "1", "{}"});
 }
