@@ -1,7 +1,10 @@
 // Grammar building blocks for tool calls and reasoning.
 #include "tools/grammar_parts.h"
 
+#include <utf8.h>
+
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -63,48 +66,19 @@ ExprId add_whitespace(Grammar& g, std::uint32_t max_run) {
 }
 
 std::u32string decode_utf8(std::string_view s) {
-  std::u32string out;
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) {
-      throw pse::GrammarError("[tool_grammar] marker is not valid UTF-8 at byte " +
-                              std::to_string(i));
-    }
-    char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-    for (std::size_t k = 1; k < n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) {
-        throw pse::GrammarError("[tool_grammar] marker is not valid UTF-8 at byte " +
-                                std::to_string(i + k));
-      }
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    out.push_back(cp);
-    i += n;
+  // utf8cpp also rejects overlong forms and surrogates, which a marker must not contain either.
+  if (auto bad = utf8::find_invalid(s.begin(), s.end()); bad != s.end()) {
+    throw pse::GrammarError("[tool_grammar] marker is not valid UTF-8 at byte " +
+                            std::to_string(bad - s.begin()));
   }
+  std::u32string out;
+  utf8::unchecked::utf8to32(s.begin(), s.end(), std::back_inserter(out));
   return out;
 }
 
 std::string encode_utf8(std::u32string_view text) {
   std::string out;
-  for (char32_t cp : text) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
+  utf8::unchecked::utf32to8(text.begin(), text.end(), std::back_inserter(out));
   return out;
 }
 

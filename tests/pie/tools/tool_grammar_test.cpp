@@ -402,5 +402,19 @@ TEST(TextWithout, MatchesBruteForce) {
   }
 }
 
+// A marker that is not UTF-8 (a truncated or overlong sequence) is a GrammarError naming the byte.
+TEST(TextWithout, InvalidUtf8MarkerIsAnError) {
+  pse::Grammar answer;
+  answer.set_root(answer.add_rule("root", answer.add_bytes("!")));
+  for (const std::string marker : {std::string("ab\xC3"), std::string("\xC0\xAF"), std::string("a\xFFb")}) {
+    try {
+      (void)wrap_with_reasoning(answer, ReasoningFormat::think_open, ReasoningMarkers{"", marker});
+      ADD_FAILURE() << "no error for an invalid marker";
+    } catch (const pse::GrammarError& e) {
+      EXPECT_NE(std::string(e.what()).find("not valid UTF-8 at byte"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pie
