@@ -161,6 +161,10 @@ struct Engine::Impl {
   // Loop-owned.
   std::vector<std::unique_ptr<Request>> active;
   std::unordered_map<SequenceId, Sample*> by_seq;
+  // A step's logits and masks, reused across steps: rows x vocabulary is megabytes with a large vocabulary,
+  // which a fresh allocation would page-fault in (and zero) at every step.
+  std::vector<float> step_logits;
+  std::vector<std::uint32_t> step_masks;
 
   mutable std::mutex stats_mutex;
   EngineStats stats;
@@ -537,13 +541,15 @@ bool Engine::Impl::step() {
 
   // Masks of the constrained rows, filled while the forward pass runs.
   const std::size_t words = (static_cast<std::size_t>(n_vocab) + 31) / 32;
-  std::vector<std::uint32_t> masks(row_samples.size() * words);
+  step_masks.resize(row_samples.size() * words);
+  std::span<std::uint32_t> masks(step_masks);
   std::vector<std::size_t> mask_rows;
   for (std::size_t i = 0; i < row_samples.size(); ++i) {
     if (row_samples[i]->matcher) mask_rows.push_back(i);
   }
   std::vector<std::string> mask_errors(row_samples.size());
-  std::vector<float> logits(row_samples.size() * static_cast<std::size_t>(n_vocab));
+  step_logits.resize(row_samples.size() * static_cast<std::size_t>(n_vocab));
+  std::span<float> logits(step_logits);
   std::string forward_error;
   std::atomic<double> mask_time{0.0};
   double forward_time = 0;
@@ -560,7 +566,7 @@ bool Engine::Impl::step() {
     }
     const std::size_t row = mask_rows[i - 1];
     try {
-      row_samples[row]->matcher->fill_next_token_bitmask(std::span<std::uint32_t>(masks).subspan(row * words, words));
+      row_samples[row]->matcher->fill_next_token_bitmask(masks.subspan(row * words, words));
     } catch (const std::exception& e) {
       mask_errors[row] = e.what();
     }
@@ -605,7 +611,7 @@ bool Engine::Impl::step() {
                                 static_cast<std::size_t>(n_vocab));
     std::span<const std::uint32_t> mask;
     if (s.matcher) {
-      mask = std::span<const std::uint32_t>(masks).subspan(row * words, words);
+      mask = masks.subspan(row * words, words);
     } else if (s.request->req.ignore_eos) {
       mask = no_eos_mask;
     }
