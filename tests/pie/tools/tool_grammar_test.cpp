@@ -406,7 +406,7 @@ TEST(TextWithout, MatchesBruteForce) {
 TEST(TextWithout, InvalidUtf8MarkerIsAnError) {
   pse::Grammar answer;
   answer.set_root(answer.add_rule("root", answer.add_bytes("!")));
-  for (const std::string marker : {std::string("ab\xC3"), std::string("\xC0\xAF"), std::string("a\xFFb")}) {
+  for (const std::string& marker : {std::string("ab\xC3"), std::string("\xC0\xAF"), std::string("a\xFF" "b")}) {
     try {
       (void)wrap_with_reasoning(answer, ReasoningFormat::think_open, ReasoningMarkers{"", marker});
       ADD_FAILURE() << "no error for an invalid marker";
