@@ -92,30 +92,116 @@ class Builder {
   std::vector<std::uint32_t> rule_start, rule_final;
 
   void build() {
-    std::size_t n_rules = g_.rules().size();
+    plan_shared_rules();
+    const std::size_t n_rules = g_.rules().size() + shared_body_.size();
     rule_start.resize(n_rules);
     rule_final.resize(n_rules);
     for (std::size_t r = 0; r < n_rules; ++r) {
       rule_ = static_cast<std::uint32_t>(r);
       rule_start[r] = new_state();
-      std::uint32_t exit = emit(g_.rule(rule_).body, rule_start[r], 0);
+      const ExprId body = r < g_.rules().size() ? g_.rule(rule_).body : shared_body_[r - g_.rules().size()];
+      std::uint32_t exit = emit(body, rule_start[r], 0, /*inline_shared=*/true);
       rule_final[r] = new_state();
       states[exit].eps.push_back(rule_final[r]);
     }
   }
 
+  // The grammar's rules, then one per shared sub-expression.
+  std::size_t n_rules() const { return rule_start.size(); }
+  std::string rule_name(std::uint32_t r) const {
+    if (r < g_.rules().size()) return g_.rule(r).name;
+    return fmt::format("<shared expression {}>", shared_body_[r - g_.rules().size()]);
+  }
+
+  // Sub-expressions whose inlined copies would cost at least this many states, that would be inlined
+  // at least twice and that match strings longer than kSharedMinLength bytes are emitted once as a
+  // rule of their own and called. Short ones (a JSON string character with its escapes) stay inline:
+  // tokens cross their ends all the time, and a token that runs past the end of a rule is checked at
+  // run time, not in the state's table.
+  static constexpr std::uint64_t kSharedMinStates = 48;
+  static constexpr std::uint64_t kSharedMinLength = 16;
+
  private:
+  // Front-ends share sub-expressions freely (the JSON Schema converter reuses a member's key and
+  // value in every position an object's members may take; a counted repetition repeats its child).
+  // Inlining every use copies the states, and every copy gets its own token table. Here each large
+  // expression met more than once becomes one rule: the states, and so the tables, exist once.
+  // Expression ids grow from children to parents, so a walk from the highest id down visits every
+  // parent before its children.
+  void plan_shared_rules() {
+    const auto& exprs = g_.exprs();
+    const std::size_t n = exprs.size();
+    constexpr std::uint64_t kCap = std::uint64_t{1} << 40;
+    auto sat = [&](std::uint64_t v) { return std::min(v, kCap); };
+    std::vector<std::uint64_t> size(n, 0), longest(n, 0);  // states inlined; longest match in bytes
+    for (std::size_t i = 0; i < n; ++i) {
+      const Expr& e = exprs[i];
+      std::uint64_t v = 0, len = 0;
+      switch (e.kind) {
+        case ExprKind::kEmpty: break;
+        case ExprKind::kBytes: v = len = e.bytes.size(); break;
+        case ExprKind::kCharClass: {
+          const std::uint32_t top = e.negated || e.ranges.empty() ? kMaxCodePoint : e.ranges.back().hi;
+          v = 1 + 2 * e.ranges.size();
+          len = top < 0x80 ? 1 : top < 0x800 ? 2 : top < 0x10000 ? 3 : 4;
+          break;
+        }
+        case ExprKind::kRuleRef: v = 1, len = kCap; break;  // recursion may make it unbounded
+        case ExprKind::kSequence:
+          for (ExprId c : e.children) v = sat(v + size[c]), len = sat(len + longest[c]);
+          break;
+        case ExprKind::kChoice:
+          v = 1 + e.children.size();
+          for (ExprId c : e.children) v = sat(v + size[c]), len = std::max(len, longest[c]);
+          break;
+        case ExprKind::kRepeat: {
+          const ExprId c = e.children.at(0);
+          v = sat(sat(copies(e)) * (size[c] + 1) + 2);
+          len = longest[c] == 0 ? 0 : e.max == kUnbounded ? kCap : sat(std::uint64_t{e.max} * longest[c]);
+          break;
+        }
+      }
+      size[i] = v;
+      longest[i] = len;
+    }
+    std::vector<std::uint64_t> occurs(n, 0);
+    for (const Rule& r : g_.rules())
+      if (r.defined) occurs[r.body] = sat(occurs[r.body] + 1);
+    promoted_.assign(n, kNotShared);
+    for (std::size_t i = n; i-- > 0;) {
+      if (occurs[i] == 0) continue;
+      const Expr& e = exprs[i];
+      std::uint64_t each = occurs[i];
+      if (occurs[i] >= 2 && size[i] >= kSharedMinStates && longest[i] > kSharedMinLength) {
+        promoted_[i] = static_cast<std::uint32_t>(g_.rules().size() + shared_body_.size());
+        shared_body_.push_back(static_cast<ExprId>(i));
+        each = 1;
+      }
+      if (e.kind == ExprKind::kRepeat) {
+        ExprId c = e.children.at(0);
+        occurs[c] = sat(occurs[c] + sat(each * copies(e)));
+      } else {
+        for (ExprId c : e.children) occurs[c] = sat(occurs[c] + each);
+      }
+    }
+  }
+
+  // How many copies of its child a repetition inlines.
+  static std::uint64_t copies(const Expr& e) {
+    return e.max == kUnbounded ? std::uint64_t{e.min} + 1 : std::max<std::uint64_t>(e.max, 1);
+  }
+
   std::uint32_t new_state() {
     if (states.size() >= limits_.max_states) {
       throw LimitError(fmt::format(
           "[compile] rule '{}': the grammar needs more than {} automaton states (large counted "
           "repetitions multiply states; lower the counts or raise the limit)",
-          g_.rule(rule_).name, limits_.max_states));
+          rule_name(rule_), limits_.max_states));
     }
     if ((states.size() & 0xFFF) == 0 && std::chrono::steady_clock::now() > limits_.deadline) {
       throw LimitError(fmt::format("[compile] rule '{}': compile time limit exceeded while building "
                                    "the automaton ({} states)",
-                                   g_.rule(rule_).name, states.size()));
+                                   rule_name(rule_), states.size()));
     }
     states.emplace_back();
     states.back().rule = rule_;
@@ -128,10 +214,15 @@ class Builder {
     return s;
   }
 
-  std::uint32_t emit(ExprId id, std::uint32_t entry, std::size_t depth) {
+  std::uint32_t emit(ExprId id, std::uint32_t entry, std::size_t depth, bool inline_shared = false) {
     if (depth > limits_.max_expr_depth) {
       throw LimitError(fmt::format("[compile] rule '{}': expressions nested deeper than {}",
-                                   g_.rule(rule_).name, limits_.max_expr_depth));
+                                   rule_name(rule_), limits_.max_expr_depth));
+    }
+    if (!inline_shared && promoted_[id] != kNotShared) {
+      std::uint32_t next = new_state();
+      states[entry].calls.push_back({promoted_[id], next});
+      return next;
     }
     const Expr& e = g_.expr(id);
     switch (e.kind) {
@@ -220,9 +311,12 @@ class Builder {
     return entry;
   }
 
+  static constexpr std::uint32_t kNotShared = ~0u;
   const Grammar& g_;
   const AutomatonLimits& limits_;
   std::uint32_t rule_ = 0;
+  std::vector<std::uint32_t> promoted_;  // per expression: its shared rule, or kNotShared
+  std::vector<ExprId> shared_body_;      // per shared rule (numbered after the grammar's)
 };
 
 void byte_set_add_range(ByteSet& s, unsigned lo, unsigned hi) {
@@ -254,7 +348,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   b.build();
   std::vector<RawState>& st = b.states;
   const std::size_t n = st.size();
-  const std::size_t n_rules = grammar.rules().size();
+  const std::size_t n_rules = b.n_rules();
 
   // Productive states: those that can reach their rule's final state. Worklist over reverse edges;
   // a call edge counts once both the callee's start and the return state are productive.

@@ -364,6 +364,10 @@ class NumberBuilder {
 
 ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
   NumberBuilder nb(g_);
+  // The integer part of an unbounded number: -?(0|[1-9][0-9]*). "-0" is kept: -0.5 needs it, and -0 is 0.
+  auto any_int_part = [&] {
+    return g_.add_sequence({g_.add_repeat(g_.add_bytes("-"), 0, 1), nb.nat_range("", std::nullopt)});
+  };
   // Excluded numbers (from not / if with const): split the range around each of them.
   std::vector<Decimal> holes;
   for (const auto& e : c.excluded) {
@@ -441,7 +445,7 @@ ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
       if (!fraction_zero_ok) return signed_nat;
       return g_.add_sequence({signed_nat, g_.add_repeat(g_.add_sequence({g_.add_bytes("."), g_.add_repeat(g_.add_bytes("0"), 1, kUnbounded)}), 0, 1)});
     }
-    ExprId int_part = nb.int_range(std::nullopt, std::nullopt);
+    ExprId int_part = any_int_part();
     ExprId frac = g_.add_sequence({g_.add_bytes("."), nb.any_digits(1, static_cast<std::uint32_t>(*frac_digits_max)),
                                    g_.add_repeat(g_.add_bytes("0"), 0, kUnbounded)});
     return g_.add_sequence({int_part, g_.add_repeat(frac, 0, 1)});
@@ -451,7 +455,7 @@ ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
       fail(c.values_pointer, "type", "bounds on numbers that must not be integers cannot be enforced exactly");
     }
     ExprId nz_frac = g_.add_sequence({g_.add_bytes("."), nb.any_digits(0, kUnbounded), nb.digits('1', '9'), nb.any_digits(0, kUnbounded)});
-    return g_.add_sequence({nb.int_range(std::nullopt, std::nullopt), nz_frac});
+    return g_.add_sequence({any_int_part(), nz_frac});
   }
   if (integer_only) {
     std::optional<Int> lo;
@@ -473,7 +477,7 @@ ExprId Converter::emit_number(const Constraints& c, bool integer_only) {
     ExprId exp = g_.add_sequence({g_.add_char_class({{'E', 'E'}, {'e', 'e'}}),
                                   g_.add_repeat(g_.add_char_class({{'+', '+'}, {'-', '-'}}), 0, 1),
                                   nb.any_digits(1, kUnbounded)});
-    return g_.add_sequence({nb.int_range(std::nullopt, std::nullopt), g_.add_repeat(frac, 0, 1), g_.add_repeat(exp, 0, 1)});
+    return g_.add_sequence({any_int_part(), g_.add_repeat(frac, 0, 1), g_.add_repeat(exp, 0, 1)});
   }
   return nb.decimal_range(c.lower, c.upper);
 }

@@ -117,8 +117,10 @@ std::vector<std::uint32_t> decode(const std::string& s) {
 
 }  // namespace
 
-// The JSON encodings of any one code point in `ranges` (scalar values).
-static ExprId encode_ranges(Grammar& g, const std::vector<CharRange>& ranges) {
+// The JSON encodings of any one code point in `ranges` (scalar values). The escapes part depends only
+// on which of the few escapable code points the ranges hold, so it is built once per such set and the
+// same expression is reused (the automaton then keeps one copy of it, see automaton.cpp).
+static ExprId encode_ranges(Grammar& g, std::map<std::string, ExprId>& cache, const std::vector<CharRange>& ranges) {
   std::vector<CharRange> raw;
   for (const auto& r : ranges) {
     // Raw: everything but controls, '"' and '\\'.
@@ -136,25 +138,45 @@ static ExprId encode_ranges(Grammar& g, const std::vector<CharRange>& ranges) {
   std::vector<ExprId> alts;
   if (!raw.empty()) alts.push_back(g.add_char_class(raw));
   std::vector<std::uint32_t> escaped;
-  for (std::uint32_t cp : {std::uint32_t{'"'}, std::uint32_t{'\\'}, std::uint32_t{'/'}}) {
-    if (contains(ranges, cp)) escaped.push_back(cp);
-  }
   for (const auto& r : ranges) {
     for (std::uint32_t cp = r.lo; cp <= std::min<std::uint32_t>(r.hi, 0x1F); ++cp) escaped.push_back(cp);
   }
-  {
-    for (std::uint32_t cp : escaped) {
-      if (const char* e = short_escape(cp)) alts.push_back(g.add_bytes(e));
-      // \u00XX, hex digits in either case.
-      auto hex = [&](unsigned v) {
+  for (std::uint32_t cp : {std::uint32_t{'"'}, std::uint32_t{'/'}, std::uint32_t{'\\'}}) {
+    if (contains(ranges, cp)) escaped.push_back(cp);
+  }
+  if (!escaped.empty()) {
+    std::string key = "escapes";
+    for (std::uint32_t cp : escaped) key += fmt::format(" {:x}", cp);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto hex = [&](unsigned v) {  // one hex digit, either case
         const char lower = "0123456789abcdef"[v];
         const char upper = "0123456789ABCDEF"[v];
         return lower == upper ? g.add_bytes(std::string(1, lower))
                               : g.add_char_class({{static_cast<std::uint32_t>(upper), static_cast<std::uint32_t>(upper)},
                                                   {static_cast<std::uint32_t>(lower), static_cast<std::uint32_t>(lower)}});
       };
-      alts.push_back(g.add_sequence({g.add_bytes("\\u00"), hex(cp >> 4), hex(cp & 0xF)}));
+      std::vector<ExprId> esc;
+      // \u00XX: a whole block of 16 control characters as one hex class, the others one by one.
+      std::vector<std::uint32_t> single;
+      for (std::uint32_t block : {0x00u, 0x10u}) {
+        const bool whole = std::count_if(escaped.begin(), escaped.end(),
+                                         [&](std::uint32_t cp) { return cp >= block && cp < block + 16; }) == 16;
+        if (whole) {
+          esc.push_back(g.add_sequence({g.add_bytes(fmt::format("\\u00{:x}", block >> 4)),
+                                        g.add_char_class({{'0', '9'}, {'A', 'F'}, {'a', 'f'}})}));
+        }
+        for (std::uint32_t cp : escaped)
+          if (!whole && cp >= block && cp < block + 16) single.push_back(cp);
+      }
+      for (std::uint32_t cp : escaped)
+        if (cp >= 0x20) single.push_back(cp);
+      for (std::uint32_t cp : escaped)
+        if (const char* e = short_escape(cp)) esc.push_back(g.add_bytes(e));
+      for (std::uint32_t cp : single) esc.push_back(g.add_sequence({g.add_bytes("\\u00"), hex(cp >> 4), hex(cp & 0xF)}));
+      it = cache.emplace(key, esc.size() == 1 ? esc[0] : g.add_choice(esc)).first;
     }
+    alts.push_back(it->second);
   }
   if (alts.empty()) return g.add_char_class({});
   return alts.size() == 1 ? alts[0] : g.add_choice(alts);
@@ -190,7 +212,7 @@ ExprId Converter::string_literal(const std::string& text) {
     }
     if (!run.empty()) parts.push_back(g_.add_bytes(run));
     run.clear();
-    parts.push_back(encode_ranges(g_, {{cp, cp}}));
+    parts.push_back(encode_ranges(g_, cache_, {{cp, cp}}));
   }
   if (!run.empty()) parts.push_back(g_.add_bytes(run));
   parts.push_back(g_.add_bytes("\""));
@@ -227,12 +249,12 @@ ExprId Converter::string_body_excluding(const std::vector<std::string>& excluded
     if (!trie[i].terminal) alts.push_back(g_.add_empty());
     std::vector<CharRange> taken;
     for (const auto& [cp, j] : trie[i].next) {
-      alts.push_back(g_.add_sequence({encode_ranges(g_, {{cp, cp}}), expr[j]}));
+      alts.push_back(g_.add_sequence({encode_ranges(g_, cache_, {{cp, cp}}), expr[j]}));
       taken.push_back({cp, cp});
     }
     // Any other character, raw or escaped, then anything. \u escapes of ordinary characters are not
     // offered here (they could spell an excluded string).
-    alts.push_back(g_.add_sequence({encode_ranges(g_, explicit_ranges(taken, true)), rest}));
+    alts.push_back(g_.add_sequence({encode_ranges(g_, cache_, explicit_ranges(taken, true)), rest}));
     expr[i] = g_.add_choice(alts);
   }
   return expr[0];
@@ -250,11 +272,11 @@ ExprId Converter::copy_regex_as_string_body(const Grammar& scratch, ExprId root,
       case ExprKind::kEmpty: map[i] = g_.add_empty(); break;
       case ExprKind::kBytes: {
         std::vector<ExprId> parts;
-        for (std::uint32_t cp : decode(e.bytes)) parts.push_back(encode_ranges(g_, {{cp, cp}}));
+        for (std::uint32_t cp : decode(e.bytes)) parts.push_back(encode_ranges(g_, cache_, {{cp, cp}}));
         map[i] = parts.empty() ? g_.add_empty() : g_.add_sequence(parts);
         break;
       }
-      case ExprKind::kCharClass: map[i] = encode_ranges(g_, explicit_ranges(e.ranges, e.negated)); break;
+      case ExprKind::kCharClass: map[i] = encode_ranges(g_, cache_, explicit_ranges(e.ranges, e.negated)); break;
       case ExprKind::kSequence: map[i] = g_.add_sequence(std::move(children)); break;
       case ExprKind::kChoice: map[i] = g_.add_choice(std::move(children)); break;
       case ExprKind::kRepeat: map[i] = g_.add_repeat(children.at(0), e.min, e.max); break;

@@ -209,7 +209,11 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
       check_all();
       return;
     }
-    for (TokenId id : ct->accepted) mask[id >> 5] |= 1u << (id & 31);
+    if (!ct->accepted_bits.empty()) {
+      for (std::size_t w = 0; w < ct->accepted_bits.size(); ++w) mask[w] |= ct->accepted_bits[w];
+    } else {
+      for (TokenId id : ct->accepted) mask[id >> 5] |= 1u << (id & 31);
+    }
     resolve_up(chain, ct->view(), a.state_rule[ret], ret_origin, depth + 1, budget, mask, lo_word, hi_word);
     chain.pop_back();
   }

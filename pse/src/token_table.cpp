@@ -291,7 +291,11 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
     }
   }
   out.end_begin.push_back(static_cast<std::uint32_t>(out.end_depths.size()));
-  out.accepted = bits_to_ids(accepted_bits, n_accepted);
+  if (n_accepted > vocab.n_mask_words()) {
+    out.accepted_bits = std::move(accepted_bits);
+  } else {
+    out.accepted = bits_to_ids(accepted_bits, n_accepted);
+  }
   return out;
 }
 

@@ -43,13 +43,16 @@ struct TokenTable {
 // caller's rule are accepted; those whose rest may leave that rule too stay uncertain, with the new
 // depths (for the next caller up); the others are rejected.
 struct ChainTable {
-  std::vector<TokenId> accepted;         // ascending ids
+  // Accepted tokens: a bitset over the mask rows when many (OR-ed word by word), else ascending ids.
+  std::vector<std::uint32_t> accepted_bits;  // [n_mask_words] or empty
+  std::vector<TokenId> accepted;
   std::vector<std::uint32_t> uncertain;  // positions in Vocabulary::text_tokens(), ascending
   std::vector<std::uint32_t> end_begin;  // [uncertain.size() + 1]
   std::vector<std::uint32_t> end_depths;
   UncertainView view() const { return {uncertain, end_begin, end_depths}; }
   std::size_t memory_bytes() const {
-    return (accepted.capacity() + uncertain.capacity() + end_begin.capacity() + end_depths.capacity()) * 4;
+    return (accepted_bits.capacity() + accepted.capacity() + uncertain.capacity() + end_begin.capacity() +
+            end_depths.capacity()) * 4;
   }
 };
 

@@ -43,10 +43,34 @@ TEST(Compiler, UndefinedRuleIsAGrammarError) {
 TEST(Compiler, StateLimitIsALimitError) {
   G g;
   RuleId r = g.rule("root");
-  g.define(r, g.rep(g.rep(g.cls('a', 'z'), 1, 1000), 1, 1000));
+  // One letter repeated 200,000 times: each copy is a state (a large shared sub-expression would be
+  // emitted once as its own rule instead; see SharedSubExpressionsAreEmittedOnce).
+  g.define(r, g.rep(g.cls('a', 'z'), 1, 200'000));
   CompileOptions o;
   o.max_states = 100'000;
   EXPECT_THROW(compile_grammar(g.done(r), small_vocabulary(), o), LimitError);
+}
+
+// A large sub-expression met more than once (here through a counted repetition and through two
+// references) is emitted once, as a rule of its own, instead of once per use: the nested repetition
+// below would inline 1,000 copies of a 1,000-letter repetition. Same language either way.
+TEST(Compiler, SharedSubExpressionsAreEmittedOnce) {
+  G g;
+  RuleId r = g.rule("root");
+  ExprId word = g.rep(g.cls('a', 'z'), 1, 1000);
+  g.define(r, g.seq({g.rep(word, 1, 1000), g.lit(","), word}));
+  CompileOptions o;
+  o.max_states = 100'000;
+  Matcher m(compile_grammar(g.done(r), small_vocabulary(), o));
+  EXPECT_LT(m.grammar().stats().n_states, 20'000u);
+  for (const std::string& text : {std::string(1500, 'a') + ",b", std::string("a,") + std::string(1000, 'z')}) {
+    m.reset();
+    EXPECT_TRUE(m.accept_bytes(text) && m.can_stop()) << text.size();
+  }
+  for (const std::string& text : {std::string(",b"), std::string("a,"), std::string("a,") + std::string(1001, 'z')}) {
+    m.reset();
+    EXPECT_FALSE(m.accept_bytes(text) && m.can_stop()) << text;
+  }
 }
 
 TEST(Compiler, InputSizeLimitsAreLimitErrors) {

@@ -37,7 +37,8 @@ TEST(JsonSchema, TypesAndTypeArrays) {
   expect_language(R"({"type":"boolean"})", {"true", "false"}, {"null", "1"});
   expect_language(R"({"type":["string","null"]})", {"null", "\"a\""}, {"1", "[]"});
   expect_language(R"({"type":"integer"})", {"0", "-7", "123456789012345678901234567890", "1.0"}, {"1.5", "01", "-0", "\"1\""});
-  expect_language(R"({"type":"number"})", {"0", "-1.5", "1e10", "2.5E-3"}, {".5", "1.", "+1", "NaN"});
+  expect_language(R"({"type":"number"})", {"0", "-1.5", "1e10", "2.5E-3", "-0.5", "-0", "-0e2"},
+                  {".5", "1.", "+1", "NaN", "-01", "--1", "-"});
   // Draft 4 counts 1.0 as a number but not as an integer.
   expect_language(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"})", {"0", "-7"}, {"1.0", "1.5"});
   expect_language(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer","multipleOf":3})", {"3"}, {"3.0"});
@@ -71,7 +72,7 @@ TEST(JsonSchema, DecimalRangesAreExact) {
 
 TEST(JsonSchema, MultipleOf) {
   expect_language(R"({"type":"integer","multipleOf":3})", {"0", "3", "-12", "999"}, {"1", "10", "-4"});
-  expect_language(R"({"type":"number","multipleOf":0.01})", {"1.25", "3", "0.1"}, {"1.255"});
+  expect_language(R"({"type":"number","multipleOf":0.01})", {"1.25", "3", "0.1", "-0.25", "-7.5"}, {"1.255", "-0.255"});
   expect_error(R"({"type":"number","multipleOf":1.5})", "", "multipleOf");
   expect_error(R"({"type":"integer","multipleOf":2,"minimum":1})", "", "multipleOf");
 }
@@ -165,6 +166,7 @@ TEST(JsonSchema, NotAndIfThenElse) {
   expect_language(R"({"not":{"type":"string"}})", {"1", "null", "{}"}, {"\"a\""});
   expect_language(R"({"type":"string","not":{"enum":["a","b"]}})", {"\"c\"", "\"ab\"", "\"\""}, {"\"a\"", "\"b\""});
   expect_language(R"({"type":"integer","not":{"const":0}})", {"1", "-1"}, {"0"});
+  expect_language(R"({"type":"number","not":{"type":"integer"}})", {"1.5", "-0.5", "-10.25"}, {"1", "-3", "0", "1.0"});
   expect_language(R"({"if":{"properties":{"t":{"const":"n"}},"required":["t"]},"then":{"properties":{"v":{"type":"integer"}}},"else":{"properties":{"v":{"type":"string"}}}})",
                   {R"({"t":"n","v":1})", R"({"t":"s","v":"x"})", R"({"v":"x"})"}, {R"({"t":"n","v":"x"})", R"({"t":"s","v":1})"});
   expect_error(R"({"not":{"pattern":"a"}})", "", "not");

@@ -31,6 +31,7 @@ void expect_same(const TokenTable& x, const TokenTable& y, const std::string& wh
 
 void expect_same(const ChainTable& x, const ChainTable& y, const std::string& where) {
   EXPECT_EQ(x.accepted, y.accepted) << where;
+  EXPECT_EQ(x.accepted_bits, y.accepted_bits) << where;
   EXPECT_EQ(x.uncertain, y.uncertain) << where;
   EXPECT_EQ(x.end_begin, y.end_begin) << where;
   EXPECT_EQ(x.end_depths, y.end_depths) << where;
