@@ -20,6 +20,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama3_vocab  # noqa: E402  (next to this script)
+
 
 # --------------------------------------------------------------------------------------------------
 # Workloads
@@ -115,31 +118,8 @@ def write_workloads(out_dir):
 
 
 # --------------------------------------------------------------------------------------------------
-# Vocabulary: Llama 3.1 from encoder.json (GPT-2 byte-to-unicode) + 256 special tokens
+# Vocabulary: Llama 3.1 from encoder.json + 256 special tokens (llama3_vocab.py, shared with maskbench_peers.py)
 # --------------------------------------------------------------------------------------------------
-
-def llama3_tokens(encoder_path):
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    u2b = {chr(c): b for b, c in zip(bs, cs)}
-    with open(encoder_path, encoding="utf-8") as f:
-        enc = json.load(f)
-    tokens = [b""] * 128256
-    for text, i in enc.items():
-        tokens[i] = bytes(u2b[ch] for ch in text)
-    named = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-             "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>",
-             "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"]
-    for i in range(256):
-        tokens[128000 + i] = (named[i] if i < 11 else f"<|reserved_special_token_{i - 8}|>").encode()
-    return tokens, [128001, 128008, 128009]
-
 
 def stats(times_us):
     s = sorted(times_us)
@@ -151,19 +131,12 @@ def stats(times_us):
             "mean_us": statistics.fmean(s)}
 
 
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
 def run_llguidance(kind, grammar_text, docs_tokens, tokens, eos):
     import llguidance
     import llguidance.numpy
-    from llguidance import LLMatcher, LLTokenizer
+    from llguidance import LLMatcher
 
-    ranks = {tokens[i]: i for i in range(128000)}
-    specials = {tokens[i].decode(): i for i in range(128000, 128256)}
-    tok = LLTokenizer.from_tiktoken(encoder=ranks, special_tokens=specials, pattern=LLAMA3_PATTERN,
-                                    eos_token=eos[0], n_vocab=len(tokens))
+    tok = llama3_vocab.llguidance_tokenizer(tokens, eos)
     grm = llguidance.grammar_from("gbnf" if kind == "gbnf" else "regex", grammar_text)
     compile_ms = []
     for _ in range(5):
@@ -193,8 +166,7 @@ def run_xgrammar(kind, grammar_text, docs_tokens, tokens, eos):
     import numpy as np
     import xgrammar as xgr
 
-    info = xgr.TokenizerInfo(list(tokens), vocab_type=xgr.VocabType.RAW, vocab_size=len(tokens),
-                             stop_token_ids=eos, add_prefix_space=False)
+    info = llama3_vocab.xgrammar_tokenizer_info(tokens, eos)
     compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
     compile_ms = []
     for _ in range(5):
@@ -237,7 +209,7 @@ def main():
         grammar_text = f.read()
     with open(a.tokens) as f:
         docs_tokens = json.load(f)
-    tokens, eos = llama3_tokens(a.encoder)
+    tokens, eos = llama3_vocab.llama3_tokens(a.encoder)
     runners = {"llguidance": run_llguidance, "xgrammar": run_xgrammar}
     for name in a.peers.split(","):
         try:
