@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -113,20 +114,28 @@ bool Context::wanted(const std::string& kernel) const {
   return false;
 }
 
+std::size_t streaming_bytes(std::size_t at_least) {
+  long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 <= 0) l3 = 32l << 20;  // unknown: the development machine's 32 MiB
+  return std::max(at_least, 4 * static_cast<std::size_t>(l3));
+}
+
 Limits measure_limits(tensor::ThreadPool& pool) {
   Limits lim;
   const int n_threads = pool.n_threads();
-  // Read bandwidth: 512 MiB, 16x the 32 MiB L3 of the test machine; each thread streams its own slice.
-  constexpr std::size_t kBytes = std::size_t{512} << 20;
+  // Read bandwidth: 512 MiB (16x the development machine's L3) or 4x the L3, whichever is larger, in whole
+  // 2 MiB pages; each thread streams its own slice.
+  const std::size_t bytes = (streaming_bytes(std::size_t{512} << 20) + (std::size_t{2} << 20) - 1) &
+                            ~((std::size_t{2} << 20) - 1);
   // Same allocation policy as tensor::Buffer::allocate (2 MiB aligned, transparent huge pages), so the
   // kernels and their limit read memory the same way.
   std::unique_ptr<std::byte, decltype(&std::free)> buf(
-      static_cast<std::byte*>(std::aligned_alloc(std::size_t{2} << 20, kBytes)), &std::free);
+      static_cast<std::byte*>(std::aligned_alloc(std::size_t{2} << 20, bytes)), &std::free);
   if (!buf) return lim;
-  ::madvise(buf.get(), kBytes, MADV_HUGEPAGE);
+  ::madvise(buf.get(), bytes, MADV_HUGEPAGE);
   pool.run([&](int t, int n) {
-    const std::size_t begin = kBytes / static_cast<std::size_t>(n) * static_cast<std::size_t>(t);
-    std::memset(buf.get() + begin, t + 1, kBytes / static_cast<std::size_t>(n));  // first touch per thread
+    const std::size_t begin = bytes / static_cast<std::size_t>(n) * static_cast<std::size_t>(t);
+    std::memset(buf.get() + begin, t + 1, bytes / static_cast<std::size_t>(n));  // first touch per thread
   });
   const bool avx2 = __builtin_cpu_supports("avx2");
   std::uint64_t sink[64] = {};
@@ -134,13 +143,13 @@ Limits measure_limits(tensor::ThreadPool& pool) {
   for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = Clock::now();
     pool.run([&](int t, int n) {
-      const std::size_t slice = kBytes / static_cast<std::size_t>(n) / 128 * 128;
+      const std::size_t slice = bytes / static_cast<std::size_t>(n) / 128 * 128;
       const std::byte* p = buf.get() + slice * static_cast<std::size_t>(t);
       sink[t % 64] += avx2 ? read_stream_avx2(p, slice) : read_stream_scalar(p, slice);
     });
     best = std::min(best, seconds_since(t0));
   }
-  lim.read_gbps = static_cast<double>(kBytes) / best / 1e9;
+  lim.read_gbps = static_cast<double>(bytes) / best / 1e9;
 
   // FMA peak: 12 chains x vector width x 2 flops per FMA.
   const bool avx512 = __builtin_cpu_supports("avx512f");

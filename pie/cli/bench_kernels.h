@@ -78,4 +78,8 @@ struct Registrar {
 // Measures the limits with pool.n_threads() threads (takes about a second).
 Limits measure_limits(tensor::ThreadPool& pool);
 
+// Bytes a benchmark must cycle through so that its data streams from DRAM rather than from the last-level
+// cache: at least `at_least`, and at least 4x this machine's L3 (a server's L3 can hold hundreds of MiB).
+std::size_t streaming_bytes(std::size_t at_least);
+
 }  // namespace orchard::cli::bench

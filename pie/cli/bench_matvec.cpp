@@ -94,13 +94,13 @@ void check_against_reference(const kernels::MatmulParams& p, const std::vector<f
 }
 
 // Times y = W x. A decode step streams every layer's weights once, so unless `cached` the timed calls
-// cycle through copies of W that together span at least 256 MiB (8x the test machine's L3): each call
-// then reads its matrix from DRAM, as in a real forward pass, not from the last-level cache.
+// cycle through copies of W that together span at least 256 MiB and 4x the L3 (streaming_bytes): each
+// call then reads its matrix from DRAM, as in a real forward pass, not from the last-level cache.
 Result time_matvec(const Context& ctx, const char* kernel, DType t, std::int64_t n_out, std::int64_t n_in,
                    bool cached) {
   const tensor::Buffer first = make_weights(t, n_out, n_in);
   const std::size_t bytes = first.size();
-  constexpr std::size_t kWorkingSet = std::size_t{256} << 20;
+  const std::size_t kWorkingSet = orchard::cli::bench::streaming_bytes(std::size_t{256} << 20);
   const std::size_t n_copies = cached ? 1 : std::max<std::size_t>(2, (kWorkingSet + bytes - 1) / bytes);
   std::vector<tensor::Buffer> copies{first};
   for (std::size_t c = 1; c < n_copies; ++c) {

@@ -19,15 +19,16 @@ void GrammarSource::add_options(ArgParser& p) {
       .option("schema", 0, "FILE", "the output is JSON valid under this JSON Schema", &schema)
       .option("json-layout", 0, "LAYOUT", "with --schema: flexible (default; bounded whitespace), compact or indented",
               &json_layout)
-      .flag("ignore-unknown-keywords", 0, "with --schema: treat unknown keywords as annotations instead of errors",
-            &ignore_unknown_keywords);
+      .flag("strict-keywords", 0,
+            "with --schema: keywords of no JSON Schema draft are errors (default: annotations, as the spec says)",
+            &strict_keywords);
 }
 
 pse::Grammar GrammarSource::load() const {
   const int n = (gbnf ? 1 : 0) + (lark ? 1 : 0) + (regex ? 1 : 0) + (schema ? 1 : 0);
   if (n != 1) throw UsageError(fmt::format("give exactly one grammar: {}", kGrammarSynopsis));
-  if ((json_layout || ignore_unknown_keywords) && !schema) {
-    throw UsageError("--json-layout and --ignore-unknown-keywords need --schema");
+  if ((json_layout || strict_keywords) && !schema) {
+    throw UsageError("--json-layout and --strict-keywords need --schema");
   }
   if (gbnf) return pse::parse_gbnf(read_input(*gbnf));
   if (lark) return pse::parse_lark(read_input(*lark));
@@ -43,7 +44,7 @@ pse::Grammar GrammarSource::load() const {
   } else {
     throw UsageError(fmt::format("--json-layout: expected flexible, compact or indented, got '{}'", layout));
   }
-  if (ignore_unknown_keywords) options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kIgnore;
+  if (strict_keywords) options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kError;
   const std::string text = read_input(*schema);
   return pse::json_schema_to_grammar(std::string_view(text), options);
 }

@@ -1,5 +1,5 @@
 // The grammar options shared by `orchard grammar` and `orchard run`: exactly one of --gbnf, --lark,
-// --regex or --schema (with --json-layout and --ignore-unknown-keywords for schemas), loaded into a
+// --regex or --schema (with --json-layout and --strict-keywords for schemas), loaded into a
 // pse::Grammar.
 #pragma once
 
@@ -16,7 +16,7 @@ inline constexpr const char* kGrammarSynopsis = "(--gbnf FILE | --lark FILE | --
 struct GrammarSource {
   std::optional<std::string> gbnf, lark, regex, schema;
   std::optional<std::string> json_layout;  // with --schema: flexible | compact | indented
-  bool ignore_unknown_keywords = false;
+  bool strict_keywords = false;
 
   void add_options(ArgParser& p);
   bool given() const { return gbnf || lark || regex || schema; }

@@ -1,15 +1,23 @@
 #include "pse/compiler.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
 
+#include <unordered_map>
+
 #include "compiled_grammar_impl.h"
 #include "stack_dfa.h"
+#include "state_classes.h"
 
 namespace pse {
 
 namespace {
+
+// Past this many automaton states the tables are not shared between equivalent states (the partition
+// refinement's cost grows with the automaton; such grammars are large counted repetitions).
+constexpr std::size_t kMaxStatesToClassify = 300'000;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -56,15 +64,30 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   st.n_states = a.n_states();
   st.automaton_ms = ms_since(t0);
 
+  // One table per class of states with the same future (up to the longest token), built from the
+  // class's first state.
   impl->scan_index.assign(a.n_states(), CompiledGrammar::Impl::kNoTable);
+  std::vector<std::uint32_t> classes;
+  if (a.n_states() <= kMaxStatesToClassify) {
+    classes = detail::future_classes(a, impl->vocabulary->max_token_length());
+  }
+  std::unordered_map<std::uint32_t, std::uint32_t> class_table;
   for (std::uint32_t s = 0; s < a.n_states(); ++s) {
-    if (a.reachable[s] && a.has_bytes(s)) {
-      impl->scan_index[s] = static_cast<std::uint32_t>(impl->table_state.size());
-      impl->table_state.push_back(s);
+    if (!a.reachable[s] || !a.has_bytes(s)) continue;
+    if (!classes.empty()) {
+      auto [it, fresh] = class_table.emplace(classes[s], static_cast<std::uint32_t>(impl->table_state.size()));
+      if (!fresh) {
+        impl->scan_index[s] = it->second;
+        continue;
+      }
     }
+    impl->scan_index[s] = static_cast<std::uint32_t>(impl->table_state.size());
+    impl->table_state.push_back(s);
   }
   const std::size_t n_tables = impl->table_state.size();
-  st.n_scan_states = n_tables;
+  st.n_scan_states = static_cast<std::size_t>(std::count_if(
+      impl->scan_index.begin(), impl->scan_index.end(), [](std::uint32_t i) { return i != CompiledGrammar::Impl::kNoTable; }));
+  st.n_tables = n_tables;
   impl->tables.resize(n_tables);
   impl->table_once = std::make_unique<std::once_flag[]>(n_tables);
   st.memory_bytes = a.memory_bytes() + impl->scan_index.size() * 4 +

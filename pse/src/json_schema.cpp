@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "json_schema_internal.h"
@@ -20,6 +21,26 @@ const std::set<std::string> kAnnotations = {
     "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
     "$schema", "$id", "$anchor", "$dynamicAnchor", "$defs", "definitions", "contentMediaType",
     "contentEncoding", "contentSchema", "$vocabulary", "example"};
+
+// The keywords that validate, in every draft (what a differently-cased spelling of is a mistake).
+const std::set<std::string> kValidationKeywords = {
+    "$ref", "$dynamicRef", "$recursiveRef", "additionalItems", "additionalProperties", "allOf", "anyOf", "const",
+    "contains", "dependencies", "dependentRequired", "dependentSchemas", "else", "enum", "exclusiveMaximum",
+    "exclusiveMinimum", "format", "if", "items", "maxContains", "maxItems", "maxLength", "maxProperties", "maximum",
+    "minContains", "minItems", "minLength", "minProperties", "minimum", "multipleOf", "not", "oneOf", "pattern",
+    "patternProperties", "prefixItems", "properties", "propertyNames", "required", "then", "type",
+    "unevaluatedItems", "unevaluatedProperties", "uniqueItems"};
+
+const std::string* validation_keyword_ignoring_case(const std::string& k) {
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string lk = lower(k);
+  for (const std::string& v : kValidationKeywords)
+    if (lower(v) == lk) return &v;
+  return nullptr;
+}
 
 std::uint32_t type_bit(const std::string& name) {
   if (name == "null") return kNull;
@@ -488,6 +509,10 @@ void Converter::collect_node(const Conj& conj, std::size_t index, Constraints& c
       c.types &= ~static_cast<std::uint32_t>(kInteger);
     } else if (options_.unknown_keywords == JsonSchemaOptions::UnknownKeywords::kError) {
       fail(ptr, k, fmt::format("unknown keyword \"{}\"", k));
+    } else if (const std::string* meant = validation_keyword_ignoring_case(k)) {
+      // "maxlength" is no keyword, so a validator ignores it, but its author meant "maxLength": say so
+      // rather than silently accept what the author meant to forbid.
+      fail(ptr, k, fmt::format("unknown keyword \"{}\" (did you mean \"{}\"?)", k, *meant));
     }
   }
 }

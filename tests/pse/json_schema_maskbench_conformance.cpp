@@ -3,8 +3,8 @@
 // when valid, judged by the reference recognizer. Prints the figures and the most frequent reasons for
 // SchemaError; fails when an invalid instance is accepted. ORCHARD_MASKBENCH_STRIDE=n takes every n-th
 // schema (default 4, about 40 s; 1 for all 2,783, about 160 s), ORCHARD_MASKBENCH_MAX_TEXT skips instance
-// texts longer than that (default 4096), ORCHARD_MASKBENCH_IGNORE_UNKNOWN=1 converts with
-// UnknownKeywords::kIgnore.
+// texts longer than that (default 4096), ORCHARD_MASKBENCH_STRICT_KEYWORDS=1 converts with
+// UnknownKeywords::kError (keywords of no draft are errors) instead of the default kIgnore.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,8 +70,8 @@ TEST(JsonSchemaMaskBench, DevSchemas) {
     std::optional<pse::Grammar> grammar;
     try {
       pse::JsonSchemaOptions options;
-      if (env_or("ORCHARD_MASKBENCH_IGNORE_UNKNOWN", 0) != 0) {
-        options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kIgnore;
+      if (env_or("ORCHARD_MASKBENCH_STRICT_KEYWORDS", 0) != 0) {
+        options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kError;
       }
       grammar = pse::json_schema_to_grammar(doc.at("schema"), options);
     } catch (const pse::Error& e) {

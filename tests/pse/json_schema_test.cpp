@@ -208,7 +208,7 @@ TEST(JsonSchema, ErrorsCarryPointerAndKeyword) {
   expect_error(R"({"properties":{"a":{"type":"strin"}}})", "/properties/a", "type");
   expect_error(R"({"properties":{"a":{"minimum":"ten"}}})", "/properties/a", "minimum");
   expect_error(R"({"items":{"maxItems":-1}})", "/items", "maxItems");
-  expect_error(R"({"frobnicate":1})", "", "frobnicate");
+  expect_error(R"({"type":"string","maxlength":3})", "", "maxlength");  // a validation keyword, miscased
   expect_error(R"({"patternProperties":{"^a":{"type":"integer"}}})", "", "patternProperties");
   expect_error(R"({"$dynamicRef":"#x"})", "", "$dynamicRef");
   expect_error(R"({"anyOf":[]})", "", "anyOf");
@@ -220,6 +220,23 @@ TEST(JsonSchema, ErrorsCarryPointerAndKeyword) {
   JsonSchemaOptions bad_doc;
   bad_doc.documents["http://x/y.json"] = "{";
   EXPECT_THROW((void)json_schema_to_grammar(std::string_view("true"), bad_doc), SchemaError);
+}
+
+// Keywords of no draft are annotations by default, as the specification says: they change no instance's
+// validity. Strict mode makes them errors.
+TEST(JsonSchema, UnknownKeywordsAreAnnotationsUnlessStrict) {
+  expect_language(R"({"type":"string","faker":"name","_format":"date","maxLength":2})", {"\"ab\""},
+                  {"\"abc\"", "1"});
+  JsonSchemaOptions strict;
+  strict.unknown_keywords = JsonSchemaOptions::UnknownKeywords::kError;
+  try {
+    (void)json_schema_to_grammar(std::string_view(R"({"properties":{"a":{"frobnicate":1}}})"), strict);
+    ADD_FAILURE() << "strict mode accepted an unknown keyword";
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.pointer(), "/properties/a");
+    EXPECT_EQ(e.keyword(), "frobnicate");
+  }
+  EXPECT_NO_THROW((void)json_schema_to_grammar(std::string_view(R"({"x-order":1,"title":"t"})"), strict));
 }
 
 TEST(JsonSchema, BoundsStopDeepInput) {

@@ -32,7 +32,8 @@ struct CompileOptions {
 struct CompileStats {
   std::size_t n_rules = 0;
   std::size_t n_states = 0;        // automaton states after pruning
-  std::size_t n_scan_states = 0;   // reachable states that read bytes (one token table each)
+  std::size_t n_scan_states = 0;   // reachable states that read bytes
+  std::size_t n_tables = 0;        // token tables: one per class of those states with the same future
   std::size_t n_uncertain = 0;     // tokens left to run-time checks, summed over built tables
   std::size_t memory_bytes = 0;    // automaton + built token tables
   double automaton_ms = 0;

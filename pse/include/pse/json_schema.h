@@ -39,9 +39,12 @@ struct JsonSchemaOptions {
   // "format": kAssert enforces the formats listed in docs/json-schema.md (and rejects the others with a
   // SchemaError); kAnnotate ignores "format", as draft 2020-12 does by default (format-annotation).
   enum class Format : std::uint8_t { kAssert, kAnnotate } format = Format::kAssert;
-  // Keywords that are neither validation keywords nor known annotations: kError (a SchemaError naming
-  // them) or kIgnore (treated as annotations). Vendor extensions "x-..." are always annotations.
-  enum class UnknownKeywords : std::uint8_t { kError, kIgnore } unknown_keywords = UnknownKeywords::kError;
+  // Keywords of no JSON Schema draft ("faker", "_format", "javaType", ...). kIgnore (default): annotations,
+  // as the specification says (they never change which instances are valid, so ignoring them neither
+  // widens nor narrows); a different-case spelling of a validation keyword ("maxlength") is still a
+  // SchemaError, since its author meant a constraint. kError: every such keyword is a SchemaError (strict
+  // mode, for catching typos in one's own schemas). Vendor extensions "x-..." are always annotations.
+  enum class UnknownKeywords : std::uint8_t { kError, kIgnore } unknown_keywords = UnknownKeywords::kIgnore;
   // Other schema documents that "$ref" may name, by absolute URI (e.g. "http://example.com/item.json"),
   // as JSON text. References to a URI that is neither here nor in the schema are a SchemaError.
   std::map<std::string, std::string> documents;

@@ -1,0 +1,22 @@
+// States of one rule that read the same byte strings the same way, up to a horizon, get the same token
+// table: a token table only depends on what the state's rule (and the rules it calls) can read from the
+// state for as many bytes as the longest token. Front-ends repeat structure freely (the characters of a
+// JSON string after each position of a trie of excluded keys, every copy of an inlined sub-expression),
+// so many states have the same future; one table serves each class.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "automaton.h"
+
+namespace pse::detail {
+
+// Class ids per state (dense, from 0): two states share a class only when they belong to the same rule
+// and, for every byte string of at most `horizon` bytes, reading it from either reaches the rule's end at
+// the same depths and dies (or not) at the same byte, with the same calls on the way (Moore's partition
+// refinement, stopped at `horizon` rounds or when stable). States whose epsilon closure is larger than
+// `max_closure` stay alone in their class (the refinement would cost more than it saves).
+std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure = 256);
+
+}  // namespace pse::detail
