@@ -216,18 +216,17 @@ def run_schema(peer, job, time_limit_s, conn):
            "invalidation_errors": 0, "ttfm_us": None, "mask_us": []}
     clock = time.perf_counter
     start = clock()
-    limit_s = time_limit_s
     try:
         peer.compile(schema_text)
     except Exception as e:
-        if clock() - start >= limit_s:
+        if clock() - start >= time_limit_s:
             out["timed_out"] = True
             status["timeout"] = f"compile: over the {time_limit_s:g} s time limit: {e}"
         else:
             status["compile_error"] = f"{type(e).__name__}: {e}" if not isinstance(e, CompileError) else str(e)
         return status, out
     ttfm_us = (clock() - start) * 1e6
-    if ttfm_us >= limit_s * 1e6:  # compiled, but too late: Orchard's compile bound makes this a timeout
+    if ttfm_us >= time_limit_s * 1e6:  # compiled, but too late: Orchard's compile bound makes this a timeout
         out["timed_out"] = True
         status["timeout"] = f"compile: over the {time_limit_s:g} s time limit"
         return status, out
@@ -260,7 +259,7 @@ def run_schema(peer, job, time_limit_s, conn):
                     if not ok:
                         accepted = False
                         break
-                    if clock() - start >= limit_s:
+                    if clock() - start >= time_limit_s:
                         out["timed_out"] = True
                         break
                 if out["timed_out"]:
