@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 #include "automaton.h"
 #include "pse/compiler.h"
 #include "stack_dfa.h"
+#include "table_cache.h"
 #include "token_table.h"
 
 namespace pse {
@@ -21,6 +23,9 @@ struct CompiledGrammar::Impl {
   std::vector<std::uint32_t> scan_index;  // [n_states] index into tables, or kNoTable
   static constexpr std::uint32_t kNoTable = ~0u;
   std::vector<std::uint32_t> table_state;  // [n_tables] the state a table is built from
+  // [n_tables] where a table is shared with other grammars (its rule's entry in the TableCache), or null.
+  std::vector<std::shared_ptr<detail::TableCache::RuleTables>> table_shared;
+  std::uint64_t vocabulary_hash = 0;
   // Built once each (eagerly in compile, or lazily under the once flags).
   mutable std::vector<detail::TokenTable> tables;
   mutable std::unique_ptr<std::once_flag[]> table_once;
@@ -28,17 +33,38 @@ struct CompiledGrammar::Impl {
   // The stack automaton of the walks, kept from compile() for the tables and chain tables built on
   // first use (they meet the configurations met before); one build at a time uses it.
   static constexpr std::size_t kMaxSharedConfigs = 2048;  // bounds its memory (about 2 MiB)
+  static constexpr std::size_t kMaxCompileConfigs = 16384;  // while compile() builds the tables (16 MiB)
   mutable std::mutex dfa_mutex;
   mutable std::unique_ptr<detail::StackDfa> dfa;
 
   // The token table of a state that reads bytes; builds it on first use when not precomputed.
   const detail::TokenTable& table(std::uint32_t state) const {
     const std::uint32_t i = scan_index[state];
-    std::call_once(table_once[i], [&] {
-      std::lock_guard<std::mutex> lock(dfa_mutex);
-      tables[i] = detail::build_token_table(automaton, *vocabulary, table_state[i], nullptr, dfa.get());
-    });
+    std::call_once(table_once[i], [&] { build_table(i, nullptr); });
     return tables[i];
+  }
+
+  // Fills tables[i]: from the shared cache when its rule is shared and another grammar built it, else
+  // built here (and added to the cache when shared). Returns whether it came from the cache.
+  bool build_table(std::size_t i, const std::chrono::steady_clock::time_point* deadline) const {
+    const std::uint32_t s = table_state[i];
+    detail::TableCache::RuleTables* shared = table_shared[i].get();
+    const std::uint32_t offset = s - automaton.rule_start[automaton.state_rule[s]];
+    if (shared != nullptr) {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      if (auto it = shared->by_offset.find(offset); it != shared->by_offset.end()) {
+        tables[i] = *it->second;
+        return true;
+      }
+    }
+    detail::TokenTable t;
+    {
+      std::lock_guard<std::mutex> lock(dfa_mutex);
+      t = detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get(), detail::Walker::kAuto,
+                                    /*follow_filter=*/shared == nullptr);
+    }
+    tables[i] = shared != nullptr ? *detail::TableCache::instance().add(*shared, offset, std::move(t)) : std::move(t);
+    return false;
   }
 
   // Chain tables, built on first use per chain (state, return state of its caller, of that caller's

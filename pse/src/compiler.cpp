@@ -27,7 +27,8 @@ std::uint64_t options_hash(const CompileOptions& o) {
   std::uint64_t h = 0x9e3779b97f4a7c15ULL;
   for (std::uint64_t v : {std::uint64_t(o.max_rules), std::uint64_t(o.max_exprs), std::uint64_t(o.max_states),
                           std::uint64_t(o.max_compile_ms * 1000), std::uint64_t(o.max_memory_bytes),
-                          std::uint64_t(o.precompute), std::uint64_t(o.eager_state_limit)}) {
+                          std::uint64_t(o.precompute), std::uint64_t(o.eager_state_limit),
+                          std::uint64_t(o.shared_tables)}) {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   }
   return h;
@@ -85,6 +86,19 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     impl->table_state.push_back(s);
   }
   const std::size_t n_tables = impl->table_state.size();
+  // Tables of rules small enough to be identified exactly are shared with other grammars.
+  impl->vocabulary_hash = impl->vocabulary->hash();
+  impl->table_shared.assign(n_tables, nullptr);
+  if (options.shared_tables) {
+    const auto closures = detail::rule_closures(a);
+    std::vector<std::shared_ptr<detail::TableCache::RuleTables>> by_rule(closures.size());
+    for (std::size_t i = 0; i < n_tables; ++i) {
+      const std::uint32_t r = a.state_rule[impl->table_state[i]];
+      if (closures[r] == nullptr) continue;
+      if (by_rule[r] == nullptr) by_rule[r] = detail::TableCache::instance().rule(impl->vocabulary_hash, closures[r]);
+      impl->table_shared[i] = by_rule[r];
+    }
+  }
   st.n_scan_states = static_cast<std::size_t>(std::count_if(
       impl->scan_index.begin(), impl->scan_index.end(), [](std::uint32_t i) { return i != CompiledGrammar::Impl::kNoTable; }));
   st.n_tables = n_tables;
@@ -100,13 +114,12 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   const auto t1 = std::chrono::steady_clock::now();
   // One stack automaton for all the builds, eager and on first use: walks from neighbouring states
   // meet the same configurations, built once.
-  impl->dfa = std::make_unique<detail::StackDfa>(a, CompiledGrammar::Impl::kMaxSharedConfigs);
-  detail::StackDfa& dfa = *impl->dfa;
+  // Larger while compile() builds every table (configurations met by one walk serve the next ones);
+  // cut back to the bound kept with the grammar afterwards.
+  impl->dfa = std::make_unique<detail::StackDfa>(a, CompiledGrammar::Impl::kMaxCompileConfigs);
   if (options.precompute && n_tables <= options.eager_state_limit) {
     for (std::size_t i = 0; i < n_tables; ++i) {
-      std::call_once(impl->table_once[i], [&] {
-        impl->tables[i] = detail::build_token_table(a, *impl->vocabulary, impl->table_state[i], &deadline, &dfa);
-      });
+      std::call_once(impl->table_once[i], [&] { st.n_shared_tables += impl->build_table(i, &deadline) ? 1 : 0; });
       st.memory_bytes += impl->tables[i].memory_bytes();
       st.n_uncertain += impl->tables[i].uncertain.size();
       if (st.memory_bytes > options.max_memory_bytes) {
@@ -117,9 +130,13 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     }
     st.precomputed = true;
   }
+  if (impl->dfa->n_configs() > CompiledGrammar::Impl::kMaxSharedConfigs) impl->dfa->clear();
+  impl->dfa->set_max_configs(CompiledGrammar::Impl::kMaxSharedConfigs);
   st.tables_ms = ms_since(t1);
   return CompiledGrammar(std::move(impl));
 }
+
+void clear_shared_table_cache() { detail::TableCache::instance().clear(); }
 
 Compiler::Compiler(std::shared_ptr<const Vocabulary> vocabulary, CompileOptions options,
                    std::size_t capacity)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "pse/vocabulary.h"
+
 namespace pse::detail {
 
 namespace {
@@ -128,6 +130,27 @@ std::int32_t StackDfa::close_and_intern(std::vector<Stack>& seeds) {
   trans_.resize(trans_.size() + 256, kUnknown);
   index_.emplace(std::move(key), id);
   return id;
+}
+
+bool StackDfa::loops_on_plain(std::int32_t config) {
+  const auto c = static_cast<std::size_t>(config);
+  if (plain_loop_.size() <= c) plain_loop_.resize(n_configs(), -1);
+  if (plain_loop_[c] < 0) {
+    bool loops = true;
+    for (unsigned b = 0; b < 256 && loops; ++b)
+      if (Vocabulary::is_plain_byte(b)) loops = step(config, static_cast<std::uint8_t>(b)) == config;
+    plain_loop_.resize(std::max(plain_loop_.size(), n_configs()), -1);  // step may add configurations
+    plain_loop_[c] = loops ? 1 : 0;
+  }
+  return plain_loop_[c] == 1;
+}
+
+void StackDfa::clear() {
+  configs_.clear();
+  outer_final_.clear();
+  trans_.clear();
+  index_.clear();
+  plain_loop_.clear();
 }
 
 }  // namespace pse::detail

@@ -48,9 +48,16 @@ class StackDfa {
   }
   // The bytes some stack of the configuration can read next.
   ByteSet first_bytes(std::int32_t config) const;
+  // Every plain byte (Vocabulary::is_plain_byte) leads from the configuration back to itself: a token of
+  // plain bytes read from here is read whole. Memoized.
+  bool loops_on_plain(std::int32_t config);
   std::size_t n_configs() const { return outer_final_.size(); }
   // Near its bound on configurations: a new walk would likely overflow.
   bool saturated() const { return n_configs() >= max_configs_ - max_configs_ / 8; }
+  // Forgets every configuration (keeping the allocations), so that walks start afresh; configuration
+  // ids from before are invalid. set_max_configs changes the bound for later configurations.
+  void clear();
+  void set_max_configs(std::size_t n) { max_configs_ = n; }
   std::size_t memory_bytes() const;
 
  private:
@@ -69,6 +76,7 @@ class StackDfa {
   std::vector<std::vector<std::uint32_t>> configs_;
   std::vector<std::uint8_t> outer_final_;
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
+  std::vector<std::int8_t> plain_loop_;  // per configuration: -1 unknown, 0, 1
   struct KeyHash {
     std::size_t operator()(const std::vector<std::uint32_t>& v) const {
       std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ v.size();
@@ -104,6 +112,7 @@ class DfaCursor {
   }
   bool last_has_any_final_at_origin0() const { return dfa_->outer_final(path_.back()); }
   ByteSet first_bytes() const { return dfa_->first_bytes(path_.back()); }
+  bool last_loops_on_plain() { return dfa_->loops_on_plain(path_.back()); }
 
  private:
   StackDfa* dfa_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 
 #include "earley.h"
@@ -131,17 +132,20 @@ std::uint32_t prefix_run_end(const Vocabulary& vocab, std::uint32_t p, std::uint
 // overflows its bounds, the Earley Chart. Both answer the same questions identically.
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
-                                  const std::chrono::steady_clock::time_point* deadline, MakeCursor make) {
+                                  const std::chrono::steady_clock::time_point* deadline, bool follow_filter,
+                                  MakeCursor make) {
   TokenTable table;
   const std::uint32_t rule = a.state_rule[state];
-  const ByteSet& follow = a.rule_follow[rule];
+  static const ByteSet kAnyByte = {~0ULL, ~0ULL, ~0ULL, ~0ULL};
+  const ByteSet& follow = follow_filter ? a.rule_follow[rule] : kAnyByte;
   const std::vector<TokenId>& sorted = vocab.text_tokens();
   const std::vector<std::uint32_t>& fb = vocab.first_byte_begin();
 
   Cursor chart = make();
   chart.reset_detached({&state, 1});
   const ByteSet first = first_bytes(a, chart);
-  FollowCheck<Cursor> follow_check(a.rule_contexts[rule], make);
+  static const std::vector<std::uint32_t> kNoContexts;  // an empty context list skips the check
+  FollowCheck<Cursor> follow_check(follow_filter ? a.rule_contexts[rule] : kNoContexts, make);
 
   std::vector<std::uint32_t> accepted_bits(vocab.n_mask_words(), 0);
   std::size_t n_accepted = 0;
@@ -162,13 +166,37 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     table.end_begin.push_back(static_cast<std::uint32_t>(before));
     table.uncertain.push_back(p);
   };
+  const std::vector<std::uint8_t>& plain = vocab.plain();
+  const std::vector<std::uint32_t>& lcp = vocab.lcp();
   for (unsigned b = 0; b < 256; ++b) {
     if (!byte_set_has(first, b)) continue;
     std::size_t depth_dead = SIZE_MAX;  // byte index at which the previous token died, if it did
     bool first_in_group = true;
     chart.truncate(2);
     ends.clear();
+    // When the first byte leads to a configuration that every plain byte loops in (inside a JSON string,
+    // a free-text rule), the plain tokens of the group are read whole: accepted at once, not walked; the
+    // walk visits the others, each resuming from its common prefix with the last one walked.
+    bool plain_loop = false;
+    if constexpr (std::is_same_v<Cursor, DfaCursor>) {
+      if (Vocabulary::is_plain_byte(b) && chart.push(static_cast<std::uint8_t>(b))) {
+        plain_loop = chart.last_loops_on_plain();
+        chart.truncate(2);
+      }
+    }
+    if (plain_loop) {
+      for (std::uint32_t i = vocab.plain_begin()[b]; i < vocab.plain_begin()[b + 1]; ++i) {
+        const TokenId id = vocab.plain_ids()[i];
+        accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+      }
+      n_accepted += vocab.plain_begin()[b + 1] - vocab.plain_begin()[b];
+    }
+    std::size_t skipped_lcp = SIZE_MAX;  // the least lcp over the plain tokens skipped since the last walk
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
+      if (plain_loop && plain[p]) {
+        skipped_lcp = std::min<std::size_t>(skipped_lcp, lcp[p]);
+        continue;
+      }
       if (deadline != nullptr && (++n_checked & 0x3FFF) == 0 &&
           std::chrono::steady_clock::now() > *deadline) {
         throw LimitError(fmt::format("[compile] compile time limit exceeded building the token "
@@ -177,7 +205,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
       const TokenId id = sorted[p];
       const std::string_view tok = vocab.sorted_token(p);
-      const std::size_t l = first_in_group ? 0 : vocab.lcp()[p];
+      const std::size_t l = first_in_group ? 0 : std::min<std::size_t>(skipped_lcp, lcp[p]);
+      skipped_lcp = SIZE_MAX;
       first_in_group = false;
       if (depth_dead != SIZE_MAX && l > depth_dead) {
         // Same bytes up to the one that failed: same chart, but the suffixes after an end differ.
@@ -303,33 +332,44 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
 
 TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                              const std::chrono::steady_clock::time_point* deadline, StackDfa* shared,
-                             Walker walker) {
+                             Walker walker, bool follow_filter) {
   if (walker == Walker::kAuto) {
-    // A saturated shared automaton would overflow at the first new configuration: start afresh.
-    if (shared != nullptr && !shared->saturated()) {
-      try {
-        return build_token_table_with<DfaCursor>(a, vocab, state, deadline, [&] { return DfaCursor(shared); });
-      } catch (const StackDfa::Overflow&) {
+    // A saturated shared automaton would overflow at the first new configuration: it forgets what it
+    // holds and starts afresh (once more after an overflow), keeping what the next walks rebuild.
+    if (shared != nullptr) {
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        if (attempt == 1 || shared->saturated()) shared->clear();
+        try {
+          return build_token_table_with<DfaCursor>(a, vocab, state, deadline, follow_filter,
+                                                   [&] { return DfaCursor(shared); });
+        } catch (const StackDfa::Overflow&) {
+        }
       }
+      shared->clear();
     }
     try {
       StackDfa dfa(a);
-      return build_token_table_with<DfaCursor>(a, vocab, state, deadline, [&] { return DfaCursor(&dfa); });
+      return build_token_table_with<DfaCursor>(a, vocab, state, deadline, follow_filter,
+                                               [&] { return DfaCursor(&dfa); });
     } catch (const StackDfa::Overflow&) {
     }
   }
-  return build_token_table_with<Chart>(a, vocab, state, deadline, [&] { return Chart(&a); });
+  return build_token_table_with<Chart>(a, vocab, state, deadline, follow_filter, [&] { return Chart(&a); });
 }
 
 ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
                              std::uint32_t caller_return, StackDfa* shared, Walker walker) {
   if (walker == Walker::kAuto) {
-    if (shared != nullptr && !shared->saturated()) {
-      try {
-        DfaCursor chart(shared);
-        return build_chain_table_with(a, vocab, below, caller_return, chart);
-      } catch (const StackDfa::Overflow&) {
+    if (shared != nullptr) {
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        if (attempt == 1 || shared->saturated()) shared->clear();
+        try {
+          DfaCursor chart(shared);
+          return build_chain_table_with(a, vocab, below, caller_return, chart);
+        } catch (const StackDfa::Overflow&) {
+        }
       }
+      shared->clear();
     }
     try {
       StackDfa dfa(a);

@@ -65,10 +65,14 @@ enum class Walker { kAuto, kEarley };
 // Classifies every text token for `state`. Throws LimitError when `deadline` (if given) passes.
 // `shared`: a StackDfa of this automaton reused across calls (one thread at a time), so configurations
 // met by earlier tables are not built again; nullptr: a fresh one.
+// `follow_filter`: drop the uncertain tokens whose rest can follow the rule in none of its callers (a
+// property of this grammar). Without it the table depends only on the rule and the rules it calls, so it
+// can be shared with other grammars (table_cache.h); the dropped tokens are then left to the run-time
+// check, which rejects them.
 TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocabulary,
                              std::uint32_t state,
                              const std::chrono::steady_clock::time_point* deadline,
-                             StackDfa* shared = nullptr, Walker walker = Walker::kAuto);
+                             StackDfa* shared = nullptr, Walker walker = Walker::kAuto, bool follow_filter = true);
 
 ChainTable build_chain_table(const Automaton& automaton, const Vocabulary& vocabulary, UncertainView below,
                              std::uint32_t caller_return, StackDfa* shared = nullptr,

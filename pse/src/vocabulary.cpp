@@ -99,6 +99,17 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
   first_byte_begin_.assign(257, 0);
   for (TokenId id : sorted_) ++first_byte_begin_[static_cast<unsigned char>(tokens_[id][0]) + 1];
   for (int b = 0; b < 256; ++b) first_byte_begin_[b + 1] += first_byte_begin_[b];
+  plain_.assign(sorted_.size(), 0);
+  plain_begin_.assign(257, 0);
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    const std::string_view t = sorted_token(p);
+    plain_[p] = std::all_of(t.begin(), t.end(), [](char c) { return is_plain_byte(static_cast<unsigned char>(c)); });
+    if (plain_[p]) {
+      plain_ids_.push_back(sorted_[p]);
+      ++plain_begin_[static_cast<unsigned char>(t[0]) + 1];
+    }
+  }
+  for (int b = 0; b < 256; ++b) plain_begin_[b + 1] += plain_begin_[b];
 }
 
 const std::string& Vocabulary::token_bytes(TokenId id) const {

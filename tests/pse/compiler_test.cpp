@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "engine_test_util.h"
+#include "pse/json_schema.h"
 
 namespace pse::testing {
 namespace {
@@ -52,25 +53,53 @@ TEST(Compiler, StateLimitIsALimitError) {
 }
 
 // A large sub-expression met more than once (here through a counted repetition and through two
-// references) is emitted once, as a rule of its own, instead of once per use: the nested repetition
-// below would inline 1,000 copies of a 1,000-letter repetition. Same language either way.
+// references) is emitted once, as a rule of its own, instead of once per use: inlined, the nested
+// repetition below would need 100 copies of a 100-letter repetition (over 30,000 states). Same language.
 TEST(Compiler, SharedSubExpressionsAreEmittedOnce) {
   G g;
   RuleId r = g.rule("root");
-  ExprId word = g.rep(g.cls('a', 'z'), 1, 1000);
-  g.define(r, g.seq({g.rep(word, 1, 1000), g.lit(","), word}));
+  ExprId word = g.rep(g.cls('a', 'z'), 1, 100);
+  g.define(r, g.seq({g.rep(word, 1, 100), g.lit(","), word}));
   CompileOptions o;
-  o.max_states = 100'000;
+  o.max_states = 20'000;
   Matcher m(compile_grammar(g.done(r), small_vocabulary(), o));
-  EXPECT_LT(m.grammar().stats().n_states, 20'000u);
-  for (const std::string& text : {std::string(1500, 'a') + ",b", std::string("a,") + std::string(1000, 'z')}) {
+  EXPECT_LT(m.grammar().stats().n_states, 2'000u);
+  for (const std::string& text : {std::string(150, 'a') + ",b", std::string("a,") + std::string(100, 'z')}) {
     m.reset();
     EXPECT_TRUE(m.accept_bytes(text) && m.can_stop()) << text.size();
   }
-  for (const std::string& text : {std::string(",b"), std::string("a,"), std::string("a,") + std::string(1001, 'z')}) {
+  for (const std::string& text : {std::string(",b"), std::string("a,"), std::string("a,") + std::string(101, 'z')}) {
     m.reset();
     EXPECT_FALSE(m.accept_bytes(text) && m.can_stop()) << text;
   }
+}
+
+// Token tables of rules that are identical in two grammars are built once and shared (the process-wide
+// cache): the second grammar takes them from the cache, and its masks equal those of a compile that
+// shares nothing, and brute force, at every state of random walks.
+TEST(Compiler, SharedTablesGiveTheSameMasks) {
+  const auto vocab = small_vocabulary();
+  clear_shared_table_cache();
+  const Grammar a = json_schema_to_grammar(std::string_view(R"({"type":"object","properties":{"s":{"type":"string"},"n":{"type":"number"}}})"));
+  const Grammar b = json_schema_to_grammar(std::string_view(R"({"type":"array","items":{"anyOf":[{"type":"string"},{"type":"number"}]}})"));
+  EXPECT_EQ(compile_grammar(a, vocab).stats().n_shared_tables, 0u);
+  const CompiledGrammar shared = compile_grammar(b, vocab);
+  EXPECT_GT(shared.stats().n_shared_tables, 0u);  // the string and number rules come from a's compile
+  CompileOptions alone;
+  alone.shared_tables = false;
+  const CompiledGrammar fresh = compile_grammar(b, vocab, alone);
+  EXPECT_EQ(fresh.stats().n_shared_tables, 0u);
+  std::size_t n = 0;
+  random_walk(shared, 300, 7, [&](Matcher& m, const std::string& text) {
+    Matcher f(fresh);
+    ASSERT_TRUE(f.accept_bytes(text));
+    const auto mask = fast_mask(m);
+    EXPECT_EQ(mask, fast_mask(f)) << text;
+    if (++n % 10 == 0) {
+      EXPECT_EQ(mask, brute_force_mask(m)) << text;
+    }
+  });
+  clear_shared_table_cache();
 }
 
 TEST(Compiler, InputSizeLimitsAreLimitErrors) {

@@ -27,13 +27,22 @@ struct CompileOptions {
   // the first mask at each state pays for it).
   bool precompute = true;
   std::size_t eager_state_limit = 50'000;
+  // Share token tables with other grammars compiled against the same vocabulary (a process-wide cache
+  // keyed by the exact structure of a rule and the rules it calls; bounded at 256 MiB). Tables of shared
+  // rules skip the follow filter (the run-time check rejects what it would have dropped).
+  bool shared_tables = true;
 };
+
+// Empties the process-wide cache of shared token tables (CompileOptions::shared_tables), e.g. to time
+// cold compiles. Compiled grammars keep their tables.
+void clear_shared_table_cache();
 
 struct CompileStats {
   std::size_t n_rules = 0;
   std::size_t n_states = 0;        // automaton states after pruning
   std::size_t n_scan_states = 0;   // reachable states that read bytes
   std::size_t n_tables = 0;        // token tables: one per class of those states with the same future
+  std::size_t n_shared_tables = 0; // of those, taken from the shared cache (built by an earlier compile)
   std::size_t n_uncertain = 0;     // tokens left to run-time checks, summed over built tables
   std::size_t memory_bytes = 0;    // automaton + built token tables
   double automaton_ms = 0;

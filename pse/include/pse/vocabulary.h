@@ -46,6 +46,13 @@ class Vocabulary {
   const std::vector<std::uint32_t>& lcp() const { return lcp_; }
   const std::vector<std::uint32_t>& first_byte_begin() const { return first_byte_begin_; }  // [257]
   std::size_t max_token_length() const { return max_length_; }
+  // Plain text: printable ASCII other than '"' and '\\' (what JSON strings, and most free-text rules, read
+  // in a loop). is_plain_byte(b); plain[p]: every byte of text_tokens()[p] is plain; the ids of the plain
+  // tokens whose first byte is b: plain_ids()[plain_begin()[b] .. plain_begin()[b + 1]).
+  static bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x80 && b != '"' && b != '\\'; }
+  const std::vector<std::uint8_t>& plain() const { return plain_; }
+  const std::vector<std::uint32_t>& plain_begin() const { return plain_begin_; }  // [257]
+  const std::vector<TokenId>& plain_ids() const { return plain_ids_; }
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
   std::string_view sorted_token(std::size_t p) const {
     return std::string_view(sorted_bytes_).substr(sorted_offset_[p], sorted_offset_[p + 1] - sorted_offset_[p]);
@@ -63,6 +70,9 @@ class Vocabulary {
   std::size_t max_length_ = 0;
   std::string sorted_bytes_;
   std::vector<std::uint32_t> sorted_offset_;  // [text_tokens().size() + 1]
+  std::vector<std::uint8_t> plain_;
+  std::vector<std::uint32_t> plain_begin_;
+  std::vector<TokenId> plain_ids_;
 };
 
 }  // namespace pse

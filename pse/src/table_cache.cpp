@@ -1,0 +1,127 @@
+#include "table_cache.h"
+
+#include <algorithm>
+
+namespace pse::detail {
+
+std::vector<std::shared_ptr<const RuleClosure>> rule_closures(const Automaton& a, std::size_t max_states,
+                                                              std::size_t max_work) {
+  const std::size_t n_rules = a.rule_start.size();
+  std::vector<std::shared_ptr<const RuleClosure>> out(n_rules);
+  std::vector<std::uint32_t> index(n_rules, ~0u);
+  std::size_t work = 0;
+  for (std::uint32_t r = 0; r < n_rules && work < max_work; ++r) {
+    // Discover the closure's rules in order of first call, bounded by its number of states.
+    std::vector<std::uint32_t> order{r};
+    index[r] = 0;
+    std::size_t n_states = 0;
+    bool too_big = false;
+    for (std::size_t i = 0; i < order.size() && !too_big; ++i) {
+      const std::uint32_t q = order[i];
+      n_states += a.rule_final[q] - a.rule_start[q] + 1;
+      too_big = n_states > max_states;
+      for (std::uint32_t s = a.rule_start[q]; s <= a.rule_final[q] && !too_big; ++s) {
+        for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e) {
+          const std::uint32_t callee = a.call_edges[e].rule;
+          if (index[callee] == ~0u) {
+            index[callee] = static_cast<std::uint32_t>(order.size());
+            order.push_back(callee);
+          }
+        }
+      }
+    }
+    work += n_states;
+    if (!too_big) {
+      auto c = std::make_shared<RuleClosure>();
+      c->reserve(n_states * 6);
+      for (const std::uint32_t q : order) {
+        const std::uint32_t base = a.rule_start[q];
+        c->push_back(a.rule_final[q] - base + 1);
+        for (std::uint32_t s = base; s <= a.rule_final[q]; ++s) {
+          c->push_back(a.byte_begin[s + 1] - a.byte_begin[s]);
+          for (std::uint32_t e = a.byte_begin[s]; e < a.byte_begin[s + 1]; ++e) {
+            c->push_back(std::uint32_t{a.byte_edges[e].lo} << 8 | a.byte_edges[e].hi);
+            c->push_back(a.byte_edges[e].target - base);
+          }
+          c->push_back(a.eps_begin[s + 1] - a.eps_begin[s]);
+          for (std::uint32_t e = a.eps_begin[s]; e < a.eps_begin[s + 1]; ++e) c->push_back(a.eps_edges[e] - base);
+          c->push_back(a.call_begin[s + 1] - a.call_begin[s]);
+          for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e) {
+            c->push_back(index[a.call_edges[e].rule]);
+            c->push_back(a.call_edges[e].target - base);
+          }
+        }
+      }
+      out[r] = std::move(c);
+    }
+    for (const std::uint32_t q : order) index[q] = ~0u;
+  }
+  return out;
+}
+
+namespace {
+
+std::uint64_t hash_closure(const RuleClosure& c) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ c.size();
+  for (std::uint32_t x : c) h = (h ^ x) * 0xff51afd7ed558ccdULL;
+  return h ^ (h >> 29);
+}
+
+}  // namespace
+
+TableCache& TableCache::instance() {
+  static TableCache cache;
+  return cache;
+}
+
+std::shared_ptr<TableCache::RuleTables> TableCache::rule(std::uint64_t vocabulary_hash,
+                                                         const std::shared_ptr<const RuleClosure>& closure) {
+  const Key key{vocabulary_hash, hash_closure(*closure)};
+  std::lock_guard<std::mutex> lock(mutex_);
+  Slot& slot = slots_[key];
+  slot.last_use = ++clock_;
+  for (const auto& r : slot.rules)
+    if (*r->closure == *closure) return r;  // equal closures only: a hash collision never shares tables
+  auto r = std::make_shared<RuleTables>();
+  r->closure = closure;
+  slot.rules.push_back(r);
+  return r;
+}
+
+std::shared_ptr<const TokenTable> TableCache::add(RuleTables& rule, std::uint32_t offset, TokenTable table) {
+  const std::size_t bytes = table.memory_bytes() + sizeof(TokenTable);
+  std::shared_ptr<const TokenTable> kept;
+  {
+    std::lock_guard<std::mutex> lock(rule.mutex);
+    auto [it, fresh] = rule.by_offset.emplace(offset, nullptr);
+    if (!fresh) return it->second;
+    it->second = std::make_shared<const TokenTable>(std::move(table));
+    rule.bytes += bytes;
+    kept = it->second;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  bytes_ += bytes;
+  while (bytes_ > kMaxBytes && !slots_.empty()) {
+    auto oldest = std::min_element(slots_.begin(), slots_.end(),
+                                   [](const auto& x, const auto& y) { return x.second.last_use < y.second.last_use; });
+    for (const auto& r : oldest->second.rules) {
+      std::lock_guard<std::mutex> rule_lock(r->mutex);
+      bytes_ -= std::min(bytes_, r->bytes);
+    }
+    slots_.erase(oldest);  // grammars compiled from these entries keep their own copies
+  }
+  return kept;
+}
+
+void TableCache::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  slots_.clear();
+  bytes_ = 0;
+}
+
+std::size_t TableCache::memory_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
+}
+
+}  // namespace pse::detail

@@ -1,0 +1,71 @@
+// Token tables shared by every grammar compiled against one vocabulary. A state's table (built without
+// the grammar-specific follow filter) depends only on its rule and the rules that rule calls, so a rule
+// whose closure is identical, state for state, in two grammars has the same tables in both. JSON Schema
+// grammars are made of a few such building blocks (strings, numbers, any value, whitespace): after the
+// first schemas, a new schema builds only the tables of its own structure (its keys, enums, patterns).
+// Process-wide, bounded in memory (least recently used rules evicted), thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "automaton.h"
+#include "token_table.h"
+
+namespace pse::detail {
+
+// A rule's closure written canonically: its states, then those of the rules it calls in order of first
+// call, edges relative to each rule's first state, callees by that order. Equal vectors, equal tables.
+using RuleClosure = std::vector<std::uint32_t>;
+
+// Per rule of `a`: its canonical closure, or nullptr when the closure has more than `max_states` states
+// (or the total work passes `max_work`: later rules get nullptr).
+std::vector<std::shared_ptr<const RuleClosure>> rule_closures(const Automaton& a, std::size_t max_states = 4096,
+                                                              std::size_t max_work = 4'000'000);
+
+class TableCache {
+ public:
+  static TableCache& instance();
+
+  // One rule's shared tables, by state offset from the rule's first state.
+  struct RuleTables {
+    std::shared_ptr<const RuleClosure> closure;
+    std::mutex mutex;
+    std::unordered_map<std::uint32_t, std::shared_ptr<const TokenTable>> by_offset;
+    std::size_t bytes = 0;  // of the tables in by_offset (under mutex)
+  };
+
+  // The entry of a rule with this closure under this vocabulary, created empty when absent.
+  std::shared_ptr<RuleTables> rule(std::uint64_t vocabulary_hash, const std::shared_ptr<const RuleClosure>& closure);
+  // Adds a table to an entry (kept when another thread added one first) and evicts the least recently
+  // used rules past the memory bound. Returns the table in the entry.
+  std::shared_ptr<const TokenTable> add(RuleTables& rule, std::uint32_t offset, TokenTable table);
+
+  void clear();
+  std::size_t memory_bytes() const;
+
+  static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
+
+ private:
+  struct Key {
+    std::uint64_t vocabulary, closure;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const { return static_cast<std::size_t>(k.vocabulary * 0x9e3779b97f4a7c15ULL ^ k.closure); }
+  };
+  mutable std::mutex mutex_;
+  std::uint64_t clock_ = 0;
+  std::size_t bytes_ = 0;
+  struct Slot {
+    std::vector<std::shared_ptr<RuleTables>> rules;  // closures with the same hash (collisions)
+    std::uint64_t last_use = 0;
+  };
+  std::unordered_map<Key, Slot, KeyHash> slots_;
+};
+
+}  // namespace pse::detail
