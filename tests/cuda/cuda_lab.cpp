@@ -258,6 +258,8 @@ std::vector<CaseResult> check_decode(std::uint64_t seed) {
       {DType::f16, 64, 8, 2, {len700(rng), 3000}, {}, 25.0f, 300, 0, true},
       {DType::bf16, 128, 32, 2, {len4k(rng), 5}, {}},   // 16 query heads per KV head: a full MMA tile
       {DType::f16, 128, 8, 8, {len4k(rng), 1, 31}, {}, 0.0f, 0, 128},
+      // An odd count of KV heads (7), two query heads each.
+      {DType::f16, 128, 14, 7, {len4k(rng) + 2000}, {}},
   };
   std::vector<CaseResult> out;
   for (const auto& c : cases) out.push_back(run_decode(rng, c));

@@ -23,7 +23,6 @@ constexpr int kDecodeMmaKeys = 32;  // MMA_KEYS in decode_attention.cu
 constexpr int kPrefillWarps = 4;
 constexpr unsigned kMergeThreads = 256;   // MERGE_THREADS in decode_attention.cu  // default PREFILL_WARPS
 constexpr std::int32_t kMaxChunk = 4096;  // MAX_CHUNK in decode_attention.cu
-constexpr int kPrefillBlockN = 64;
 
 // Mirrors DecodeParams in decode_attention.cu field by field.
 struct DecodeParams {
@@ -170,8 +169,12 @@ float* split_workspace(const tensor::cuda::Stream* stream, std::size_t floats) {
   return b.as<float>();
 }
 
-int prefill_shared_bytes(std::int32_t head_dim, int block_rows) {
-  return (block_rows + 4 * kPrefillBlockN) * (head_dim + 8) * 2;
+// Keys per K/V tile of the prefill kernel: 32 where the accumulators of two m16 tiles at head_dim 128 leave
+// no registers for 64 keys' scores (with 64 it spills, and measured 5% slower), else 64.
+int prefill_block_n(std::int32_t head_dim, int m_tiles) { return head_dim == 128 && m_tiles == 2 ? 32 : 64; }
+
+int prefill_shared_bytes(std::int32_t head_dim, int block_rows, int block_n) {
+  return (block_rows + 4 * block_n) * (head_dim + 8) * 2;  // Q, then two stages of K and V
 }
 
 }  // namespace
@@ -225,8 +228,9 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
     p.part_ml = ws + rows * kv.head_dim;
   }
   void* argv[] = {&p};
-  // A programmatic dependent launch (sm_90): the kernel waits for the previous one on the stream before it
-  // reads anything, but its launch and block start-up overlap that kernel's tail.
+  // A programmatic dependent launch (sm_90): its launch and block start-up overlap the previous kernel's tail;
+  // the tensor-core kernel reads seq_lens and the page table before it waits for that kernel (see the header),
+  // the SIMT kernel nothing.
   dk.kernel.launch_dependent({static_cast<unsigned>(n_splits), static_cast<unsigned>(kv.n_kv_heads),
                               static_cast<unsigned>(kv.n_seqs)},
                              {kDecodeWarps * 32, 1, 1}, static_cast<unsigned>(dk.shared_bytes), stream, argv);
@@ -267,6 +271,8 @@ void prefill_attention(const PagedKv& kv, const AttentionParams& params, const P
   auto options = base_options(kv);
   options.push_back("-DPREFILL_WARPS=" + std::to_string(warps));
   options.push_back("-DPREFILL_M_TILES=" + std::to_string(m_tiles));
+  const int block_n = prefill_block_n(kv.head_dim, m_tiles);
+  options.push_back("-DPREFILL_BLOCK_N=" + std::to_string(block_n));
   // Soft-cap and window code only where the call uses them.
   options.push_back(std::string("-DPREFILL_SOFT_CAP=") + (params.logit_soft_cap > 0.0f ? "1" : "0"));
   options.push_back(std::string("-DPREFILL_WINDOW=") + (params.sliding_window > 0 ? "1" : "0"));
@@ -274,7 +280,7 @@ void prefill_attention(const PagedKv& kv, const AttentionParams& params, const P
                   args.q, args.out, kv.n_kv_heads, params.n_q_heads, params.scale, params.logit_soft_cap,
                   params.sliding_window};
   void* argv[] = {&p};
-  const int shared = prefill_shared_bytes(kv.head_dim, block_rows);
+  const int shared = prefill_shared_bytes(kv.head_dim, block_rows, block_n);
   tensor::cuda::Kernel k = detail::kernel("prefill_attention.cu", options, "prefill_attention", shared);
   // Heads fastest, then sequences, query tiles slowest (the kernel takes them heaviest first).
   k.launch({static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs), static_cast<unsigned>(n_tiles)},
@@ -315,6 +321,7 @@ std::vector<KernelVariant> kernel_variants() {
   for (std::int32_t d : {64, 128}) {  // two m16 tiles per warp, the default up to head_dim 128
     auto two = plain(d, d == 128);
     two.push_back("-DPREFILL_M_TILES=2");
+    two.push_back("-DPREFILL_BLOCK_N=" + std::to_string(prefill_block_n(d, 2)));
     out.push_back({"prefill_attention.cu", two});
     two.push_back("-DPREFILL_SOFT_CAP=0");
     two.push_back("-DPREFILL_WINDOW=0");

@@ -69,6 +69,17 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   const int n = valid ? 16 : 0;  // 0: fill the 16 bytes with zeros
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
 }
+// A hint to bring the BYTES bytes at p (a multiple of 128, from a 128-byte boundary) into L2, one line per
+// instruction; nothing is read into registers, and nothing waits for it. (The bulk prefetch of sm_90 takes
+// its address in a uniform register: per-lane addresses would be issued one lane at a time.)
+template <int BYTES>
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#pragma unroll
+  for (int i = 0; i < BYTES; i += 128) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(p) + i) : "memory");
+  }
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

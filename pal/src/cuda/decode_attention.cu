@@ -315,7 +315,8 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_attention_mer
 // The GROUP query heads of a KV head are the rows of an m16n8k16 MMA (padded to 16), so a token costs a few
 // tensor-core instructions instead of GROUP * HEAD_DIM / 8 FMAs per lane, and K/V stream through shared
 // memory by cp.async: each warp owns tiles of MMA_KEYS keys (tile i of the split goes to warp i % N_WARPS),
-// two stages deep, with its own online softmax; the warps meet in shared memory at the end.
+// two stages deep, with its own online softmax; the warps meet in shared memory at the end. The page table is
+// read and the first tiles are prefetched into L2 before the kernel waits for its predecessor on the stream.
 #if HEAD_DIM <= 128 && GROUP <= 16
 #define MMA_KEYS 32
 #define MMA_STRIDE (HEAD_DIM + 8)
@@ -345,13 +346,8 @@ __device__ __forceinline__ void mma_load_tile(const DecodeParams& p, const int* 
 extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(const DecodeParams p) {
   extern __shared__ __align__(16) kv_t dsmem[];
   __shared__ int sm_pages[MAX_CHUNK / 16 + 1];
-  __shared__ float sm_m[N_WARPS][16];
-  __shared__ float sm_l[N_WARPS][16];
-#if __CUDA_ARCH__ >= 900
-  // Launched as a programmatic dependent of whatever ran before on the stream (its launch and block start-up
-  // overlap that kernel's tail): nothing it wrote (q, pages, the split workspace) is touched before this.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+  __shared__ float sm_m[N_WARPS][GROUP];
+  __shared__ float sm_l[N_WARPS][GROUP];
   const int split = blockIdx.x;
   const int kvh = blockIdx.y;
   const int seq = blockIdx.z;
@@ -361,10 +357,40 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
   const int t4 = lane & 3;
   const int mi = lane >> 3;
 
+  // Before waiting for the previous kernel on the stream: seq_lens and the page table (written by host copies,
+  // never by the kernel this one follows; see attention_cuda.h) are read, the split's page ids staged, and the
+  // first tiles of every warp prefetched into L2 (a hint; L2 is the point of coherence, so a line that the
+  // previous kernel writes later is still read fresh). Q and the pages themselves are read after the wait.
   const int len = p.seq_lens[seq];
   int t_begin = split * p.chunk;
   const int t_end = min(len, t_begin + p.chunk);
   if (p.window > 0) t_begin = max(t_begin, len - p.window);
+  const int first_page = t_begin >> 4;
+  const int* pages = p.page_indices + p.page_indptr[seq];
+  const long long slot_stride = static_cast<long long>(p.n_kv_heads) * HEAD_DIM;
+  const int n_tiles = t_begin < t_end ? (t_end - t_begin + MMA_KEYS - 1) / MMA_KEYS : 0;
+  if (t_begin < t_end) {
+    const int n_pages = ((t_end - 1) >> 4) - first_page + 1;
+    for (int i = threadIdx.x; i < n_pages; i += N_WARPS * 32) sm_pages[i] = pages[first_page + i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < MMA_STAGES; ++k) {
+    // Lane r of a warp prefetches token r of each of its first MMA_STAGES tiles: K and V, HEAD_DIM * 2 bytes
+    // each. (Four or eight tiles per warp measured slower at batch 1 and 64.)
+    const int t = t_begin + (warp + k * N_WARPS) * MMA_KEYS + lane;
+    if (t < t_end) {
+      const long long off =
+          (static_cast<long long>(sm_pages[(t >> 4) - first_page]) * 16 + (t & 15)) * slot_stride + kvh * HEAD_DIM;
+      prefetch_l2<HEAD_DIM * 2>(p.k_pages + off);
+      prefetch_l2<HEAD_DIM * 2>(p.v_pages + off);
+    }
+  }
+#if __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of whatever ran before on the stream (its launch and block start-up
+  // overlap that kernel's tail): nothing it wrote (q, pages, the split workspace) is touched before this.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 
   // Query rows (the group's heads) as A fragments; rows past GROUP are zeros.
   unsigned qa[HEAD_DIM / 16][4];
@@ -383,30 +409,18 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
     }
   }
 
-  const int first_page = t_begin >> 4;
-  const int* pages = p.page_indices + p.page_indptr[seq];
-  const long long slot_stride = static_cast<long long>(p.n_kv_heads) * HEAD_DIM;
   const float s_mul = p.soft_cap > 0.0f ? p.scale : p.scale * ORCHARD_LOG2E;
   kv_t* my = dsmem + warp * MMA_WARP_ELEMS;
-  const int n_tiles = t_begin < t_end ? (t_end - t_begin + MMA_KEYS - 1) / MMA_KEYS : 0;
-
-  // The first tiles take their page ids straight from the page table, so their loads start while the split's
-  // page ids are staged in shared memory for the rest.
 #pragma unroll
   for (int k = 0; k < MMA_STAGES - 1; ++k) {
     const int tile = warp + k * N_WARPS;
     kv_t* st = my + k * MMA_STAGE_ELEMS;
     if (tile < n_tiles) {
-      mma_load_tile(p, pages, 0, kvh, slot_stride, t_begin + tile * MMA_KEYS, t_end, st, st + MMA_KEYS * MMA_STRIDE,
-                    lane);
+      mma_load_tile(p, sm_pages, first_page, kvh, slot_stride, t_begin + tile * MMA_KEYS, t_end, st,
+                    st + MMA_KEYS * MMA_STRIDE, lane);
     }
     cp_async_commit();
   }
-  if (t_begin < t_end) {
-    const int n_pages = ((t_end - 1) >> 4) - first_page + 1;
-    for (int i = threadIdx.x; i < n_pages; i += N_WARPS * 32) sm_pages[i] = pages[first_page + i];
-  }
-  __syncthreads();
 
   float o[HEAD_DIM / 8][4];
 #pragma unroll
@@ -507,17 +521,21 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
   __syncthreads();  // all warps are out of their tiles: the tile memory becomes the merge buffer
-  float* sm_o = reinterpret_cast<float*>(dsmem);  // [N_WARPS][16][HEAD_DIM]
-  float* ow = sm_o + warp * 16 * HEAD_DIM;
+  float* sm_o = reinterpret_cast<float*>(dsmem);  // [N_WARPS][GROUP][HEAD_DIM]: the group's rows only
+  float* ow = sm_o + warp * GROUP * HEAD_DIM;
 #pragma unroll
   for (int dn = 0; dn < HEAD_DIM / 8; ++dn) {
-    *reinterpret_cast<float2*>(ow + g * HEAD_DIM + dn * 8 + 2 * t4) = make_float2(o[dn][0], o[dn][1]);
-    *reinterpret_cast<float2*>(ow + (g + 8) * HEAD_DIM + dn * 8 + 2 * t4) = make_float2(o[dn][2], o[dn][3]);
+    if (g < GROUP) *reinterpret_cast<float2*>(ow + g * HEAD_DIM + dn * 8 + 2 * t4) = make_float2(o[dn][0], o[dn][1]);
+    if (g + 8 < GROUP) {
+      *reinterpret_cast<float2*>(ow + (g + 8) * HEAD_DIM + dn * 8 + 2 * t4) = make_float2(o[dn][2], o[dn][3]);
+    }
   }
-  if (t4 == 0) {
+  if (t4 == 0 && g < GROUP) {
     sm_m[warp][g] = m_a;
-    sm_m[warp][g + 8] = m_b;
     sm_l[warp][g] = l_a;
+  }
+  if (t4 == 0 && g + 8 < GROUP) {
+    sm_m[warp][g + 8] = m_b;
     sm_l[warp][g + 8] = l_b;
   }
   __syncthreads();
@@ -532,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
     for (int w = 0; w < N_WARPS; ++w) {
       const float f = sm_m[w][r] == -INFINITY ? 0.0f : exp2f(sm_m[w][r] - mx);
       sum += sm_l[w][r] * f;
-      acc += sm_o[(w * 16 + r) * HEAD_DIM + d] * f;
+      acc += sm_o[(w * GROUP + r) * HEAD_DIM + d] * f;
     }
     const long long row = static_cast<long long>(seq) * p.n_q_heads + kvh * GROUP + r;
     if (p.n_splits == 1) {

@@ -2,11 +2,13 @@
 // m16n8k16 with bf16 or f16 operands (the KV type) and f32 accumulators, flash-attention style.
 // One block of PREFILL_WARPS warps (4 or 8) takes 16 * PREFILL_M_TILES query rows per warp of one (sequence,
 // query head); with two m16 tiles per warp every K and V fragment read from shared memory feeds two MMAs. K and V
-// tiles of 64 keys are gathered from their pages into shared memory by cp.async, two stages deep. Blocks are
-// numbered heaviest (last, longest causal span) query tile first, heads fastest, so a KV head's query heads
-// run side by side and share its tiles in L2.
-// Compile-time: HEAD_DIM (64, 128, 256), KV_BF16, PREFILL_WARPS, PREFILL_M_TILES (1 or 2), PREFILL_SOFT_CAP and
-// PREFILL_WINDOW (0 or 1).
+// tiles of PREFILL_BLOCK_N keys (32 or 64) are gathered from their pages into shared memory by cp.async, two
+// stages deep, one barrier per tile; the first two are in flight while the block converts its query rows. The
+// softmax keeps a reference maximum per row that moves only when the row's maximum grows by more than 2^8, so
+// the O accumulators are rarely rescaled. Blocks are numbered heaviest (last, longest causal span) query tile
+// first, heads fastest, so a KV head's query heads run side by side and share its tiles in L2.
+// Compile-time: HEAD_DIM (64, 128, 256), KV_BF16, PREFILL_WARPS, PREFILL_M_TILES (1 or 2), PREFILL_BLOCK_N,
+// PREFILL_SOFT_CAP and PREFILL_WINDOW (0 or 1).
 
 #ifndef PREFILL_WARPS
 #define PREFILL_WARPS 4
@@ -24,7 +26,11 @@
 #define MT PREFILL_M_TILES
 #define WARP_ROWS (MT * 16)
 #define BLOCK_M (PREFILL_WARPS * WARP_ROWS)
-#define BLOCK_N 64
+#ifndef PREFILL_BLOCK_N
+#define PREFILL_BLOCK_N 64
+#endif
+#define BLOCK_N PREFILL_BLOCK_N
+#define STAGES 2  // K/V tiles in flight (3 measured no faster with 32-key tiles)
 #define N_THREADS (PREFILL_WARPS * 32)
 #define STRIDE (HEAD_DIM + 8)  // padded smem row (elements): conflict-free fragment loads
 #define Q_IN_REGISTERS (HEAD_DIM * MT <= 128)  // beyond, the accumulators leave no room
@@ -35,6 +41,40 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// The O accumulators of one m16 tile times the per-row corrections (rows g and g + 8).
+__device__ __forceinline__ void scale_rows(float (*o)[4], const float* corr) {
+#pragma unroll
+  for (int i = 0; i < HEAD_DIM / 8; ++i) {
+    o[i][0] *= corr[0]; o[i][1] *= corr[0];
+    o[i][2] *= corr[1]; o[i][3] *= corr[1];
+  }
+}
+
+// Rescales the tile's O when some row's reference maximum moved (a warp vote skips the multiplies otherwise).
+__device__ __forceinline__ void rescale(float (*o)[4], const float* corr) {
+  if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) scale_rows(o, corr);
+}
+
+// Softmax weights of one m16 tile of raw scores: exp2(s * s_mul + neg), summed into l (after its correction)
+// and packed as the A operand of P V.
+__device__ __forceinline__ void exp_tile(float (*s)[4], const float* neg, float* l, const float* corr,
+                                         unsigned (*pa)[4], float s_mul) {
+  float la = l[0] * corr[0], lb = l[1] * corr[1];
+#pragma unroll
+  for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
+    const float p0 = fast_exp2(fmaf(s[nt][0], s_mul, neg[0]));
+    const float p1 = fast_exp2(fmaf(s[nt][1], s_mul, neg[0]));
+    const float p2 = fast_exp2(fmaf(s[nt][2], s_mul, neg[1]));
+    const float p3 = fast_exp2(fmaf(s[nt][3], s_mul, neg[1]));
+    la += p0 + p1;
+    lb += p2 + p3;
+    pa[nt / 2][(nt & 1) * 2 + 0] = f32x2_to_kv2(p0, p1);
+    pa[nt / 2][(nt & 1) * 2 + 1] = f32x2_to_kv2(p2, p3);
+  }
+  l[0] = la;
+  l[1] = lb;
 }
 
 struct PrefillParams {
@@ -53,9 +93,19 @@ struct PrefillParams {
   int window;                // 0: off
 };
 
-// Gathers keys [kt * 64, kt * 64 + 64) of K and V into one smem stage; keys past the sequence are zeros. The
-// tile is 4 whole pages (16 tokens each): one page-table read per page, then 16-byte chunks spread over threads.
-__device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int* pages, int len, int kvh, int kt,
+// The page ids of tile kt (one per 16-token page; 0 past the sequence), read one tile ahead of their use so
+// that no page-table load stands between a barrier and the tile's cp.async.
+__device__ __forceinline__ void tile_pages(const int* pages, int len, int kt, int* ids) {
+#pragma unroll
+  for (int pg = 0; pg < BLOCK_N / 16; ++pg) {
+    const int t0 = kt * BLOCK_N + pg * 16;
+    ids[pg] = t0 < len ? pages[t0 >> 4] : 0;
+  }
+}
+
+// Gathers keys [kt * BLOCK_N, kt * BLOCK_N + BLOCK_N) of K and V into one smem stage; keys past the sequence
+// are zeros. The tile is whole pages (16 tokens each) whose ids are given, in 16-byte chunks spread over threads.
+__device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int* ids, int len, int kvh, int kt,
                                              kv_t* sk, kv_t* sv) {
   constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
   constexpr int kPageChunks = 16 * kChunks;
@@ -63,7 +113,7 @@ __device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int* 
 #pragma unroll
   for (int pg = 0; pg < BLOCK_N / 16; ++pg) {
     const int t0 = kt * BLOCK_N + pg * 16;
-    const long long page_base = t0 < len ? static_cast<long long>(pages[t0 >> 4]) * 16 * slot_stride : 0;
+    const long long page_base = static_cast<long long>(ids[pg]) * 16 * slot_stride;
 #pragma unroll
     for (int i = 0; i < (kPageChunks + N_THREADS - 1) / N_THREADS; ++i) {
       const int c = threadIdx.x + i * N_THREADS;
@@ -82,8 +132,8 @@ __device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int* 
 extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const PrefillParams p) {
   extern __shared__ __align__(16) kv_t smem[];
   kv_t* sq = smem;                                 // [BLOCK_M][STRIDE]
-  kv_t* sk0 = sq + BLOCK_M * STRIDE;               // 2 stages of [BLOCK_N][STRIDE]
-  kv_t* sv0 = sk0 + 2 * BLOCK_N * STRIDE;          // 2 stages of [BLOCK_N][STRIDE]
+  kv_t* sk0 = sq + BLOCK_M * STRIDE;                   // STAGES stages of [BLOCK_N][STRIDE]
+  kv_t* sv0 = sk0 + STAGES * BLOCK_N * STRIDE;         // STAGES stages of [BLOCK_N][STRIDE]
 
   const int h = blockIdx.x;
   const int seq = blockIdx.y;
@@ -99,9 +149,31 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
   const int g = lane >> 2;  // fragment row
   const int t4 = lane & 3;  // fragment column pair
 
-  // Query rows of the block as 16-bit operands (rows past n are zeros).
+  // Positions: row i of the sequence's queries sits at len - n + i.
+  const int pos_first = len - n + row0;
+  const int pos_last = len - n + min(n, row0 + BLOCK_M) - 1;
+  int kt_begin = 0;
+  if (PREFILL_WINDOW && p.window > 0) kt_begin = max(0, pos_first - p.window + 1) / BLOCK_N;
+  const int kt_end = pos_last / BLOCK_N + 1;
+
+  // The first STAGES K/V tiles (every stage is free) are in flight while the query rows are loaded and converted.
+  int ids[BLOCK_N / 16];
+#pragma unroll
+  for (int st = 0; st < STAGES; ++st) {
+    if (kt_begin + st < kt_end) {
+      tile_pages(pages, len, kt_begin + st, ids);
+      load_kv_tile(p, ids, len, kvh, kt_begin + st, sk0 + st * BLOCK_N * STRIDE, sv0 + st * BLOCK_N * STRIDE);
+    }
+    cp_async_commit();
+  }
+  if (kt_begin + STAGES < kt_end) tile_pages(pages, len, kt_begin + STAGES, ids);  // the next tile to load
+
+  // Query rows of the block as 16-bit operands (rows past n are zeros); all of a thread's loads in flight at once.
   const long long q_row_stride = static_cast<long long>(p.n_q_heads) * HEAD_DIM;
-  for (int c = threadIdx.x; c < BLOCK_M * (HEAD_DIM / 4); c += N_THREADS) {
+  constexpr int kQIters = BLOCK_M * (HEAD_DIM / 4) / N_THREADS;
+#pragma unroll
+  for (int i = 0; i < kQIters; ++i) {
+    const int c = threadIdx.x + i * N_THREADS;
     const int r = c / (HEAD_DIM / 4);
     const int col = (c % (HEAD_DIM / 4)) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -125,13 +197,6 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
   }
 #endif
 
-  // Positions: row i of the sequence's queries sits at len - n + i.
-  const int pos_first = len - n + row0;
-  const int pos_last = len - n + min(n, row0 + BLOCK_M) - 1;
-  int kt_begin = 0;
-  if (PREFILL_WINDOW && p.window > 0) kt_begin = max(0, pos_first - p.window + 1) / BLOCK_N;
-  const int kt_end = pos_last / BLOCK_N + 1;
-
   const int warp_row0 = row0 + warp * WARP_ROWS;  // sequence-relative
   const bool warp_has_rows = warp_row0 < n;
   const int warp_pos_first = len - n + warp_row0;
@@ -149,20 +214,24 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
     l[mt][0] = l[mt][1] = 0.0f;
   }
 
-  load_kv_tile(p, pages, len, kvh, kt_begin, sk0, sv0);
-  cp_async_commit();
-
+  int cs = 0, ls = 0;  // stage of the tile computed now; stage freed by the previous tile
   for (int kt = kt_begin; kt < kt_end; ++kt) {
-    const int stage = (kt - kt_begin) & 1;
-    if (kt + 1 < kt_end) {
-      load_kv_tile(p, pages, len, kvh, kt + 1, sk0 + (stage ^ 1) * BLOCK_N * STRIDE,
-                   sv0 + (stage ^ 1) * BLOCK_N * STRIDE);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
+    // One barrier per tile: once tile kt has landed for every thread, every warp is also done with tile kt - 1,
+    // so its stage takes tile kt - 1 + STAGES (the first STAGES were issued before the loop).
+    if (kt == kt_begin) cp_async_wait<STAGES - 1>(); else cp_async_wait<STAGES - 2>();
     __syncthreads();
-    const kv_t* sk = sk0 + stage * BLOCK_N * STRIDE;
-    const kv_t* sv = sv0 + stage * BLOCK_N * STRIDE;
+    if (kt > kt_begin) {
+      const int next = kt - 1 + STAGES;
+      if (next < kt_end) {
+        load_kv_tile(p, ids, len, kvh, next, sk0 + ls * BLOCK_N * STRIDE, sv0 + ls * BLOCK_N * STRIDE);
+        if (next + 1 < kt_end) tile_pages(pages, len, next + 1, ids);  // in flight during this tile's compute
+      }
+      cp_async_commit();
+      ls = ls + 1 == STAGES ? 0 : ls + 1;
+    }
+    const kv_t* sk = sk0 + cs * BLOCK_N * STRIDE;
+    const kv_t* sv = sv0 + cs * BLOCK_N * STRIDE;
+    cs = cs + 1 == STAGES ? 0 : cs + 1;
 
     // Warp-uniform: does any key of the tile reach any of this warp's rows (causal, window)?
     const bool warp_active = warp_has_rows && kt * BLOCK_N <= warp_pos_last &&
@@ -207,6 +276,7 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
       const bool need_mask = kt * BLOCK_N + BLOCK_N - 1 > warp_pos_first ||
                              ((PREFILL_WINDOW && p.window > 0) && kt * BLOCK_N <= warp_pos_last - p.window);
       unsigned pa[MT][BLOCK_N / 16][4];
+      float corr[MT][2], neg[MT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int pos_a = warp_pos_first + mt * 16 + g;
@@ -240,33 +310,25 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
         mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
         mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
         mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float ref_a = mx_a == -INFINITY ? 0.0f : mx_a;  // a row that has seen no key yet
-        const float ref_b = mx_b == -INFINITY ? 0.0f : mx_b;
-        const float corr_a = fast_exp2((m[mt][0] - ref_a) * s_mul), corr_b = fast_exp2((m[mt][1] - ref_b) * s_mul);
-        const float neg_a = -ref_a * s_mul, neg_b = -ref_b * s_mul;
-        m[mt][0] = mx_a;
-        m[mt][1] = mx_b;
-        float la = l[mt][0] * corr_a, lb = l[mt][1] * corr_b;
-        if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {  // some row's maximum moved
-#pragma unroll
-          for (int i = 0; i < HEAD_DIM / 8; ++i) {
-            o[mt][i][0] *= corr_a; o[mt][i][1] *= corr_a;
-            o[mt][i][2] *= corr_b; o[mt][i][3] *= corr_b;
+        {
+          // The reference maximum moves only when some row's maximum grew by more than 2^8 (or from -inf):
+          // weights up to 256 are exact enough in f32 sums and 16-bit P, and most tiles skip the rescale.
+          const bool grow = (mx_a - m[mt][0]) * s_mul > 8.0f || (mx_b - m[mt][1]) * s_mul > 8.0f;
+          if (!__any_sync(0xffffffffu, grow)) {
+            mx_a = m[mt][0];
+            mx_b = m[mt][1];
           }
         }
-#pragma unroll
-        for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
-          const float p0 = fast_exp2(fmaf(s[mt][nt][0], s_mul, neg_a));
-          const float p1 = fast_exp2(fmaf(s[mt][nt][1], s_mul, neg_a));
-          const float p2 = fast_exp2(fmaf(s[mt][nt][2], s_mul, neg_b));
-          const float p3 = fast_exp2(fmaf(s[mt][nt][3], s_mul, neg_b));
-          la += p0 + p1;
-          lb += p2 + p3;
-          pa[mt][nt / 2][(nt & 1) * 2 + 0] = f32x2_to_kv2(p0, p1);
-          pa[mt][nt / 2][(nt & 1) * 2 + 1] = f32x2_to_kv2(p2, p3);
-        }
-        l[mt][0] = la;
-        l[mt][1] = lb;
+        const float ref_a = mx_a == -INFINITY ? 0.0f : mx_a;  // a row that has seen no key yet
+        const float ref_b = mx_b == -INFINITY ? 0.0f : mx_b;
+        corr[mt][0] = fast_exp2((m[mt][0] - ref_a) * s_mul);
+        corr[mt][1] = fast_exp2((m[mt][1] - ref_b) * s_mul);
+        neg[mt][0] = -ref_a * s_mul;
+        neg[mt][1] = -ref_b * s_mul;
+        m[mt][0] = mx_a;
+        m[mt][1] = mx_b;
+        rescale(o[mt], corr[mt]);
+        exp_tile(s[mt], neg[mt], l[mt], corr[mt], pa[mt], s_mul);
       }
 
       // O += P V: P stays in registers as the A operand; V fragments by transposed ldmatrix, two 8-column tiles
@@ -286,7 +348,6 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
         }
       }
     }
-    __syncthreads();  // the stage is overwritten by the next iteration's loads
   }
   cp_async_wait<0>();
 

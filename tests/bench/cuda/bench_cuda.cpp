@@ -4,7 +4,7 @@
 // kernel lab (tests/cuda/cuda_lab.h) and prints one line per case. scripts/bench-cuda.sh runs this and the
 // PyTorch peer (sdpa_peer.py) and merges peer_value into the lines.
 //
-//   orchard_bench_cuda [--check] [--no-bench] [--seed N] [--reps N]
+//   orchard_bench_cuda [--check] [--no-bench] [--seed N] [--reps N] [--only KERNEL]
 #include <cublas_v2.h>
 #include <kernels/cuda/bitmask_cuda.h>
 #include <pal/cuda/attention_cuda.h>
@@ -34,6 +34,9 @@ using tc::DeviceBuffer;
 using tc::MemoryPool;
 
 int g_reps = 15;
+std::string g_only;  // --only: run the kernels whose name contains this (the limits always run)
+
+bool want(const char* kernel) { return g_only.empty() || std::string(kernel).find(g_only) != std::string::npos; }
 
 // Random fills on the device (a hash of the index: never zeros, never the same twice for another seed).
 constexpr const char* kFillSource = R"(
@@ -322,8 +325,9 @@ int main(int argc, char** argv) {
     else if (a == "--no-bench") bench = false;
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) g_only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--check] [--no-bench] [--seed N] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--check] [--no-bench] [--seed N] [--reps N] [--only KERNEL]\n", argv[0]);
       return 2;
     }
   }
@@ -353,23 +357,29 @@ int main(int argc, char** argv) {
       const double copy = measure_copy(s);
       const double gemm = measure_gemm(s);
       MemoryPool::global().trim();
-      bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::bf16,
-                   {{0, 0}, {512, 0}, {1024, 0}, {2048, 0}, {4096, 0}, {1024, 2}, {4096, 2}, {4096, 4}});
-      bench_decode(s, copy, 1, 32768, 32, 8, 128, tensor::DType::bf16,
-                   {{0, 0}, {256, 0}, {512, 0}, {1024, 0}, {2048, -3}, {1024, -3}, {4096, -3}, {1024, 2}});
-      bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::f16);
-      bench_decode(s, copy, 8, 8192, 32, 8, 128, tensor::DType::bf16);
-      bench_decode(s, copy, 64, 4096, 32, 4, 64, tensor::DType::bf16);
-      bench_decode(s, copy, 16, 4096, 16, 2, 256, tensor::DType::bf16);
-      MemoryPool::global().trim();
-      bench_prefill(s, gemm, 8, 2048, 32, 8, 128, tensor::DType::bf16, {{0, 0}, {4, 16}, {8, 0}, {8, 16}});
-      bench_prefill(s, gemm, 8, 2048, 32, 8, 128, tensor::DType::f16);
-      bench_prefill(s, gemm, 4, 4096, 32, 8, 128, tensor::DType::bf16);
-      bench_prefill(s, gemm, 8, 2048, 32, 8, 64, tensor::DType::bf16, {{0, 0}, {4, 16}});
-      MemoryPool::global().trim();
-      bench_rope(s, copy, 16384, 32, 8, 128);
-      bench_bitmask(s, copy, 256, 128256);
-      bench_bitmask(s, copy, 64, 128256);
+      if (want("decode_attention")) {
+        bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::bf16,
+                     {{0, 0}, {512, 0}, {1024, 0}, {2048, 0}, {4096, 0}, {1024, 2}, {4096, 2}, {4096, 4}});
+        bench_decode(s, copy, 1, 32768, 32, 8, 128, tensor::DType::bf16,
+                     {{0, 0}, {256, 0}, {512, 0}, {1024, 0}, {2048, -3}, {1024, -3}, {4096, -3}, {1024, 2}});
+        bench_decode(s, copy, 64, 4096, 32, 8, 128, tensor::DType::f16);
+        bench_decode(s, copy, 8, 8192, 32, 8, 128, tensor::DType::bf16);
+        bench_decode(s, copy, 64, 4096, 32, 4, 64, tensor::DType::bf16);
+        bench_decode(s, copy, 16, 4096, 16, 2, 256, tensor::DType::bf16);
+        MemoryPool::global().trim();
+      }
+      if (want("prefill_attention")) {
+        bench_prefill(s, gemm, 8, 2048, 32, 8, 128, tensor::DType::bf16, {{0, 0}, {4, 16}, {8, 0}, {8, 16}});
+        bench_prefill(s, gemm, 8, 2048, 32, 8, 128, tensor::DType::f16);
+        bench_prefill(s, gemm, 4, 4096, 32, 8, 128, tensor::DType::bf16);
+        bench_prefill(s, gemm, 8, 2048, 32, 8, 64, tensor::DType::bf16, {{0, 0}, {4, 16}});
+        MemoryPool::global().trim();
+      }
+      if (want("rope_append")) bench_rope(s, copy, 16384, 32, 8, 128);
+      if (want("bitmask")) {
+        bench_bitmask(s, copy, 256, 128256);
+        bench_bitmask(s, copy, 64, 128256);
+      }
       const auto st = tc::jit_stats();
       std::printf("{\"jit_compiles\": %llu, \"jit_disk_hits\": %llu}\n", static_cast<unsigned long long>(st.compiles),
                   static_cast<unsigned long long>(st.disk_hits));

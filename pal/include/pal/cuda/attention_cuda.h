@@ -34,7 +34,11 @@ struct DecodeTuning {
 };
 
 // Decode attention on the GPU. max_seq_len bounds kv.seq_lens (it sizes the split grid).
-// Queued on `stream` (the default stream when null); returns without waiting.
+// Queued on `stream` (the default stream when null); returns without waiting. On sm_90 the kernel is a
+// programmatic dependent of the previous kernel on the stream: it reads kv.seq_lens, kv.page_indptr and
+// kv.page_indices (and prefetches the first K/V lines into L2) before waiting for that kernel, so those three
+// must not be written by the kernel queued just before it (host copies, or kernels that completed before it
+// was launched, are fine); q and the K/V pages are read only after the wait.
 void decode_attention(const PagedKv& kv, const AttentionParams& params, const DecodeArgs& args,
                       std::int32_t max_seq_len, const tensor::cuda::Stream* stream = nullptr,
                       const DecodeTuning& tuning = {});
