@@ -36,6 +36,7 @@ struct CompiledGrammar::Impl {
   static constexpr std::size_t kMaxCompileConfigs = 16384;  // while compile() builds the tables (16 MiB)
   mutable std::mutex dfa_mutex;
   mutable std::unique_ptr<detail::StackDfa> dfa;
+  std::vector<std::uint32_t> canonical_states;  // [n_states] the class representative (see StackDfa); or empty
 
   // The token table of a state that reads bytes; builds it on first use when not precomputed.
   const detail::TokenTable& table(std::uint32_t state) const {

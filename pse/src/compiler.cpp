@@ -72,6 +72,12 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   if (a.n_states() <= kMaxStatesToClassify) {
     classes = detail::future_classes(a, impl->vocabulary->max_token_length());
   }
+  if (!classes.empty()) {
+    std::unordered_map<std::uint32_t, std::uint32_t> representative;
+    impl->canonical_states.resize(a.n_states());
+    for (std::uint32_t s = 0; s < a.n_states(); ++s)
+      impl->canonical_states[s] = representative.emplace(classes[s], s).first->second;
+  }
   std::unordered_map<std::uint32_t, std::uint32_t> class_table;
   for (std::uint32_t s = 0; s < a.n_states(); ++s) {
     if (!a.reachable[s] || !a.has_bytes(s)) continue;
@@ -117,6 +123,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   // Larger while compile() builds every table (configurations met by one walk serve the next ones);
   // cut back to the bound kept with the grammar afterwards.
   impl->dfa = std::make_unique<detail::StackDfa>(a, CompiledGrammar::Impl::kMaxCompileConfigs);
+  if (!impl->canonical_states.empty()) impl->dfa->set_canonical_states(&impl->canonical_states);
   if (options.precompute && n_tables <= options.eager_state_limit) {
     for (std::size_t i = 0; i < n_tables; ++i) {
       std::call_once(impl->table_once[i], [&] { st.n_shared_tables += impl->build_table(i, &deadline) ? 1 : 0; });

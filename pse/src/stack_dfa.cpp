@@ -82,7 +82,13 @@ std::int32_t StackDfa::close_and_intern(std::vector<Stack>& seeds) {
       work.push_back(std::move(st));
     }
   };
-  for (Stack& st : seeds) add(std::move(st));
+  // Seeds written with class representatives: equivalent states close to configurations with the same
+  // stacks (a closure's own states are then the representative's, so first_bytes and steps stay exact).
+  for (Stack& st : seeds) {
+    if (canonical_ != nullptr)
+      for (std::uint32_t& x : st) x = (*canonical_)[x];
+    add(std::move(st));
+  }
   std::vector<Stack> kept;
   bool outer = false;
   while (!work.empty()) {
@@ -151,6 +157,8 @@ void StackDfa::clear() {
   trans_.clear();
   index_.clear();
   plain_loop_.clear();
+  groups_.clear();
+  group_bytes_ = 0;
 }
 
 }  // namespace pse::detail

@@ -54,6 +54,36 @@ class StackDfa {
   std::size_t n_configs() const { return outer_final_.size(); }
   // Near its bound on configurations: a new walk would likely overflow.
   bool saturated() const { return n_configs() >= max_configs_ - max_configs_ / 8; }
+  // What a token-table walk found for the tokens of one first byte read from a configuration (the
+  // configuration after that byte decides it): the accepted ids and the uncertain positions with their
+  // end depths (uncertain_ends[k] of them per position, in order). Tables of different states that
+  // reach the same configuration after a first byte reuse it instead of walking the group again.
+  struct GroupResult {
+    std::vector<std::int32_t> accepted;
+    std::vector<std::uint32_t> uncertain, uncertain_ends, end_depths;
+    std::size_t bytes() const {
+      return (accepted.size() + uncertain.size() + uncertain_ends.size() + end_depths.size()) * 4 + sizeof(GroupResult);
+    }
+  };
+  // after: the configuration after `byte`; follow_filter as in build_token_table. nullptr when absent.
+  const GroupResult* find_group(std::int32_t after, std::uint8_t byte, bool follow_filter) const {
+    auto it = groups_.find(group_key(after, byte, follow_filter));
+    return it == groups_.end() ? nullptr : &it->second;
+  }
+  void add_group(std::int32_t after, std::uint8_t byte, bool follow_filter, GroupResult result) {
+    if (group_bytes_ + result.bytes() > kMaxGroupBytes) return;
+    group_bytes_ += result.bytes();
+    groups_.emplace(group_key(after, byte, follow_filter), std::move(result));
+  }
+  static constexpr std::size_t kMaxGroupBytes = std::size_t{64} << 20;
+
+  // States known to read the same byte strings the same way for every walk this automaton serves
+  // (future_classes with a horizon of the longest token): each configuration is closed from stacks whose
+  // states are replaced by their class representatives, canonical[state], so that walks from equivalent
+  // states meet the same configurations (and share their steps and group results). nullptr: as they are.
+  // Set before the first configuration is built.
+  void set_canonical_states(const std::vector<std::uint32_t>* canonical) { canonical_ = canonical; }
+
   // Forgets every configuration (keeping the allocations), so that walks start afresh; configuration
   // ids from before are invalid. set_max_configs changes the bound for later configurations.
   void clear();
@@ -77,6 +107,13 @@ class StackDfa {
   std::vector<std::uint8_t> outer_final_;
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
   std::vector<std::int8_t> plain_loop_;  // per configuration: -1 unknown, 0, 1
+  const std::vector<std::uint32_t>* canonical_ = nullptr;
+  static std::uint64_t group_key(std::int32_t after, std::uint8_t byte, bool follow_filter) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(after)) << 9 | std::uint64_t{byte} << 1 |
+           (follow_filter ? 1u : 0u);
+  }
+  std::unordered_map<std::uint64_t, GroupResult> groups_;
+  std::size_t group_bytes_ = 0;
   struct KeyHash {
     std::size_t operator()(const std::vector<std::uint32_t>& v) const {
       std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ v.size();
@@ -113,6 +150,8 @@ class DfaCursor {
   bool last_has_any_final_at_origin0() const { return dfa_->outer_final(path_.back()); }
   ByteSet first_bytes() const { return dfa_->first_bytes(path_.back()); }
   bool last_loops_on_plain() { return dfa_->loops_on_plain(path_.back()); }
+  std::int32_t last_config() const { return path_.back(); }
+  StackDfa* dfa() const { return dfa_; }
 
  private:
   StackDfa* dfa_;

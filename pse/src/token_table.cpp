@@ -130,6 +130,9 @@ std::uint32_t prefix_run_end(const Vocabulary& vocab, std::uint32_t p, std::uint
 
 // The walks below run on either cursor: a DfaCursor (memoized steps) or, when the stack automaton
 // overflows its bounds, the Earley Chart. Both answer the same questions identically.
+// Groups of at least this many tokens (by first byte) are kept for reuse by other tables.
+constexpr std::uint32_t kMinMemoGroup = 64;
+
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                   const std::chrono::steady_clock::time_point* deadline, bool follow_filter,
@@ -178,18 +181,38 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     // a free-text rule), the plain tokens of the group are read whole: accepted at once, not walked; the
     // walk visits the others, each resuming from its common prefix with the last one walked.
     bool plain_loop = false;
+    // The configuration after the first byte decides the whole group: a group met before (by another
+    // state's table reaching the same configuration) is copied, and a large group walked here is kept.
+    std::int32_t after = StackDfa::kDead;
+    StackDfa::GroupResult record;
+    const bool memo = fb[b + 1] - fb[b] >= kMinMemoGroup;
+    const std::size_t uncertain_before = table.uncertain.size();
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
-      if (Vocabulary::is_plain_byte(b) && chart.push(static_cast<std::uint8_t>(b))) {
-        plain_loop = chart.last_loops_on_plain();
+      if (chart.push(static_cast<std::uint8_t>(b))) {
+        after = chart.last_config();
+        if (memo) {
+          if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), follow_filter)) {
+            for (const TokenId id : g->accepted) accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+            n_accepted += g->accepted.size();
+            for (std::size_t k = 0, e = 0; k < g->uncertain.size(); ++k) {
+              table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
+              table.uncertain.push_back(g->uncertain[k]);
+              for (std::uint32_t n = 0; n < g->uncertain_ends[k]; ++n) table.end_depths.push_back(g->end_depths[e++]);
+            }
+            continue;
+          }
+        }
+        plain_loop = Vocabulary::is_plain_byte(b) && chart.last_loops_on_plain();
         chart.truncate(2);
       }
     }
+    auto accept = [&](TokenId id) {
+      accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+      ++n_accepted;
+      if (memo && after != StackDfa::kDead) record.accepted.push_back(id);
+    };
     if (plain_loop) {
-      for (std::uint32_t i = vocab.plain_begin()[b]; i < vocab.plain_begin()[b + 1]; ++i) {
-        const TokenId id = vocab.plain_ids()[i];
-        accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-      }
-      n_accepted += vocab.plain_begin()[b + 1] - vocab.plain_begin()[b];
+      for (std::uint32_t i = vocab.plain_begin()[b]; i < vocab.plain_begin()[b + 1]; ++i) accept(vocab.plain_ids()[i]);
     }
     std::size_t skipped_lcp = SIZE_MAX;  // the least lcp over the plain tokens skipped since the last walk
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
@@ -225,13 +248,25 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         if (chart.last_has_final(rule, 0)) ends.push_back(static_cast<std::uint32_t>(j + 1));
       }
       if (depth_dead == SIZE_MAX) {
-        accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-        ++n_accepted;
+        accept(id);
       } else if (!ends.empty()) {
         uncertain(p, tok, depth_dead);
       } else {
         // No end before the failing byte: every token under this prefix is rejected; skip them all.
         p = prefix_run_end(vocab, p, fb[b + 1], tok.substr(0, depth_dead + 1)) - 1;
+      }
+    }
+    if constexpr (std::is_same_v<Cursor, DfaCursor>) {
+      if (memo && after != StackDfa::kDead) {
+        for (std::size_t k = uncertain_before; k < table.uncertain.size(); ++k) {
+          record.uncertain.push_back(table.uncertain[k]);
+          const std::uint32_t e1 = k + 1 < table.uncertain.size() ? table.end_begin[k + 1]
+                                                                  : static_cast<std::uint32_t>(table.end_depths.size());
+          record.uncertain_ends.push_back(e1 - table.end_begin[k]);
+          record.end_depths.insert(record.end_depths.end(), table.end_depths.begin() + table.end_begin[k],
+                                   table.end_depths.begin() + e1);
+        }
+        chart.dfa()->add_group(after, static_cast<std::uint8_t>(b), follow_filter, std::move(record));
       }
     }
   }
