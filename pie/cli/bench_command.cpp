@@ -72,7 +72,7 @@ int run_kernels(std::span<const std::string> args) {
     bench::Context ctx{pool, t, limits, min_time, filters};
     // The limits themselves, as entries at fraction 1.
     if (ctx.wanted("limit_read_bandwidth")) {
-      print_result({"limit_read_bandwidth", "u8", {512 << 20}, t, limits.read_gbps, "GB/s", limits.read_gbps}, json);
+      print_result({"limit_read_bandwidth", "u8", {limits.read_bytes}, t, limits.read_gbps, "GB/s", limits.read_gbps}, json);
     }
     if (ctx.wanted("limit_fma_peak")) {
       print_result({"limit_fma_peak", "f32", {}, t, limits.fma_gflops, "GFLOP/s", limits.fma_gflops}, json);

@@ -150,6 +150,7 @@ Limits measure_limits(tensor::ThreadPool& pool) {
     best = std::min(best, seconds_since(t0));
   }
   lim.read_gbps = static_cast<double>(bytes) / best / 1e9;
+  lim.read_bytes = static_cast<std::int64_t>(bytes);
 
   // FMA peak: 12 chains x vector width x 2 flops per FMA.
   const bool avx512 = __builtin_cpu_supports("avx512f");

@@ -34,6 +34,7 @@ namespace orchard::cli::bench {
 struct Limits {
   double read_gbps = 0;   // streaming read bandwidth over a buffer far larger than the last-level cache
   double fma_gflops = 0;  // f32 FMA peak (independent vector FMA chains, widest ISA present)
+  std::int64_t read_bytes = 0;  // size of the buffer read_gbps streamed
 };
 
 struct Result {

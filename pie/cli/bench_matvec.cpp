@@ -123,16 +123,21 @@ Result time_matvec(const Context& ctx, const char* kernel, DType t, std::int64_t
           "GB/s", ctx.limits.read_gbps};
 }
 
+// Each type is also selected alone by `--filter matvec/<type>` (e.g. matvec/q8_0).
+bool wanted_type(const Context& ctx, DType t) { return ctx.wanted("matvec/" + std::string(tensor::dtype_name(t))); }
+
 void bench_matvec(const Context& ctx, std::vector<Result>& out) {
-  if (!ctx.wanted("matvec")) return;
   // The decode shapes of Llama-3-8B: attention projections, and the feed-forward up/gate and down.
   const std::int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
   const DType main_types[] = {DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q6_K};
   const DType other_types[] = {DType::f32, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_K, DType::q3_K, DType::q5_K};
   for (DType t : main_types) {
+    if (!wanted_type(ctx, t)) continue;
     for (const auto& s : shapes) out.push_back(time_matvec(ctx, "matvec", t, s[0], s[1], false));
   }
-  for (DType t : other_types) out.push_back(time_matvec(ctx, "matvec", t, 4096, 4096, false));
+  for (DType t : other_types) {
+    if (wanted_type(ctx, t)) out.push_back(time_matvec(ctx, "matvec", t, 4096, 4096, false));
+  }
 }
 
 void bench_matvec_cached(const Context& ctx, std::vector<Result>& out) {

@@ -450,7 +450,11 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   // forward in creation order, so a few sweeps suffice).
   a.rule_nullable.assign(n_rules, 0);
   std::vector<std::uint8_t> null_end(n, 0);
+  // Each state's own bytes start its first set (computed once: the sweeps below only merge sets).
   std::vector<ByteSet> first(n, ByteSet{});
+  for (std::uint32_t s = 0; s < n; ++s)
+    for (std::uint32_t i = a.byte_begin[s]; i < a.byte_begin[s + 1]; ++i)
+      byte_set_add_range(first[s], a.byte_edges[i].lo, a.byte_edges[i].hi);
   for (bool changed = true; changed;) {
     changed = false;
     if (std::chrono::steady_clock::now() > limits.deadline) {
@@ -460,8 +464,6 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
       if (!prod[s]) continue;
       bool ne = a.is_final(s);
       ByteSet f = first[s];
-      for (std::uint32_t i = a.byte_begin[s]; i < a.byte_begin[s + 1]; ++i)
-        byte_set_add_range(f, a.byte_edges[i].lo, a.byte_edges[i].hi);
       for (std::uint32_t i = a.eps_begin[s]; i < a.eps_begin[s + 1]; ++i) {
         ne = ne || null_end[a.eps_edges[i]];
         byte_set_merge(f, first[a.eps_edges[i]]);

@@ -68,10 +68,12 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   // One table per class of states with the same future (up to the longest token), built from the
   // class's first state.
   impl->scan_index.assign(a.n_states(), CompiledGrammar::Impl::kNoTable);
+  const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
   if (a.n_states() <= kMaxStatesToClassify) {
     classes = detail::future_classes(a, impl->vocabulary->max_token_length());
   }
+  st.classes_ms = ms_since(t_classes);
   if (!classes.empty()) {
     std::unordered_map<std::uint32_t, std::uint32_t> representative;
     impl->canonical_states.resize(a.n_states());
@@ -96,7 +98,9 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   impl->vocabulary_hash = impl->vocabulary->hash();
   impl->table_shared.assign(n_tables, nullptr);
   if (options.shared_tables) {
+    const auto t_closures = std::chrono::steady_clock::now();
     const auto closures = detail::rule_closures(a);
+    st.closures_ms = ms_since(t_closures);
     std::vector<std::shared_ptr<detail::TableCache::RuleTables>> by_rule(closures.size());
     for (std::size_t i = 0; i < n_tables; ++i) {
       const std::uint32_t r = a.state_rule[impl->table_state[i]];

@@ -1,6 +1,7 @@
 #include "state_classes.h"
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 namespace pse::detail {
@@ -64,50 +65,80 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
   std::vector<std::uint32_t> seen(n, ~0u);
   for (std::uint32_t s = 0; s < n; ++s) closures[s] = closure_of(a, s, max_closure, seen, s);
 
-  // Round 0: the rule and whether its end is reached without input (lone states keep their own id).
-  std::vector<std::uint32_t> cls(n), next(n);
-  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, VectorHash> ids;
-  auto intern = [&](std::vector<std::uint32_t>&& key) {
-    return ids.emplace(std::move(key), static_cast<std::uint32_t>(ids.size())).first->second;
-  };
-  for (std::uint32_t s = 0; s < n; ++s) {
-    cls[s] = closures[s].alone ? intern({2, s}) : intern({static_cast<std::uint32_t>(closures[s].final), a.state_rule[s]});
-  }
-  std::size_t n_classes = ids.size();
-  // Round k: the class of round k-1 with the labelled classes of the targets.
-  std::vector<std::uint32_t> key;
-  for (std::size_t round = 0; round < horizon; ++round) {
-    ids.clear();
+  // Round 0: the rule and whether its end is reached without input (lone states keep their own class).
+  std::vector<std::uint32_t> cls(n);
+  {
+    std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, VectorHash> ids;
     for (std::uint32_t s = 0; s < n; ++s) {
-      const Closure& c = closures[s];
-      key.assign(1, cls[s]);
-      if (!c.alone) {
-        const std::size_t begin = key.size();
-        for (const ByteEdge& e : c.bytes) {
-          key.push_back(0u << 16 | std::uint32_t{e.lo} << 8 | e.hi);
-          key.push_back(cls[e.target]);
+      std::vector<std::uint32_t> key = closures[s].alone ? std::vector<std::uint32_t>{2, s}
+                                                         : std::vector<std::uint32_t>{closures[s].final ? 1u : 0u, a.state_rule[s]};
+      cls[s] = ids.emplace(std::move(key), static_cast<std::uint32_t>(ids.size())).first->second;
+    }
+  }
+  std::uint32_t n_classes = 0;
+  for (std::uint32_t c : cls) n_classes = std::max(n_classes, c + 1);
+  std::vector<std::vector<std::uint32_t>> members(n_classes);
+  for (std::uint32_t s = 0; s < n; ++s) members[cls[s]].push_back(s);
+  // Who reads whose class: a state's signature names the classes of its edges' targets.
+  std::vector<std::vector<std::uint32_t>> readers(n);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    if (closures[s].alone) continue;
+    for (const ByteEdge& e : closures[s].bytes) readers[e.target].push_back(s);
+    for (const CallEdge& e : closures[s].calls) readers[e.target].push_back(s);
+  }
+  auto signature = [&](std::uint32_t s) {
+    const Closure& c = closures[s];
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
+    if (!c.alone) {
+      edges.reserve(c.bytes.size() + c.calls.size());
+      for (const ByteEdge& e : c.bytes) edges.emplace_back(std::uint32_t{e.lo} << 8 | e.hi, cls[e.target]);
+      for (const CallEdge& e : c.calls) edges.emplace_back(1u << 31 | e.rule, cls[e.target]);
+      std::sort(edges.begin(), edges.end());
+      edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+    }
+    return edges;
+  };
+  // Round k splits the classes whose members may now differ: those with a member reading a class that
+  // split in round k-1 (all classes in round 1). A split keeps the old id for its largest part, so only
+  // the states that moved make their readers' classes candidates for the next round. Stops when nothing
+  // splits (the partition is then the bisimulation itself) or after `horizon` rounds.
+  std::vector<std::uint32_t> candidates(n_classes);
+  for (std::uint32_t c = 0; c < n_classes; ++c) candidates[c] = c;
+  std::vector<std::uint8_t> is_candidate(n_classes, 0);
+  for (std::size_t round = 0; round < horizon && !candidates.empty(); ++round) {
+    std::vector<std::uint32_t> moved;
+    for (std::uint32_t c : candidates) {
+      if (members[c].size() < 2) continue;
+      std::map<std::vector<std::pair<std::uint32_t, std::uint32_t>>, std::vector<std::uint32_t>> parts;
+      for (std::uint32_t s : members[c]) parts[signature(s)].push_back(s);
+      if (parts.size() < 2) continue;
+      auto largest = parts.begin();
+      for (auto it = parts.begin(); it != parts.end(); ++it)
+        if (it->second.size() > largest->second.size()) largest = it;
+      for (auto it = parts.begin(); it != parts.end(); ++it) {
+        if (it == largest) continue;
+        const auto id = static_cast<std::uint32_t>(members.size());
+        for (std::uint32_t s : it->second) {
+          cls[s] = id;
+          moved.push_back(s);
         }
-        for (const CallEdge& e : c.calls) {
-          key.push_back(1u << 31 | e.rule);
-          key.push_back(cls[e.target]);
-        }
-        // Edges as a set: sort the (label, class) pairs.
-        std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
-        edges.reserve((key.size() - begin) / 2);
-        for (std::size_t i = begin; i < key.size(); i += 2) edges.emplace_back(key[i], key[i + 1]);
-        std::sort(edges.begin(), edges.end());
-        edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
-        key.resize(begin);
-        for (const auto& [label, target] : edges) {
-          key.push_back(label);
-          key.push_back(target);
+        members.push_back(std::move(it->second));
+      }
+      members[c] = std::move(largest->second);  // after the push_backs above: members may have moved
+    }
+    // Class ids assigned this round are read only from the next one: signatures above used the
+    // partition of the previous round for classes split earlier in the same loop. That is still a
+    // refinement of it, so the fixpoint is the same.
+    candidates.clear();
+    is_candidate.assign(members.size(), 0);
+    for (std::uint32_t s : moved) {
+      for (std::uint32_t r : readers[s]) {
+        if (!is_candidate[cls[r]]) {
+          is_candidate[cls[r]] = 1;
+          candidates.push_back(cls[r]);
         }
       }
-      next[s] = intern(std::vector<std::uint32_t>(key));
     }
-    cls.swap(next);
-    if (ids.size() == n_classes) break;  // stable: the partition is the bisimulation itself
-    n_classes = ids.size();
   }
   return cls;
 }
