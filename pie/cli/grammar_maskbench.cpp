@@ -157,8 +157,9 @@ MaskbenchFile load_file(const fs::path& path) {
 // Runs one schema through the protocol, appending its mask times to all_tbm_us. Never throws for
 // the schema's own faults: they land in `status` and the outcome.
 SchemaOutcome run_schema(const MaskbenchFile& file, const tokenizers::Tokenizer& tok,
-                         const std::shared_ptr<const pse::Vocabulary>& vocab, double time_limit_s,
-                         ordered_json& status, std::vector<double>& all_tbm_us, double& ttfm_us) {
+                         const std::shared_ptr<const pse::Vocabulary>& vocab, const pse::CompileOptions& base,
+                         double time_limit_s, ordered_json& status, std::vector<double>& all_tbm_us,
+                         double& ttfm_us) {
   SchemaOutcome out;
   std::vector<double> mask_us;
   std::size_t n_valid_ok = 0, n_invalid_ok = 0;
@@ -177,7 +178,7 @@ SchemaOutcome run_schema(const MaskbenchFile& file, const tokenizers::Tokenizer&
 
   std::optional<pse::Matcher> matcher;
   try {
-    pse::CompileOptions options;  // the engine's defaults, with the time left as the compile bound
+    pse::CompileOptions options = base;  // the engine's defaults (or --lazy-tables / --cold), with the time left
     const pse::Grammar g = pse::json_schema_to_grammar(file.schema);
     const double left_ms = (limit_us - us_since(start)) / 1000;
     if (left_ms <= 0)
@@ -309,8 +310,10 @@ bool wants_maskbench(std::span<const std::string> args) {
 int grammar_maskbench(std::span<const std::string> raw_args) {
   std::vector<std::string> paths;
   std::optional<std::string> tokenizer_path, jsonl_path, time_limit_text;
+  bool lazy_tables = false, cold = false;
   ArgParser p(
-      "orchard grammar bench --maskbench DIR|FILE... -t TOKENIZER [--jsonl OUT] [--time-limit S]",
+      "orchard grammar bench --maskbench DIR|FILE... -t TOKENIZER [--jsonl OUT] [--time-limit S] [--lazy-tables] "
+      "[--cold]",
       "Runs the MaskBench protocol (guidance-ai/jsonschemabench maskbench) on MaskBench schema "
       "files\n"
       "(each DIR: its *.json files). Per file: convert and compile the schema (TTFM; a failure is "
@@ -331,7 +334,11 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
       .option("time-limit", 0, "S",
               fmt::format("seconds per schema, compile and tests together (default {:g})",
                           kDefaultTimeLimitS),
-              &time_limit_text);
+              &time_limit_text)
+      .flag("lazy-tables", 0, "build each token table at its first mask instead of in compile (faster TTFM)",
+            &lazy_tables)
+      .flag("cold", 0, "share no token tables between schemas (each compile as if it were the process's first)",
+            &cold);
   const std::vector<std::string> args = expand_path_lists(raw_args);
   if (!p.parse(args)) return 0;
   if (paths.empty()) throw UsageError("missing option --maskbench DIR|FILE...");
@@ -359,6 +366,9 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
       throw std::runtime_error(fmt::format("[maskbench] {}: cannot open for writing", *jsonl_path));
   }
 
+  pse::CompileOptions base;
+  base.precompute = !lazy_tables;
+  base.shared_tables = !cold;
   std::vector<double> tbm_us, ttfm_us;
   std::size_t n_passing = 0, n_compile_errors = 0, n_validation_errors = 0,
               n_invalidation_errors = 0, n_timeouts = 0, n_crashes = 0, n_tests = 0;
@@ -367,7 +377,7 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
     double ttfm = 0;
     SchemaOutcome o;
     try {
-      o = run_schema(f, tok, vocab, time_limit_s, status, tbm_us, ttfm);
+      o = run_schema(f, tok, vocab, base, time_limit_s, status, tbm_us, ttfm);
     } catch (const std::exception& e) {  // a fault of the runner itself (e.g. out of memory)
       o = SchemaOutcome{};
       o.crashed = true;

@@ -65,15 +65,17 @@ class StackDfa {
       return (accepted.size() + uncertain.size() + uncertain_ends.size() + end_depths.size()) * 4 + sizeof(GroupResult);
     }
   };
-  // after: the configuration after `byte`; follow_filter as in build_token_table. nullptr when absent.
-  const GroupResult* find_group(std::int32_t after, std::uint8_t byte, bool follow_filter) const {
-    auto it = groups_.find(group_key(after, byte, follow_filter));
+  // after: the configuration after `byte`. filter: 0 when the table skips the follow filter, else the
+  // table's rule + 1 (the filter depends on the rule, and a configuration whose stacks have all ended is
+  // the same for every rule). nullptr when absent.
+  const GroupResult* find_group(std::int32_t after, std::uint8_t byte, std::uint32_t filter) const {
+    auto it = groups_.find(GroupKey{after, byte, filter});
     return it == groups_.end() ? nullptr : &it->second;
   }
-  void add_group(std::int32_t after, std::uint8_t byte, bool follow_filter, GroupResult result) {
+  void add_group(std::int32_t after, std::uint8_t byte, std::uint32_t filter, GroupResult result) {
     if (group_bytes_ + result.bytes() > kMaxGroupBytes) return;
     group_bytes_ += result.bytes();
-    groups_.emplace(group_key(after, byte, follow_filter), std::move(result));
+    groups_.emplace(GroupKey{after, byte, filter}, std::move(result));
   }
   static constexpr std::size_t kMaxGroupBytes = std::size_t{64} << 20;
 
@@ -108,11 +110,19 @@ class StackDfa {
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
   std::vector<std::int8_t> plain_loop_;  // per configuration: -1 unknown, 0, 1
   const std::vector<std::uint32_t>* canonical_ = nullptr;
-  static std::uint64_t group_key(std::int32_t after, std::uint8_t byte, bool follow_filter) {
-    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(after)) << 9 | std::uint64_t{byte} << 1 |
-           (follow_filter ? 1u : 0u);
-  }
-  std::unordered_map<std::uint64_t, GroupResult> groups_;
+  struct GroupKey {
+    std::int32_t after;
+    std::uint8_t byte;
+    std::uint32_t filter;
+    bool operator==(const GroupKey&) const = default;
+  };
+  struct GroupKeyHash {
+    std::size_t operator()(const GroupKey& k) const {
+      return static_cast<std::size_t>((static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.after)) << 8 | k.byte) *
+                                          0x9e3779b97f4a7c15ULL ^ k.filter);
+    }
+  };
+  std::unordered_map<GroupKey, GroupResult, GroupKeyHash> groups_;
   std::size_t group_bytes_ = 0;
   struct KeyHash {
     std::size_t operator()(const std::vector<std::uint32_t>& v) const {

@@ -171,6 +171,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   };
   const std::vector<std::uint8_t>& plain = vocab.plain();
   const std::vector<std::uint32_t>& lcp = vocab.lcp();
+  const std::uint32_t filter_id = follow_filter ? rule + 1 : 0;  // what the group memo's results depend on
   for (unsigned b = 0; b < 256; ++b) {
     if (!byte_set_has(first, b)) continue;
     std::size_t depth_dead = SIZE_MAX;  // byte index at which the previous token died, if it did
@@ -191,7 +192,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       if (chart.push(static_cast<std::uint8_t>(b))) {
         after = chart.last_config();
         if (memo) {
-          if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), follow_filter)) {
+          if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), filter_id)) {
             for (const TokenId id : g->accepted) accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
             n_accepted += g->accepted.size();
             for (std::size_t k = 0, e = 0; k < g->uncertain.size(); ++k) {
@@ -266,7 +267,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           record.end_depths.insert(record.end_depths.end(), table.end_depths.begin() + table.end_begin[k],
                                    table.end_depths.begin() + e1);
         }
-        chart.dfa()->add_group(after, static_cast<std::uint8_t>(b), follow_filter, std::move(record));
+        chart.dfa()->add_group(after, static_cast<std::uint8_t>(b), filter_id, std::move(record));
       }
     }
   }
