@@ -326,13 +326,15 @@ void Converter::collect_node(const Conj& conj, std::size_t index, Constraints& c
       if (!v.is_object()) fail(ptr, k, "\"patternProperties\" must be an object");
       for (auto& [pattern, sub] : v.items()) {
         need_schema("patternProperties", sub);
-        // A pattern whose schema is true (or {}) constrains nothing.
-        bool trivial = sub.is_boolean() && sub.get<bool>();
-        if (sub.is_object()) {
-          trivial = std::all_of(sub.items().begin(), sub.items().end(),
-                                [](const auto& kv) { return kAnnotations.count(kv.key()) > 0; });
-        }
-        if (trivial) continue;
+        // A pattern whose schema is true (or {}) constrains nothing, unless a sibling
+        // "additionalProperties" constrains the keys that match no pattern: then it exempts its keys.
+        auto is_true_schema = [](const json& x) {
+          if (x.is_boolean()) return x.get<bool>();
+          return x.is_object() && std::all_of(x.items().begin(), x.items().end(),
+                                              [](const auto& kv) { return kAnnotations.count(kv.key()) > 0; });
+        };
+        const json* add = get("additionalProperties");
+        if (is_true_schema(sub) && (add == nullptr || is_true_schema(*add))) continue;
         c.pattern_properties.push_back(
             {pattern, child(node, sub, "/patternProperties/" + escape_pointer_token(pattern)), ptr});
       }

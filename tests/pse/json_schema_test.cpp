@@ -120,6 +120,9 @@ TEST(JsonSchema, PatternPropertiesAlone) {
   expect_language(R"({"type":"object","patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":false})",
                   {"{}", R"({"x-a":1,"x-b":2})"}, {R"({"a":1})", R"({"x-a":"1"})"});
   expect_language(R"({"patternProperties":{"^a":true}})", {R"({"a":1,"b":2})"}, {});
+  // A pattern with an empty schema beside "additionalProperties": false still admits its keys.
+  expect_language(R"({"type":"object","patternProperties":{"^[a-z]+$":{}},"additionalProperties":false})",
+                  {"{}", R"({"ab":1,"c":[true]})"}, {R"({"A":1})", R"({"a1":1})"});
 }
 
 TEST(JsonSchema, PropertyCountsAndNames) {
