@@ -51,21 +51,27 @@ struct CompiledGrammar::Impl {
     const std::uint32_t s = table_state[i];
     detail::TableCache::RuleTables* shared = table_shared[i].get();
     const std::uint32_t offset = s - automaton.rule_start[automaton.state_rule[s]];
+    std::shared_ptr<const detail::TokenTable> cached;
     if (shared != nullptr) {
       std::lock_guard<std::mutex> lock(shared->mutex);
-      if (auto it = shared->by_offset.find(offset); it != shared->by_offset.end()) {
-        tables[i] = *it->second;
-        return true;
-      }
+      if (auto it = shared->by_offset.find(offset); it != shared->by_offset.end()) cached = it->second;
     }
-    detail::TokenTable t;
-    {
-      std::lock_guard<std::mutex> lock(dfa_mutex);
-      t = detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get(), detail::Walker::kAuto,
-                                    /*follow_filter=*/shared == nullptr);
+    std::lock_guard<std::mutex> lock(dfa_mutex);
+    if (shared == nullptr) {
+      tables[i] = detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get());
+      return false;
     }
-    tables[i] = shared != nullptr ? *detail::TableCache::instance().add(*shared, offset, std::move(t)) : std::move(t);
-    return false;
+    const bool from_cache = cached != nullptr;
+    if (!from_cache) {
+      cached = detail::TableCache::instance().add(
+          *shared, offset,
+          detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get(), detail::Walker::kAuto,
+                                    /*follow_filter=*/false));
+    }
+    // The shared table is this grammar's once its own follow filter has dropped what cannot continue.
+    tables[i] = *cached;
+    detail::apply_follow_filter(automaton, *vocabulary, s, tables[i], dfa.get());
+    return from_cache;
   }
 
   // Chain tables, built on first use per chain (state, return state of its caller, of that caller's

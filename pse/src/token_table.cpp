@@ -393,6 +393,54 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
   return build_token_table_with<Chart>(a, vocab, state, deadline, follow_filter, [&] { return Chart(&a); });
 }
 
+namespace {
+
+template <class Cursor, class MakeCursor>
+void apply_follow_filter_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state, TokenTable& table,
+                              MakeCursor make) {
+  const std::uint32_t rule = a.state_rule[state];
+  const ByteSet& follow = a.rule_follow[rule];
+  FollowCheck<Cursor> follow_check(a.rule_contexts[rule], make);
+  TokenTable out;
+  for (std::size_t k = 0; k < table.uncertain.size(); ++k) {
+    const std::uint32_t p = table.uncertain[k];
+    const std::string_view tok = vocab.sorted_token(p);
+    const std::size_t before = out.end_depths.size();
+    for (std::uint32_t e = table.end_begin[k]; e < table.end_begin[k + 1]; ++e) {
+      const std::uint32_t j = table.end_depths[e];
+      if (byte_set_has(follow, static_cast<unsigned char>(tok[j])) && follow_check.viable(tok.substr(j), j)) {
+        out.end_depths.push_back(j);
+      }
+    }
+    if (out.end_depths.size() == before) continue;
+    out.end_begin.push_back(static_cast<std::uint32_t>(before));
+    out.uncertain.push_back(p);
+  }
+  out.end_begin.push_back(static_cast<std::uint32_t>(out.end_depths.size()));
+  table.uncertain = std::move(out.uncertain);
+  table.end_begin = std::move(out.end_begin);
+  table.end_depths = std::move(out.end_depths);
+}
+
+}  // namespace
+
+void apply_follow_filter(const Automaton& a, const Vocabulary& vocab, std::uint32_t state, TokenTable& table,
+                         StackDfa* shared) {
+  if (table.uncertain.empty()) return;
+  if (shared != nullptr) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (attempt == 1 || shared->saturated()) shared->clear();
+      try {
+        apply_follow_filter_with<DfaCursor>(a, vocab, state, table, [&] { return DfaCursor(shared); });
+        return;
+      } catch (const StackDfa::Overflow&) {
+      }
+    }
+    shared->clear();
+  }
+  apply_follow_filter_with<Chart>(a, vocab, state, table, [&] { return Chart(&a); });
+}
+
 ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
                              std::uint32_t caller_return, StackDfa* shared, Walker walker) {
   if (walker == Walker::kAuto) {

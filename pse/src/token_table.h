@@ -74,6 +74,12 @@ TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocab
                              const std::chrono::steady_clock::time_point* deadline,
                              StackDfa* shared = nullptr, Walker walker = Walker::kAuto, bool follow_filter = true);
 
+// The follow filter of build_token_table applied afterwards to a table built without it (a shared
+// table, see table_cache.h), for `state`'s rule in this grammar: drops the end depths whose rest can
+// follow the rule in none of its callers, and the uncertain tokens left with none.
+void apply_follow_filter(const Automaton& automaton, const Vocabulary& vocabulary, std::uint32_t state,
+                         TokenTable& table, StackDfa* shared = nullptr);
+
 ChainTable build_chain_table(const Automaton& automaton, const Vocabulary& vocabulary, UncertainView below,
                              std::uint32_t caller_return, StackDfa* shared = nullptr,
                              Walker walker = Walker::kAuto);
