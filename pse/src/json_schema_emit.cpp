@@ -291,22 +291,28 @@ ExprId Converter::emit_constraints(const Conj& conj, Constraints& c, std::uint32
 }
 
 ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
-  // patternProperties: exact when one pattern, no declared or required names, and no other members
-  // (additionalProperties false): then every member's key matches the pattern and its value the schema.
+  // patternProperties: exact when one pattern, no other members (additionalProperties false), and no
+  // declared or required name that the pattern matches: then every undeclared member's key matches the
+  // pattern and its value the schema.
   std::optional<ExprId> pattern_member;
   if (!c.pattern_properties.empty()) {
     const auto& pp = c.pattern_properties[0];
-    bool declared = !c.required.empty();
+    bool declared_match = false;
+    auto check_name = [&](const std::string& name) {
+      const std::optional<bool> m = pattern_matches(pp.pattern, name);
+      declared_match = declared_match || !m || *m;
+    };
+    for (const auto& r : c.required) check_name(r);
     bool closed = false;
     for (const auto& shape : c.object_shapes) {
-      declared = declared || !shape.properties.empty();
+      for (const auto& [name, node] : shape.properties) check_name(name);
       if (shape.additional && shape.additional->schema->is_boolean() && !shape.additional->schema->get<bool>()) closed = true;
     }
-    if (c.pattern_properties.size() > 1 || declared || !closed || !c.property_names.empty() ||
+    if (c.pattern_properties.size() > 1 || declared_match || !closed || !c.property_names.empty() ||
         !c.unevaluated_properties.empty()) {
       fail(pp.pointer, "patternProperties",
-           "\"patternProperties\" is enforced only alone (one pattern, no properties / required / propertyNames) "
-           "with \"additionalProperties\": false");
+           "\"patternProperties\" is enforced only as one pattern matching none of the declared names, with "
+           "\"additionalProperties\": false and no propertyNames");
     }
     ExprId key = g_.add_sequence({g_.add_bytes("\""), pattern_expr(pp.pattern, pp.pointer), g_.add_bytes("\"")});
     pattern_member = g_.add_sequence({key, colon(), value_expr({pp.schema}, d + 1, depth + 1)});

@@ -202,6 +202,9 @@ class Converter {
   ExprId string_body_excluding(const std::vector<std::string>& excluded);  // body != each of them
   ExprId format_expr(const std::string& format, const std::string& pointer);  // the body of a format
   ExprId pattern_expr(const std::string& pattern, const std::string& pointer);
+  // Whether `text` contains a match of the ECMA-262 pattern (JSON Schema semantics); nullopt when the
+  // pattern is outside the regex front-end.
+  std::optional<bool> pattern_matches(const std::string& pattern, const std::string& text);
   // Copies the expressions 0..root of a regex grammar into g_, re-encoding each character as JSON
   // string text; throws a SchemaError at pointer / keyword if the regex holds a rule reference.
   ExprId copy_regex_as_string_body(const Grammar& scratch, ExprId root, const std::string& pointer,

@@ -10,6 +10,8 @@
 #include <map>
 
 #include "json_schema_internal.h"
+#include "pse/compiler.h"
+#include "pse/matcher.h"
 #include "pse/regex.h"
 
 namespace pse::json_schema_detail {
@@ -303,6 +305,28 @@ ExprId Converter::pattern_expr(const std::string& pattern, const std::string& po
   ExprId body = copy_regex_as_string_body(scratch, root, pointer, "pattern");
   check_size();
   return body;
+}
+
+std::optional<bool> Converter::pattern_matches(const std::string& pattern, const std::string& text) {
+  static const std::shared_ptr<const Vocabulary> bytes = [] {
+    std::vector<std::string> t;
+    for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+    return std::make_shared<const Vocabulary>(std::move(t), std::vector<TokenId>{}, std::vector<TokenId>{});
+  }();
+  try {
+    Grammar scratch;
+    RegexOptions ro;
+    ro.full_match = false;
+    const ExprId root = add_regex(scratch, pattern, ro);
+    scratch.set_root(scratch.add_rule("root", root));
+    CompileOptions co;
+    co.shared_tables = false;
+    co.precompute = false;
+    Matcher m(compile_grammar(scratch, bytes, co));
+    return m.accept_bytes(text) && m.can_stop();
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 namespace {

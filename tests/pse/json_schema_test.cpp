@@ -123,6 +123,12 @@ TEST(JsonSchema, PatternPropertiesAlone) {
   // A pattern with an empty schema beside "additionalProperties": false still admits its keys.
   expect_language(R"({"type":"object","patternProperties":{"^[a-z]+$":{}},"additionalProperties":false})",
                   {"{}", R"({"ab":1,"c":[true]})"}, {R"({"A":1})", R"({"a1":1})"});
+  // Beside declared names the pattern matches none of: declared members in order, then pattern members.
+  expect_language(R"({"properties":{"foo":{"type":"string"}},"patternProperties":{"^v":{"type":"integer"}},"additionalProperties":false})",
+                  {R"({"foo":"x","vroom":2})", R"({"vroom":2})", "{}"}, {R"({"vroom":"x"})", R"({"bar":1})", R"({"foo":1})"});
+  // A declared name the pattern matches would need the pattern's schema merged into its own: an error.
+  expect_error(R"({"properties":{"vx":{}},"patternProperties":{"^v":{"type":"integer"}},"additionalProperties":false})", "",
+               "patternProperties");
 }
 
 TEST(JsonSchema, PropertyCountsAndNames) {
