@@ -140,9 +140,23 @@ Shared& shared() {
   return *s;
 }
 
+// Cold: nothing shared with earlier compiles (no compile cache, no shared token tables).
 void BM_GrammarCompile(benchmark::State& state, const std::string& name) {
   Shared& s = shared();
   const pse::Grammar& g = s.work.at(name).grammar;
+  pse::CompileOptions cold;
+  cold.shared_tables = false;
+  for (auto _ : state) {
+    pse::CompiledGrammar cg = pse::compile_grammar(g, s.vocab, cold);
+    benchmark::DoNotOptimize(cg.stats().n_states);
+  }
+}
+
+// With the token tables of the same rules compiled before (the process-wide cache), as in a server.
+void BM_GrammarCompileShared(benchmark::State& state, const std::string& name) {
+  Shared& s = shared();
+  const pse::Grammar& g = s.work.at(name).grammar;
+  (void)pse::compile_grammar(g, s.vocab);
   for (auto _ : state) {
     pse::CompiledGrammar cg = pse::compile_grammar(g, s.vocab);
     benchmark::DoNotOptimize(cg.stats().n_states);
@@ -214,6 +228,9 @@ BENCHMARK(BM_VocabularyPreprocessing)->Unit(benchmark::kMillisecond);
 const int kRegistered = [] {
   for (const char* name : {"json", "arithmetic", "c", "regex"}) {
     benchmark::RegisterBenchmark((std::string("BM_GrammarCompile/") + name).c_str(), BM_GrammarCompile,
+                                 std::string(name))
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("BM_GrammarCompileShared/") + name).c_str(), BM_GrammarCompileShared,
                                  std::string(name))
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("BM_GrammarMask/") + name).c_str(), BM_GrammarMask, std::string(name))
