@@ -5,8 +5,10 @@
 // tiles of PREFILL_BLOCK_N keys (32 or 64) are gathered from their pages into shared memory by cp.async, two
 // stages deep, one barrier per tile; the first two are in flight while the block converts its query rows. The
 // softmax keeps a reference maximum per row that moves only when the row's maximum grows by more than 2^8, so
-// the O accumulators are rarely rescaled. Blocks are numbered heaviest (last, longest causal span) query tile
-// first, heads fastest, so a KV head's query heads run side by side and share its tiles in L2.
+// the O accumulators are rarely rescaled: each thread compares its own scores' maxima (a tree of pairwise
+// maxima, not a dependent chain) with its rows' references, and one warp vote skips the shuffles, corrections
+// and rescale when no row grew that much (most tiles). Blocks are numbered heaviest (last, longest causal span)
+// query tile first, heads fastest, so a KV head's query heads run side by side and share its tiles in L2.
 // Compile-time: HEAD_DIM (64, 128, 256), KV_BF16, PREFILL_WARPS, PREFILL_M_TILES (1 or 2), PREFILL_BLOCK_N,
 // PREFILL_SOFT_CAP and PREFILL_WINDOW (0 or 1).
 
@@ -52,16 +54,11 @@ __device__ __forceinline__ void scale_rows(float (*o)[4], const float* corr) {
   }
 }
 
-// Rescales the tile's O when some row's reference maximum moved (a warp vote skips the multiplies otherwise).
-__device__ __forceinline__ void rescale(float (*o)[4], const float* corr) {
-  if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) scale_rows(o, corr);
-}
-
-// Softmax weights of one m16 tile of raw scores: exp2(s * s_mul + neg), summed into l (after its correction)
-// and packed as the A operand of P V.
-__device__ __forceinline__ void exp_tile(float (*s)[4], const float* neg, float* l, const float* corr,
-                                         unsigned (*pa)[4], float s_mul) {
-  float la = l[0] * corr[0], lb = l[1] * corr[1];
+// Softmax weights of one m16 tile of raw scores: exp2(s * s_mul + neg), summed into l and packed as the A
+// operand of P V.
+__device__ __forceinline__ void exp_tile(float (*s)[4], const float* neg, float* l, unsigned (*pa)[4],
+                                         float s_mul) {
+  float la = l[0], lb = l[1];
 #pragma unroll
   for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
     const float p0 = fast_exp2(fmaf(s[nt][0], s_mul, neg[0]));
@@ -276,7 +273,10 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
       const bool need_mask = kt * BLOCK_N + BLOCK_N - 1 > warp_pos_first ||
                              ((PREFILL_WINDOW && p.window > 0) && kt * BLOCK_N <= warp_pos_last - p.window);
       unsigned pa[MT][BLOCK_N / 16][4];
-      float corr[MT][2], neg[MT][2];
+      // Each thread's own row maxima first; one vote over the warp's rows then says whether any row grew by
+      // more than 2^8 past its reference (or from -inf). Mostly none does (weights up to 256 are exact enough in
+      // f32 sums and 16-bit P), and the shuffles, corrections and rescale are skipped.
+      float mx[MT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int pos_a = warp_pos_first + mt * 16 + g;
@@ -290,45 +290,70 @@ extern "C" __global__ void __launch_bounds__(N_THREADS) prefill_attention(const 
             }
           }
         }
-        float mx_a = m[mt][0], mx_b = m[mt][1];
+        if (need_mask) {
 #pragma unroll
-        for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
+          for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = s[mt][nt][e];
-            if (need_mask) {
+            for (int e = 0; e < 4; ++e) {
               const int key = kt * BLOCK_N + nt * 8 + 2 * t4 + (e & 1);
               const int pos = e < 2 ? pos_a : pos_b;
               const bool visible = key <= pos && ((!PREFILL_WINDOW || p.window <= 0) || key > pos - p.window);
-              x = visible ? x : -INFINITY;
-              s[mt][nt][e] = x;
+              s[mt][nt][e] = visible ? s[mt][nt][e] : -INFINITY;
             }
-            if (e < 2) mx_a = fmaxf(mx_a, x); else mx_b = fmaxf(mx_b, x);
           }
         }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        {
-          // The reference maximum moves only when some row's maximum grew by more than 2^8 (or from -inf):
-          // weights up to 256 are exact enough in f32 sums and 16-bit P, and most tiles skip the rescale.
+        // Pairwise (a tree, not a chain of dependent maxima).
+        float ta[BLOCK_N / 8], tb[BLOCK_N / 8];
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
+          ta[nt] = fmaxf(s[mt][nt][0], s[mt][nt][1]);
+          tb[nt] = fmaxf(s[mt][nt][2], s[mt][nt][3]);
+        }
+#pragma unroll
+        for (int w = BLOCK_N / 16; w >= 1; w /= 2) {
+#pragma unroll
+          for (int i = 0; i < w; ++i) {
+            ta[i] = fmaxf(ta[i], ta[i + w]);
+            tb[i] = fmaxf(tb[i], tb[i + w]);
+          }
+        }
+        mx[mt][0] = fmaxf(ta[0], m[mt][0]);
+        mx[mt][1] = fmaxf(tb[0], m[mt][1]);
+      }
+      bool grow_any = false;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        grow_any |= (mx[mt][0] - m[mt][0]) * s_mul > 8.0f || (mx[mt][1] - m[mt][1]) * s_mul > 8.0f;
+      }
+      if (__any_sync(0xffffffffu, grow_any)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          float mx_a = mx[mt][0], mx_b = mx[mt][1];
+          mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+          mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+          mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+          mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
           const bool grow = (mx_a - m[mt][0]) * s_mul > 8.0f || (mx_b - m[mt][1]) * s_mul > 8.0f;
-          if (!__any_sync(0xffffffffu, grow)) {
-            mx_a = m[mt][0];
-            mx_b = m[mt][1];
+          if (__any_sync(0xffffffffu, grow)) {
+            const float ref_a = mx_a == -INFINITY ? 0.0f : mx_a;
+            const float ref_b = mx_b == -INFINITY ? 0.0f : mx_b;
+            float corr[2];
+            corr[0] = fast_exp2((m[mt][0] - ref_a) * s_mul);
+            corr[1] = fast_exp2((m[mt][1] - ref_b) * s_mul);
+            m[mt][0] = mx_a;
+            m[mt][1] = mx_b;
+            scale_rows(o[mt], corr);
+            l[mt][0] *= corr[0];
+            l[mt][1] *= corr[1];
           }
         }
-        const float ref_a = mx_a == -INFINITY ? 0.0f : mx_a;  // a row that has seen no key yet
-        const float ref_b = mx_b == -INFINITY ? 0.0f : mx_b;
-        corr[mt][0] = fast_exp2((m[mt][0] - ref_a) * s_mul);
-        corr[mt][1] = fast_exp2((m[mt][1] - ref_b) * s_mul);
-        neg[mt][0] = -ref_a * s_mul;
-        neg[mt][1] = -ref_b * s_mul;
-        m[mt][0] = mx_a;
-        m[mt][1] = mx_b;
-        rescale(o[mt], corr[mt]);
-        exp_tile(s[mt], neg[mt], l[mt], corr[mt], pa[mt], s_mul);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        float neg[2];
+        neg[0] = m[mt][0] == -INFINITY ? 0.0f : -m[mt][0] * s_mul;  // a row that has seen no key yet: ref 0
+        neg[1] = m[mt][1] == -INFINITY ? 0.0f : -m[mt][1] * s_mul;
+        exp_tile(s[mt], neg, l[mt], pa[mt], s_mul);
       }
 
       // O += P V: P stays in registers as the A operand; V fragments by transposed ldmatrix, two 8-column tiles
