@@ -157,12 +157,14 @@ TEST_F(ServerHttpTest, ErrorsHaveOpenAIShapeAndStatus) {
 
 TEST_F(ServerHttpTest, UnsupportedSchemaKeywordIsNamed) {
   Json format{{"type", "json_schema"},
-              {"json_schema", Json{{"name", "x"}, {"schema", Json{{"type", "object"}, {"frobnicate", true}}}}}};
+              {"json_schema", Json{{"name", "x"}, {"schema", Json{{"type", "string"}, {"maxlength", 3}}}}}};
   auto r = post("/v1/chat/completions", chat_body({{"response_format", format}}));
   ASSERT_EQ(r->status, 400) << r->body;
   Json error = error_of(r);
   EXPECT_EQ(error["param"], "response_format.json_schema.schema");
-  EXPECT_NE(error["message"].get<std::string>().find("frobnicate"), std::string::npos) << error;
+  // A miscased validation keyword: named, with the keyword it should be.
+  EXPECT_NE(error["message"].get<std::string>().find("maxlength"), std::string::npos) << error;
+  EXPECT_NE(error["message"].get<std::string>().find("maxLength"), std::string::npos) << error;
   expect_serving();
 }
 
