@@ -308,14 +308,34 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
       for (const auto& [name, node] : shape.properties) check_name(name);
       if (shape.additional && shape.additional->schema->is_boolean() && !shape.additional->schema->get<bool>()) closed = true;
     }
-    if (c.pattern_properties.size() > 1 || declared_match || !closed || !c.property_names.empty() ||
-        !c.unevaluated_properties.empty()) {
+    // Open objects (other members allowed): the keys the pattern does not match take the additional
+    // schema, which needs the pattern's complement: built for one repeated character class, with no
+    // declared names (they would have to be excluded from both kinds of keys) and one object shape.
+    std::optional<std::string> complement;
+    const bool declared = !c.required.empty() ||
+                          std::any_of(c.object_shapes.begin(), c.object_shapes.end(),
+                                      [](const ObjectShape& sh) { return !sh.properties.empty(); });
+    if (!closed && !declared && c.object_shapes.size() <= 1) complement = pattern_complement(pp.pattern);
+    if (c.pattern_properties.size() > 1 || declared_match || (!closed && !complement) ||
+        !c.property_names.empty() || !c.unevaluated_properties.empty()) {
       fail(pp.pointer, "patternProperties",
            "\"patternProperties\" is enforced only as one pattern matching none of the declared names, with "
-           "\"additionalProperties\": false and no propertyNames");
+           "\"additionalProperties\": false and no propertyNames, or, in an object without declared names, "
+           "as one repeated character class (C+ or C*, anchored or not) beside other members");
     }
     ExprId key = g_.add_sequence({g_.add_bytes("\""), pattern_expr(pp.pattern, pp.pointer), g_.add_bytes("\"")});
     pattern_member = g_.add_sequence({key, colon(), value_expr({pp.schema}, d + 1, depth + 1)});
+    if (complement && !complement->empty()) {
+      Conj additional;
+      for (const auto& shape : c.object_shapes)
+        if (shape.additional) additional.push_back(*shape.additional);
+      if (additional.empty()) additional.push_back(true_node());
+      if (!collect(additional, depth + 1).never) {
+        ExprId other_key = g_.add_sequence({g_.add_bytes("\""), pattern_expr(*complement, pp.pointer), g_.add_bytes("\"")});
+        pattern_member = g_.add_choice(
+            {*pattern_member, g_.add_sequence({other_key, colon(), value_expr(additional, d + 1, depth + 1)})});
+      }
+    }
   }
   // Merge the shapes: a key's schema is, per shape, its property schema or else the shape's additional one.
   std::vector<std::string> order;

@@ -205,6 +205,10 @@ class Converter {
   // Whether `text` contains a match of the ECMA-262 pattern (JSON Schema semantics); nullopt when the
   // pattern is outside the regex front-end.
   std::optional<bool> pattern_matches(const std::string& pattern, const std::string& text);
+  // For a pattern of one character class repeated (`C+` or `C*`, each end anchored or not): a pattern
+  // whose search language is the complement of the pattern's (anchored), "" when the pattern matches
+  // every string. nullopt for other patterns.
+  std::optional<std::string> pattern_complement(const std::string& pattern);
   // Copies the expressions 0..root of a regex grammar into g_, re-encoding each character as JSON
   // string text; throws a SchemaError at pointer / keyword if the regex holds a rule reference.
   ExprId copy_regex_as_string_body(const Grammar& scratch, ExprId root, const std::string& pointer,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 #include "json_schema_internal.h"
@@ -327,6 +328,54 @@ std::optional<bool> Converter::pattern_matches(const std::string& pattern, const
   } catch (const Error&) {
     return std::nullopt;
   }
+}
+
+std::optional<std::string> Converter::pattern_complement(const std::string& pattern) {
+  std::string p = pattern;
+  const bool start = !p.empty() && p.front() == '^';
+  if (start) p.erase(0, 1);
+  // A '$' that ends the pattern and is not escaped (an odd number of backslashes before it escapes it).
+  std::size_t slashes = 0;
+  for (std::size_t i = p.size() >= 1 ? p.size() - 1 : 0; i-- > 0 && p[i] == '\\';) ++slashes;
+  const bool end = !p.empty() && p.back() == '$' && slashes % 2 == 0;
+  if (end) p.pop_back();
+  if (p.size() < 2 || (p.back() != '+' && p.back() != '*')) return std::nullopt;
+  const bool plus = p.back() == '+';
+  const std::string atom = p.substr(0, p.size() - 1);
+  // The atom and its negation, as ECMA-262 text; both must parse to one character class.
+  std::string negated;
+  if (atom == ".") {
+    negated = "[\\n\\r\\u2028\\u2029]";
+  } else if (atom.size() == 2 && atom[0] == '\\' && std::string("wWdDsS").find(atom[1]) != std::string::npos) {
+    negated = std::string("\\") + static_cast<char>(std::islower(static_cast<unsigned char>(atom[1])) ? std::toupper(atom[1]) : std::tolower(atom[1]));
+  } else if (atom.size() >= 3 && atom.front() == '[' && atom.back() == ']') {
+    negated = atom[1] == '^' ? "[" + atom.substr(2) : "[^" + atom.substr(1);
+    if (negated == "[]" || negated == "[^]") return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  auto one_class = [](const std::string& text) {
+    try {
+      const Grammar g = parse_regex(text);
+      return g.expr(g.rule(g.root()).body).kind == ExprKind::kCharClass;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  if (!one_class(atom) || !one_class(negated)) return std::nullopt;
+  const std::string any = "[\\s\\S]";
+  std::string body;
+  if (start && end) {
+    body = any + "*" + negated + any + "*";  // some character outside the class
+    if (plus) body = "|" + body;              // or none at all
+  } else if (start || end) {
+    if (!plus) return std::string();  // C* matches the empty prefix (suffix) of every string
+    body = "|" + (start ? negated + any + "*" : any + "*" + negated);
+  } else {
+    if (!plus) return std::string();  // an empty match is found in every string
+    body = negated + "*";             // no character of the class anywhere
+  }
+  return "^(?:" + body + ")$";
 }
 
 namespace {

@@ -126,6 +126,17 @@ TEST(JsonSchema, PatternPropertiesAlone) {
   // Beside declared names the pattern matches none of: declared members in order, then pattern members.
   expect_language(R"({"properties":{"foo":{"type":"string"}},"patternProperties":{"^v":{"type":"integer"}},"additionalProperties":false})",
                   {R"({"foo":"x","vroom":2})", R"({"vroom":2})", "{}"}, {R"({"vroom":"x"})", R"({"bar":1})", R"({"foo":1})"});
+  // Open objects: keys matching the pattern take its schema, the others the additional schema (the
+  // complement of one repeated character class, anchored or not).
+  expect_language(R"({"type":"object","patternProperties":{"^[a-z]+$":{"type":"integer"}}})",
+                  {R"({"ab":1})", R"({"A1":"x"})", R"({"":true})", R"({"a":1,"B":[1]})", "{}"},
+                  {R"({"ab":"x"})", R"({"a":1,"b":null})"});
+  expect_language(R"({"type":"object","patternProperties":{".*":{"type":"integer"}}})", {R"({"x":1,"":2})"},
+                  {R"({"x":"1"})", R"({"":null})"});
+  expect_language(R"({"patternProperties":{"^.*$":{"type":"integer"}},"additionalProperties":{"type":"string"}})",
+                  {R"({"ab":1})", R"({"a\nb":"x"})"}, {R"({"ab":"x"})", R"({"a\nb":1})"});
+  expect_language(R"({"patternProperties":{"\\d+":{"const":0}}})", {R"({"a1":0,"b":1})"}, {R"({"a1":1})"});
+  expect_error(R"({"patternProperties":{"^ab+":{"type":"integer"}}})", "", "patternProperties");
   // A declared name the pattern matches would need the pattern's schema merged into its own: an error.
   expect_error(R"({"properties":{"vx":{}},"patternProperties":{"^v":{"type":"integer"}},"additionalProperties":false})", "",
                "patternProperties");
