@@ -34,6 +34,7 @@ struct CompiledGrammar::Impl {
   // first use (they meet the configurations met before); one build at a time uses it.
   static constexpr std::size_t kMaxSharedConfigs = 2048;  // bounds its memory (about 2 MiB)
   static constexpr std::size_t kMaxCompileConfigs = 16384;  // while compile() builds the tables (16 MiB)
+  static constexpr std::size_t kMaxSharedGroupBytes = std::size_t{4} << 20;  // group results kept afterwards
   mutable std::mutex dfa_mutex;
   mutable std::unique_ptr<detail::StackDfa> dfa;
   std::vector<std::uint32_t> canonical_states;  // [n_states] the class representative (see StackDfa); or empty

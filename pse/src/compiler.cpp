@@ -143,6 +143,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   }
   if (impl->dfa->n_configs() > CompiledGrammar::Impl::kMaxSharedConfigs) impl->dfa->clear();
   impl->dfa->set_max_configs(CompiledGrammar::Impl::kMaxSharedConfigs);
+  impl->dfa->reset_groups(CompiledGrammar::Impl::kMaxSharedGroupBytes);
   st.tables_ms = ms_since(t1);
   return CompiledGrammar(std::move(impl));
 }

@@ -29,7 +29,7 @@ std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
 std::size_t StackDfa::memory_bytes() const {
   std::size_t n = trans_.capacity() * 4 + outer_final_.capacity();
   for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
-  return n;
+  return n + group_bytes_;
 }
 
 ByteSet StackDfa::first_bytes(std::int32_t config) const {

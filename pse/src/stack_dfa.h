@@ -73,11 +73,17 @@ class StackDfa {
     return it == groups_.end() ? nullptr : &it->second;
   }
   void add_group(std::int32_t after, std::uint8_t byte, std::uint32_t filter, GroupResult result) {
-    if (group_bytes_ + result.bytes() > kMaxGroupBytes) return;
+    if (group_bytes_ + result.bytes() > max_group_bytes_) return;
     group_bytes_ += result.bytes();
     groups_.emplace(GroupKey{after, byte, filter}, std::move(result));
   }
-  static constexpr std::size_t kMaxGroupBytes = std::size_t{64} << 20;
+  // Forgets the group results and bounds their memory from now on (compile() keeps up to 64 MiB while it
+  // builds every table; a compiled grammar keeps a few MiB for the tables it builds later).
+  void reset_groups(std::size_t max_bytes) {
+    groups_.clear();
+    group_bytes_ = 0;
+    max_group_bytes_ = max_bytes;
+  }
 
   // States known to read the same byte strings the same way for every walk this automaton serves
   // (future_classes with a horizon of the longest token): each configuration is closed from stacks whose
@@ -124,6 +130,7 @@ class StackDfa {
   };
   std::unordered_map<GroupKey, GroupResult, GroupKeyHash> groups_;
   std::size_t group_bytes_ = 0;
+  std::size_t max_group_bytes_ = std::size_t{64} << 20;
   struct KeyHash {
     std::size_t operator()(const std::vector<std::uint32_t>& v) const {
       std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ v.size();
