@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_map>
 
 #include <fmt/format.h>
-
-#include <unordered_map>
 
 #include "compiled_grammar_impl.h"
 #include "stack_dfa.h"
@@ -71,7 +70,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
   if (a.n_states() <= kMaxStatesToClassify) {
-    classes = detail::future_classes(a, impl->vocabulary->max_token_length());
+    classes = detail::future_classes(a, impl->vocabulary->max_token_length(), 256, &deadline);
   }
   st.classes_ms = ms_since(t_classes);
   if (!classes.empty()) {

@@ -4,6 +4,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "pse/error.h"
+
 namespace pse::detail {
 
 namespace {
@@ -59,11 +61,21 @@ Closure closure_of(const Automaton& a, std::uint32_t s, std::size_t max_closure,
 
 }  // namespace
 
-std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure) {
+std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure,
+                                          const std::chrono::steady_clock::time_point* deadline) {
+  std::size_t work = 0;
+  auto check_deadline = [&] {
+    if (deadline != nullptr && (++work & 0xFFF) == 0 && std::chrono::steady_clock::now() > *deadline) {
+      throw LimitError("[compile] compile time limit exceeded finding the states with the same future");
+    }
+  };
   const std::size_t n = a.n_states();
   std::vector<Closure> closures(n);
   std::vector<std::uint32_t> seen(n, ~0u);
-  for (std::uint32_t s = 0; s < n; ++s) closures[s] = closure_of(a, s, max_closure, seen, s);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    check_deadline();
+    closures[s] = closure_of(a, s, max_closure, seen, s);
+  }
 
   // Round 0: the rule and whether its end is reached without input (lone states keep their own class).
   std::vector<std::uint32_t> cls(n);
@@ -87,6 +99,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
     for (const CallEdge& e : closures[s].calls) readers[e.target].push_back(s);
   }
   auto signature = [&](std::uint32_t s) {
+    check_deadline();
     const Closure& c = closures[s];
     std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
     if (!c.alone) {

@@ -5,6 +5,7 @@
 // so many states have the same future; one table serves each class.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -17,6 +18,8 @@ namespace pse::detail {
 // the same depths and dies (or not) at the same byte, with the same calls on the way (Moore's partition
 // refinement, stopped at `horizon` rounds or when stable). States whose epsilon closure is larger than
 // `max_closure` stay alone in their class (the refinement would cost more than it saves).
-std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure = 256);
+// Throws LimitError when `deadline` (if given) passes.
+std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure = 256,
+                                          const std::chrono::steady_clock::time_point* deadline = nullptr);
 
 }  // namespace pse::detail

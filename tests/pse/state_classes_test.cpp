@@ -11,6 +11,7 @@
 
 #include "automaton.h"
 #include "engine_test_util.h"
+#include "pse/error.h"
 #include "pse/json_schema.h"
 #include "token_table.h"
 
@@ -69,6 +70,16 @@ TEST(StateClasses, RepeatedSchemaStructureSharesTables) {
     const auto [n_scan, n_classes] = check_classes(g, *vocab, schema);
     EXPECT_LT(n_classes, n_scan) << schema << ": no state shares a table";
   }
+}
+
+TEST(StateClasses, DeadlineIsALimitError) {
+  pse::testing::G g;
+  const pse::RuleId r = g.rule("root");
+  g.define(r, g.rep(g.cls('a', 'z'), 1, 20'000));  // 60,000 states: past the first deadline check
+  const Automaton a = build_automaton(g.done(r), AutomatonLimits{});
+  const auto past = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  EXPECT_THROW((void)future_classes(a, 16, 256, &past), pse::LimitError);
+  EXPECT_EQ(future_classes(a, 16).size(), a.n_states());
 }
 
 }  // namespace
