@@ -14,6 +14,7 @@
 #include "stack_dfa.h"
 #include "table_cache.h"
 #include "token_table.h"
+#include "u32_hash.h"
 
 namespace pse {
 
@@ -78,15 +79,9 @@ struct CompiledGrammar::Impl {
   // Chain tables, built on first use per chain (state, return state of its caller, of that caller's
   // caller, ...); bounded in number (beyond it, uncertain tokens are checked against the chart).
   static constexpr std::size_t kMaxChainTables = 16384;
-  struct ChainHash {
-    std::size_t operator()(const std::vector<std::uint32_t>& v) const {
-      std::uint64_t h = 0x9e3779b97f4a7c15ULL;
-      for (std::uint32_t x : v) h = (h ^ x) * 0xff51afd7ed558ccdULL;
-      return static_cast<std::size_t>(h ^ (h >> 29));
-    }
-  };
   mutable std::mutex chain_mutex;
-  mutable std::unordered_map<std::vector<std::uint32_t>, std::shared_ptr<const detail::ChainTable>, ChainHash>
+  mutable std::unordered_map<std::vector<std::uint32_t>, std::shared_ptr<const detail::ChainTable>,
+                             detail::U32VectorHash>
       chain_tables;
 
   // The table of `chain` (chain[0] a table index, then return states), built from `below` (the table of the

@@ -4,20 +4,10 @@
 #include <unordered_set>
 
 #include "pse/vocabulary.h"
+#include "u32_hash.h"
 
 namespace pse::detail {
 
-namespace {
-
-struct StackHash {
-  std::size_t operator()(const std::vector<std::uint32_t>& v) const {
-    std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ v.size();
-    for (std::uint32_t x : v) h = (h ^ x) * 0xff51afd7ed558ccdULL;
-    return static_cast<std::size_t>(h ^ (h >> 31));
-  }
-};
-
-}  // namespace
 
 std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
   std::vector<Stack> seeds;
@@ -73,7 +63,7 @@ std::int32_t StackDfa::close_and_intern(std::vector<Stack>& seeds) {
   std::size_t base = kMaxDepth;
   for (const Stack& st : seeds) base = std::min(base, st.size());
   const std::size_t max_height = std::min(kMaxDepth, base + a_.rule_start.size() + 1);
-  std::unordered_set<Stack, StackHash> seen;
+  std::unordered_set<Stack, U32VectorHash> seen;
   std::vector<Stack> work;
   auto add = [&](Stack&& st) {
     if (st.size() > max_height) throw Overflow{};

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "automaton.h"
+#include "u32_hash.h"
 
 namespace pse::detail {
 
@@ -131,14 +132,7 @@ class StackDfa {
   std::unordered_map<GroupKey, GroupResult, GroupKeyHash> groups_;
   std::size_t group_bytes_ = 0;
   std::size_t max_group_bytes_ = std::size_t{64} << 20;
-  struct KeyHash {
-    std::size_t operator()(const std::vector<std::uint32_t>& v) const {
-      std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ v.size();
-      for (std::uint32_t x : v) h = (h ^ x) * 0xff51afd7ed558ccdULL;
-      return static_cast<std::size_t>(h ^ (h >> 31));
-    }
-  };
-  std::unordered_map<std::vector<std::uint32_t>, std::int32_t, KeyHash> index_;
+  std::unordered_map<std::vector<std::uint32_t>, std::int32_t, U32VectorHash> index_;
 };
 
 // The walking interface of Chart (detached use only) over a StackDfa: one configuration per byte

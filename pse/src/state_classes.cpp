@@ -5,18 +5,11 @@
 #include <unordered_map>
 
 #include "pse/error.h"
+#include "u32_hash.h"
 
 namespace pse::detail {
 
 namespace {
-
-struct VectorHash {
-  std::size_t operator()(const std::vector<std::uint32_t>& v) const {
-    std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ v.size();
-    for (std::uint32_t x : v) h = (h ^ x) * 0xff51afd7ed558ccdULL;
-    return static_cast<std::size_t>(h ^ (h >> 31));
-  }
-};
 
 // What a state does before reading its next byte: the byte and call edges of the states it reaches
 // without input (epsilon moves, and calls of rules that may match nothing), and whether its rule's end
@@ -80,7 +73,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
   // Round 0: the rule and whether its end is reached without input (lone states keep their own class).
   std::vector<std::uint32_t> cls(n);
   {
-    std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, VectorHash> ids;
+    std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> ids;
     for (std::uint32_t s = 0; s < n; ++s) {
       std::vector<std::uint32_t> key = closures[s].alone ? std::vector<std::uint32_t>{2, s}
                                                          : std::vector<std::uint32_t>{closures[s].final ? 1u : 0u, a.state_rule[s]};

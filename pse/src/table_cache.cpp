@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "u32_hash.h"
+
 namespace pse::detail {
 
 std::vector<std::shared_ptr<const RuleClosure>> rule_closures(const Automaton& a, std::size_t max_states,
@@ -59,16 +61,6 @@ std::vector<std::shared_ptr<const RuleClosure>> rule_closures(const Automaton& a
   return out;
 }
 
-namespace {
-
-std::uint64_t hash_closure(const RuleClosure& c) {
-  std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ c.size();
-  for (std::uint32_t x : c) h = (h ^ x) * 0xff51afd7ed558ccdULL;
-  return h ^ (h >> 29);
-}
-
-}  // namespace
-
 TableCache& TableCache::instance() {
   static TableCache cache;
   return cache;
@@ -76,7 +68,7 @@ TableCache& TableCache::instance() {
 
 std::shared_ptr<TableCache::RuleTables> TableCache::rule(std::uint64_t vocabulary_hash,
                                                          const std::shared_ptr<const RuleClosure>& closure) {
-  const Key key{vocabulary_hash, hash_closure(*closure)};
+  const Key key{vocabulary_hash, hash_u32s(*closure)};
   std::lock_guard<std::mutex> lock(mutex_);
   Slot& slot = slots_[key];
   slot.last_use = ++clock_;
