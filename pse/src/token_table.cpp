@@ -366,33 +366,6 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
 
 }  // namespace
 
-TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
-                             const std::chrono::steady_clock::time_point* deadline, StackDfa* shared,
-                             Walker walker, bool follow_filter) {
-  if (walker == Walker::kAuto) {
-    // A saturated shared automaton would overflow at the first new configuration: it forgets what it
-    // holds and starts afresh (once more after an overflow), keeping what the next walks rebuild.
-    if (shared != nullptr) {
-      for (int attempt = 0; attempt < 2; ++attempt) {
-        if (attempt == 1 || shared->saturated()) shared->clear();
-        try {
-          return build_token_table_with<DfaCursor>(a, vocab, state, deadline, follow_filter,
-                                                   [&] { return DfaCursor(shared); });
-        } catch (const StackDfa::Overflow&) {
-        }
-      }
-      shared->clear();
-    }
-    try {
-      StackDfa dfa(a);
-      return build_token_table_with<DfaCursor>(a, vocab, state, deadline, follow_filter,
-                                               [&] { return DfaCursor(&dfa); });
-    } catch (const StackDfa::Overflow&) {
-    }
-  }
-  return build_token_table_with<Chart>(a, vocab, state, deadline, follow_filter, [&] { return Chart(&a); });
-}
-
 namespace {
 
 template <class Cursor, class MakeCursor>
@@ -422,48 +395,58 @@ void apply_follow_filter_with(const Automaton& a, const Vocabulary& vocab, std::
   table.end_depths = std::move(out.end_depths);
 }
 
-}  // namespace
 
-void apply_follow_filter(const Automaton& a, const Vocabulary& vocab, std::uint32_t state, TokenTable& table,
-                         StackDfa* shared) {
-  if (table.uncertain.empty()) return;
-  if (shared != nullptr) {
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      if (attempt == 1 || shared->saturated()) shared->clear();
-      try {
-        apply_follow_filter_with<DfaCursor>(a, vocab, state, table, [&] { return DfaCursor(shared); });
-        return;
-      } catch (const StackDfa::Overflow&) {
-      }
-    }
-    shared->clear();
-  }
-  apply_follow_filter_with<Chart>(a, vocab, state, table, [&] { return Chart(&a); });
-}
-
-ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
-                             std::uint32_t caller_return, StackDfa* shared, Walker walker) {
+// Runs `walk` with cursors of the shared stack automaton (cleared first when saturated, and once more
+// after an overflow), else of a fresh stack automaton, else of the Earley chart: the same answer each time,
+// each slower than the one before. walk(make) takes a callable that returns a new cursor.
+template <class Walk>
+auto with_cursors(const Automaton& a, StackDfa* shared, Walker walker, Walk walk) {
   if (walker == Walker::kAuto) {
     if (shared != nullptr) {
       for (int attempt = 0; attempt < 2; ++attempt) {
         if (attempt == 1 || shared->saturated()) shared->clear();
         try {
-          DfaCursor chart(shared);
-          return build_chain_table_with(a, vocab, below, caller_return, chart);
+          return walk([&] { return DfaCursor(shared); });
         } catch (const StackDfa::Overflow&) {
         }
       }
       shared->clear();
     }
     try {
-      StackDfa dfa(a);
-      DfaCursor chart(&dfa);
-      return build_chain_table_with(a, vocab, below, caller_return, chart);
+      StackDfa fresh(a);
+      return walk([&] { return DfaCursor(&fresh); });
     } catch (const StackDfa::Overflow&) {
     }
   }
-  Chart chart(&a);
-  return build_chain_table_with(a, vocab, below, caller_return, chart);
+  return walk([&] { return Chart(&a); });
+}
+
+}  // namespace
+
+TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
+                             const std::chrono::steady_clock::time_point* deadline, StackDfa* shared,
+                             Walker walker, bool follow_filter) {
+  return with_cursors(a, shared, walker, [&](auto make) {
+    return build_token_table_with<decltype(make())>(a, vocab, state, deadline, follow_filter, make);
+  });
+}
+
+void apply_follow_filter(const Automaton& a, const Vocabulary& vocab, std::uint32_t state, TokenTable& table,
+                         StackDfa* shared) {
+  if (table.uncertain.empty()) return;
+  // `table` changes only once a walk has finished: an overflow part-way leaves it as it was.
+  with_cursors(a, shared, Walker::kAuto, [&](auto make) {
+    apply_follow_filter_with<decltype(make())>(a, vocab, state, table, make);
+    return 0;
+  });
+}
+
+ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
+                             std::uint32_t caller_return, StackDfa* shared, Walker walker) {
+  return with_cursors(a, shared, walker, [&](auto make) {
+    auto chart = make();
+    return build_chain_table_with(a, vocab, below, caller_return, chart);
+  });
 }
 
 }  // namespace pse::detail
