@@ -105,6 +105,10 @@ ExprId Converter::colon() {
 
 ExprId Converter::empty_inner() { return options_.layout == JsonLayout::kFlexible ? ws() : g_.add_empty(); }
 
+// An overlapping oneOf written exactly (each branch and the complements of the branches it may overlap)
+// multiplies out; past this many alternatives it is a SchemaError.
+constexpr std::size_t kMaxOneOfAlternatives = 256;
+
 ExprId Converter::value_expr(const Conj& conj, std::uint32_t indent_depth, int depth) {
   if (depth > static_cast<int>(options_.max_depth)) {
     throw LimitError(fmt::format("[json_schema] {}: schemas nested deeper than {} (or a $ref chain that long)",
@@ -123,17 +127,66 @@ ExprId Converter::value_expr(const Conj& conj, std::uint32_t indent_depth, int d
   if (!c.disjunctions.empty()) {
     Disjunction& dj = c.disjunctions.front();
     if (dj.exclusive) {
+      // oneOf: exactly one branch matches. Provably disjoint branches are a plain union; a branch that may
+      // overlap others becomes itself and not each of them (their complements, when expressible), which is
+      // exact: the union of "B_i and no other B_j" is the values matching exactly one branch.
       std::vector<Constraints> branch_c;
       for (const auto& b : dj.branches) branch_c.push_back(collect(b, depth + 1));
-      for (std::size_t i = 0; i < branch_c.size(); ++i) {
-        for (std::size_t j = i + 1; j < branch_c.size(); ++j) {
+      const std::size_t n = branch_c.size();
+      std::vector<std::vector<std::size_t>> overlaps(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t j = i + 1; j < n; ++j) {
           if (!provably_disjoint(branch_c[i], branch_c[j], depth + 1)) {
-            fail(dj.pointer, dj.keyword,
-                 fmt::format("oneOf branches {} and {} may both match a value; oneOf is enforced only when its "
-                             "branches are provably disjoint (distinct types, constants or required discriminators)",
-                             i, j));
+            overlaps[i].push_back(j);
+            overlaps[j].push_back(i);
           }
         }
+      }
+      std::vector<Conj> exact;
+      bool rewritten = false;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<Conj> alts{dj.branches[i]};
+        for (std::size_t j : overlaps[i]) {
+          rewritten = true;
+          // not(B_j) for B_j's own nodes (after the base): the union of their complements.
+          std::vector<Conj> not_j;
+          for (std::size_t k = dj.n_base; k < dj.branches[j].size(); ++k) {
+            auto neg = negate(dj.branches[j][k]);
+            if (!neg) {
+              fail(dj.pointer, dj.keyword,
+                   fmt::format("oneOf branches {} and {} may both match a value, and branch {} has no exact "
+                               "complement; oneOf is enforced when its branches are provably disjoint (distinct types, "
+                               "constants or required discriminators) or their complements are expressible",
+                               std::min(i, j), std::max(i, j), j));
+            }
+            for (auto& conj : *neg) {
+              for (auto& node : conj) node.no_eval = true;
+              not_j.push_back(std::move(conj));
+            }
+          }
+          std::vector<Conj> next;
+          for (const Conj& a : alts) {
+            for (const Conj& b : not_j) {
+              Conj both = a;
+              both.insert(both.end(), b.begin(), b.end());
+              next.push_back(std::move(both));
+            }
+          }
+          alts = std::move(next);
+          if (alts.size() > kMaxOneOfAlternatives) {
+            fail(dj.pointer, dj.keyword,
+                 fmt::format("oneOf branches overlap and their exact form needs over {} alternatives",
+                             kMaxOneOfAlternatives));
+          }
+        }
+        for (auto& a : alts) exact.push_back(std::move(a));
+      }
+      if (rewritten) {
+        // Alternatives of one value may overlap now: their annotations count as anyOf branches' do.
+        for (auto& b : exact) {
+          for (std::size_t k = dj.n_base; k < b.size(); ++k) b[k].overlap = true;
+        }
+        dj.branches = std::move(exact);
       }
     }
     if (dj.keyword == "anyOf") {

@@ -179,7 +179,14 @@ TEST(JsonSchema, AnyOfAllOfOneOf) {
   // Discriminated by a required constant (on objects only: any non-object would match both branches).
   expect_language(R"({"type":"object","oneOf":[{"properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},{"properties":{"k":{"const":"b"}},"required":["k"]}]})",
                   {R"({"k":"a","x":1})", R"({"k":"b"})"}, {R"({"k":"c"})"});
-  expect_error(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})", "", "oneOf");
+  // Overlapping branches, written exactly: each branch and not the others.
+  expect_language(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})", {"1.5", "-0.5"}, {"1", "0", "-3", "\"a\""});
+  expect_language(R"({"oneOf":[{"type":"integer","minimum":0},{"type":"integer","maximum":10}]})", {"-1", "11", "-100"},
+                  {"0", "5", "10"});
+  expect_language(R"({"type":"object","oneOf":[{"required":["a"]},{"required":["b"]}]})", {R"({"a":1})", R"({"b":1})"},
+                  {R"({"a":1,"b":2})", "{}"});
+  // A branch without an exact complement keeps the error.
+  expect_error(R"({"oneOf":[{"type":"string"},{"pattern":"a"}]})", "", "oneOf");
 }
 
 TEST(JsonSchema, NotAndIfThenElse) {
