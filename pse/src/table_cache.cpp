@@ -111,9 +111,4 @@ void TableCache::clear() {
   bytes_ = 0;
 }
 
-std::size_t TableCache::memory_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return bytes_;
-}
-
 }  // namespace pse::detail

@@ -46,7 +46,6 @@ class TableCache {
   std::shared_ptr<const TokenTable> add(RuleTables& rule, std::uint32_t offset, TokenTable table);
 
   void clear();
-  std::size_t memory_bytes() const;
 
   static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
 
@@ -58,7 +57,7 @@ class TableCache {
   struct KeyHash {
     std::size_t operator()(const Key& k) const { return static_cast<std::size_t>(k.vocabulary * 0x9e3779b97f4a7c15ULL ^ k.closure); }
   };
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::uint64_t clock_ = 0;
   std::size_t bytes_ = 0;
   struct Slot {
