@@ -160,6 +160,11 @@ class Builder {
           len = longest[c] == 0 ? 0 : e.max == kUnbounded ? kCap : sat(std::uint64_t{e.max} * longest[c]);
           break;
         }
+        case ExprKind::kGraph:
+          v = e.graph_states + 2;
+          for (const GraphEdge& edge : e.edges) v = sat(v + size[e.children[edge.label]] + 1);
+          len = graph_longest(e, longest);
+          break;
       }
       size[i] = v;
       longest[i] = len;
@@ -180,10 +185,41 @@ class Builder {
       if (e.kind == ExprKind::kRepeat) {
         ExprId c = e.children.at(0);
         occurs[c] = sat(occurs[c] + sat(each * copies(e)));
+      } else if (e.kind == ExprKind::kGraph) {
+        for (const GraphEdge& edge : e.edges) occurs[e.children[edge.label]] = sat(occurs[e.children[edge.label]] + each);
       } else {
         for (ExprId c : e.children) occurs[c] = sat(occurs[c] + each);
       }
     }
+  }
+
+  // The longest match of a graph in bytes (capped), from its labels' longest matches: unbounded when a
+  // cycle reads anything, else the longest path (states in topological order by depth-first search).
+  static std::uint64_t graph_longest(const Expr& e, const std::vector<std::uint64_t>& longest) {
+    constexpr std::uint64_t kCap = std::uint64_t{1} << 40;
+    const std::uint32_t n = e.graph_states;
+    std::vector<std::vector<std::pair<std::uint32_t, std::uint64_t>>> out(n);
+    for (const GraphEdge& edge : e.edges) out[edge.from].push_back({edge.to, longest[e.children[edge.label]]});
+    std::vector<std::uint8_t> mark(n, 0);  // 0 new, 1 on the stack, 2 done
+    std::vector<std::uint64_t> best(n, 0);
+    std::vector<std::pair<std::uint32_t, std::size_t>> stack{{0, 0}};
+    mark[0] = 1;
+    while (!stack.empty()) {
+      auto& [s, next] = stack.back();
+      if (next < out[s].size()) {
+        const auto [t, len] = out[s][next++];
+        if (mark[t] == 1) return kCap;  // a cycle (a cycle of empty labels is harmless but rare: capped too)
+        if (mark[t] == 0) {
+          mark[t] = 1;
+          stack.push_back({t, 0});
+        }
+        continue;
+      }
+      for (const auto& [t, len] : out[s]) best[s] = std::max(best[s], std::min(kCap, len + best[t]));
+      mark[s] = 2;
+      stack.pop_back();
+    }
+    return best[0];
   }
 
   // How many copies of its child a repetition inlines.
@@ -306,6 +342,20 @@ class Builder {
         std::uint32_t next = new_state();
         states[entry].calls.push_back({e.rule, next});
         return next;
+      }
+      case ExprKind::kGraph: {
+        // One state per graph state (the start a fresh one: edges may lead back to it), each edge its
+        // label's states between them, and the accepting states joined at one exit.
+        std::vector<std::uint32_t> at(e.graph_states);
+        at[0] = fresh_from(entry);
+        for (std::uint32_t i = 1; i < e.graph_states; ++i) at[i] = new_state();
+        for (const GraphEdge& edge : e.edges) {
+          const std::uint32_t end = emit(e.children[edge.label], fresh_from(at[edge.from]), depth + 1);
+          states[end].eps.push_back(at[edge.to]);
+        }
+        const std::uint32_t exit = new_state();
+        for (std::uint32_t a : e.accepting) states[at[a]].eps.push_back(exit);
+        return exit;
       }
     }
     return entry;

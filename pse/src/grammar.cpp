@@ -215,6 +215,38 @@ ExprId Grammar::add_rule_ref(RuleId rule) {
   return static_cast<ExprId>(exprs_.size() - 1);
 }
 
+ExprId Grammar::add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, std::vector<std::uint32_t> accepting,
+                          std::vector<ExprId> labels) {
+  if (n_states == 0) throw GrammarError("[grammar] add_graph: a graph needs at least one state");
+  for (ExprId c : labels) {
+    if (c >= exprs_.size()) {
+      throw GrammarError("[grammar] add_graph: label expression " + std::to_string(c) + " does not exist (" +
+                         std::to_string(exprs_.size()) + " expressions)");
+    }
+  }
+  for (const GraphEdge& edge : edges) {
+    if (edge.from >= n_states || edge.to >= n_states || edge.label >= labels.size()) {
+      throw GrammarError("[grammar] add_graph: edge " + std::to_string(edge.from) + " -> " + std::to_string(edge.to) +
+                         " (label " + std::to_string(edge.label) + ") is outside the graph's " +
+                         std::to_string(n_states) + " states and " + std::to_string(labels.size()) + " labels");
+    }
+  }
+  std::sort(accepting.begin(), accepting.end());
+  accepting.erase(std::unique(accepting.begin(), accepting.end()), accepting.end());
+  if (!accepting.empty() && accepting.back() >= n_states) {
+    throw GrammarError("[grammar] add_graph: accepting state " + std::to_string(accepting.back()) +
+                       " is outside the graph's " + std::to_string(n_states) + " states");
+  }
+  Expr e;
+  e.kind = ExprKind::kGraph;
+  e.children = std::move(labels);
+  e.graph_states = n_states;
+  e.edges = std::move(edges);
+  e.accepting = std::move(accepting);
+  exprs_.push_back(std::move(e));
+  return static_cast<ExprId>(exprs_.size() - 1);
+}
+
 RuleId Grammar::declare_rule(std::string_view name) {
   if (name.empty()) throw GrammarError("[grammar] declare_rule: a rule name must not be empty");
   RuleId existing = find_rule(name);
@@ -374,6 +406,24 @@ void render(const Grammar& g, ExprId id, std::string& out, bool nested) {
       }
       break;
     }
+    case ExprKind::kGraph: {
+      // graph(start 0; accepting a b; from->to: label, ...)
+      out += "graph(accepting";
+      for (std::uint32_t a : e.accepting) {
+        out.push_back(' ');
+        out += std::to_string(a);
+      }
+      for (const GraphEdge& edge : e.edges) {
+        out += "; ";
+        out += std::to_string(edge.from);
+        out += "->";
+        out += std::to_string(edge.to);
+        out += ": ";
+        if (edge.label < e.children.size()) render(g, e.children[edge.label], out, true);
+      }
+      out.push_back(')');
+      break;
+    }
     case ExprKind::kRuleRef:
       if (e.rule < g.rules().size()) {
         out += g.rule(e.rule).name;
@@ -447,6 +497,19 @@ std::uint64_t Grammar::hash() const {
         break;
       case ExprKind::kRuleRef:
         h.u32(e.rule);
+        break;
+      case ExprKind::kGraph:
+        h.u32(e.graph_states);
+        h.u32(static_cast<std::uint32_t>(e.children.size()));
+        for (ExprId c : e.children) h.u32(c);
+        h.u32(static_cast<std::uint32_t>(e.edges.size()));
+        for (const GraphEdge& edge : e.edges) {
+          h.u32(edge.from);
+          h.u32(edge.to);
+          h.u32(edge.label);
+        }
+        h.u32(static_cast<std::uint32_t>(e.accepting.size()));
+        for (std::uint32_t a : e.accepting) h.u32(a);
         break;
     }
   }

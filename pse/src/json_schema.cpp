@@ -302,7 +302,17 @@ void Converter::collect_node(const Conj& conj, std::size_t index, Constraints& c
       c.patterns.emplace_back(v.get<std::string>(), ptr);
     } else if (k == "format") {
       if (!v.is_string()) fail(ptr, k, fmt::format("\"format\" must be a string, got {}", json_text(v)));
-      if (options_.format == JsonSchemaOptions::Format::kAssert) c.formats.emplace_back(v.get<std::string>(), ptr);
+      if (options_.format == JsonSchemaOptions::Format::kAnnotate) continue;
+      const std::string name = v.get<std::string>();
+      if (is_defined_format(name)) {
+        c.formats.emplace_back(name, ptr);
+      } else if (options_.unknown_keywords == JsonSchemaOptions::UnknownKeywords::kError) {
+        fail(ptr, k, fmt::format("unknown format \"{}\"", name));
+      } else if (const std::string* meant = defined_format_ignoring_case(name)) {
+        // "datetime" is no format, so a validator ignores it, but its author meant "date-time".
+        fail(ptr, k, fmt::format("unknown format \"{}\" (did you mean \"{}\"?)", name, *meant));
+      }
+      // Any other name is a custom format: an annotation, as the specification says of unknown formats.
     } else if (k == "properties" || k == "additionalProperties") {
       if (k == "additionalProperties" && get("properties")) continue;  // read with "properties"
       ObjectShape shape;

@@ -155,6 +155,11 @@ struct Constraints {
   std::vector<Disjunction> disjunctions;
 };
 
+// Whether `name` is a format some JSON Schema draft (04 to 2020-12) defines; the defined format whose
+// name equals `name` ignoring case, '-' and '_' ("datetime" -> "date-time"), nullptr when none.
+bool is_defined_format(const std::string& name);
+const std::string* defined_format_ignoring_case(const std::string& name);
+
 class Converter {
  public:
   Converter(const json& root, const JsonSchemaOptions& options);
@@ -197,6 +202,8 @@ class Converter {
 
   // --- strings (json_schema_string.cpp)
   ExprId emit_string(const Constraints& c);
+  ExprId string_intersection(const Constraints& c, const std::vector<std::pair<std::string, std::string>>& formats,
+                             const std::vector<std::string>& excluded);
   ExprId json_char();                                           // one code point of a JSON string body
   ExprId string_literal(const std::string& utf8);               // "..." with JSON escapes
   ExprId string_body_excluding(const std::vector<std::string>& excluded);  // body != each of them

@@ -14,6 +14,7 @@
 #include "pse/compiler.h"
 #include "pse/matcher.h"
 #include "pse/regex.h"
+#include "code_point_dfa.h"
 
 namespace pse::json_schema_detail {
 namespace {
@@ -283,6 +284,7 @@ ExprId Converter::copy_regex_as_string_body(const Grammar& scratch, ExprId root,
       case ExprKind::kSequence: map[i] = g_.add_sequence(std::move(children)); break;
       case ExprKind::kChoice: map[i] = g_.add_choice(std::move(children)); break;
       case ExprKind::kRepeat: map[i] = g_.add_repeat(children.at(0), e.min, e.max); break;
+      case ExprKind::kGraph: map[i] = g_.add_graph(e.graph_states, e.edges, e.accepting, std::move(children)); break;
       case ExprKind::kRuleRef:
         fail(pointer, keyword, "internal: a regex produced a rule reference");
     }
@@ -477,6 +479,39 @@ const std::map<std::string, std::string>& format_regexes() {
 
 }  // namespace
 
+namespace {
+
+// Every format of drafts 04 to 2020-12 (draft 2020-12 section 7.3 and its predecessors).
+const std::vector<std::string>& defined_formats() {
+  static const std::vector<std::string> names = {
+      "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4",
+      "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+      "relative-json-pointer", "regex"};
+  return names;
+}
+
+std::string format_key(const std::string& name) {
+  std::string key;
+  for (char ch : name) {
+    if (ch != '-' && ch != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  return key;
+}
+
+}  // namespace
+
+bool is_defined_format(const std::string& name) {
+  const auto& names = defined_formats();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+const std::string* defined_format_ignoring_case(const std::string& name) {
+  const std::string key = format_key(name);
+  for (const std::string& f : defined_formats())
+    if (format_key(f) == key) return &f;
+  return nullptr;
+}
+
 ExprId Converter::format_expr(const std::string& format, const std::string& pointer) {
   auto cached = cache_.find("format:" + format);
   if (cached != cache_.end()) return cached->second;
@@ -498,32 +533,91 @@ ExprId Converter::emit_string(const Constraints& c) {
   for (const auto& v : c.excluded) {
     if (v.is_string()) excluded.push_back(v.get<std::string>());
   }
-  int n_shapes = static_cast<int>(!c.patterns.empty()) + static_cast<int>(!c.formats.empty()) +
-                 static_cast<int>(has_length) + static_cast<int>(!excluded.empty());
-  if (c.patterns.size() > 1) {
-    fail(c.patterns[1].second, "pattern", "two patterns on one string cannot be enforced exactly (no intersection)");
-  }
-  if (c.formats.size() > 1) {
-    bool same = std::all_of(c.formats.begin(), c.formats.end(), [&](const auto& f) { return f.first == c.formats[0].first; });
-    if (!same) fail(c.formats[1].second, "format", "two different formats on one string cannot be enforced exactly");
-  }
-  if (n_shapes > 1) {
-    const std::string& p = !c.patterns.empty() ? c.patterns[0].second : !c.formats.empty() ? c.formats[0].second : c.length_pointer;
-    const char* kw = !c.patterns.empty() ? "pattern" : !c.formats.empty() ? "format" : "maxLength";
-    fail(p, kw, "pattern, format, minLength/maxLength and excluded values cannot be combined on one string exactly");
-  }
+  if (c.min_length > c.max_length) return g_.add_char_class({});
+  std::vector<std::pair<std::string, std::string>> formats;  // distinct
+  for (const auto& f : c.formats)
+    if (std::none_of(formats.begin(), formats.end(), [&](const auto& x) { return x.first == f.first; })) formats.push_back(f);
+  const std::size_t n_shapes = c.patterns.size() + formats.size() + (has_length ? 1 : 0) + (excluded.empty() ? 0 : 1);
   ExprId body;
-  if (!c.patterns.empty()) {
+  if (n_shapes > 1) {
+    body = string_intersection(c, formats, excluded);
+  } else if (!c.patterns.empty()) {
     body = pattern_expr(c.patterns[0].first, c.patterns[0].second);
-  } else if (!c.formats.empty()) {
-    body = format_expr(c.formats[0].first, c.formats[0].second);
+  } else if (!formats.empty()) {
+    body = format_expr(formats[0].first, formats[0].second);
   } else if (!excluded.empty()) {
     body = string_body_excluding(excluded);
   } else {
-    if (c.min_length > c.max_length) return g_.add_char_class({});
     body = g_.add_repeat(json_char(), c.min_length, c.max_length);
   }
   return g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
+}
+
+// Patterns, formats, lengths and excluded values on one string: the product of their automata over code
+// points (exact), as one graph expression. Lengths the other constraints already imply are left out.
+ExprId Converter::string_intersection(const Constraints& c, const std::vector<std::pair<std::string, std::string>>& formats,
+                                      const std::vector<std::string>& excluded) {
+  constexpr std::size_t kMaxStates = 4096;
+  const std::string& pointer = !c.patterns.empty() ? c.patterns[0].second : !formats.empty() ? formats[0].second : c.length_pointer;
+  const char* keyword = !c.patterns.empty() ? "pattern" : !formats.empty() ? "format" : "maxLength";
+  auto too_big = [&](const std::string& what) {
+    fail(pointer, keyword,
+         fmt::format("{} on one string cannot be enforced: their intersection needs more than {} automaton states", what, kMaxStates));
+  };
+  std::vector<detail::CodePointDfa> parts;
+  auto add_regex_dfa = [&](const std::string& regex, bool full_match, const std::string& at, const char* kw) {
+    Grammar scratch;
+    ExprId root = 0;
+    try {
+      RegexOptions ro;
+      ro.full_match = full_match;
+      root = add_regex(scratch, regex, ro);
+    } catch (const Error& e) {
+      fail(at, kw, fmt::format("{} \"{}\" cannot be enforced: {}", kw, regex, e.what()));
+    }
+    auto dfa = detail::dfa_from_expr(scratch, root, kMaxStates);
+    if (!dfa) too_big(fmt::format("{} \"{}\"", kw, regex));
+    parts.push_back(std::move(*dfa));
+  };
+  for (const auto& [pattern, at] : c.patterns) add_regex_dfa(pattern, false, at, "pattern");
+  for (const auto& [format, at] : formats) {
+    const auto& table = format_regexes();
+    auto it = table.find(format);
+    if (it == table.end()) fail(at, "format", fmt::format("format \"{}\" is not supported (it cannot be enforced exactly)", format));
+    add_regex_dfa(it->second, true, at, "format");
+  }
+  if (!excluded.empty()) {
+    auto dfa = detail::dfa_excluding(excluded, kMaxStates);
+    if (!dfa) too_big("excluded values");
+    parts.push_back(std::move(*dfa));
+  }
+  std::optional<detail::CodePointDfa> product;
+  if (!parts.empty()) {
+    product = detail::intersect(parts, kMaxStates);
+    if (!product) too_big("pattern, format and excluded values");
+  }
+  const bool has_length = c.min_length > 0 || c.max_length != kUnbounded;
+  if (has_length) {
+    const auto range = product ? detail::length_range(*product) : std::nullopt;
+    const bool implied = range && range->first >= c.min_length && range->second <= c.max_length;
+    if (product && product->empty()) return g_.add_char_class({});
+    if (!implied) {
+      auto lengths = detail::dfa_of_length(c.min_length, c.max_length, kMaxStates);
+      if (!lengths) too_big("a length bound");
+      if (product) {
+        product = detail::intersect({std::move(*product), std::move(*lengths)}, kMaxStates);
+        if (!product) too_big("pattern, format, excluded values and length bounds");
+      } else {
+        product = std::move(lengths);
+      }
+    }
+  }
+  if (product->empty()) return g_.add_char_class({});
+  ExprId body = detail::dfa_to_expr(*product, g_, [&](const std::vector<CharRange>& ranges) {
+    return encode_ranges(g_, cache_, ranges);
+  });
+  check_size();
+  return body;
 }
 
 }  // namespace pse::json_schema_detail

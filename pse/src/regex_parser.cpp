@@ -757,6 +757,9 @@ ExprId add_regex(Grammar& grammar, std::string_view pattern, const RegexOptions&
       case ExprKind::kRepeat:
         map[i] = grammar.add_repeat(children.at(0), e.min, e.max);
         break;
+      case ExprKind::kGraph:
+        map[i] = grammar.add_graph(e.graph_states, e.edges, e.accepting, std::move(children));
+        break;
       case ExprKind::kRuleRef:
         throw GrammarError("[regex] internal: a regex produced a rule reference");
     }

@@ -104,7 +104,45 @@ TEST(JsonSchema, Formats) {
     return o;
   }());
   expect_error(R"({"type":"string","format":"hostname"})", "", "format");
-  expect_error(R"({"type":"string","format":"no-such-format"})", "", "format");
+}
+
+// A format no draft defines is an annotation (the suite's optional/format/unknown.json: every string is
+// valid); strict mode makes it an error, and so is a misspelling of a defined one ("datetime").
+TEST(JsonSchema, UnknownFormatsAreAnnotationsUnlessStrict) {
+  expect_language(R"({"type":"string","format":"no-such-format","maxLength":2})", {"\"ab\"", "\"\""}, {"\"abc\"", "1"});
+  expect_error(R"({"type":"string","format":"DateTime"})", "", "format");
+  expect_error(R"({"type":"string","format":"ip_v4"})", "", "format");
+  JsonSchemaOptions strict;
+  strict.unknown_keywords = JsonSchemaOptions::UnknownKeywords::kError;
+  try {
+    (void)json_schema_to_grammar(std::string_view(R"({"properties":{"a":{"format":"path"}}})"), strict);
+    ADD_FAILURE() << "strict mode accepted an unknown format";
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.pointer(), "/properties/a");
+    EXPECT_EQ(e.keyword(), "format");
+    EXPECT_NE(std::string(e.what()).find("unknown format \"path\""), std::string::npos) << e.what();
+  }
+}
+
+// Patterns, formats, lengths and excluded values on one string: their exact intersection.
+TEST(JsonSchema, StringConstraintsIntersect) {
+  expect_language(R"({"type":"string","pattern":"^[0-9a-z-]*$","minLength":2,"maxLength":4})",
+                  {"\"ab\"", "\"a-9z\"", "\"--\""}, {"\"a\"", "\"abcde\"", "\"aB\"", "\"\""});
+  // Unanchored: somewhere "ab", 3 code points in all (one of them two bytes in UTF-8).
+  expect_language(R"({"type":"string","pattern":"ab","minLength":3,"maxLength":3})",
+                  {"\"abx\"", "\"\xC3\xA9" "ab\"", "\"\\nab\""}, {"\"ab\"", "\"abab\"", "\"axb\""});
+  // Two patterns (allOf), and a pattern with excluded values (not/enum).
+  expect_language(R"({"allOf":[{"type":"string","pattern":"^a"},{"pattern":"z$"}]})", {"\"az\"", "\"abcz\""},
+                  {"\"a\"", "\"bz\"", "\"za\""});
+  expect_language(R"({"type":"string","pattern":"^[a-c]+$","not":{"enum":["ab","c"]}})", {"\"a\"", "\"abc\"", "\"cc\""},
+                  {"\"ab\"", "\"c\"", "\"d\""});
+  // A format with a length: date-time strings are at least 20 code points.
+  expect_language(R"({"type":"string","format":"date","maxLength":10})", {"\"2024-02-29\""}, {"\"2023-02-29\""});
+  expect_language(R"({"type":"string","format":"date","maxLength":9})", {}, {"\"2024-02-29\"", "\"\""});
+  // Lengths and exclusions alone.
+  expect_language(R"({"type":"string","maxLength":2,"not":{"const":"ab"}})", {"\"a\"", "\"ba\"", "\"\""}, {"\"ab\"", "\"abc\""});
+  // Contradictory: empty.
+  expect_language(R"({"type":"string","pattern":"^a+$","maxLength":0})", {}, {"\"\"", "\"a\""});
 }
 
 TEST(JsonSchema, ObjectsInSchemaOrder) {
@@ -240,7 +278,8 @@ TEST(JsonSchema, ErrorsCarryPointerAndKeyword) {
   expect_error(R"({"$dynamicRef":"#x"})", "", "$dynamicRef");
   expect_error(R"({"anyOf":[]})", "", "anyOf");
   expect_error(R"({"required":[1]})", "", "required");
-  expect_error(R"({"type":"string","pattern":"a","maxLength":3})", "", "pattern");
+  // A length bound whose automaton would pass the state bound.
+  expect_error(R"({"type":"string","pattern":"a","maxLength":100000})", "", "pattern");
   expect_error(R"(5)", "", "");
   EXPECT_THROW((void)json_schema_to_grammar(std::string_view("{not json")), SchemaError);
   EXPECT_THROW((void)json_schema_to_grammar(std::string_view(R"({"minimum":1e400})")), SchemaError);

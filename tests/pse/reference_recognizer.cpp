@@ -214,6 +214,17 @@ class Flattener {
       case ExprKind::kRuleRef:
         add(lhs, {static_cast<int>(g_.rule(e.rule).body)});
         break;
+      case ExprKind::kGraph: {
+        // One nonterminal per graph state: N_s -> label N_t per edge, N_s -> empty when accepting.
+        const int base = n_nonterminals_;
+        n_nonterminals_ += static_cast<int>(e.graph_states);
+        for (const GraphEdge& edge : e.edges) {
+          add(base + static_cast<int>(edge.from), {static_cast<int>(e.children.at(edge.label)), base + static_cast<int>(edge.to)});
+        }
+        for (std::uint32_t a : e.accepting) add(base + static_cast<int>(a), {});
+        add(lhs, {base});
+        break;
+      }
     }
   }
 

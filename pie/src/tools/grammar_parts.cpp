@@ -51,6 +51,9 @@ ExprId embed_grammar(Grammar& target, const Grammar& source, const std::string& 
       case pse::ExprKind::kRuleRef:
         expr_map[e] = target.add_rule_ref(rule_map.at(x.rule));
         break;
+      case pse::ExprKind::kGraph:
+        expr_map[e] = target.add_graph(x.graph_states, x.edges, x.accepting, std::move(children));
+        break;
     }
   }
   for (std::size_t r = 0; r < source.rules().size(); ++r) {

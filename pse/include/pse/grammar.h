@@ -27,6 +27,7 @@ enum class ExprKind : std::uint8_t {
   kChoice,     // exactly one of the children
   kRepeat,     // child repeated min..max times (max == kUnbounded: no upper bound)
   kRuleRef,    // the body of rule `rule`
+  kGraph,      // a finite automaton whose edges read sub-expressions (see GraphEdge)
 };
 
 // Inclusive range of Unicode code points.
@@ -34,6 +35,18 @@ struct CharRange {
   std::uint32_t lo = 0;
   std::uint32_t hi = 0;
   friend bool operator==(const CharRange&, const CharRange&) = default;
+};
+
+// kGraph: states 0..graph_states-1, state 0 the start; an edge from `from` to `to` reads one string of
+// the language of children[label]. The expression matches the concatenations of the labels read along a
+// path from state 0 to a state listed in `accepting`. It states regular languages whose expression form
+// would repeat shared suffixes (the intersection of a pattern and a length bound, say): the automaton
+// the compiler builds from it has one state per graph state.
+struct GraphEdge {
+  std::uint32_t from = 0;
+  std::uint32_t to = 0;
+  std::uint32_t label = 0;  // index into the expression's children
+  friend bool operator==(const GraphEdge&, const GraphEdge&) = default;
 };
 
 inline constexpr std::uint32_t kUnbounded = std::numeric_limits<std::uint32_t>::max();
@@ -48,6 +61,9 @@ struct Expr {
   std::uint32_t min = 0;          // kRepeat
   std::uint32_t max = 0;          // kRepeat
   RuleId rule = 0;                // kRuleRef
+  std::uint32_t graph_states = 0;       // kGraph
+  std::vector<GraphEdge> edges;         // kGraph
+  std::vector<std::uint32_t> accepting; // kGraph: sorted, distinct
 };
 
 struct Rule {
@@ -71,6 +87,10 @@ class Grammar {
   // Throws GrammarError when min > max.
   ExprId add_repeat(ExprId child, std::uint32_t min, std::uint32_t max);
   ExprId add_rule_ref(RuleId rule);
+  // Throws GrammarError when n_states is 0, an edge names a state past n_states or a label past
+  // `labels`, or an accepting state is past n_states. `accepting` is sorted and deduplicated.
+  ExprId add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, std::vector<std::uint32_t> accepting,
+                   std::vector<ExprId> labels);
 
   // Rules: declare first (for forward references), define once. declare_rule of an existing name
   // returns its id. Throws GrammarError on a duplicate definition or an empty name. find_rule

@@ -1,0 +1,496 @@
+#include "code_point_dfa.h"
+
+#include <algorithm>
+#include <map>
+
+namespace pse::detail {
+namespace {
+
+constexpr std::uint32_t kSurrogateLo = 0xD800;
+constexpr std::uint32_t kSurrogateHi = 0xDFFF;
+
+struct TooBig {};  // thrown inside a builder past its bound, caught at the entry point
+
+// `ranges` (negated within the code space) as sorted scalar-value ranges: surrogates removed.
+std::vector<CharRange> scalar_ranges(const std::vector<CharRange>& ranges, bool negated) {
+  std::vector<CharRange> sorted = ranges;
+  std::sort(sorted.begin(), sorted.end(), [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
+  std::vector<CharRange> merged;
+  for (const CharRange& r : sorted) {
+    if (!merged.empty() && r.lo <= merged.back().hi + 1) {
+      merged.back().hi = std::max(merged.back().hi, r.hi);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  std::vector<CharRange> out;
+  if (negated) {
+    std::uint32_t next = 0;
+    for (const CharRange& r : merged) {
+      if (r.lo > next) out.push_back({next, r.lo - 1});
+      next = r.hi + 1;
+    }
+    if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
+  } else {
+    out = std::move(merged);
+  }
+  std::vector<CharRange> clean;
+  for (const CharRange& r : out) {
+    const std::uint32_t hi = std::min(r.hi, kMaxCodePoint);
+    if (r.lo > hi) continue;
+    if (hi < kSurrogateLo || r.lo > kSurrogateHi) {
+      clean.push_back({r.lo, hi});
+    } else {
+      if (r.lo < kSurrogateLo) clean.push_back({r.lo, kSurrogateLo - 1});
+      if (hi > kSurrogateHi) clean.push_back({kSurrogateHi + 1, hi});
+    }
+  }
+  return clean;
+}
+
+const std::vector<CharRange>& all_scalars() {
+  static const std::vector<CharRange> all = {{0, kSurrogateLo - 1}, {kSurrogateHi + 1, kMaxCodePoint}};
+  return all;
+}
+
+// Code points of UTF-8 text; nullopt when it is not valid UTF-8 (or holds surrogates).
+std::optional<std::u32string> decode_utf8(const std::string& s) {
+  std::u32string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return std::nullopt;
+    std::uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
+    for (int k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c >> 6) != 2) return std::nullopt;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    static constexpr std::uint32_t kMinOf[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinOf[n] || cp > kMaxCodePoint || (cp >= kSurrogateLo && cp <= kSurrogateHi)) return std::nullopt;
+    out.push_back(cp);
+    i += n;
+  }
+  return out;
+}
+
+// A Thompson NFA over code point ranges.
+class NfaBuilder {
+ public:
+  NfaBuilder(const Grammar& g, std::size_t max_states) : g_(g), max_states_(max_states) {}
+
+  struct Nfa {
+    std::vector<std::vector<std::uint32_t>> eps;
+    std::vector<std::vector<CodePointDfa::Edge>> moves;
+    std::uint32_t start = 0, final = 0;
+  };
+
+  Nfa build(ExprId root) {
+    nfa_.start = new_state();
+    nfa_.final = emit(root, nfa_.start, 0);
+    return std::move(nfa_);
+  }
+
+ private:
+  std::uint32_t new_state() {
+    if (nfa_.eps.size() >= max_states_) throw TooBig{};
+    nfa_.eps.emplace_back();
+    nfa_.moves.emplace_back();
+    return static_cast<std::uint32_t>(nfa_.eps.size() - 1);
+  }
+  std::uint32_t fresh_from(std::uint32_t from) {
+    const std::uint32_t s = new_state();
+    nfa_.eps[from].push_back(s);
+    return s;
+  }
+
+  std::uint32_t emit(ExprId id, std::uint32_t entry, int depth) {
+    if (depth > 1000) throw TooBig{};
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case ExprKind::kEmpty:
+        return entry;
+      case ExprKind::kBytes: {
+        const auto text = decode_utf8(e.bytes);
+        if (!text) throw TooBig{};
+        std::uint32_t cur = entry;
+        for (char32_t cp : *text) {
+          const std::uint32_t next = new_state();
+          nfa_.moves[cur].push_back({static_cast<std::uint32_t>(cp), static_cast<std::uint32_t>(cp), next});
+          cur = next;
+        }
+        return cur;
+      }
+      case ExprKind::kCharClass: {
+        const std::uint32_t exit = new_state();
+        for (const CharRange& r : scalar_ranges(e.ranges, e.negated)) nfa_.moves[entry].push_back({r.lo, r.hi, exit});
+        return exit;
+      }
+      case ExprKind::kSequence: {
+        std::uint32_t cur = entry;
+        for (ExprId c : e.children) cur = emit(c, cur, depth + 1);
+        return cur;
+      }
+      case ExprKind::kChoice: {
+        const std::uint32_t exit = new_state();
+        for (ExprId c : e.children) nfa_.eps[emit(c, fresh_from(entry), depth + 1)].push_back(exit);
+        return exit;
+      }
+      case ExprKind::kRepeat: {
+        const ExprId c = e.children.at(0);
+        std::uint32_t cur = entry;
+        for (std::uint32_t i = 0; i < e.min; ++i) cur = emit(c, fresh_from(cur), depth + 1);
+        if (e.max == kUnbounded) {
+          const std::uint32_t loop = fresh_from(cur);
+          nfa_.eps[emit(c, fresh_from(loop), depth + 1)].push_back(loop);
+          return loop;
+        }
+        const std::uint32_t exit = new_state();
+        for (std::uint32_t i = e.min; i < e.max; ++i) {
+          nfa_.eps[cur].push_back(exit);
+          cur = emit(c, fresh_from(cur), depth + 1);
+        }
+        nfa_.eps[cur].push_back(exit);
+        return exit;
+      }
+      case ExprKind::kRuleRef:
+      case ExprKind::kGraph:
+        throw TooBig{};
+    }
+    return entry;
+  }
+
+  const Grammar& g_;
+  std::size_t max_states_;
+  Nfa nfa_;
+};
+
+// Adds `edge` after the last edge of `edges`, merging it into that one when contiguous with the same target.
+void append_edge(std::vector<CodePointDfa::Edge>& edges, const CodePointDfa::Edge& edge) {
+  if (!edges.empty() && edges.back().target == edge.target && edges.back().hi + 1 == edge.lo) {
+    edges.back().hi = edge.hi;
+  } else {
+    edges.push_back(edge);
+  }
+}
+
+}  // namespace
+
+bool CodePointDfa::accepts(const std::u32string& text) const {
+  if (empty()) return false;
+  std::uint32_t s = 0;
+  for (char32_t cp : text) {
+    const auto& out = edges[s];
+    auto it = std::upper_bound(out.begin(), out.end(), static_cast<std::uint32_t>(cp),
+                               [](std::uint32_t v, const Edge& e) { return v < e.lo; });
+    if (it == out.begin() || std::prev(it)->hi < cp) return false;
+    s = std::prev(it)->target;
+  }
+  return accepting[s] != 0;
+}
+
+std::optional<CodePointDfa> dfa_from_expr(const Grammar& g, ExprId root, std::size_t max_states) {
+  NfaBuilder::Nfa nfa;
+  try {
+    nfa = NfaBuilder(g, max_states * 8).build(root);
+  } catch (const TooBig&) {
+    return std::nullopt;
+  }
+  const std::size_t n = nfa.eps.size();
+  // Subset construction; each DFA state is the epsilon closure of a set of NFA states.
+  std::vector<std::uint8_t> in_set(n, 0);
+  auto closure = [&](std::vector<std::uint32_t> set) {
+    std::vector<std::uint32_t> stack = set;
+    for (std::uint32_t s : set) in_set[s] = 1;
+    while (!stack.empty()) {
+      const std::uint32_t s = stack.back();
+      stack.pop_back();
+      for (std::uint32_t t : nfa.eps[s]) {
+        if (!in_set[t]) {
+          in_set[t] = 1;
+          set.push_back(t);
+          stack.push_back(t);
+        }
+      }
+    }
+    for (std::uint32_t s : set) in_set[s] = 0;
+    std::sort(set.begin(), set.end());
+    return set;
+  };
+  CodePointDfa dfa;
+  std::map<std::vector<std::uint32_t>, std::uint32_t> ids;
+  std::vector<std::vector<std::uint32_t>> sets;
+  auto id_of = [&](std::vector<std::uint32_t> set) -> std::optional<std::uint32_t> {
+    auto it = ids.find(set);
+    if (it != ids.end()) return it->second;
+    if (sets.size() >= max_states) return std::nullopt;
+    const auto id = static_cast<std::uint32_t>(sets.size());
+    ids.emplace(set, id);
+    sets.push_back(std::move(set));
+    return id;
+  };
+  (void)id_of(closure({nfa.start}));
+  std::map<std::vector<std::uint32_t>, std::uint32_t> moved;  // raw target set -> DFA state
+  for (std::size_t d = 0; d < sets.size(); ++d) {
+    // Sweep the members' ranges: each stretch of code points with the same set of NFA targets.
+    struct Event {
+      std::uint32_t at;
+      int delta;
+      std::uint32_t target;
+    };
+    std::vector<Event> events;
+    for (std::uint32_t s : sets[d]) {
+      for (const auto& m : nfa.moves[s]) {
+        events.push_back({m.lo, +1, m.target});
+        events.push_back({m.hi + 1, -1, m.target});
+      }
+    }
+    std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.at < b.at; });
+    std::map<std::uint32_t, int> active;
+    std::vector<CodePointDfa::Edge> out;
+    for (std::size_t i = 0; i < events.size();) {
+      const std::uint32_t at = events[i].at;
+      for (; i < events.size() && events[i].at == at; ++i) {
+        int& count = active[events[i].target];
+        count += events[i].delta;
+        if (count == 0) active.erase(events[i].target);
+      }
+      if (active.empty() || i == events.size()) continue;
+      std::vector<std::uint32_t> targets;
+      for (const auto& [t, count] : active) targets.push_back(t);
+      std::uint32_t target = 0;
+      if (auto it = moved.find(targets); it != moved.end()) {
+        target = it->second;
+      } else {
+        const auto id = id_of(closure(targets));
+        if (!id) return std::nullopt;
+        moved.emplace(std::move(targets), *id);
+        target = *id;
+      }
+      append_edge(out, {at, events[i].at - 1, target});
+    }
+    dfa.edges.push_back(std::move(out));
+  }
+  for (const auto& set : sets) dfa.accepting.push_back(std::binary_search(set.begin(), set.end(), nfa.final) ? 1 : 0);
+  return intersect({std::move(dfa)}, max_states);  // trimmed
+}
+
+std::optional<CodePointDfa> dfa_of_length(std::uint32_t min, std::uint32_t max, std::size_t max_states) {
+  const std::uint64_t top = max == kUnbounded ? min : max;  // the last state
+  if (min > max || top + 1 > max_states) return std::nullopt;
+  CodePointDfa dfa;
+  for (std::uint64_t i = 0; i <= top; ++i) {
+    std::vector<CodePointDfa::Edge> out;
+    if (i < top || max == kUnbounded) {
+      const auto next = static_cast<std::uint32_t>(i < top ? i + 1 : i);
+      for (const CharRange& r : all_scalars()) out.push_back({r.lo, r.hi, next});
+    }
+    dfa.edges.push_back(std::move(out));
+    dfa.accepting.push_back(i >= min ? 1 : 0);
+  }
+  return dfa;
+}
+
+std::optional<CodePointDfa> dfa_excluding(const std::vector<std::string>& excluded, std::size_t max_states) {
+  // A trie of the excluded strings; every code point off the trie leads to `free` (accepts anything).
+  std::vector<std::map<std::uint32_t, std::uint32_t>> children(1);
+  std::vector<std::uint8_t> ends(1, 0);
+  for (const std::string& text : excluded) {
+    const auto cps = decode_utf8(text);
+    if (!cps) return std::nullopt;
+    std::uint32_t node = 0;
+    for (char32_t cp : *cps) {
+      auto it = children[node].find(cp);
+      if (it == children[node].end()) {
+        if (children.size() + 1 >= max_states) return std::nullopt;
+        it = children[node].emplace(cp, static_cast<std::uint32_t>(children.size())).first;
+        children.emplace_back();
+        ends.push_back(0);
+      }
+      node = it->second;
+    }
+    ends[node] = 1;
+  }
+  const auto free = static_cast<std::uint32_t>(children.size());
+  CodePointDfa dfa;
+  for (std::uint32_t node = 0; node <= free; ++node) {
+    std::vector<CodePointDfa::Edge> out;
+    std::uint32_t next = 0;  // the first code point not yet given an edge
+    auto gap_to = [&](std::uint32_t end) {  // [next, end) to `free`, scalar values only
+      for (const CharRange& r : all_scalars()) {
+        const std::uint32_t lo = std::max(r.lo, next);
+        const std::uint32_t hi = end == 0 ? 0 : std::min(r.hi, end - 1);
+        if (end > 0 && lo <= hi) append_edge(out, {lo, hi, free});
+      }
+    };
+    if (node < free) {
+      for (const auto& [cp, child] : children[node]) {
+        gap_to(cp);
+        append_edge(out, {cp, cp, child});
+        next = cp + 1;
+      }
+    }
+    gap_to(kMaxCodePoint + 1);
+    dfa.edges.push_back(std::move(out));
+    dfa.accepting.push_back(node < free && ends[node] ? 0 : 1);
+  }
+  return dfa;
+}
+
+std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std::size_t max_states) {
+  CodePointDfa out;
+  for (const auto& d : dfas)
+    if (d.empty()) return out;
+  std::map<std::vector<std::uint32_t>, std::uint32_t> ids;
+  std::vector<std::vector<std::uint32_t>> tuples;
+  auto id_of = [&](const std::vector<std::uint32_t>& t) -> std::optional<std::uint32_t> {
+    auto it = ids.find(t);
+    if (it != ids.end()) return it->second;
+    if (tuples.size() >= max_states) return std::nullopt;
+    const auto id = static_cast<std::uint32_t>(tuples.size());
+    ids.emplace(t, id);
+    tuples.push_back(t);
+    return id;
+  };
+  (void)id_of(std::vector<std::uint32_t>(dfas.size(), 0));
+  struct Part {
+    std::uint32_t lo, hi;
+    std::vector<std::uint32_t> tuple;
+  };
+  for (std::size_t s = 0; s < tuples.size(); ++s) {
+    const std::vector<std::uint32_t> tuple = tuples[s];
+    bool accepting = true;
+    for (std::size_t k = 0; k < dfas.size(); ++k) accepting = accepting && dfas[k].accepting[tuple[k]] != 0;
+    // The ranges where every component moves, with the tuple of their targets (two-pointer merges).
+    std::vector<Part> parts;
+    for (const auto& e : dfas[0].edges[tuple[0]]) parts.push_back({e.lo, e.hi, {e.target}});
+    for (std::size_t k = 1; k < dfas.size() && !parts.empty(); ++k) {
+      const auto& edges = dfas[k].edges[tuple[k]];
+      std::vector<Part> next;
+      std::size_t i = 0, j = 0;
+      while (i < parts.size() && j < edges.size()) {
+        const std::uint32_t lo = std::max(parts[i].lo, edges[j].lo);
+        const std::uint32_t hi = std::min(parts[i].hi, edges[j].hi);
+        if (lo <= hi) {
+          Part p{lo, hi, parts[i].tuple};
+          p.tuple.push_back(edges[j].target);
+          next.push_back(std::move(p));
+        }
+        if (parts[i].hi < edges[j].hi) {
+          ++i;
+        } else {
+          ++j;
+        }
+      }
+      parts = std::move(next);
+    }
+    std::vector<CodePointDfa::Edge> edges;
+    for (const Part& p : parts) {
+      const auto id = id_of(p.tuple);
+      if (!id) return std::nullopt;
+      append_edge(edges, {p.lo, p.hi, *id});
+    }
+    out.edges.push_back(std::move(edges));
+    out.accepting.push_back(accepting ? 1 : 0);
+  }
+  // Trim: keep the states from which acceptance is reachable (all are reachable from the start).
+  const std::size_t n = out.n_states();
+  std::vector<std::vector<std::uint32_t>> preds(n);
+  for (std::uint32_t s = 0; s < n; ++s)
+    for (const auto& e : out.edges[s]) preds[e.target].push_back(s);
+  std::vector<std::uint8_t> live(n, 0);
+  std::vector<std::uint32_t> stack;
+  for (std::uint32_t s = 0; s < n; ++s)
+    if (out.accepting[s]) live[s] = 1, stack.push_back(s);
+  while (!stack.empty()) {
+    const std::uint32_t s = stack.back();
+    stack.pop_back();
+    for (std::uint32_t p : preds[s])
+      if (!live[p]) live[p] = 1, stack.push_back(p);
+  }
+  if (!live[0]) return CodePointDfa{};
+  std::vector<std::uint32_t> renumber(n, 0);
+  std::uint32_t kept = 0;
+  for (std::uint32_t s = 0; s < n; ++s)
+    if (live[s]) renumber[s] = kept++;
+  CodePointDfa trimmed;
+  for (std::uint32_t s = 0; s < n; ++s) {
+    if (!live[s]) continue;
+    std::vector<CodePointDfa::Edge> edges;
+    for (const auto& e : out.edges[s])
+      if (live[e.target]) append_edge(edges, {e.lo, e.hi, renumber[e.target]});
+    trimmed.edges.push_back(std::move(edges));
+    trimmed.accepting.push_back(out.accepting[s]);
+  }
+  return trimmed;
+}
+
+std::optional<std::pair<std::uint32_t, std::uint32_t>> length_range(const CodePointDfa& dfa) {
+  const std::size_t n = dfa.n_states();
+  if (n == 0) return std::nullopt;
+  // Shortest: breadth-first from the start.
+  std::vector<std::uint32_t> dist(n, kUnbounded);
+  std::vector<std::uint32_t> queue{0};
+  dist[0] = 0;
+  std::uint32_t shortest = kUnbounded;
+  for (std::size_t i = 0; i < queue.size(); ++i) {
+    const std::uint32_t s = queue[i];
+    if (dfa.accepting[s]) shortest = std::min(shortest, dist[s]);
+    for (const auto& e : dfa.edges[s]) {
+      if (dist[e.target] == kUnbounded) {
+        dist[e.target] = dist[s] + 1;
+        queue.push_back(e.target);
+      }
+    }
+  }
+  // Longest: unbounded with any cycle (every state is reachable and live), else a longest path.
+  std::vector<std::uint8_t> mark(n, 0);
+  std::vector<std::uint32_t> longest(n, 0);
+  std::vector<std::pair<std::uint32_t, std::size_t>> stack{{0, 0}};
+  mark[0] = 1;
+  while (!stack.empty()) {
+    auto& [s, next] = stack.back();
+    if (next < dfa.edges[s].size()) {
+      const std::uint32_t t = dfa.edges[s][next++].target;
+      if (mark[t] == 1) return std::make_pair(shortest, kUnbounded);
+      if (mark[t] == 0) {
+        mark[t] = 1;
+        stack.push_back({t, 0});
+      }
+      continue;
+    }
+    std::uint32_t best = 0;
+    for (const auto& e : dfa.edges[s]) best = std::max(best, longest[e.target] + 1);
+    longest[s] = best;
+    mark[s] = 2;
+    stack.pop_back();
+  }
+  return std::make_pair(shortest, longest[0]);
+}
+
+ExprId dfa_to_expr(const CodePointDfa& dfa, Grammar& g,
+                   const std::function<ExprId(const std::vector<CharRange>&)>& chars) {
+  std::map<std::vector<std::pair<std::uint32_t, std::uint32_t>>, std::uint32_t> label_of;
+  std::vector<ExprId> labels;
+  std::vector<GraphEdge> edges;
+  std::vector<std::uint32_t> accepting;
+  for (std::uint32_t s = 0; s < dfa.n_states(); ++s) {
+    if (dfa.accepting[s]) accepting.push_back(s);
+    std::map<std::uint32_t, std::vector<std::pair<std::uint32_t, std::uint32_t>>> by_target;
+    for (const auto& e : dfa.edges[s]) by_target[e.target].push_back({e.lo, e.hi});
+    for (const auto& [target, ranges] : by_target) {
+      auto it = label_of.find(ranges);
+      if (it == label_of.end()) {
+        std::vector<CharRange> cr;
+        for (const auto& [lo, hi] : ranges) cr.push_back({lo, hi});
+        labels.push_back(chars(cr));
+        it = label_of.emplace(ranges, static_cast<std::uint32_t>(labels.size() - 1)).first;
+      }
+      edges.push_back({s, target, it->second});
+    }
+  }
+  return g.add_graph(static_cast<std::uint32_t>(dfa.n_states()), std::move(edges), std::move(accepting),
+                     std::move(labels));
+}
+
+}  // namespace pse::detail
