@@ -260,6 +260,10 @@ std::vector<CaseResult> check_decode(std::uint64_t seed) {
       {DType::f16, 128, 8, 8, {len4k(rng), 1, 31}, {}, 0.0f, 0, 128},
       // An odd count of KV heads (7), two query heads each.
       {DType::f16, 128, 14, 7, {len4k(rng) + 2000}, {}},
+      // Many splits (up to 110 per sequence, several rounds of the last block's merge), a window that empties
+      // the first splits, and short sequences whose later splits are empty.
+      {DType::bf16, 128, 32, 8, {len4k(rng) + 3000, 5, 700}, {}, 0.0f, 1000, 64},
+      {DType::bf16, 256, 16, 2, {len4k(rng) + 1000, 40}, {}, 0.0f, 0, 64},
   };
   std::vector<CaseResult> out;
   for (const auto& c : cases) out.push_back(run_decode(rng, c));

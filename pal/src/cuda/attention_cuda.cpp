@@ -21,7 +21,6 @@ constexpr int kDecodeWarps = 4;
 constexpr int kDecodeUnroll = 2;
 constexpr int kDecodeMmaKeys = 32;  // MMA_KEYS in decode_attention.cu
 constexpr int kPrefillWarps = 4;
-constexpr unsigned kMergeThreads = 256;   // MERGE_THREADS in decode_attention.cu  // default PREFILL_WARPS
 constexpr std::int32_t kMaxChunk = 4096;  // MAX_CHUNK in decode_attention.cu
 
 // Mirrors DecodeParams in decode_attention.cu field by field.
@@ -35,6 +34,7 @@ struct DecodeParams {
   float* out;
   float* part_o;
   float* part_ml;
+  std::uint32_t* counters;
   std::int32_t n_kv_heads;
   std::int32_t n_q_heads;
   std::int32_t n_splits;
@@ -155,18 +155,34 @@ DecodeKernel decode_kernel(std::int32_t head_dim, bool bf16, std::int32_t group,
   return k;
 }
 
-// The split workspace (partial outputs, then max / sum per split) of one stream: kept per stream and grown
-// as needed, so that work queued on other streams never receives memory a running decode still uses.
-float* split_workspace(const tensor::cuda::Stream* stream, std::size_t floats) {
+// The split workspace (partial outputs, then max / sum per split) of one stream, and its finish counters
+// (one per sequence and KV head, zero between calls: the last block of each resets its own): kept per
+// stream and grown as needed, so that work queued on other streams never receives memory a running decode
+// still uses.
+struct SplitWorkspace {
+  float* partials = nullptr;
+  std::uint32_t* counters = nullptr;
+};
+
+SplitWorkspace split_workspace(const tensor::cuda::Stream* stream, std::size_t floats, std::size_t counters) {
+  struct Buffers {
+    tensor::cuda::DeviceBuffer partials, counters;
+  };
   static std::mutex mutex;
-  static auto* buffers = new std::map<const void*, tensor::cuda::DeviceBuffer>();  // lives until exit
+  static auto* buffers = new std::map<const void*, Buffers>();  // lives until exit
   std::lock_guard<std::mutex> lock(mutex);
-  tensor::cuda::DeviceBuffer& b = (*buffers)[stream != nullptr ? stream->handle() : nullptr];
-  if (b.bytes() < floats * sizeof(float)) {
-    if (!b.empty()) tensor::cuda::synchronize();  // queued work may still read the old buffer
-    b = tensor::cuda::MemoryPool::global().allocate(floats * sizeof(float));
+  Buffers& b = (*buffers)[stream != nullptr ? stream->handle() : nullptr];
+  const bool grow_partials = b.partials.bytes() < floats * sizeof(float);
+  const bool grow_counters = b.counters.bytes() < counters * sizeof(std::uint32_t);
+  if ((grow_partials && !b.partials.empty()) || (grow_counters && !b.counters.empty())) {
+    tensor::cuda::synchronize();  // queued work may still use the old buffers
   }
-  return b.as<float>();
+  if (grow_partials) b.partials = tensor::cuda::MemoryPool::global().allocate(floats * sizeof(float));
+  if (grow_counters) {
+    b.counters = tensor::cuda::MemoryPool::global().allocate(counters * sizeof(std::uint32_t));
+    b.counters.fill_bytes(0, stream);
+  }
+  return {b.partials.as<float>(), b.counters.as<std::uint32_t>()};
 }
 
 // Keys per K/V tile of the prefill kernel: 32 where the accumulators of two m16 tiles at head_dim 128 leave
@@ -209,7 +225,7 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   DecodeKernel dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt);
   std::int32_t chunk = tuning.chunk;
   if (chunk == 0) chunk = decode_chunk(kv.n_seqs, kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant, dk.shared_bytes);
-  // A split stages at most kMaxChunk page ids, and the merge at most kMaxChunk splits.
+  // A split stages at most kMaxChunk page ids, and a sequence has at most kMaxChunk splits.
   chunk = std::max<std::int32_t>(chunk, static_cast<std::int32_t>((max_seq_len + kMaxChunk - 1) / kMaxChunk + 63) / 64 * 64);
   chunk = std::min(chunk, kMaxChunk);
   const std::int32_t n_splits = (max_seq_len + chunk - 1) / chunk;
@@ -219,13 +235,15 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   if (!simt && stages != 2) dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt, stages);
 
   DecodeParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, args.q, args.out,
-                 nullptr, nullptr, kv.n_kv_heads, params.n_q_heads, n_splits, chunk, params.scale,
+                 nullptr, nullptr, nullptr, kv.n_kv_heads, params.n_q_heads, n_splits, chunk, params.scale,
                  params.logit_soft_cap, params.sliding_window};
   if (n_splits > 1) {
     const std::size_t rows = static_cast<std::size_t>(kv.n_seqs) * params.n_q_heads * n_splits;
-    float* ws = split_workspace(stream, rows * (kv.head_dim + 2));
-    p.part_o = ws;
-    p.part_ml = ws + rows * kv.head_dim;
+    const SplitWorkspace ws = split_workspace(stream, rows * (kv.head_dim + 2),
+                                              static_cast<std::size_t>(kv.n_seqs) * kv.n_kv_heads);
+    p.part_o = ws.partials;
+    p.part_ml = ws.partials + rows * kv.head_dim;
+    p.counters = ws.counters;
   }
   void* argv[] = {&p};
   // A programmatic dependent launch (sm_90): its launch and block start-up overlap the previous kernel's tail;
@@ -234,13 +252,6 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   dk.kernel.launch_dependent({static_cast<unsigned>(n_splits), static_cast<unsigned>(kv.n_kv_heads),
                               static_cast<unsigned>(kv.n_seqs)},
                              {kDecodeWarps * 32, 1, 1}, static_cast<unsigned>(dk.shared_bytes), stream, argv);
-  if (n_splits > 1) {
-    const auto options = decode_options(kv.head_dim, kv.dtype == tensor::DType::bf16, group,
-                                        tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll);
-    detail::kernel("decode_attention.cu", options, "decode_attention_merge")
-        .launch_dependent({static_cast<unsigned>(params.n_q_heads), static_cast<unsigned>(kv.n_seqs), 1},
-                {kMergeThreads, 1, 1}, 0, stream, argv);
-  }
 }
 
 void prefill_attention(const PagedKv& kv, const AttentionParams& params, const PrefillArgs& args,

@@ -3,7 +3,8 @@
 // CPU-only type here); queries and outputs are f32; head dims 64, 128 and 256.
 //
 // Decode is split-KV (flash-decoding): each (sequence, KV head) is cut into chunks that run in parallel
-// and are merged by a second kernel, so batch 1 at 32k context fills the GPU as well as batch 64 does.
+// and are merged by the last of their blocks to finish, so batch 1 at 32k context fills the GPU as well as
+// batch 64 does, in one kernel.
 // For head dims up to 128 the query heads of a KV head are the rows of tensor-core MMAs (up to 16 per KV
 // head); head dim 256 takes a SIMT kernel (up to 8 per KV head).
 // Prefill runs on the tensor cores (mma.sync m16n8k16, bf16/f16 operands, f32 accumulation).
