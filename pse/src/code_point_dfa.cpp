@@ -53,7 +53,8 @@ const std::vector<CharRange>& all_scalars() {
   return all;
 }
 
-// Code points of UTF-8 text; nullopt when it is not valid UTF-8 (or holds surrogates).
+}  // namespace
+
 std::optional<std::u32string> decode_utf8(const std::string& s) {
   std::u32string out;
   for (std::size_t i = 0; i < s.size();) {
@@ -73,6 +74,8 @@ std::optional<std::u32string> decode_utf8(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 // A Thompson NFA over code point ranges.
 class NfaBuilder {
@@ -423,6 +426,35 @@ std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std
     trimmed.accepting.push_back(out.accepting[s]);
   }
   return trimmed;
+}
+
+std::optional<CodePointDfa> complement(const CodePointDfa& dfa, std::size_t max_states) {
+  // Complete the DFA with a rejecting sink (every missing code point leads there), then flip acceptance.
+  const auto sink = static_cast<std::uint32_t>(dfa.n_states());
+  if (sink + 1 > max_states) return std::nullopt;
+  CodePointDfa full;
+  for (std::uint32_t s = 0; s <= sink; ++s) {
+    std::vector<CodePointDfa::Edge> out;
+    std::uint32_t next = 0;  // the first code point not yet given an edge
+    auto gap_to = [&](std::uint64_t end) {
+      for (const CharRange& r : all_scalars()) {
+        const std::uint32_t lo = std::max(r.lo, next);
+        const std::uint64_t hi = std::min<std::uint64_t>(r.hi, end - 1);
+        if (end > 0 && lo <= hi) append_edge(out, {lo, static_cast<std::uint32_t>(hi), sink});
+      }
+    };
+    if (s < sink) {
+      for (const auto& e : dfa.edges[s]) {
+        gap_to(e.lo);
+        append_edge(out, e);
+        next = e.hi + 1;
+      }
+    }
+    gap_to(std::uint64_t{kMaxCodePoint} + 1);
+    full.edges.push_back(std::move(out));
+    full.accepting.push_back(s < sink && dfa.accepting[s] ? 0 : 1);
+  }
+  return intersect({std::move(full)}, max_states);
 }
 
 std::optional<std::pair<std::uint32_t, std::uint32_t>> length_range(const CodePointDfa& dfa) {

@@ -30,6 +30,9 @@ struct CodePointDfa {
   bool accepts(const std::u32string& text) const;
 };
 
+// Code points of UTF-8 text; nullopt when it is not valid UTF-8 (surrogates included).
+std::optional<std::u32string> decode_utf8(const std::string& text);
+
 // The DFA of expression `root` of `g` (empty, literal bytes as UTF-8, character classes, sequences,
 // choices and repetitions); nullopt when it holds a rule reference or a graph, invalid UTF-8, or would
 // need more than max_states states (of the NFA or of the DFA).
@@ -45,6 +48,9 @@ std::optional<CodePointDfa> dfa_excluding(const std::vector<std::string>& exclud
 // The strings every DFA accepts, with only the states that can still reach acceptance (no states when
 // none is left). nullopt past max_states.
 std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std::size_t max_states);
+
+// The strings `dfa` rejects (scalar values only), trimmed; nullopt past max_states.
+std::optional<CodePointDfa> complement(const CodePointDfa& dfa, std::size_t max_states);
 
 // The shortest and longest accepted length (longest == kUnbounded when a cycle can be taken on the way
 // to acceptance); nullopt for the empty language. `dfa` must be trimmed (as intersect leaves it).

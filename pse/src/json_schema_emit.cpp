@@ -344,52 +344,6 @@ ExprId Converter::emit_constraints(const Conj& conj, Constraints& c, std::uint32
 }
 
 ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
-  // patternProperties: exact when one pattern, no other members (additionalProperties false), and no
-  // declared or required name that the pattern matches: then every undeclared member's key matches the
-  // pattern and its value the schema.
-  std::optional<ExprId> pattern_member;
-  if (!c.pattern_properties.empty()) {
-    const auto& pp = c.pattern_properties[0];
-    bool declared_match = false;
-    auto check_name = [&](const std::string& name) {
-      const std::optional<bool> m = pattern_matches(pp.pattern, name);
-      declared_match = declared_match || !m || *m;
-    };
-    for (const auto& r : c.required) check_name(r);
-    bool closed = false;
-    for (const auto& shape : c.object_shapes) {
-      for (const auto& [name, node] : shape.properties) check_name(name);
-      if (shape.additional && shape.additional->schema->is_boolean() && !shape.additional->schema->get<bool>()) closed = true;
-    }
-    // Open objects (other members allowed): the keys the pattern does not match take the additional
-    // schema, which needs the pattern's complement: built for one repeated character class, with no
-    // declared names (they would have to be excluded from both kinds of keys) and one object shape.
-    std::optional<std::string> complement;
-    const bool declared = !c.required.empty() ||
-                          std::any_of(c.object_shapes.begin(), c.object_shapes.end(),
-                                      [](const ObjectShape& sh) { return !sh.properties.empty(); });
-    if (!closed && !declared && c.object_shapes.size() <= 1) complement = pattern_complement(pp.pattern);
-    if (c.pattern_properties.size() > 1 || declared_match || (!closed && !complement) ||
-        !c.property_names.empty() || !c.unevaluated_properties.empty()) {
-      fail(pp.pointer, "patternProperties",
-           "\"patternProperties\" is enforced only as one pattern matching none of the declared names, with "
-           "\"additionalProperties\": false and no propertyNames, or, in an object without declared names, "
-           "as one repeated character class (C+ or C*, anchored or not) beside other members");
-    }
-    ExprId key = g_.add_sequence({g_.add_bytes("\""), pattern_expr(pp.pattern, pp.pointer), g_.add_bytes("\"")});
-    pattern_member = g_.add_sequence({key, colon(), value_expr({pp.schema}, d + 1, depth + 1)});
-    if (complement && !complement->empty()) {
-      Conj additional;
-      for (const auto& shape : c.object_shapes)
-        if (shape.additional) additional.push_back(*shape.additional);
-      if (additional.empty()) additional.push_back(true_node());
-      if (!collect(additional, depth + 1).never) {
-        ExprId other_key = g_.add_sequence({g_.add_bytes("\""), pattern_expr(*complement, pp.pointer), g_.add_bytes("\"")});
-        pattern_member = g_.add_choice(
-            {*pattern_member, g_.add_sequence({other_key, colon(), value_expr(additional, d + 1, depth + 1)})});
-      }
-    }
-  }
   // Merge the shapes: a key's schema is, per shape, its property schema or else the shape's additional one.
   std::vector<std::string> order;
   for (const auto& shape : c.object_shapes) {
@@ -400,19 +354,43 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
   for (const auto& r : c.required) {
     if (std::find(order.begin(), order.end(), r) == order.end()) order.push_back(r);
   }
-  std::map<std::string, Conj> prop_conj;
-  for (const auto& name : order) {
+  // patternProperties: each pattern's automaton (a search, as JSON Schema patterns are) and the shape of
+  // the same schema, whose additionalProperties applies only to keys that none of its patterns match.
+  const auto& patterns = c.pattern_properties;
+  std::vector<detail::CodePointDfa> pattern_dfa;
+  std::vector<int> pattern_shape(patterns.size(), -1);
+  for (std::size_t i = 0; i < patterns.size(); ++i) {
+    pattern_dfa.push_back(key_pattern_dfa(patterns[i].pattern, patterns[i].pointer));
+    for (std::size_t j = 0; j < c.object_shapes.size(); ++j)
+      if (c.object_shapes[j].pointer == patterns[i].pointer) pattern_shape[i] = static_cast<int>(j);
+  }
+  // A member's value schema: per shape, its property schema, the schemas of its patterns that match the
+  // key, or else its additional schema; plus the patterns of schemas without a shape.
+  auto member_conj = [&](const std::string* name, const std::vector<bool>& matched) {
     Conj conj;
-    for (const auto& shape : c.object_shapes) {
-      auto it = std::find_if(shape.properties.begin(), shape.properties.end(), [&](const auto& p) { return p.first == name; });
+    for (std::size_t i = 0; i < patterns.size(); ++i)
+      if (matched[i]) conj.push_back(patterns[i].schema);
+    for (std::size_t j = 0; j < c.object_shapes.size(); ++j) {
+      const auto& shape = c.object_shapes[j];
+      auto it = name == nullptr ? shape.properties.end()
+                                : std::find_if(shape.properties.begin(), shape.properties.end(), [&](const auto& p) { return p.first == *name; });
+      bool by_pattern = false;
+      for (std::size_t i = 0; i < patterns.size(); ++i) by_pattern = by_pattern || (matched[i] && pattern_shape[i] == static_cast<int>(j));
       if (it != shape.properties.end()) {
         conj.push_back(it->second);
-      } else if (shape.additional) {
+      } else if (!by_pattern && shape.additional) {
         conj.push_back(*shape.additional);
       }
     }
     if (conj.empty()) conj.push_back(true_node());
-    prop_conj[name] = std::move(conj);
+    return conj;
+  };
+  std::map<std::string, Conj> prop_conj;
+  for (const auto& name : order) {
+    std::vector<bool> matched(patterns.size());
+    const std::u32string key = detail::decode_utf8(name).value_or(std::u32string());
+    for (std::size_t i = 0; i < patterns.size(); ++i) matched[i] = pattern_dfa[i].accepts(key);
+    prop_conj[name] = member_conj(&name, matched);
   }
   Conj additional;
   for (const auto& shape : c.object_shapes) {
@@ -491,8 +469,14 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
     }
     members.push_back(std::move(m));
   }
-  std::optional<ExprId> other = pattern_member;
-  if (additional_allowed && !pattern_member) {
+  std::optional<ExprId> other;
+  if (!patterns.empty()) {
+    if (!c.property_names.empty() || !c.unevaluated_properties.empty()) {
+      fail(patterns[0].pointer, "patternProperties",
+           "\"patternProperties\" together with \"propertyNames\" or \"unevaluatedProperties\" is not supported");
+    }
+    other = pattern_members(order, pattern_dfa, member_conj, patterns[0].pointer, d, depth);
+  } else if (additional_allowed) {
     ExprId key = names_expr ? *names_expr
                             : g_.add_sequence({g_.add_bytes("\""), order.empty() ? g_.add_repeat(json_char(), 0, kUnbounded) : string_body_excluding(order), g_.add_bytes("\"")});
     other = g_.add_sequence({key, colon(), value_expr(additional, d + 1, depth + 1)});
@@ -537,6 +521,55 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
   bool empty_ok = min_p == 0 && std::none_of(members.begin(), members.end(), [](const Member& m) { return m.required; });
   if (empty_ok) shapes.push_back(g_.add_sequence({g_.add_bytes("{"), empty_inner(), g_.add_bytes("}")}));
   return shapes.size() == 1 ? shapes[0] : g_.add_choice(shapes);
+}
+
+std::optional<ExprId> Converter::pattern_members(
+    const std::vector<std::string>& declared, const std::vector<detail::CodePointDfa>& pattern_dfa,
+    const std::function<Conj(const std::string*, const std::vector<bool>&)>& member_conj, const std::string& pointer,
+    std::uint32_t d, int depth) {
+  constexpr std::size_t kMaxStates = 4096;
+  constexpr std::size_t kMaxRegions = 32;
+  auto too_big = [&] {
+    fail(pointer, "patternProperties",
+         fmt::format("these patternProperties split the keys into more than {} regions or {} automaton states", kMaxRegions,
+                     kMaxStates));
+  };
+  std::optional<detail::CodePointDfa> keys =
+      declared.empty() ? detail::dfa_of_length(0, kUnbounded, 1) : detail::dfa_excluding(declared, kMaxStates);
+  if (!keys) too_big();
+  std::vector<detail::CodePointDfa> negated;
+  for (const auto& p : pattern_dfa) {
+    auto n = detail::complement(p, kMaxStates);
+    if (!n) too_big();
+    negated.push_back(std::move(*n));
+  }
+  std::vector<ExprId> members;
+  std::size_t regions = 0;
+  std::vector<bool> matched(pattern_dfa.size());
+  // Depth-first over the patterns, each matched or not, pruning empty regions.
+  std::function<void(std::size_t, const detail::CodePointDfa&)> walk = [&](std::size_t i, const detail::CodePointDfa& region) {
+    if (region.empty()) return;
+    if (i == pattern_dfa.size()) {
+      if (++regions > kMaxRegions) too_big();
+      Conj conj = member_conj(nullptr, matched);
+      if (collect(conj, depth + 1).never) return;
+      ExprId body = detail::dfa_to_expr(region, g_, [&](const std::vector<CharRange>& r) { return json_chars(r); });
+      ExprId key = g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
+      members.push_back(g_.add_sequence({key, colon(), value_expr(conj, d + 1, depth + 1)}));
+      return;
+    }
+    for (bool m : {true, false}) {
+      auto next = detail::intersect({region, m ? pattern_dfa[i] : negated[i]}, kMaxStates);
+      if (!next) too_big();
+      matched[i] = m;
+      walk(i + 1, *next);
+    }
+    matched[i] = false;
+  };
+  walk(0, *keys);
+  check_size();
+  if (members.empty()) return std::nullopt;
+  return members.size() == 1 ? members[0] : g_.add_choice(members);
 }
 
 ExprId Converter::emit_array(Constraints& c, std::uint32_t d, int depth) {

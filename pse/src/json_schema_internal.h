@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -20,6 +21,7 @@
 #include "pse/error.h"
 #include "pse/grammar.h"
 #include "pse/json_schema.h"
+#include "code_point_dfa.h"
 
 namespace pse::json_schema_detail {
 
@@ -190,6 +192,12 @@ class Converter {
   ExprId emit_literal(const json& value, std::uint32_t indent_depth);
   ExprId emit_object(Constraints& c, std::uint32_t indent_depth, int depth);
   ExprId emit_array(Constraints& c, std::uint32_t indent_depth, int depth);
+  // The members of an object with patternProperties whose keys are none of `declared`: one alternative
+  // per region of keys matched by the same patterns, with the schemas member_conj(nullptr, matched) says.
+  std::optional<ExprId> pattern_members(const std::vector<std::string>& declared,
+                                        const std::vector<detail::CodePointDfa>& pattern_dfa,
+                                        const std::function<Conj(const std::string*, const std::vector<bool>&)>& member_conj,
+                                        const std::string& pointer, std::uint32_t indent_depth, int depth);
   ExprId ws();
   ExprId open_ws(std::uint32_t d);
   ExprId sep(std::uint32_t d);
@@ -202,6 +210,9 @@ class Converter {
 
   // --- strings (json_schema_string.cpp)
   ExprId emit_string(const Constraints& c);
+  ExprId json_chars(const std::vector<CharRange>& ranges);  // one code point of `ranges` as JSON string text
+  // The automaton of the keys an ECMA-262 `pattern` matches (a search), for patternProperties.
+  detail::CodePointDfa key_pattern_dfa(const std::string& pattern, const std::string& pointer);
   ExprId string_intersection(const Constraints& c, const std::vector<std::pair<std::string, std::string>>& formats,
                              const std::vector<std::string>& excluded);
   ExprId json_char();                                           // one code point of a JSON string body
@@ -209,13 +220,6 @@ class Converter {
   ExprId string_body_excluding(const std::vector<std::string>& excluded);  // body != each of them
   ExprId format_expr(const std::string& format, const std::string& pointer);  // the body of a format
   ExprId pattern_expr(const std::string& pattern, const std::string& pointer);
-  // Whether `text` contains a match of the ECMA-262 pattern (JSON Schema semantics); nullopt when the
-  // pattern is outside the regex front-end.
-  std::optional<bool> pattern_matches(const std::string& pattern, const std::string& text);
-  // For a pattern of one character class repeated (`C+` or `C*`, each end anchored or not): a pattern
-  // whose search language is the complement of the pattern's (anchored), "" when the pattern matches
-  // every string. nullopt for other patterns.
-  std::optional<std::string> pattern_complement(const std::string& pattern);
   // Copies the expressions 0..root of a regex grammar into g_, re-encoding each character as JSON
   // string text; throws a SchemaError at pointer / keyword if the regex holds a rule reference.
   ExprId copy_regex_as_string_body(const Grammar& scratch, ExprId root, const std::string& pointer,

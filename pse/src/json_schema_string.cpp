@@ -11,10 +11,7 @@
 #include <map>
 
 #include "json_schema_internal.h"
-#include "pse/compiler.h"
-#include "pse/matcher.h"
 #include "pse/regex.h"
-#include "code_point_dfa.h"
 
 namespace pse::json_schema_detail {
 namespace {
@@ -310,76 +307,6 @@ ExprId Converter::pattern_expr(const std::string& pattern, const std::string& po
   return body;
 }
 
-std::optional<bool> Converter::pattern_matches(const std::string& pattern, const std::string& text) {
-  static const std::shared_ptr<const Vocabulary> bytes = [] {
-    std::vector<std::string> t;
-    for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
-    return std::make_shared<const Vocabulary>(std::move(t), std::vector<TokenId>{}, std::vector<TokenId>{});
-  }();
-  try {
-    Grammar scratch;
-    RegexOptions ro;
-    ro.full_match = false;
-    const ExprId root = add_regex(scratch, pattern, ro);
-    scratch.set_root(scratch.add_rule("root", root));
-    CompileOptions co;
-    co.shared_tables = false;
-    co.precompute = false;
-    Matcher m(compile_grammar(scratch, bytes, co));
-    return m.accept_bytes(text) && m.can_stop();
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
-std::optional<std::string> Converter::pattern_complement(const std::string& pattern) {
-  std::string p = pattern;
-  const bool start = !p.empty() && p.front() == '^';
-  if (start) p.erase(0, 1);
-  // A '$' that ends the pattern and is not escaped (an odd number of backslashes before it escapes it).
-  std::size_t slashes = 0;
-  for (std::size_t i = p.size() >= 1 ? p.size() - 1 : 0; i-- > 0 && p[i] == '\\';) ++slashes;
-  const bool end = !p.empty() && p.back() == '$' && slashes % 2 == 0;
-  if (end) p.pop_back();
-  if (p.size() < 2 || (p.back() != '+' && p.back() != '*')) return std::nullopt;
-  const bool plus = p.back() == '+';
-  const std::string atom = p.substr(0, p.size() - 1);
-  // The atom and its negation, as ECMA-262 text; both must parse to one character class.
-  std::string negated;
-  if (atom == ".") {
-    negated = "[\\n\\r\\u2028\\u2029]";
-  } else if (atom.size() == 2 && atom[0] == '\\' && std::string("wWdDsS").find(atom[1]) != std::string::npos) {
-    negated = std::string("\\") + static_cast<char>(std::islower(static_cast<unsigned char>(atom[1])) ? std::toupper(atom[1]) : std::tolower(atom[1]));
-  } else if (atom.size() >= 3 && atom.front() == '[' && atom.back() == ']') {
-    negated = atom[1] == '^' ? "[" + atom.substr(2) : "[^" + atom.substr(1);
-    if (negated == "[]" || negated == "[^]") return std::nullopt;
-  } else {
-    return std::nullopt;
-  }
-  auto one_class = [](const std::string& text) {
-    try {
-      const Grammar g = parse_regex(text);
-      return g.expr(g.rule(g.root()).body).kind == ExprKind::kCharClass;
-    } catch (const Error&) {
-      return false;
-    }
-  };
-  if (!one_class(atom) || !one_class(negated)) return std::nullopt;
-  const std::string any = "[\\s\\S]";
-  std::string body;
-  if (start && end) {
-    body = any + "*" + negated + any + "*";  // some character outside the class
-    if (plus) body = "|" + body;              // or none at all
-  } else if (start || end) {
-    if (!plus) return std::string();  // C* matches the empty prefix (suffix) of every string
-    body = "|" + (start ? negated + any + "*" : any + "*" + negated);
-  } else {
-    if (!plus) return std::string();  // an empty match is found in every string
-    body = negated + "*";             // no character of the class anywhere
-  }
-  return "^(?:" + body + ")$";
-}
-
 namespace {
 
 // Regexes (over the decoded string) of the formats whose definition is a regular language.
@@ -553,6 +480,23 @@ ExprId Converter::emit_string(const Constraints& c) {
   return g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
 }
 
+ExprId Converter::json_chars(const std::vector<CharRange>& ranges) { return encode_ranges(g_, cache_, ranges); }
+
+detail::CodePointDfa Converter::key_pattern_dfa(const std::string& pattern, const std::string& pointer) {
+  Grammar scratch;
+  ExprId root = 0;
+  try {
+    RegexOptions ro;
+    ro.full_match = false;
+    root = add_regex(scratch, pattern, ro);
+  } catch (const Error& e) {
+    fail(pointer, "patternProperties", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
+  }
+  auto dfa = detail::dfa_from_expr(scratch, root, 4096);
+  if (!dfa) fail(pointer, "patternProperties", fmt::format("pattern \"{}\" needs more than 4096 automaton states", pattern));
+  return std::move(*dfa);
+}
+
 // Patterns, formats, lengths and excluded values on one string: the product of their automata over code
 // points (exact), as one graph expression. Lengths the other constraints already imply are left out.
 ExprId Converter::string_intersection(const Constraints& c, const std::vector<std::pair<std::string, std::string>>& formats,
@@ -613,9 +557,7 @@ ExprId Converter::string_intersection(const Constraints& c, const std::vector<st
     }
   }
   if (product->empty()) return g_.add_char_class({});
-  ExprId body = detail::dfa_to_expr(*product, g_, [&](const std::vector<CharRange>& ranges) {
-    return encode_ranges(g_, cache_, ranges);
-  });
+  ExprId body = detail::dfa_to_expr(*product, g_, [&](const std::vector<CharRange>& ranges) { return json_chars(ranges); });
   check_size();
   return body;
 }

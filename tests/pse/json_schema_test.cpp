@@ -174,10 +174,16 @@ TEST(JsonSchema, PatternPropertiesAlone) {
   expect_language(R"({"patternProperties":{"^.*$":{"type":"integer"}},"additionalProperties":{"type":"string"}})",
                   {R"({"ab":1})", R"({"a\nb":"x"})"}, {R"({"ab":"x"})", R"({"a\nb":1})"});
   expect_language(R"({"patternProperties":{"\\d+":{"const":0}}})", {R"({"a1":0,"b":1})"}, {R"({"a1":1})"});
-  expect_error(R"({"patternProperties":{"^ab+":{"type":"integer"}}})", "", "patternProperties");
-  // A declared name the pattern matches would need the pattern's schema merged into its own: an error.
-  expect_error(R"({"properties":{"vx":{}},"patternProperties":{"^v":{"type":"integer"}},"additionalProperties":false})", "",
-               "patternProperties");
+  // Any pattern on open objects: keys it matches take its schema (the others are free).
+  expect_language(R"({"patternProperties":{"^ab+":{"type":"integer"}}})", {R"({"abb":1,"x":"s"})", R"({"abz":2})", R"({"a":"s"})"},
+                  {R"({"ab":"x"})", R"({"abz":"1"})"});
+  // A declared name the pattern matches takes both schemas.
+  expect_language(R"({"properties":{"vx":{"minimum":3}},"patternProperties":{"^v":{"type":"integer"}},"additionalProperties":false})",
+                  {R"({"vx":3})", R"({"vy":2})", R"({"vx":4,"va":-1})"}, {R"({"vx":"s"})", R"({"vx":2})", R"({"a":1})", R"({"vy":"s"})"});
+  // Several patterns: a key matched by both takes both schemas, one matched by none the additional one.
+  expect_language(R"({"patternProperties":{"^a":{"type":"integer"},"b$":{"minimum":5}},"additionalProperties":{"type":"string"}})",
+                  {R"({"ab":7,"a":1,"b":"x","c":"s"})", R"({"b":5})", "{}"},
+                  {R"({"ab":3})", R"({"ab":5.5})", R"({"a":"x"})", R"({"c":1})", R"({"b":3})"});
 }
 
 TEST(JsonSchema, PropertyCountsAndNames) {
@@ -274,7 +280,9 @@ TEST(JsonSchema, ErrorsCarryPointerAndKeyword) {
   expect_error(R"({"properties":{"a":{"minimum":"ten"}}})", "/properties/a", "minimum");
   expect_error(R"({"items":{"maxItems":-1}})", "/items", "maxItems");
   expect_error(R"({"type":"string","maxlength":3})", "", "maxlength");  // a validation keyword, miscased
-  expect_error(R"({"patternProperties":{"^a":{"type":"integer"}}})", "", "patternProperties");
+  expect_error(R"({"patternProperties":{"^a":{"type":"integer"}},"propertyNames":{"maxLength":3}})", "", "patternProperties");
+  expect_error(R"x({"patternProperties":{"^(?=a)":{"type":"integer"}}})x", "", "patternProperties");
+  expect_error(R"({"patternProperties":{"^[ab]{5000}$":{"type":"integer"}}})", "", "patternProperties");
   expect_error(R"({"$dynamicRef":"#x"})", "", "$dynamicRef");
   expect_error(R"({"anyOf":[]})", "", "anyOf");
   expect_error(R"({"required":[1]})", "", "required");
