@@ -101,6 +101,20 @@ TEST(CodePointDfa, IntersectionIsTheConjunction) {
   EXPECT_FALSE(length_range(*none).has_value());
 }
 
+TEST(CodePointDfa, ComplementIsTheNegation) {
+  const auto texts = random_texts(3000, 6, 5);
+  for (const std::string& pattern : kPatterns) {
+    const CodePointDfa dfa = regex_dfa(pattern);
+    const auto other = complement(dfa, 4096);
+    ASSERT_TRUE(other) << pattern;
+    for (const auto& t : texts) EXPECT_NE(other->accepts(t), dfa.accepts(t)) << pattern << " on " << utf8(t);
+  }
+  const auto all = complement(CodePointDfa{}, 10);  // of the empty language: every string
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->accepts(U"") && all->accepts(U"\U0010FFFFx"));
+  EXPECT_FALSE(complement(regex_dfa("[ab]{20}"), 10).has_value());
+}
+
 TEST(CodePointDfa, ExcludingAndLengths) {
   const auto ex = dfa_excluding({"ab", "a", "\u00E9z", ""}, 100);
   ASSERT_TRUE(ex);
