@@ -517,6 +517,8 @@ void Converter::collect_node(const Conj& conj, std::size_t index, Constraints& c
       extra.push_back(nodes_[v.get<std::size_t>()]);
     } else if (k == "$orchard:exclude" && v.is_array()) {
       for (const auto& e : v) c.excluded.push_back(e);
+    } else if ((k == "$orchard:not_pattern" || k == "$orchard:not_format") && v.is_string()) {
+      (k == "$orchard:not_pattern" ? c.not_patterns : c.not_formats).emplace_back(v.get<std::string>(), ptr);
     } else if (k == "$orchard:non_integer") {
       c.types &= ~static_cast<std::uint32_t>(kInteger);
     } else if (options_.unknown_keywords == JsonSchemaOptions::UnknownKeywords::kError) {
@@ -677,6 +679,22 @@ std::optional<std::vector<Conj>> Converter::negate(const Node& node) {
     } else {
       out.push_back({make(json{{"type", type}, {"min" + base_kw, n + 1}})});
     }
+  } else if (k == "pattern" && v.is_string()) {
+    // Not a string, or a string with no match (the complement of the pattern's automaton).
+    other_types(kString, out);
+    out.push_back({make(json{{"type", "string"}, {"$orchard:not_pattern", v}})});
+  } else if (k == "format" && v.is_string()) {
+    if (options_.format == JsonSchemaOptions::Format::kAnnotate) return out;  // not {}: nothing
+    const std::string name = v.get<std::string>();
+    if (!is_defined_format(name)) {
+      // An unknown format is an annotation (not {}: nothing), unless strict or misspelt (an error, as in collect).
+      if (options_.unknown_keywords == JsonSchemaOptions::UnknownKeywords::kError || defined_format_ignoring_case(name)) {
+        return std::nullopt;
+      }
+      return out;
+    }
+    other_types(kString, out);
+    out.push_back({make(json{{"type", "string"}, {"$orchard:not_format", v}})});
   } else if (k == "$orchard:node" && v.is_number_unsigned() && v.get<std::size_t>() < nodes_.size()) {
     return negate(nodes_[v.get<std::size_t>()]);
   } else {

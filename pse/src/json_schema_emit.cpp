@@ -247,10 +247,7 @@ bool Converter::value_satisfies(const json& v, const Constraints& c, const std::
     const std::string& s = v.get_ref<const std::string&>();
     std::uint32_t n = code_points(s);
     if (n < c.min_length || n > c.max_length) return false;
-    if (!c.patterns.empty() || !c.formats.empty()) {
-      fail(pointer, !c.patterns.empty() ? "pattern" : "format",
-           "enum / const values checked against pattern or format: not supported");
-    }
+    if (needs_string_dfa(c) || !c.patterns.empty() || !c.formats.empty()) return string_satisfies(s, c);
   }
   if (t == kObject && has_object_constraints(c)) {
     fail(pointer, "enum", "enum / const objects together with object keywords: not supported");
@@ -431,10 +428,7 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
     Constraints nc = collect(names, depth + 1);
     if (!nc.disjunctions.empty()) fail(c.property_names[0].pointer, "propertyNames", "combinators inside \"propertyNames\" are not supported");
     for (auto it = order.begin(); it != order.end();) {
-      bool ok = !nc.never && nc.patterns.empty() && nc.formats.empty() ? value_satisfies(json(*it), nc, c.property_names[0].pointer) : false;
-      if (!nc.never && (!nc.patterns.empty() || !nc.formats.empty())) {
-        fail(c.property_names[0].pointer, "propertyNames", "\"propertyNames\" with pattern or format beside declared properties is not supported");
-      }
+      const bool ok = !nc.never && value_satisfies(json(*it), nc, c.property_names[0].pointer);
       if (!ok) {
         // A declared name that propertyNames forbids can never be present.
         if (std::find(c.required.begin(), c.required.end(), *it) != c.required.end()) return g_.add_char_class({});
@@ -769,10 +763,25 @@ bool Converter::provably_disjoint(const Constraints& a, const Constraints& b, in
         any = true;
         break;
       }
-      return false;  // would need to check v against y's other keywords
+      // A number or string: exact against y's keywords; objects and arrays are not checked.
+      if (!(type_of_value(v) & (kInteger | kNumber | kString))) return false;
+      try {
+        if (value_satisfies(v, y, y.values_pointer)) return false;
+      } catch (const SchemaError&) {
+        return false;  // y's keywords cannot be checked here: not provably disjoint
+      }
     }
     if (!any) return true;
     return false;
+  }
+  // Only strings left in common: disjoint when no string satisfies both (their automata's product is empty).
+  if (common == kString) {
+    try {
+      auto product = detail::intersect({string_dfa(a), string_dfa(b)}, 4096);
+      if (product && product->empty()) return true;
+    } catch (const SchemaError&) {
+      return false;  // a constraint without an automaton here: not provably disjoint
+    }
   }
   // Only objects left in common: look for a discriminating property.
   if (common == kObject) {

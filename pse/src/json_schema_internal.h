@@ -125,6 +125,8 @@ struct Constraints {
   std::uint32_t max_length = kUnbounded;
   std::vector<std::pair<std::string, std::string>> patterns;  // pattern, pointer
   std::vector<std::pair<std::string, std::string>> formats;   // format, pointer
+  std::vector<std::pair<std::string, std::string>> not_patterns;  // strings must not match these (from `not`)
+  std::vector<std::pair<std::string, std::string>> not_formats;
   std::string length_pointer;
   // objects
   std::vector<ObjectShape> object_shapes;
@@ -213,8 +215,9 @@ class Converter {
   ExprId json_chars(const std::vector<CharRange>& ranges);  // one code point of `ranges` as JSON string text
   // The automaton of the keys an ECMA-262 `pattern` matches (a search), for patternProperties.
   detail::CodePointDfa key_pattern_dfa(const std::string& pattern, const std::string& pointer);
-  ExprId string_intersection(const Constraints& c, const std::vector<std::pair<std::string, std::string>>& formats,
-                             const std::vector<std::string>& excluded);
+  bool needs_string_dfa(const Constraints& c);  // more than one string constraint, or a negated one
+  detail::CodePointDfa string_dfa(const Constraints& c);  // every string constraint of c, as one DFA
+  bool string_satisfies(const std::string& value, const Constraints& c);  // string_dfa(c) accepts value
   ExprId json_char();                                           // one code point of a JSON string body
   ExprId string_literal(const std::string& utf8);               // "..." with JSON escapes
   ExprId string_body_excluding(const std::vector<std::string>& excluded);  // body != each of them
@@ -239,6 +242,7 @@ class Converter {
   std::vector<Node> nodes_;           // targets of "$orchard:node" in synthesized schemas
   std::unordered_map<std::string, RuleId> rules_;  // conjunction key + indent depth -> rule
   std::map<std::string, ExprId> cache_;            // shared fragments (json_char, ws, ...)
+  std::map<std::string, detail::CodePointDfa> string_dfas_;  // string_satisfies: by constraint signature
   int n_rules_ = 0;
   int negate_depth_ = 0;
   std::uint64_t next_lineage_ = 0;

@@ -454,31 +454,24 @@ ExprId Converter::format_expr(const std::string& format, const std::string& poin
   return body;
 }
 
-ExprId Converter::emit_string(const Constraints& c) {
-  const bool has_length = c.min_length > 0 || c.max_length != kUnbounded;
-  std::vector<std::string> excluded;
-  for (const auto& v : c.excluded) {
-    if (v.is_string()) excluded.push_back(v.get<std::string>());
-  }
-  if (c.min_length > c.max_length) return g_.add_char_class({});
-  std::vector<std::pair<std::string, std::string>> formats;  // distinct
-  for (const auto& f : c.formats)
-    if (std::none_of(formats.begin(), formats.end(), [&](const auto& x) { return x.first == f.first; })) formats.push_back(f);
-  const std::size_t n_shapes = c.patterns.size() + formats.size() + (has_length ? 1 : 0) + (excluded.empty() ? 0 : 1);
-  ExprId body;
-  if (n_shapes > 1) {
-    body = string_intersection(c, formats, excluded);
-  } else if (!c.patterns.empty()) {
-    body = pattern_expr(c.patterns[0].first, c.patterns[0].second);
-  } else if (!formats.empty()) {
-    body = format_expr(formats[0].first, formats[0].second);
-  } else if (!excluded.empty()) {
-    body = string_body_excluding(excluded);
-  } else {
-    body = g_.add_repeat(json_char(), c.min_length, c.max_length);
-  }
-  return g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
+namespace {
+
+std::vector<std::string> excluded_strings(const Constraints& c) {
+  std::vector<std::string> out;
+  for (const auto& v : c.excluded)
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
 }
+
+// Distinct formats (the same format twice is one constraint).
+std::vector<std::pair<std::string, std::string>> distinct_formats(const std::vector<std::pair<std::string, std::string>>& formats) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : formats)
+    if (std::none_of(out.begin(), out.end(), [&](const auto& x) { return x.first == f.first; })) out.push_back(f);
+  return out;
+}
+
+}  // namespace
 
 ExprId Converter::json_chars(const std::vector<CharRange>& ranges) { return encode_ranges(g_, cache_, ranges); }
 
@@ -497,19 +490,55 @@ detail::CodePointDfa Converter::key_pattern_dfa(const std::string& pattern, cons
   return std::move(*dfa);
 }
 
-// Patterns, formats, lengths and excluded values on one string: the product of their automata over code
-// points (exact), as one graph expression. Lengths the other constraints already imply are left out.
-ExprId Converter::string_intersection(const Constraints& c, const std::vector<std::pair<std::string, std::string>>& formats,
-                                      const std::vector<std::string>& excluded) {
+bool Converter::needs_string_dfa(const Constraints& c) {
+  const bool has_length = c.min_length > 0 || c.max_length != kUnbounded;
+  const std::size_t shapes = c.patterns.size() + distinct_formats(c.formats).size() + (has_length ? 1 : 0) +
+                             (excluded_strings(c).empty() ? 0 : 1);
+  return shapes > 1 || !c.not_patterns.empty() || !c.not_formats.empty();
+}
+
+ExprId Converter::emit_string(const Constraints& c) {
+  if (c.min_length > c.max_length) return g_.add_char_class({});
+  const std::vector<std::string> excluded = excluded_strings(c);
+  const auto formats = distinct_formats(c.formats);
+  ExprId body;
+  if (needs_string_dfa(c)) {
+    const detail::CodePointDfa dfa = string_dfa(c);
+    if (dfa.empty()) return g_.add_char_class({});
+    body = detail::dfa_to_expr(dfa, g_, [&](const std::vector<CharRange>& ranges) { return json_chars(ranges); });
+    check_size();
+  } else if (!c.patterns.empty()) {
+    body = pattern_expr(c.patterns[0].first, c.patterns[0].second);
+  } else if (!formats.empty()) {
+    body = format_expr(formats[0].first, formats[0].second);
+  } else if (!excluded.empty()) {
+    body = string_body_excluding(excluded);
+  } else {
+    body = g_.add_repeat(json_char(), c.min_length, c.max_length);
+  }
+  return g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
+}
+
+// Every string constraint at once: patterns (searches), formats, the patterns and formats a `not` forbids
+// (complements), excluded values and lengths, each a DFA over code points, and their product (exact).
+// Lengths the other constraints already imply are left out.
+detail::CodePointDfa Converter::string_dfa(const Constraints& c) {
   constexpr std::size_t kMaxStates = 4096;
-  const std::string& pointer = !c.patterns.empty() ? c.patterns[0].second : !formats.empty() ? formats[0].second : c.length_pointer;
-  const char* keyword = !c.patterns.empty() ? "pattern" : !formats.empty() ? "format" : "maxLength";
+  const auto formats = distinct_formats(c.formats);
+  const std::string& pointer = !c.patterns.empty()       ? c.patterns[0].second
+                               : !formats.empty()         ? formats[0].second
+                               : !c.not_patterns.empty()  ? c.not_patterns[0].second
+                               : !c.not_formats.empty()   ? c.not_formats[0].second
+                                                          : c.length_pointer;
+  const char* keyword = !c.patterns.empty() || !c.not_patterns.empty() ? "pattern"
+                        : !formats.empty() || !c.not_formats.empty()  ? "format"
+                                                                      : "maxLength";
   auto too_big = [&](const std::string& what) {
     fail(pointer, keyword,
          fmt::format("{} on one string cannot be enforced: their intersection needs more than {} automaton states", what, kMaxStates));
   };
   std::vector<detail::CodePointDfa> parts;
-  auto add_regex_dfa = [&](const std::string& regex, bool full_match, const std::string& at, const char* kw) {
+  auto regex_dfa = [&](const std::string& regex, bool full_match, const std::string& at, const char* kw, bool negated) {
     Grammar scratch;
     ExprId root = 0;
     try {
@@ -520,16 +549,21 @@ ExprId Converter::string_intersection(const Constraints& c, const std::vector<st
       fail(at, kw, fmt::format("{} \"{}\" cannot be enforced: {}", kw, regex, e.what()));
     }
     auto dfa = detail::dfa_from_expr(scratch, root, kMaxStates);
+    if (dfa && negated) dfa = detail::complement(*dfa, kMaxStates);
     if (!dfa) too_big(fmt::format("{} \"{}\"", kw, regex));
     parts.push_back(std::move(*dfa));
   };
-  for (const auto& [pattern, at] : c.patterns) add_regex_dfa(pattern, false, at, "pattern");
-  for (const auto& [format, at] : formats) {
+  auto format_regex = [&](const std::string& format, const std::string& at) -> const std::string& {
     const auto& table = format_regexes();
     auto it = table.find(format);
     if (it == table.end()) fail(at, "format", fmt::format("format \"{}\" is not supported (it cannot be enforced exactly)", format));
-    add_regex_dfa(it->second, true, at, "format");
-  }
+    return it->second;
+  };
+  for (const auto& [pattern, at] : c.patterns) regex_dfa(pattern, false, at, "pattern", false);
+  for (const auto& [pattern, at] : c.not_patterns) regex_dfa(pattern, false, at, "pattern", true);
+  for (const auto& [format, at] : formats) regex_dfa(format_regex(format, at), true, at, "format", false);
+  for (const auto& [format, at] : c.not_formats) regex_dfa(format_regex(format, at), true, at, "format", true);
+  const std::vector<std::string> excluded = excluded_strings(c);
   if (!excluded.empty()) {
     auto dfa = detail::dfa_excluding(excluded, kMaxStates);
     if (!dfa) too_big("excluded values");
@@ -539,12 +573,11 @@ ExprId Converter::string_intersection(const Constraints& c, const std::vector<st
   if (!parts.empty()) {
     product = detail::intersect(parts, kMaxStates);
     if (!product) too_big("pattern, format and excluded values");
+    if (product->empty()) return *product;
   }
-  const bool has_length = c.min_length > 0 || c.max_length != kUnbounded;
-  if (has_length) {
+  if (c.min_length > 0 || c.max_length != kUnbounded) {
     const auto range = product ? detail::length_range(*product) : std::nullopt;
     const bool implied = range && range->first >= c.min_length && range->second <= c.max_length;
-    if (product && product->empty()) return g_.add_char_class({});
     if (!implied) {
       auto lengths = detail::dfa_of_length(c.min_length, c.max_length, kMaxStates);
       if (!lengths) too_big("a length bound");
@@ -556,10 +589,22 @@ ExprId Converter::string_intersection(const Constraints& c, const std::vector<st
       }
     }
   }
-  if (product->empty()) return g_.add_char_class({});
-  ExprId body = detail::dfa_to_expr(*product, g_, [&](const std::vector<CharRange>& ranges) { return json_chars(ranges); });
-  check_size();
-  return body;
+  if (!product) product = detail::dfa_of_length(0, kUnbounded, 1);  // no constraint: every string
+  return std::move(*product);
+}
+
+bool Converter::string_satisfies(const std::string& value, const Constraints& c) {
+  const auto text = detail::decode_utf8(value);
+  if (!text) return false;
+  std::string key = fmt::format("{} {}", c.min_length, c.max_length);
+  for (const auto* list : {&c.patterns, &c.formats, &c.not_patterns, &c.not_formats}) {
+    key += " |";
+    for (const auto& [x, at] : *list) key += " " + std::to_string(x.size()) + ":" + x;
+  }
+  for (const auto& e : excluded_strings(c)) key += " !" + std::to_string(e.size()) + ":" + e;
+  auto it = string_dfas_.find(key);
+  if (it == string_dfas_.end()) it = string_dfas_.emplace(key, string_dfa(c)).first;
+  return it->second.accepts(*text);
 }
 
 }  // namespace pse::json_schema_detail

@@ -230,7 +230,12 @@ TEST(JsonSchema, AnyOfAllOfOneOf) {
   expect_language(R"({"type":"object","oneOf":[{"required":["a"]},{"required":["b"]}]})", {R"({"a":1})", R"({"b":1})"},
                   {R"({"a":1,"b":2})", "{}"});
   // A branch without an exact complement keeps the error.
-  expect_error(R"({"oneOf":[{"type":"string"},{"pattern":"a"}]})", "", "oneOf");
+  // Overlapping branches with an expressible complement: exactly one matches.
+  expect_language(R"({"oneOf":[{"type":"string"},{"pattern":"a"}]})", {"1", "\"b\"", "null"}, {"\"a\"", "\"xay\""});
+  // Strings whose patterns cannot both match are disjoint branches.
+  expect_language(R"({"oneOf":[{"type":"string","pattern":"^a"},{"type":"string","pattern":"^b"}]})", {"\"ax\"", "\"b\""},
+                  {"\"x\"", "1"});
+  expect_error(R"({"oneOf":[{"type":"object"},{"properties":{"a":{"contains":{"type":"integer"}}}}]})", "", "oneOf");
 }
 
 TEST(JsonSchema, NotAndIfThenElse) {
@@ -240,7 +245,12 @@ TEST(JsonSchema, NotAndIfThenElse) {
   expect_language(R"({"type":"number","not":{"type":"integer"}})", {"1.5", "-0.5", "-10.25"}, {"1", "-3", "0", "1.0"});
   expect_language(R"({"if":{"properties":{"t":{"const":"n"}},"required":["t"]},"then":{"properties":{"v":{"type":"integer"}}},"else":{"properties":{"v":{"type":"string"}}}})",
                   {R"({"t":"n","v":1})", R"({"t":"s","v":"x"})", R"({"v":"x"})"}, {R"({"t":"n","v":"x"})", R"({"t":"s","v":1})"});
-  expect_error(R"({"not":{"pattern":"a"}})", "", "not");
+  // not pattern / not format: the complement of the automaton (or another type).
+  expect_language(R"({"not":{"pattern":"a"}})", {"\"b\"", "1", "\"\""}, {"\"xay\"", "\"a\""});
+  expect_language(R"({"type":"string","not":{"format":"date"}})", {"\"2023-02-29\"", "\"x\""}, {"\"2024-02-29\""});
+  expect_language(R"({"type":"string","not":{"format":"no-such-format"}})", {}, {"\"x\""});  // not {}: nothing
+  expect_language(R"({"enum":["ab","cd","b"],"pattern":"b"})", {"\"ab\"", "\"b\""}, {"\"cd\""});
+  expect_error(R"({"not":{"contains":{"type":"string"}}})", "", "not");
 }
 
 TEST(JsonSchema, RefsPointersAnchorsAndRecursion) {
