@@ -567,7 +567,11 @@ std::optional<std::vector<Conj>> Converter::negate(const Node& node) {
   };
   std::vector<std::string> keys;
   for (auto& [k, v] : s.items()) {
-    if (!kAnnotations.count(k)) keys.push_back(k);
+    // Annotations, and keywords of no draft where collect() ignores them, constrain nothing.
+    const bool ignored_unknown = options_.unknown_keywords == JsonSchemaOptions::UnknownKeywords::kIgnore &&
+                                 !kValidationKeywords.count(k) && k.rfind("$orchard:", 0) != 0 && k != "$recursiveAnchor" &&
+                                 validation_keyword_ignoring_case(k) == nullptr;
+    if (!kAnnotations.count(k) && !ignored_unknown && k.rfind("x-", 0) != 0) keys.push_back(k);
   }
   if (keys.empty()) return std::vector<Conj>{};  // not {}: nothing
   const int draft = draft_of(node);

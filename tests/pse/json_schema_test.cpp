@@ -251,6 +251,8 @@ TEST(JsonSchema, NotAndIfThenElse) {
   expect_language(R"({"type":"string","not":{"format":"no-such-format"}})", {}, {"\"x\""});  // not {}: nothing
   expect_language(R"({"enum":["ab","cd","b"],"pattern":"b"})", {"\"ab\"", "\"b\""}, {"\"cd\""});
   expect_error(R"({"not":{"contains":{"type":"string"}}})", "", "not");
+  // Keywords of no draft inside a negated schema constrain nothing there either.
+  expect_language(R"({"not":{"type":"string","faker":"name"}})", {"1"}, {"\"a\""});
 }
 
 TEST(JsonSchema, RefsPointersAnchorsAndRecursion) {
