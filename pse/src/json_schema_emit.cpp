@@ -250,12 +250,97 @@ bool Converter::value_satisfies(const json& v, const Constraints& c, const std::
     if (needs_string_dfa(c) || !c.patterns.empty() || !c.formats.empty()) return string_satisfies(s, c);
   }
   if (t == kObject && has_object_constraints(c)) {
-    fail(pointer, "enum", "enum / const objects together with object keywords: not supported");
+    if (!c.unevaluated_properties.empty()) {
+      fail(pointer, "enum", "enum / const objects together with \"unevaluatedProperties\": not supported");
+    }
+    for (const auto& r : c.required)
+      if (!v.contains(r)) return false;
+    if (v.size() < c.min_properties || v.size() > c.max_properties) return false;
+    std::vector<detail::CodePointDfa> dfas;
+    for (const auto& pp : c.pattern_properties) dfas.push_back(key_pattern_dfa(pp.pattern, pp.pointer));
+    for (const auto& [key, value] : v.items()) {
+      if (!c.property_names.empty()) {
+        Conj names = c.property_names;
+        names.push_back(string_node());
+        if (!conj_satisfies(json(key), names, 0)) return false;
+      }
+      const std::u32string text = detail::decode_utf8(key).value_or(std::u32string());
+      std::vector<bool> matched(dfas.size());
+      for (std::size_t i = 0; i < dfas.size(); ++i) matched[i] = dfas[i].accepts(text);
+      if (!conj_satisfies(value, member_conj(c, &key, matched), 0)) return false;
+    }
   }
   if (t == kArray && has_array_constraints(c)) {
-    fail(pointer, "enum", "enum / const arrays together with array keywords: not supported");
+    if (!c.unevaluated_items.empty()) fail(pointer, "enum", "enum / const arrays together with \"unevaluatedItems\": not supported");
+    if (v.size() < c.min_items || v.size() > c.max_items) return false;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!conj_satisfies(v[i], item_conj(c, i), 0)) return false;
+    for (const Node& n : c.contains) {
+      std::uint32_t count = 0;
+      for (const auto& item : v) count += conj_satisfies(item, {n}, 0) ? 1 : 0;
+      if (count < c.min_contains.value_or(1) || count > c.max_contains.value_or(kUnbounded)) return false;
+    }
+    if (c.unique_items) {
+      for (std::size_t i = 0; i < v.size(); ++i)
+        for (std::size_t j = i + 1; j < v.size(); ++j)
+          if (v[i] == v[j]) return false;
+    }
   }
   return true;
+}
+
+bool Converter::conj_satisfies(const json& v, const Conj& conj, int depth) {
+  if (depth > static_cast<int>(options_.max_depth)) {
+    throw LimitError(fmt::format("[json_schema] {}: a value checked deeper than {}", conj.empty() ? "" : conj[0].pointer,
+                                 options_.max_depth));
+  }
+  Constraints c = collect(conj, depth);
+  if (c.never) return false;
+  if (!c.disjunctions.empty()) {
+    // Each branch is the whole conjunction with one alternative: any branch (anyOf, if/then/else, not,
+    // dependencies), or exactly one (oneOf).
+    const Disjunction& dj = c.disjunctions.front();
+    std::size_t n = 0;
+    for (const auto& b : dj.branches) {
+      if (conj_satisfies(v, b, depth + 1) && (++n > 1 || !dj.exclusive)) break;
+    }
+    return dj.exclusive ? n == 1 : n >= 1;
+  }
+  return value_satisfies(v, c, conj.empty() ? std::string() : conj[0].pointer);
+}
+
+Conj Converter::member_conj(const Constraints& c, const std::string* name, const std::vector<bool>& matched) {
+  const auto& patterns = c.pattern_properties;
+  Conj conj;
+  for (std::size_t i = 0; i < patterns.size(); ++i)
+    if (matched[i]) conj.push_back(patterns[i].schema);
+  for (const auto& shape : c.object_shapes) {
+    auto it = name == nullptr ? shape.properties.end()
+                              : std::find_if(shape.properties.begin(), shape.properties.end(), [&](const auto& p) { return p.first == *name; });
+    // additionalProperties of a schema applies to keys that neither its properties nor its patterns match.
+    bool by_pattern = false;
+    for (std::size_t i = 0; i < patterns.size(); ++i) by_pattern = by_pattern || (matched[i] && patterns[i].pointer == shape.pointer);
+    if (it != shape.properties.end()) {
+      conj.push_back(it->second);
+    } else if (!by_pattern && shape.additional) {
+      conj.push_back(*shape.additional);
+    }
+  }
+  if (conj.empty()) conj.push_back(true_node());
+  return conj;
+}
+
+Conj Converter::item_conj(const Constraints& c, std::size_t i) {
+  Conj conj;
+  for (const auto& s : c.array_shapes) {
+    if (i < s.prefix.size()) {
+      conj.push_back(s.prefix[i]);
+    } else if (s.items) {
+      conj.push_back(*s.items);
+    }
+  }
+  if (conj.empty()) conj.push_back(true_node());
+  return conj;
 }
 
 ExprId Converter::emit_literal(const json& value, std::uint32_t d) {
@@ -351,43 +436,17 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
   for (const auto& r : c.required) {
     if (std::find(order.begin(), order.end(), r) == order.end()) order.push_back(r);
   }
-  // patternProperties: each pattern's automaton (a search, as JSON Schema patterns are) and the shape of
-  // the same schema, whose additionalProperties applies only to keys that none of its patterns match.
+  // patternProperties: each pattern's automaton (a search, as JSON Schema patterns are).
   const auto& patterns = c.pattern_properties;
   std::vector<detail::CodePointDfa> pattern_dfa;
-  std::vector<int> pattern_shape(patterns.size(), -1);
-  for (std::size_t i = 0; i < patterns.size(); ++i) {
-    pattern_dfa.push_back(key_pattern_dfa(patterns[i].pattern, patterns[i].pointer));
-    for (std::size_t j = 0; j < c.object_shapes.size(); ++j)
-      if (c.object_shapes[j].pointer == patterns[i].pointer) pattern_shape[i] = static_cast<int>(j);
-  }
-  // A member's value schema: per shape, its property schema, the schemas of its patterns that match the
-  // key, or else its additional schema; plus the patterns of schemas without a shape.
-  auto member_conj = [&](const std::string* name, const std::vector<bool>& matched) {
-    Conj conj;
-    for (std::size_t i = 0; i < patterns.size(); ++i)
-      if (matched[i]) conj.push_back(patterns[i].schema);
-    for (std::size_t j = 0; j < c.object_shapes.size(); ++j) {
-      const auto& shape = c.object_shapes[j];
-      auto it = name == nullptr ? shape.properties.end()
-                                : std::find_if(shape.properties.begin(), shape.properties.end(), [&](const auto& p) { return p.first == *name; });
-      bool by_pattern = false;
-      for (std::size_t i = 0; i < patterns.size(); ++i) by_pattern = by_pattern || (matched[i] && pattern_shape[i] == static_cast<int>(j));
-      if (it != shape.properties.end()) {
-        conj.push_back(it->second);
-      } else if (!by_pattern && shape.additional) {
-        conj.push_back(*shape.additional);
-      }
-    }
-    if (conj.empty()) conj.push_back(true_node());
-    return conj;
-  };
+  for (const auto& pp : patterns) pattern_dfa.push_back(key_pattern_dfa(pp.pattern, pp.pointer));
+  auto member_schemas = [&](const std::string* name, const std::vector<bool>& matched) { return member_conj(c, name, matched); };
   std::map<std::string, Conj> prop_conj;
   for (const auto& name : order) {
     std::vector<bool> matched(patterns.size());
     const std::u32string key = detail::decode_utf8(name).value_or(std::u32string());
     for (std::size_t i = 0; i < patterns.size(); ++i) matched[i] = pattern_dfa[i].accepts(key);
-    prop_conj[name] = member_conj(&name, matched);
+    prop_conj[name] = member_conj(c, &name, matched);
   }
   Conj additional;
   for (const auto& shape : c.object_shapes) {
@@ -469,7 +528,7 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
       fail(patterns[0].pointer, "patternProperties",
            "\"patternProperties\" together with \"propertyNames\" or \"unevaluatedProperties\" is not supported");
     }
-    other = pattern_members(order, pattern_dfa, member_conj, patterns[0].pointer, d, depth);
+    other = pattern_members(order, pattern_dfa, member_schemas, patterns[0].pointer, d, depth);
   } else if (additional_allowed) {
     ExprId key = names_expr ? *names_expr
                             : g_.add_sequence({g_.add_bytes("\""), order.empty() ? g_.add_repeat(json_char(), 0, kUnbounded) : string_body_excluding(order), g_.add_bytes("\"")});
@@ -519,7 +578,7 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
 
 std::optional<ExprId> Converter::pattern_members(
     const std::vector<std::string>& declared, const std::vector<detail::CodePointDfa>& pattern_dfa,
-    const std::function<Conj(const std::string*, const std::vector<bool>&)>& member_conj, const std::string& pointer,
+    const std::function<Conj(const std::string*, const std::vector<bool>&)>& schemas_for, const std::string& pointer,
     std::uint32_t d, int depth) {
   constexpr std::size_t kMaxStates = 4096;
   constexpr std::size_t kMaxRegions = 32;
@@ -545,7 +604,7 @@ std::optional<ExprId> Converter::pattern_members(
     if (region.empty()) return;
     if (i == pattern_dfa.size()) {
       if (++regions > kMaxRegions) too_big();
-      Conj conj = member_conj(nullptr, matched);
+      Conj conj = schemas_for(nullptr, matched);
       if (collect(conj, depth + 1).never) return;
       ExprId body = detail::dfa_to_expr(region, g_, [&](const std::vector<CharRange>& r) { return json_chars(r); });
       ExprId key = g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
@@ -569,18 +628,7 @@ std::optional<ExprId> Converter::pattern_members(
 ExprId Converter::emit_array(Constraints& c, std::uint32_t d, int depth) {
   std::size_t n_prefix = 0;
   for (const auto& s : c.array_shapes) n_prefix = std::max(n_prefix, s.prefix.size());
-  auto conj_at = [&](std::size_t i) {
-    Conj conj;
-    for (const auto& s : c.array_shapes) {
-      if (i < s.prefix.size()) {
-        conj.push_back(s.prefix[i]);
-      } else if (s.items) {
-        conj.push_back(*s.items);
-      }
-    }
-    if (conj.empty()) conj.push_back(true_node());
-    return conj;
-  };
+  auto conj_at = [&](std::size_t i) { return item_conj(c, i); };
   if (!c.unevaluated_items.empty()) {
     if (c.unevaluated_items.size() > 1) {
       fail(c.unevaluated_items[1].pointer, "unevaluatedItems", "two \"unevaluatedItems\" in one allOf are not supported");
@@ -763,8 +811,7 @@ bool Converter::provably_disjoint(const Constraints& a, const Constraints& b, in
         any = true;
         break;
       }
-      // A number or string: exact against y's keywords; objects and arrays are not checked.
-      if (!(type_of_value(v) & (kInteger | kNumber | kString))) return false;
+      // Checked exactly against y's keywords.
       try {
         if (value_satisfies(v, y, y.values_pointer)) return false;
       } catch (const SchemaError&) {

@@ -181,6 +181,12 @@ class Converter {
   std::optional<std::vector<Conj>> negate(const Node& node);  // the complement as a union, when expressible
   bool provably_disjoint(const Constraints& a, const Constraints& b, int depth);
   bool value_satisfies(const json& value, const Constraints& c, const std::string& pointer);
+  bool conj_satisfies(const json& value, const Conj& conj, int depth);  // value valid under every node
+  // The schemas a member's value must satisfy: per object shape its property schema, or its additional
+  // schema where neither a property nor one of its patterns matches; plus the matching patterns' schemas
+  // (`matched`, per c.pattern_properties). name == nullptr: a key that no shape declares.
+  Conj member_conj(const Constraints& c, const std::string* name, const std::vector<bool>& matched);
+  Conj item_conj(const Constraints& c, std::size_t index);  // the schemas of an array's item `index`
   Node child(const Node& parent, const json& schema, const std::string& suffix) const;
   json* own(json value);  // keeps a synthesized schema alive
   // Canonical synthesized schemas (one address each, so rules keyed by them are shared).
@@ -195,10 +201,10 @@ class Converter {
   ExprId emit_object(Constraints& c, std::uint32_t indent_depth, int depth);
   ExprId emit_array(Constraints& c, std::uint32_t indent_depth, int depth);
   // The members of an object with patternProperties whose keys are none of `declared`: one alternative
-  // per region of keys matched by the same patterns, with the schemas member_conj(nullptr, matched) says.
+  // per region of keys matched by the same patterns, with the schemas schemas_for(nullptr, matched) says.
   std::optional<ExprId> pattern_members(const std::vector<std::string>& declared,
                                         const std::vector<detail::CodePointDfa>& pattern_dfa,
-                                        const std::function<Conj(const std::string*, const std::vector<bool>&)>& member_conj,
+                                        const std::function<Conj(const std::string*, const std::vector<bool>&)>& schemas_for,
                                         const std::string& pointer, std::uint32_t indent_depth, int depth);
   ExprId ws();
   ExprId open_ws(std::uint32_t d);

@@ -52,6 +52,16 @@ TEST(JsonSchema, EnumAndConst) {
                   {"\"b\"", "2", "{\"k\":[false]}"});
   expect_language(R"({"const":"a\"b"})", {R"("a\"b")", R"("a\u0022b")"}, {R"("ab")"});
   expect_language(R"({"type":"string","enum":["a",1]})", {"\"a\""}, {"1"});
+  // Objects and arrays among the values are checked against the sibling keywords, combinators included.
+  expect_language(R"({"allOf":[{"enum":[{"a":1},{"a":"x"},{"b":2},{"a":1,"c":[1,1]}]},)"
+                  R"({"properties":{"a":{"type":"integer"},"c":{"uniqueItems":true}},"required":["a"]}]})",
+                  {R"({"a":1})"}, {R"({"a":"x"})", R"({"b":2})", R"({"a":1,"c":[1,1]})"});
+  expect_language(R"({"enum":[[1,"a"],[2],[]],"minItems":1,"items":{"anyOf":[{"type":"integer"},{"const":"b"}]}})", {"[2]"},
+                  {R"([1,"a"])", "[]"});
+  expect_language(R"({"enum":[{"k":1},{"k":2},{"k":3}],"oneOf":[{"properties":{"k":{"minimum":2}}},{"properties":{"k":{"maximum":2}}}]})",
+                  {R"({"k":1})", R"({"k":3})"}, {R"({"k":2})"});
+  expect_language(R"({"enum":[{"x-1":"a"},{"x-2":3}],"patternProperties":{"^x-":{"type":"string"}},"propertyNames":{"maxLength":3}})",
+                  {R"({"x-1":"a"})"}, {R"({"x-2":3})"});
 }
 
 TEST(JsonSchema, IntegerRangesAreExact) {
