@@ -115,6 +115,24 @@ TEST(AttentionTest, DecodeLongContextOnThreadPool) {
   check(c, 8, &pool);
 }
 
+// The benchmark's head layout (32 query heads over 8 KV heads, head dim 128): every KV head of a page in
+// one unit, so each head prefetches its slice of the next page in address order, and the four query rows
+// of a KV head go through P.V together. Many pages per sequence, partial last pages, alone and on two threads.
+TEST(AttentionTest, DecodeAllHeadsPerUnitGroupOfFour) {
+  tensor::ThreadPool pool(2);
+  std::uint32_t seed = 30;
+  for (tensor::DType dtype : {tensor::DType::f16, tensor::DType::f32}) {
+    AttentionCase c;
+    c.seq_lens = {80, 147, 1, 300, 33};
+    c.n_q_heads = 32;
+    c.n_kv_heads = 8;
+    c.head_dim = 128;
+    c.dtype = dtype;
+    check(c, seed++, &pool);
+    check(c, seed++, nullptr);
+  }
+}
+
 // Few sequences and long contexts: decode splits the keys and merges partial softmax states (windows
 // leave some splits without a visible key); short ones split the KV heads.
 TEST(AttentionTest, DecodeSplitKvSmallBatch) {
