@@ -10,10 +10,10 @@
 //   3. P.V for up to four rows at once, V read straight from the page (converted from f16 once for the four),
 //      four chunks of the head dim per pass so each probability is broadcast once for the four.
 // Meanwhile the next page is prefetched into L2 (pages are scattered, so the hardware prefetcher cannot
-// guess them) one cache line of K and one of V at a time from inside steps 2 and 3 (Prefetcher): the misses
-// then overlap the arithmetic. Issued in bursts (a head's whole share per query row), the prefetches beyond
-// the core's ~16 outstanding L1 misses stall the pipeline behind them, and memory time and arithmetic add up
-// instead of overlapping (docs/PERFORMANCE.md, CPU attention: 41-45% of the read bandwidth against 62-82%).
+// guess them) one cache line of K and one of V at a time from inside steps 2 and 3 (Prefetcher), so the
+// misses overlap the arithmetic. Issued in bursts (32 lines at the start of each query row, as before), the
+// ones beyond the core's ~16 outstanding L1 misses stalled the pipeline behind them, and memory time and
+// arithmetic added up instead of overlapping (docs/PERFORMANCE.md, CPU attention).
 //
 // Isa provides V, kWidth (16 or 8; a page is 16 / kWidth vectors), zero, set1, load, store, load_f16,
 // fmadd, fnmadd, mul, div, add, sub, max, min, round, pow2i, reduce_add, reduce_max, reduce_lanes (kWidth
