@@ -91,10 +91,11 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
     for (const ByteEdge& e : closures[s].bytes) readers[e.target].push_back(s);
     for (const CallEdge& e : closures[s].calls) readers[e.target].push_back(s);
   }
+  using Signature = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
   auto signature = [&](std::uint32_t s) {
     check_deadline();
     const Closure& c = closures[s];
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
+    Signature edges;
     if (!c.alone) {
       edges.reserve(c.bytes.size() + c.calls.size());
       for (const ByteEdge& e : c.bytes) edges.emplace_back(std::uint32_t{e.lo} << 8 | e.hi, cls[e.target]);
@@ -104,45 +105,86 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
     }
     return edges;
   };
-  // Round k splits the classes whose members may now differ: those with a member reading a class that
-  // split in round k-1 (all classes in round 1). A split keeps the old id for its largest part, so only
-  // the states that moved make their readers' classes candidates for the next round. Stops when nothing
-  // splits (the partition is then the bisimulation itself) or after `horizon` rounds.
-  std::vector<std::uint32_t> candidates(n_classes);
-  for (std::uint32_t c = 0; c < n_classes; ++c) candidates[c] = c;
-  std::vector<std::uint8_t> is_candidate(n_classes, 0);
-  for (std::size_t round = 0; round < horizon && !candidates.empty(); ++round) {
-    std::vector<std::uint32_t> moved;
-    for (std::uint32_t c : candidates) {
-      if (members[c].size() < 2) continue;
-      std::map<std::vector<std::pair<std::uint32_t, std::uint32_t>>, std::vector<std::uint32_t>> parts;
+  // Moore's refinement, Hopcroft-style: round k splits classes by the signatures of round k-1's partition,
+  // but only the states that read a state which changed class in round k-1 are looked at again (the
+  // others' signatures are unchanged: they keep their class, whose signature is remembered). New class
+  // ids are assigned after the round, so every signature of a round reads the same partition. Stops when
+  // nothing moves (the bisimulation) or after `horizon` rounds (equal futures up to `horizon` bytes).
+  std::vector<std::uint32_t> pos(n);  // index of each state in members[cls[s]]
+  for (auto& m : members)
+    for (std::size_t i = 0; i < m.size(); ++i) pos[m[i]] = static_cast<std::uint32_t>(i);
+  std::vector<Signature> class_sig(members.size());
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> assign;  // (state, new class) of this round
+  auto take_out = [&](std::uint32_t s, std::uint32_t c) {
+    auto& m = members[c];
+    const std::uint32_t last = m.back();
+    m[pos[s]] = last;
+    pos[last] = pos[s];
+    m.pop_back();
+  };
+  auto new_class = [&](std::vector<std::uint32_t> part, Signature sig, std::uint32_t from) {
+    const auto id = static_cast<std::uint32_t>(members.size());
+    for (std::uint32_t s : part) {
+      take_out(s, from);
+      assign.emplace_back(s, id);
+    }
+    for (std::size_t i = 0; i < part.size(); ++i) pos[part[i]] = static_cast<std::uint32_t>(i);
+    members.push_back(std::move(part));
+    class_sig.push_back(std::move(sig));
+  };
+  std::vector<std::uint32_t> moved;
+  // Round 1: every class, every member.
+  if (horizon > 0) {
+    const std::size_t n_initial = members.size();
+    for (std::uint32_t c = 0; c < n_initial; ++c) {
+      std::map<Signature, std::vector<std::uint32_t>> parts;
       for (std::uint32_t s : members[c]) parts[signature(s)].push_back(s);
-      if (parts.size() < 2) continue;
       auto largest = parts.begin();
       for (auto it = parts.begin(); it != parts.end(); ++it)
         if (it->second.size() > largest->second.size()) largest = it;
-      for (auto it = parts.begin(); it != parts.end(); ++it) {
-        if (it == largest) continue;
-        const auto id = static_cast<std::uint32_t>(members.size());
-        for (std::uint32_t s : it->second) {
-          cls[s] = id;
-          moved.push_back(s);
-        }
-        members.push_back(std::move(it->second));
-      }
-      members[c] = std::move(largest->second);  // after the push_backs above: members may have moved
+      class_sig[c] = largest->first;
+      for (auto it = parts.begin(); it != parts.end(); ++it)
+        if (it != largest) new_class(std::move(it->second), it->first, c);
     }
-    // Class ids assigned this round are read only from the next one: signatures above used the
-    // partition of the previous round for classes split earlier in the same loop. That is still a
-    // refinement of it, so the fixpoint is the same.
-    candidates.clear();
-    is_candidate.assign(members.size(), 0);
+  }
+  std::vector<std::uint32_t> stamp(n, ~0u);
+  for (std::size_t round = 1;; ++round) {
+    moved.clear();
+    for (const auto& [s, id] : assign) {
+      cls[s] = id;
+      moved.push_back(s);
+    }
+    assign.clear();
+    if (moved.empty() || round >= horizon) break;
+    // The readers of moved states, by class.
+    std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> touched;
     for (std::uint32_t s : moved) {
       for (std::uint32_t r : readers[s]) {
-        if (!is_candidate[cls[r]]) {
-          is_candidate[cls[r]] = 1;
-          candidates.push_back(cls[r]);
-        }
+        if (stamp[r] == round) continue;
+        stamp[r] = static_cast<std::uint32_t>(round);
+        touched[cls[r]].push_back(r);
+      }
+    }
+    std::vector<std::uint32_t> order;  // deterministic class order
+    for (const auto& [c, list] : touched) order.push_back(c);
+    std::sort(order.begin(), order.end());
+    for (std::uint32_t c : order) {
+      std::vector<std::uint32_t>& list = touched[c];
+      if (members[c].size() < 2) continue;
+      std::sort(list.begin(), list.end());
+      std::map<Signature, std::vector<std::uint32_t>> parts;
+      for (std::uint32_t s : list) parts[signature(s)].push_back(s);
+      if (list.size() < members[c].size()) {
+        // Untouched members keep the class and its signature; touched ones with another signature leave.
+        for (auto& [sig, part] : parts)
+          if (sig != class_sig[c]) new_class(std::move(part), sig, c);
+      } else {
+        auto largest = parts.begin();
+        for (auto it = parts.begin(); it != parts.end(); ++it)
+          if (it->second.size() > largest->second.size()) largest = it;
+        class_sig[c] = largest->first;
+        for (auto it = parts.begin(); it != parts.end(); ++it)
+          if (it != largest) new_class(std::move(it->second), it->first, c);
       }
     }
   }

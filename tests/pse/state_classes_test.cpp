@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "automaton.h"
@@ -69,6 +70,81 @@ TEST(StateClasses, RepeatedSchemaStructureSharesTables) {
     const Grammar g = pse::json_schema_to_grammar(std::string_view(schema));
     const auto [n_scan, n_classes] = check_classes(g, *vocab, schema);
     EXPECT_LT(n_classes, n_scan) << schema << ": no state shares a table";
+  }
+}
+
+// A plain Moore refinement written for the test (every round recomputes every state's signature): the
+// fast refinement must give exactly its partition after the same number of rounds.
+std::vector<std::uint32_t> moore_classes(const Automaton& a, std::size_t rounds) {
+  const std::size_t n = a.n_states();
+  struct Move {
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> reads;  // (byte range or 1<<31|rule, target)
+    bool final = false;
+  };
+  std::vector<Move> moves(n);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    std::vector<std::uint32_t> work{s};
+    std::vector<bool> seen(n);
+    seen[s] = true;
+    while (!work.empty()) {
+      const std::uint32_t t = work.back();
+      work.pop_back();
+      moves[s].final = moves[s].final || a.is_final(t);
+      for (std::uint32_t i = a.byte_begin[t]; i < a.byte_begin[t + 1]; ++i)
+        moves[s].reads.emplace_back(std::uint32_t{a.byte_edges[i].lo} << 8 | a.byte_edges[i].hi, a.byte_edges[i].target);
+      auto visit = [&](std::uint32_t u) {
+        if (!seen[u]) seen[u] = true, work.push_back(u);
+      };
+      for (std::uint32_t i = a.eps_begin[t]; i < a.eps_begin[t + 1]; ++i) visit(a.eps_edges[i]);
+      for (std::uint32_t i = a.call_begin[t]; i < a.call_begin[t + 1]; ++i) {
+        moves[s].reads.emplace_back(1u << 31 | a.call_edges[i].rule, a.call_edges[i].target);
+        if (a.rule_nullable[a.call_edges[i].rule]) visit(a.call_edges[i].target);
+      }
+    }
+  }
+  std::vector<std::uint32_t> cls(n);
+  {
+    std::map<std::pair<bool, std::uint32_t>, std::uint32_t> ids;
+    for (std::uint32_t s = 0; s < n; ++s) cls[s] = ids.emplace(std::make_pair(moves[s].final, a.state_rule[s]), ids.size()).first->second;
+  }
+  for (std::size_t r = 0; r < rounds; ++r) {
+    std::map<std::pair<std::uint32_t, std::vector<std::pair<std::uint32_t, std::uint32_t>>>, std::uint32_t> ids;
+    std::vector<std::uint32_t> next(n);
+    for (std::uint32_t s = 0; s < n; ++s) {
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> sig;
+      for (const auto& [what, target] : moves[s].reads) sig.emplace_back(what, cls[target]);
+      std::sort(sig.begin(), sig.end());
+      sig.erase(std::unique(sig.begin(), sig.end()), sig.end());
+      next[s] = ids.emplace(std::make_pair(cls[s], std::move(sig)), ids.size()).first->second;
+    }
+    if (std::set<std::uint32_t>(next.begin(), next.end()).size() == std::set<std::uint32_t>(cls.begin(), cls.end()).size()) break;
+    cls = std::move(next);
+  }
+  return cls;
+}
+
+// Same partition: s ~ t in one exactly when s ~ t in the other (compared through a canonical relabeling).
+std::vector<std::uint32_t> canonical(const std::vector<std::uint32_t>& cls) {
+  std::map<std::uint32_t, std::uint32_t> first;
+  std::vector<std::uint32_t> out(cls.size());
+  for (std::size_t s = 0; s < cls.size(); ++s) out[s] = first.emplace(cls[s], static_cast<std::uint32_t>(s)).first->second;
+  return out;
+}
+
+TEST(StateClasses, PartitionEqualsPlainMooreRefinement) {
+  std::vector<std::pair<std::string, Grammar>> grammars = pse::testing::all_small_grammars();
+  for (const char* schema :
+       {R"({"type":"object","properties":{"radius":{"type":"number"},"side":{"type":"number"}}})",
+        R"({"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","maxLength":40})",
+        R"({"type":"array","items":{"type":"string","maxLength":30},"maxItems":3})"}) {
+    grammars.emplace_back(schema, pse::json_schema_to_grammar(std::string_view(schema)));
+  }
+  for (const auto& [name, g] : grammars) {
+    const Automaton a = build_automaton(g, AutomatonLimits{});
+    for (std::size_t rounds : {1, 3, 8, 64}) {
+      EXPECT_EQ(canonical(future_classes(a, rounds, a.n_states() + 1)), canonical(moore_classes(a, rounds)))
+          << name << " after " << rounds << " rounds";
+    }
   }
 }
 
