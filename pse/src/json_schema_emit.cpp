@@ -830,35 +830,32 @@ bool Converter::provably_disjoint(const Constraints& a, const Constraints& b, in
       return false;  // a constraint without an automaton here: not provably disjoint
     }
   }
-  // Only objects left in common: look for a discriminating property.
+  // Only objects left in common: a key both require whose schemas are disjoint, or one requires a key
+  // the other forbids (a false property or pattern schema, or additionalProperties false).
   if (common == kObject) {
-    for (const auto& name : a.required) {
-      if (std::find(b.required.begin(), b.required.end(), name) == b.required.end()) continue;
-      Conj ca, cb;
-      for (const auto& s : a.object_shapes) {
-        for (const auto& [n, node] : s.properties) {
-          if (n == name) ca.push_back(node);
+    try {
+      auto schemas_of = [&](const Constraints& x, const std::string& name) {
+        std::vector<bool> matched(x.pattern_properties.size());
+        const std::u32string text = detail::decode_utf8(name).value_or(std::u32string());
+        for (std::size_t i = 0; i < matched.size(); ++i) {
+          matched[i] = key_pattern_dfa(x.pattern_properties[i].pattern, x.pattern_properties[i].pointer).accepts(text);
         }
-      }
-      for (const auto& s : b.object_shapes) {
-        for (const auto& [n, node] : s.properties) {
-          if (n == name) cb.push_back(node);
-        }
-      }
-      if (ca.empty() || cb.empty()) continue;
-      if (provably_disjoint(collect(ca, depth + 1), collect(cb, depth + 1), depth + 1)) return true;
-    }
-    // One forbids (false schema) a key the other requires.
-    for (int side = 0; side < 2; ++side) {
-      const Constraints& x = side ? b : a;
-      const Constraints& y = side ? a : b;
-      for (const auto& name : y.required) {
-        for (const auto& s : x.object_shapes) {
-          for (const auto& [n, node] : s.properties) {
-            if (n == name && node.schema->is_boolean() && !node.schema->get<bool>()) return true;
+        return member_conj(x, &name, matched);
+      };
+      for (int side = 0; side < 2; ++side) {
+        const Constraints& x = side ? b : a;
+        const Constraints& y = side ? a : b;
+        for (const auto& name : y.required) {
+          const Constraints cx = collect(schemas_of(x, name), depth + 1);
+          if (cx.never) return true;
+          if (side == 0 && std::find(x.required.begin(), x.required.end(), name) != x.required.end() &&
+              provably_disjoint(cx, collect(schemas_of(y, name), depth + 1), depth + 1)) {
+            return true;
           }
         }
       }
+    } catch (const SchemaError&) {
+      return false;  // a pattern without an automaton: not provably disjoint
     }
   }
   // Numbers: disjoint ranges.

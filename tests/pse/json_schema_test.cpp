@@ -246,6 +246,11 @@ TEST(JsonSchema, AnyOfAllOfOneOf) {
   expect_language(R"({"oneOf":[{"type":"string","pattern":"^a"},{"type":"string","pattern":"^b"}]})", {"\"ax\"", "\"b\""},
                   {"\"x\"", "1"});
   expect_error(R"({"oneOf":[{"type":"object"},{"properties":{"a":{"contains":{"type":"integer"}}}}]})", "", "oneOf");
+  // A key one branch requires and the other forbids (closed object, false schema or pattern): disjoint.
+  expect_language(R"({"oneOf":[{"type":"object","required":["data"]},{"type":"object","properties":{"errors":{}},"additionalProperties":false}]})",
+                  {R"({"data":1})", R"({"errors":2})", "{}", R"({"data":1,"errors":2})"}, {R"({"x":1})", "1"});
+  expect_language(R"({"oneOf":[{"type":"object","required":["x1"]},{"type":"object","patternProperties":{"^x":false}}]})",
+                  {R"({"x1":1})", R"({"y":2})"}, {"1"});
 }
 
 TEST(JsonSchema, NotAndIfThenElse) {
