@@ -16,7 +16,7 @@ namespace {
 
 // Past this many automaton states the tables are not shared between equivalent states (the partition
 // refinement's cost grows with the automaton; such grammars are large counted repetitions).
-constexpr std::size_t kMaxStatesToClassify = 300'000;
+constexpr std::size_t kMaxStatesToClassify = 1'000'000;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -70,7 +70,13 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
   if (a.n_states() <= kMaxStatesToClassify) {
-    classes = detail::future_classes(a, impl->vocabulary->max_token_length(), 256, &deadline);
+    // Classes save table builds but are optional: past a quarter of the time left, go without them.
+    const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
+    try {
+      classes = detail::future_classes(a, impl->vocabulary->max_token_length(), 256, &classes_deadline);
+    } catch (const LimitError&) {
+      classes.clear();
+    }
   }
   st.classes_ms = ms_since(t_classes);
   if (!classes.empty()) {
