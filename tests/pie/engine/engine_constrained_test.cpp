@@ -154,6 +154,17 @@ factor ::= [0-9]{1,3} | "(" expr ")"
   for (const std::string& text : generate_checked(engine, phone, 4)) EXPECT_EQ(text.size(), 8u) << text;
 }
 
+// A sampled token may end inside a character ("\xC3" of "é"): the forced text then starts with the bytes
+// that finish it, which no tokenizer encodes as text; they are spelled with byte tokens.
+TEST(EngineConstrained, ForcedTextStartingInsideACharacter) {
+  Engine engine(default_model(), options());
+  const pse::Grammar accents = pse::parse_gbnf("root ::= \"\u00e9\u00e8\u00ea\u00eb\u00e9\" [a-z]{1,3}");
+  for (const std::string& text : generate_checked(engine, accents, 8)) {
+    EXPECT_TRUE(text.starts_with("\xC3\xA9\xC3\xA8\xC3\xAA\xC3\xAB\xC3\xA9")) << text;
+  }
+  EXPECT_GT(engine.stats().forced_tokens, 0u);
+}
+
 TEST(EngineConstrained, SharedJsonGbnf) {
   ORCHARD_REQUIRE_SHARED_DATA("grammars/json.gbnf");
   Engine engine(default_model(), options());
