@@ -404,10 +404,6 @@ const std::map<std::string, std::string>& format_regexes() {
   return formats;
 }
 
-}  // namespace
-
-namespace {
-
 // Every format of drafts 04 to 2020-12 (draft 2020-12 section 7.3 and its predecessors).
 const std::vector<std::string>& defined_formats() {
   static const std::vector<std::string> names = {
