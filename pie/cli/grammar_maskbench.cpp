@@ -158,8 +158,8 @@ MaskbenchFile load_file(const fs::path& path) {
 // the schema's own faults: they land in `status` and the outcome.
 SchemaOutcome run_schema(const MaskbenchFile& file, const tokenizers::Tokenizer& tok,
                          const std::shared_ptr<const pse::Vocabulary>& vocab, const pse::CompileOptions& base,
-                         double time_limit_s, ordered_json& status, std::vector<double>& all_tbm_us,
-                         double& ttfm_us) {
+                         const pse::JsonSchemaOptions& schema_options, double time_limit_s, ordered_json& status,
+                         std::vector<double>& all_tbm_us, double& ttfm_us) {
   SchemaOutcome out;
   std::vector<double> mask_us;
   std::size_t n_valid_ok = 0, n_invalid_ok = 0;
@@ -179,7 +179,7 @@ SchemaOutcome run_schema(const MaskbenchFile& file, const tokenizers::Tokenizer&
   std::optional<pse::Matcher> matcher;
   try {
     pse::CompileOptions options = base;  // the engine's defaults (or --lazy-tables / --cold), with the time left
-    const pse::Grammar g = pse::json_schema_to_grammar(file.schema);
+    const pse::Grammar g = pse::json_schema_to_grammar(file.schema, schema_options);
     const double left_ms = (limit_us - us_since(start)) / 1000;
     if (left_ms <= 0)
       throw pse::LimitError("[maskbench] the schema's conversion used up the time limit");
@@ -310,10 +310,10 @@ bool wants_maskbench(std::span<const std::string> args) {
 int grammar_maskbench(std::span<const std::string> raw_args) {
   std::vector<std::string> paths;
   std::optional<std::string> tokenizer_path, jsonl_path, time_limit_text;
-  bool lazy_tables = false, cold = false;
+  bool lazy_tables = false, cold = false, any_order = false;
   ArgParser p(
       "orchard grammar bench --maskbench DIR|FILE... -t TOKENIZER [--jsonl OUT] [--time-limit S] [--lazy-tables] "
-      "[--cold]",
+      "[--cold] [--any-order]",
       "Runs the MaskBench protocol (guidance-ai/jsonschemabench maskbench) on MaskBench schema "
       "files\n"
       "(each DIR: its *.json files). Per file: convert and compile the schema (TTFM; a failure is "
@@ -338,7 +338,9 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
       .flag("lazy-tables", 0, "build each token table at its first mask instead of in compile (faster TTFM)",
             &lazy_tables)
       .flag("cold", 0, "share no token tables between schemas (each compile as if it were the process's first)",
-            &cold);
+            &cold)
+      .flag("any-order", 0, "object members in any order (default: the order of `properties`, as MaskBench's peers)",
+            &any_order);
   const std::vector<std::string> args = expand_path_lists(raw_args);
   if (!p.parse(args)) return 0;
   if (paths.empty()) throw UsageError("missing option --maskbench DIR|FILE...");
@@ -369,6 +371,8 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
   pse::CompileOptions base;
   base.precompute = !lazy_tables;
   base.shared_tables = !cold;
+  pse::JsonSchemaOptions schema_options;
+  if (any_order) schema_options.property_order = pse::JsonPropertyOrder::kAnyOrder;
   std::vector<double> tbm_us, ttfm_us;
   std::size_t n_passing = 0, n_compile_errors = 0, n_validation_errors = 0,
               n_invalidation_errors = 0, n_timeouts = 0, n_crashes = 0, n_tests = 0;
@@ -377,7 +381,7 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
     double ttfm = 0;
     SchemaOutcome o;
     try {
-      o = run_schema(f, tok, vocab, base, time_limit_s, status, tbm_us, ttfm);
+      o = run_schema(f, tok, vocab, base, schema_options, time_limit_s, status, tbm_us, ttfm);
     } catch (const std::exception& e) {  // a fault of the runner itself (e.g. out of memory)
       o = SchemaOutcome{};
       o.crashed = true;

@@ -21,14 +21,18 @@ void GrammarSource::add_options(ArgParser& p) {
               &json_layout)
       .flag("strict-keywords", 0,
             "with --schema: keywords of no JSON Schema draft are errors (default: annotations, as the spec says)",
-            &strict_keywords);
+            &strict_keywords)
+      .flag("any-order", 0,
+            "with --schema: object members in any order (each declared one at most once, required ones present; "
+            "default: the order of `properties`)",
+            &any_order);
 }
 
 pse::Grammar GrammarSource::load() const {
   const int n = (gbnf ? 1 : 0) + (lark ? 1 : 0) + (regex ? 1 : 0) + (schema ? 1 : 0);
   if (n != 1) throw UsageError(fmt::format("give exactly one grammar: {}", kGrammarSynopsis));
-  if ((json_layout || strict_keywords) && !schema) {
-    throw UsageError("--json-layout and --strict-keywords need --schema");
+  if ((json_layout || strict_keywords || any_order) && !schema) {
+    throw UsageError("--json-layout, --strict-keywords and --any-order need --schema");
   }
   if (gbnf) return pse::parse_gbnf(read_input(*gbnf));
   if (lark) return pse::parse_lark(read_input(*lark));
@@ -45,6 +49,7 @@ pse::Grammar GrammarSource::load() const {
     throw UsageError(fmt::format("--json-layout: expected flexible, compact or indented, got '{}'", layout));
   }
   if (strict_keywords) options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kError;
+  if (any_order) options.property_order = pse::JsonPropertyOrder::kAnyOrder;
   const std::string text = read_input(*schema);
   return pse::json_schema_to_grammar(std::string_view(text), options);
 }

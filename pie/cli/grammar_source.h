@@ -1,5 +1,5 @@
 // The grammar options shared by `orchard grammar` and `orchard run`: exactly one of --gbnf, --lark,
-// --regex or --schema (with --json-layout and --strict-keywords for schemas), loaded into a
+// --regex or --schema (with --json-layout, --strict-keywords and --any-order for schemas), loaded into a
 // pse::Grammar.
 #pragma once
 
@@ -17,6 +17,7 @@ struct GrammarSource {
   std::optional<std::string> gbnf, lark, regex, schema;
   std::optional<std::string> json_layout;  // with --schema: flexible | compact | indented
   bool strict_keywords = false;
+  bool any_order = false;  // with --schema: members in any order (JsonPropertyOrder::kAnyOrder)
 
   void add_options(ArgParser& p);
   bool given() const { return gbnf || lark || regex || schema; }

@@ -167,8 +167,8 @@ int run_run(std::span<const std::string> args) {
   if (grammar.given()) {
     const int n = (grammar.gbnf ? 1 : 0) + (grammar.lark ? 1 : 0) + (grammar.regex ? 1 : 0) + (grammar.schema ? 1 : 0);
     if (n != 1) throw UsageError(fmt::format("give at most one grammar: {}", kGrammarSynopsis));
-  } else if (grammar.json_layout || grammar.strict_keywords) {
-    throw UsageError("--json-layout and --strict-keywords need --schema");
+  } else if (grammar.json_layout || grammar.strict_keywords || grammar.any_order) {
+    throw UsageError("--json-layout, --strict-keywords and --any-order need --schema");
   }
 
   pie::GenerateRequest request;

@@ -105,6 +105,11 @@ ExprId Converter::colon() {
 
 ExprId Converter::empty_inner() { return options_.layout == JsonLayout::kFlexible ? ws() : g_.add_empty(); }
 
+// Any property order (JsonPropertyOrder::kAnyOrder) tracks which declared members are present: at most
+// this many of them, and this many (presence, count) states.
+constexpr std::size_t kMaxAnyOrderMembers = 9;
+constexpr std::size_t kMaxAnyOrderStates = 4096;
+
 // An overlapping oneOf written exactly (each branch and the complements of the branches it may overlap)
 // multiplies out; past this many alternatives it is a SchemaError.
 constexpr std::size_t kMaxOneOfAlternatives = 256;
@@ -542,6 +547,66 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
   if (cap > 64 && members.size() * (cap + 1) > 20000) {
     fail(c.properties_count_pointer, "maxProperties", "minProperties / maxProperties too large to enforce here");
   }
+  bool empty_ok = min_p == 0 && std::none_of(members.begin(), members.end(), [](const Member& m) { return m.required; });
+  if (options_.property_order == JsonPropertyOrder::kAnyOrder) {
+    // A finite automaton over (which declared members are present, how many members so far, counted
+    // exactly up to where the bounds stop caring), written as one graph: each declared member at most once,
+    // other members anywhere, accepting when the required ones are present and the count is in range.
+    std::vector<std::size_t> live;
+    for (std::size_t i = 0; i < members.size(); ++i)
+      if (!members[i].forbidden) live.push_back(i);
+    const std::string& where = c.object_shapes.empty() ? c.properties_count_pointer : c.object_shapes[0].pointer;
+    if (live.size() > kMaxAnyOrderMembers) {
+      fail(where, "properties",
+           fmt::format("any property order is enforced for at most {} declared properties, not {}", kMaxAnyOrderMembers,
+                       live.size()));
+    }
+    std::uint32_t required = 0;
+    for (std::size_t j = 0; j < live.size(); ++j)
+      if (members[live[j]].required) required |= 1u << j;
+    const std::uint32_t top = max_p != kUnbounded ? max_p : std::max<std::uint32_t>(min_p, 1);
+    std::vector<ExprId> labels;  // per live member, then other: [first, later] pairs
+    for (std::size_t j : live) {
+      labels.push_back(members[j].expr);
+      labels.push_back(g_.add_sequence({sep(d), members[j].expr}));
+    }
+    if (other) {
+      labels.push_back(*other);
+      labels.push_back(g_.add_sequence({sep(d), *other}));
+    }
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> ids{{{0, 0}, 0}};
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> states{{0, 0}};
+    std::vector<GraphEdge> edges;
+    std::vector<std::uint32_t> accepting;
+    for (std::uint32_t s = 0; s < states.size(); ++s) {
+      const auto [mask, k] = states[s];
+      if ((mask & required) == required && k >= std::max<std::uint32_t>(min_p, 1)) accepting.push_back(s);
+      if (max_p != kUnbounded && k >= max_p) continue;
+      const std::uint32_t nk = std::min(k + 1, top);
+      auto go = [&](std::uint32_t next_mask, std::uint32_t label) {
+        auto [it, fresh] = ids.emplace(std::make_pair(next_mask, nk), static_cast<std::uint32_t>(states.size()));
+        if (fresh) {
+          if (states.size() >= kMaxAnyOrderStates) {
+            fail(where, "properties",
+                 fmt::format("any property order here needs more than {} states (declared properties times counts)",
+                             kMaxAnyOrderStates));
+          }
+          states.emplace_back(next_mask, nk);
+        }
+        edges.push_back({s, it->second, label + (k == 0 ? 0u : 1u)});
+      };
+      for (std::uint32_t j = 0; j < live.size(); ++j)
+        if (!(mask & (1u << j))) go(mask | (1u << j), 2 * j);
+      if (other) go(mask, static_cast<std::uint32_t>(2 * live.size()));
+    }
+    std::vector<ExprId> shapes;
+    if (!accepting.empty()) {
+      const ExprId inner = g_.add_graph(static_cast<std::uint32_t>(states.size()), std::move(edges), std::move(accepting), labels);
+      shapes.push_back(g_.add_sequence({g_.add_bytes("{"), open_ws(d), inner, close_ws(d), g_.add_bytes("}")}));
+    }
+    if (empty_ok) shapes.push_back(g_.add_sequence({g_.add_bytes("{"), empty_inner(), g_.add_bytes("}")}));
+    return shapes.empty() ? g_.add_char_class({}) : shapes.size() == 1 ? shapes[0] : g_.add_choice(shapes);
+  }
   std::map<std::tuple<std::size_t, std::uint32_t, bool>, ExprId> memo;
   // body(i, k, first): members from i on, k present so far (capped), first: none emitted yet; never empty.
   std::function<ExprId(std::size_t, std::uint32_t, bool)> body = [&](std::size_t i, std::uint32_t k, bool first) -> ExprId {
@@ -571,7 +636,6 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
   };
   std::vector<ExprId> shapes;
   shapes.push_back(g_.add_sequence({g_.add_bytes("{"), open_ws(d), body(0, 0, true), close_ws(d), g_.add_bytes("}")}));
-  bool empty_ok = min_p == 0 && std::none_of(members.begin(), members.end(), [](const Member& m) { return m.required; });
   if (empty_ok) shapes.push_back(g_.add_sequence({g_.add_bytes("{"), empty_inner(), g_.add_bytes("}")}));
   return shapes.size() == 1 ? shapes[0] : g_.add_choice(shapes);
 }

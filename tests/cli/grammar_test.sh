@@ -73,6 +73,16 @@ case $case_name in
     run grammar compile --schema "$tmp/typo.json"; expect_rc 2
     [[ "$err" == *maxLength* ]] || fail "no suggestion in '$err'"
     run grammar compile --regex a --strict-keywords; expect_rc 2 ;;
+  grammar_schema_any_order)
+    # Members out of the schema's order: rejected by default, accepted with --any-order (duplicates never).
+    need "$llama3/encoder.json"
+    printf '%s' '{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a","b"]}' >"$tmp/ab.json"
+    printf '{"b": "x", "a": 1}' >"$tmp/in"
+    run grammar check -t "$llama3" --schema "$tmp/ab.json" "$tmp/in"; expect_rc 1
+    run grammar check -t "$llama3" --schema "$tmp/ab.json" --any-order "$tmp/in"; expect_rc 0
+    printf '{"b": "x", "a": 1, "b": "y"}' >"$tmp/in"
+    run grammar check -t "$llama3" --schema "$tmp/ab.json" --any-order "$tmp/in"; expect_rc 1
+    run grammar compile --regex a --any-order; expect_rc 2 ;;
   *) echo "unknown case $case_name" >&2; exit 1 ;;
 esac
 exit 0

@@ -164,6 +164,31 @@ TEST(JsonSchema, ObjectsInSchemaOrder) {
   expect_language(R"({"additionalProperties":{"type":"integer"}})", {R"({"x":1,"y":2})"}, {R"({"x":"1"})"});
 }
 
+// JsonPropertyOrder::kAnyOrder: members in any order, each declared one at most once, required ones present.
+TEST(JsonSchema, AnyPropertyOrder) {
+  JsonSchemaOptions any;
+  any.property_order = JsonPropertyOrder::kAnyOrder;
+  const std::string schema =
+      R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["b"]})";
+  expect_language(schema, {R"({"b":"x"})", R"({"a":1,"b":"x"})", R"({"b":"x","a":1})", R"({"c":null,"b":"x","a":1})",
+                           R"({ "b" : "x", "c": [1] })"},
+                  {"{}", R"({"a":1})", R"({"b":"x","a":"1"})", R"({"b":"x","b":"y"})", R"({"a":1,"b":"x","a":2})"}, any);
+  expect_language(R"({"properties":{"a":true,"b":true},"additionalProperties":false,"maxProperties":1})",
+                  {"{}", R"({"b":1})", R"({"a":1})"}, {R"({"a":1,"b":2})", R"({"c":1})"}, any);
+  expect_language(R"({"properties":{"a":true},"minProperties":2})", {R"({"x":1,"a":2})", R"({"x":1,"y":2,"z":3})"},
+                  {"{}", R"({"a":1})"}, any);
+  std::string wide = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 10; ++i) wide += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"integer"})";
+  wide += "}}";
+  try {
+    (void)json_schema_to_grammar(std::string_view(wide), any);
+    ADD_FAILURE() << "ten declared properties in any order should be a SchemaError";
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.keyword(), "properties") << e.what();
+  }
+  EXPECT_NO_THROW((void)json_schema_to_grammar(std::string_view(wide)));  // schema order: fine
+}
+
 TEST(JsonSchema, PatternPropertiesAlone) {
   expect_language(R"({"type":"object","patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":false})",
                   {"{}", R"({"x-a":1,"x-b":2})"}, {R"({"a":1})", R"({"x-a":"1"})"});

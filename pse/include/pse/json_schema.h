@@ -23,6 +23,10 @@ enum class JsonLayout : std::uint8_t {
 
 enum class JsonPropertyOrder : std::uint8_t {
   kSchemaOrder,  // declared properties in the order of `properties` (optional ones skippable), then others
+  // Members in any order: each declared property at most once, the required ones present, other members
+  // (when allowed) anywhere among them. Exact, by tracking which declared properties are present: objects
+  // with more than 9 declared properties are a SchemaError in this mode.
+  kAnyOrder,
 };
 
 struct JsonSchemaOptions {
