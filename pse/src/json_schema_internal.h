@@ -229,6 +229,9 @@ class Converter {
   ExprId string_body_excluding(const std::vector<std::string>& excluded);  // body != each of them
   ExprId format_expr(const std::string& format, const std::string& pointer);  // the body of a format
   ExprId pattern_expr(const std::string& pattern, const std::string& pointer);
+  // add_regex into `scratch`; a regex the front-end refuses is a SchemaError at pointer / keyword.
+  ExprId add_schema_regex(Grammar& scratch, const std::string& regex, bool full_match, const std::string& pointer,
+                          const char* keyword);
   // Copies the expressions 0..root of a regex grammar into g_, re-encoding each character as JSON
   // string text; throws a SchemaError at pointer / keyword if the regex holds a rule reference.
   ExprId copy_regex_as_string_body(const Grammar& scratch, ExprId root, const std::string& pointer,

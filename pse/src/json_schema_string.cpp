@@ -289,18 +289,20 @@ ExprId Converter::copy_regex_as_string_body(const Grammar& scratch, ExprId root,
   return map[root];
 }
 
-ExprId Converter::pattern_expr(const std::string& pattern, const std::string& pointer) {
-  Grammar scratch;
-  ExprId root = 0;
+ExprId Converter::add_schema_regex(Grammar& scratch, const std::string& regex, bool full_match, const std::string& pointer,
+                                   const char* keyword) {
   try {
     RegexOptions ro;
-    ro.full_match = false;
-    root = add_regex(scratch, pattern, ro);
-  } catch (const GrammarError& e) {
-    fail(pointer, "pattern", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
-  } catch (const LimitError& e) {
-    fail(pointer, "pattern", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
+    ro.full_match = full_match;
+    return add_regex(scratch, regex, ro);
+  } catch (const Error& e) {
+    fail(pointer, keyword, fmt::format("{} \"{}\" cannot be enforced: {}", keyword, regex, e.what()));
   }
+}
+
+ExprId Converter::pattern_expr(const std::string& pattern, const std::string& pointer) {
+  Grammar scratch;
+  const ExprId root = add_schema_regex(scratch, pattern, false, pointer, "pattern");
   // Copy into g_, re-encoding every character as JSON string text.
   ExprId body = copy_regex_as_string_body(scratch, root, pointer, "pattern");
   check_size();
@@ -473,14 +475,7 @@ ExprId Converter::json_chars(const std::vector<CharRange>& ranges) { return enco
 
 detail::CodePointDfa Converter::key_pattern_dfa(const std::string& pattern, const std::string& pointer) {
   Grammar scratch;
-  ExprId root = 0;
-  try {
-    RegexOptions ro;
-    ro.full_match = false;
-    root = add_regex(scratch, pattern, ro);
-  } catch (const Error& e) {
-    fail(pointer, "patternProperties", fmt::format("pattern \"{}\" cannot be enforced: {}", pattern, e.what()));
-  }
+  const ExprId root = add_schema_regex(scratch, pattern, false, pointer, "patternProperties");
   auto dfa = detail::dfa_from_expr(scratch, root, 4096);
   if (!dfa) fail(pointer, "patternProperties", fmt::format("pattern \"{}\" needs more than 4096 automaton states", pattern));
   return std::move(*dfa);
@@ -536,14 +531,7 @@ detail::CodePointDfa Converter::string_dfa(const Constraints& c) {
   std::vector<detail::CodePointDfa> parts;
   auto regex_dfa = [&](const std::string& regex, bool full_match, const std::string& at, const char* kw, bool negated) {
     Grammar scratch;
-    ExprId root = 0;
-    try {
-      RegexOptions ro;
-      ro.full_match = full_match;
-      root = add_regex(scratch, regex, ro);
-    } catch (const Error& e) {
-      fail(at, kw, fmt::format("{} \"{}\" cannot be enforced: {}", kw, regex, e.what()));
-    }
+    const ExprId root = add_schema_regex(scratch, regex, full_match, at, kw);
     auto dfa = detail::dfa_from_expr(scratch, root, kMaxStates);
     if (dfa && negated) dfa = detail::complement(*dfa, kMaxStates);
     if (!dfa) too_big(fmt::format("{} \"{}\"", kw, regex));

@@ -132,20 +132,28 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
     members.push_back(std::move(part));
     class_sig.push_back(std::move(sig));
   };
+  // Splits class c by the signatures of `list`, its members looked at again: when that is all of them, the
+  // largest part keeps the class; otherwise the members not looked at keep it (and its signature), with
+  // those of `list` whose signature is still the class's.
+  auto refine = [&](std::uint32_t c, const std::vector<std::uint32_t>& list) {
+    if (members[c].size() < 2) return;
+    std::map<Signature, std::vector<std::uint32_t>> parts;
+    for (std::uint32_t s : list) parts[signature(s)].push_back(s);
+    auto keep = parts.end();
+    if (list.size() == members[c].size()) {
+      keep = parts.begin();
+      for (auto it = parts.begin(); it != parts.end(); ++it)
+        if (it->second.size() > keep->second.size()) keep = it;
+      class_sig[c] = keep->first;
+    }
+    for (auto it = parts.begin(); it != parts.end(); ++it)
+      if (it != keep && it->first != class_sig[c]) new_class(std::move(it->second), it->first, c);
+  };
   std::vector<std::uint32_t> moved;
   // Round 1: every class, every member.
   if (horizon > 0) {
     const std::size_t n_initial = members.size();
-    for (std::uint32_t c = 0; c < n_initial; ++c) {
-      std::map<Signature, std::vector<std::uint32_t>> parts;
-      for (std::uint32_t s : members[c]) parts[signature(s)].push_back(s);
-      auto largest = parts.begin();
-      for (auto it = parts.begin(); it != parts.end(); ++it)
-        if (it->second.size() > largest->second.size()) largest = it;
-      class_sig[c] = largest->first;
-      for (auto it = parts.begin(); it != parts.end(); ++it)
-        if (it != largest) new_class(std::move(it->second), it->first, c);
-    }
+    for (std::uint32_t c = 0; c < n_initial; ++c) refine(c, std::vector<std::uint32_t>(members[c]));
   }
   std::vector<std::uint32_t> stamp(n, ~0u);
   for (std::size_t round = 1;; ++round) {
@@ -170,22 +178,8 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
     std::sort(order.begin(), order.end());
     for (std::uint32_t c : order) {
       std::vector<std::uint32_t>& list = touched[c];
-      if (members[c].size() < 2) continue;
       std::sort(list.begin(), list.end());
-      std::map<Signature, std::vector<std::uint32_t>> parts;
-      for (std::uint32_t s : list) parts[signature(s)].push_back(s);
-      if (list.size() < members[c].size()) {
-        // Untouched members keep the class and its signature; touched ones with another signature leave.
-        for (auto& [sig, part] : parts)
-          if (sig != class_sig[c]) new_class(std::move(part), sig, c);
-      } else {
-        auto largest = parts.begin();
-        for (auto it = parts.begin(); it != parts.end(); ++it)
-          if (it->second.size() > largest->second.size()) largest = it;
-        class_sig[c] = largest->first;
-        for (auto it = parts.begin(); it != parts.end(); ++it)
-          if (it != largest) new_class(std::move(it->second), it->first, c);
-      }
+      refine(c, list);
     }
   }
   return cls;
