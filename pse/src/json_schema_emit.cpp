@@ -43,12 +43,13 @@ std::uint32_t code_points(const std::string& s) {
 
 bool has_object_constraints(const Constraints& c) {
   return !c.object_shapes.empty() || !c.pattern_properties.empty() || !c.property_names.empty() ||
-         !c.required.empty() || c.min_properties > 0 || c.max_properties != kUnbounded;
+         !c.required.empty() || c.min_properties > 0 || c.max_properties != kUnbounded ||
+         !c.unevaluated_properties.empty();
 }
 
 bool has_array_constraints(const Constraints& c) {
   return !c.array_shapes.empty() || c.min_items > 0 || c.max_items != kUnbounded || !c.contains.empty() ||
-         c.unique_items;
+         c.unique_items || !c.unevaluated_items.empty();
 }
 
 }  // namespace

@@ -187,6 +187,11 @@ TEST(JsonSchema, AnyPropertyOrder) {
     EXPECT_EQ(e.keyword(), "properties") << e.what();
   }
   EXPECT_NO_THROW((void)json_schema_to_grammar(std::string_view(wide)));  // schema order: fine
+  // Nine properties with counts up to 20: more (presence, count) states than the bound.
+  std::string counted = R"({"type":"object","maxProperties":20,"properties":{)";
+  for (int i = 0; i < 9; ++i) counted += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"integer"})";
+  counted += "}}";
+  EXPECT_THROW((void)json_schema_to_grammar(std::string_view(counted), any), SchemaError);
 }
 
 TEST(JsonSchema, PatternPropertiesAlone) {
@@ -335,6 +340,14 @@ TEST(JsonSchema, ErrorsCarryPointerAndKeyword) {
   expect_error(R"({"patternProperties":{"^a":{"type":"integer"}},"propertyNames":{"maxLength":3}})", "", "patternProperties");
   expect_error(R"x({"patternProperties":{"^(?=a)":{"type":"integer"}}})x", "", "patternProperties");
   expect_error(R"({"patternProperties":{"^[ab]{5000}$":{"type":"integer"}}})", "", "patternProperties");
+  // Six independent patterns split the keys into 64 regions: past the bound.
+  expect_error(R"({"patternProperties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"},)"
+               R"("d":{"type":"integer"},"e":{"type":"integer"},"f":{"type":"integer"}}})",
+               "", "patternProperties");
+  // unevaluated* beside enum objects / arrays would need evaluation tracking of the values: an error (it was
+  // once accepted unchecked).
+  expect_error(R"({"enum":[{"a":1}],"unevaluatedProperties":false})", "", "enum");
+  expect_error(R"({"enum":[[1]],"unevaluatedItems":false})", "", "enum");
   expect_error(R"({"$dynamicRef":"#x"})", "", "$dynamicRef");
   expect_error(R"({"anyOf":[]})", "", "anyOf");
   expect_error(R"({"required":[1]})", "", "required");
