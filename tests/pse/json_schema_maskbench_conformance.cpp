@@ -4,7 +4,8 @@
 // SchemaError; fails when an invalid instance is accepted. ORCHARD_MASKBENCH_STRIDE=n takes every n-th
 // schema (default 4, about 40 s; 1 for all 2,783, about 160 s), ORCHARD_MASKBENCH_MAX_TEXT skips instance
 // texts longer than that (default 4096), ORCHARD_MASKBENCH_STRICT_KEYWORDS=1 converts with
-// UnknownKeywords::kError (keywords of no draft are errors) instead of the default kIgnore.
+// UnknownKeywords::kError (keywords of no draft are errors) instead of the default kIgnore,
+// ORCHARD_MASKBENCH_ANY_ORDER=1 with JsonPropertyOrder::kAnyOrder.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,6 +74,7 @@ TEST(JsonSchemaMaskBench, DevSchemas) {
       if (env_or("ORCHARD_MASKBENCH_STRICT_KEYWORDS", 0) != 0) {
         options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kError;
       }
+      if (env_or("ORCHARD_MASKBENCH_ANY_ORDER", 0) != 0) options.property_order = pse::JsonPropertyOrder::kAnyOrder;
       grammar = pse::json_schema_to_grammar(doc.at("schema"), options);
     } catch (const pse::Error& e) {
       ++reasons[reason_of(e)];
