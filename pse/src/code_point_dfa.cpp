@@ -11,7 +11,13 @@ constexpr std::uint32_t kSurrogateHi = 0xDFFF;
 
 struct TooBig {};  // thrown inside a builder past its bound, caught at the entry point
 
-// `ranges` (negated within the code space) as sorted scalar-value ranges: surrogates removed.
+const std::vector<CharRange>& all_scalars() {
+  static const std::vector<CharRange> all = {{0, kSurrogateLo - 1}, {kSurrogateHi + 1, kMaxCodePoint}};
+  return all;
+}
+
+}  // namespace
+
 std::vector<CharRange> scalar_ranges(const std::vector<CharRange>& ranges, bool negated) {
   std::vector<CharRange> sorted = ranges;
   std::sort(sorted.begin(), sorted.end(), [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
@@ -47,13 +53,6 @@ std::vector<CharRange> scalar_ranges(const std::vector<CharRange>& ranges, bool 
   }
   return clean;
 }
-
-const std::vector<CharRange>& all_scalars() {
-  static const std::vector<CharRange> all = {{0, kSurrogateLo - 1}, {kSurrogateHi + 1, kMaxCodePoint}};
-  return all;
-}
-
-}  // namespace
 
 std::optional<std::u32string> decode_utf8(const std::string& s) {
   std::u32string out;

@@ -30,6 +30,10 @@ struct CodePointDfa {
   bool accepts(const std::u32string& text) const;
 };
 
+// `ranges` (negated within the code space when `negated`) as sorted, merged scalar-value ranges: the
+// surrogates U+D800..U+DFFF removed.
+std::vector<CharRange> scalar_ranges(const std::vector<CharRange>& ranges, bool negated);
+
 // Code points of UTF-8 text; nullopt when it is not valid UTF-8 (surrogates included).
 std::optional<std::u32string> decode_utf8(const std::string& text);
 

@@ -16,45 +16,6 @@
 namespace pse::json_schema_detail {
 namespace {
 
-constexpr std::uint32_t kSurrogateLo = 0xD800;
-constexpr std::uint32_t kSurrogateHi = 0xDFFF;
-
-// Explicit sorted ranges of scalar values for a class (negation resolved).
-std::vector<CharRange> explicit_ranges(std::vector<CharRange> ranges, bool negated) {
-  std::sort(ranges.begin(), ranges.end(), [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
-  std::vector<CharRange> merged;
-  for (const auto& r : ranges) {
-    if (!merged.empty() && r.lo <= merged.back().hi + 1) {
-      merged.back().hi = std::max(merged.back().hi, r.hi);
-    } else {
-      merged.push_back(r);
-    }
-  }
-  std::vector<CharRange> out;
-  if (!negated) {
-    out = merged;
-  } else {
-    std::uint32_t next = 0;
-    for (const auto& r : merged) {
-      if (r.lo > next) out.push_back({next, r.lo - 1});
-      next = r.hi + 1;
-      if (r.hi >= kMaxCodePoint) break;
-    }
-    if (next <= kMaxCodePoint && (merged.empty() || merged.back().hi < kMaxCodePoint)) out.push_back({next, kMaxCodePoint});
-  }
-  // Remove surrogates.
-  std::vector<CharRange> clean;
-  for (const auto& r : out) {
-    if (r.hi < kSurrogateLo || r.lo > kSurrogateHi) {
-      clean.push_back(r);
-    } else {
-      if (r.lo < kSurrogateLo) clean.push_back({r.lo, kSurrogateLo - 1});
-      if (r.hi > kSurrogateHi) clean.push_back({kSurrogateHi + 1, r.hi});
-    }
-  }
-  return clean;
-}
-
 bool contains(const std::vector<CharRange>& ranges, std::uint32_t cp) {
   return std::any_of(ranges.begin(), ranges.end(), [&](const CharRange& r) { return r.lo <= cp && cp <= r.hi; });
 }
@@ -255,7 +216,7 @@ ExprId Converter::string_body_excluding(const std::vector<std::string>& excluded
     }
     // Any other character, raw or escaped, then anything. \u escapes of ordinary characters are not
     // offered here (they could spell an excluded string).
-    alts.push_back(g_.add_sequence({encode_ranges(g_, cache_, explicit_ranges(taken, true)), rest}));
+    alts.push_back(g_.add_sequence({encode_ranges(g_, cache_, detail::scalar_ranges(taken, true)), rest}));
     expr[i] = g_.add_choice(alts);
   }
   return expr[0];
@@ -277,7 +238,7 @@ ExprId Converter::copy_regex_as_string_body(const Grammar& scratch, ExprId root,
         map[i] = parts.empty() ? g_.add_empty() : g_.add_sequence(parts);
         break;
       }
-      case ExprKind::kCharClass: map[i] = encode_ranges(g_, cache_, explicit_ranges(e.ranges, e.negated)); break;
+      case ExprKind::kCharClass: map[i] = encode_ranges(g_, cache_, detail::scalar_ranges(e.ranges, e.negated)); break;
       case ExprKind::kSequence: map[i] = g_.add_sequence(std::move(children)); break;
       case ExprKind::kChoice: map[i] = g_.add_choice(std::move(children)); break;
       case ExprKind::kRepeat: map[i] = g_.add_repeat(children.at(0), e.min, e.max); break;
