@@ -68,7 +68,7 @@ struct CompiledGrammar::Impl {
       cached = detail::TableCache::instance().add(
           *shared, offset,
           detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get(), detail::Walker::kAuto,
-                                    /*follow_filter=*/false));
+                                    detail::FollowFilter::kBytes));
     }
     // The shared table is this grammar's once its own follow filter has dropped what cannot continue.
     tables[i] = *cached;

@@ -1,7 +1,7 @@
 #include "stack_dfa.h"
 
 #include <algorithm>
-#include <unordered_set>
+#include <map>
 
 #include "pse/vocabulary.h"
 #include "u32_hash.h"
@@ -10,10 +10,9 @@ namespace pse::detail {
 
 
 std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
-  std::vector<Stack> seeds;
-  seeds.reserve(states.size());
-  for (std::uint32_t s : states) seeds.push_back(Stack{s});
-  return close_and_intern(seeds);
+  seeds_.clear();
+  for (std::uint32_t s : states) seeds_.insert(seeds_.end(), {1u, s});
+  return close_and_intern();
 }
 
 std::size_t StackDfa::memory_bytes() const {
@@ -36,7 +35,7 @@ ByteSet StackDfa::first_bytes(std::int32_t config) const {
 }
 
 std::int32_t StackDfa::compute_step(std::int32_t config, std::uint8_t byte) {
-  std::vector<Stack> seeds;
+  seeds_.clear();
   const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
   for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
     const std::uint32_t height = flat[i];
@@ -44,101 +43,190 @@ std::int32_t StackDfa::compute_step(std::int32_t config, std::uint8_t byte) {
     for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
       const ByteEdge& be = a_.byte_edges[e];
       if (byte < be.lo || byte > be.hi) continue;
-      Stack next(flat.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                 flat.begin() + static_cast<std::ptrdiff_t>(i + height) + 1);
-      next.back() = be.target;
-      seeds.push_back(std::move(next));
+      seeds_.insert(seeds_.end(), flat.begin() + static_cast<std::ptrdiff_t>(i),
+                    flat.begin() + static_cast<std::ptrdiff_t>(i + height) + 1);
+      seeds_.back() = be.target;
     }
   }
-  if (seeds.empty()) return kDead;
-  return close_and_intern(seeds);
+  if (seeds_.empty()) return kDead;
+  return close_and_intern();
 }
 
-std::int32_t StackDfa::close_and_intern(std::vector<Stack>& seeds) {
+void StackDfa::add_last_stack(std::size_t offset, std::size_t max_height) {
+  const std::size_t length = arena_.size() - offset;
+  if (length > max_height) throw Overflow{};
+  const std::span<const std::uint32_t> stack(arena_.data() + offset, length);
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t slot = static_cast<std::size_t>(hash_u32s(stack)) & mask;
+  for (; slots_[slot] >= 0; slot = (slot + 1) & mask) {
+    const Span& other = spans_[static_cast<std::size_t>(slots_[slot])];
+    if (other.length == length && std::equal(stack.begin(), stack.end(), arena_.begin() + other.offset)) {
+      arena_.resize(offset);  // met before
+      return;
+    }
+  }
+  if (spans_.size() >= kMaxElements * 8) throw Overflow{};
+  slots_[slot] = static_cast<std::int32_t>(spans_.size());
+  spans_.push_back({static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(length)});
+  work_.push_back(static_cast<std::uint32_t>(spans_.size() - 1));
+  if (spans_.size() * 2 > slots_.size()) {  // keep the set at most half full
+    slots_.assign(slots_.size() * 2, -1);
+    const std::size_t m = slots_.size() - 1;
+    for (std::size_t k = 0; k < spans_.size(); ++k) {
+      const std::span<const std::uint32_t> st(arena_.data() + spans_[k].offset, spans_[k].length);
+      std::size_t t = static_cast<std::size_t>(hash_u32s(st)) & m;
+      while (slots_[t] >= 0) t = (t + 1) & m;
+      slots_[t] = static_cast<std::int32_t>(k);
+    }
+  }
+}
+
+std::int32_t StackDfa::close_and_intern() {
   // Closure: epsilon moves, calls (push the return state, enter the callee) and completions of a
   // called rule (pop: continue at the return state). A completed stack of height one is an outer
   // completion. Between two bytes a stack can grow by at most one frame per rule unless some rule
   // calls itself without reading a byte (left recursion): that closure would never end, so it
   // overflows at once.
   std::size_t base = kMaxDepth;
-  for (const Stack& st : seeds) base = std::min(base, st.size());
+  for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1) base = std::min<std::size_t>(base, seeds_[i]);
   const std::size_t max_height = std::min(kMaxDepth, base + a_.rule_start.size() + 1);
-  std::unordered_set<Stack, U32VectorHash> seen;
-  std::vector<Stack> work;
-  auto add = [&](Stack&& st) {
-    if (st.size() > max_height) throw Overflow{};
-    if (seen.insert(st).second) {
-      if (seen.size() > kMaxElements * 8) throw Overflow{};
-      work.push_back(std::move(st));
-    }
-  };
+  arena_.clear();
+  spans_.clear();
+  work_.clear();
+  kept_.clear();
+  slots_.assign(64, -1);
   // Seeds written with class representatives: equivalent states close to configurations with the same
   // stacks (a closure's own states are then the representative's, so first_bytes and steps stay exact).
-  for (Stack& st : seeds) {
-    if (canonical_ != nullptr)
-      for (std::uint32_t& x : st) x = (*canonical_)[x];
-    add(std::move(st));
+  for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1) {
+    const std::size_t offset = arena_.size();
+    for (std::size_t k = 1; k <= seeds_[i]; ++k)
+      arena_.push_back(canonical_ != nullptr ? (*canonical_)[seeds_[i + k]] : seeds_[i + k]);
+    add_last_stack(offset, max_height);
   }
-  std::vector<Stack> kept;
   bool outer = false;
-  while (!work.empty()) {
-    Stack st = std::move(work.back());
-    work.pop_back();
-    const std::uint32_t s = st.back();
+  while (!work_.empty()) {
+    const Span st = spans_[work_.back()];
+    const std::uint32_t index = work_.back();
+    work_.pop_back();
+    const std::uint32_t s = arena_[st.offset + st.length - 1];
+    // A copy of the stack at the end of the arena (reserved first: the source is in the arena too).
+    auto copy = [&](std::size_t length) {
+      const std::size_t offset = arena_.size();
+      arena_.reserve(offset + length + 1);  // no reallocation below: the source stays valid
+      for (std::size_t k = 0; k < length; ++k) arena_.push_back(arena_[st.offset + k]);
+      return offset;
+    };
     for (std::uint32_t e = a_.eps_begin[s]; e < a_.eps_begin[s + 1]; ++e) {
-      Stack next = st;
-      next.back() = a_.eps_edges[e];
-      add(std::move(next));
+      const std::size_t offset = copy(st.length);
+      arena_.back() = a_.eps_edges[e];
+      add_last_stack(offset, max_height);
     }
     for (std::uint32_t e = a_.call_begin[s]; e < a_.call_begin[s + 1]; ++e) {
       const CallEdge& c = a_.call_edges[e];
-      Stack next = st;
-      next.back() = c.target;
-      next.push_back(a_.rule_start[c.rule]);
-      add(std::move(next));
+      const std::size_t offset = copy(st.length);
+      arena_.back() = c.target;
+      arena_.push_back(a_.rule_start[c.rule]);
+      add_last_stack(offset, max_height);
     }
     if (a_.is_final(s)) {
-      if (st.size() == 1) {
+      if (st.length == 1) {
         outer = true;
       } else {
-        Stack next(st.begin(), st.end() - 1);
-        add(std::move(next));
+        add_last_stack(copy(st.length - 1), max_height);
       }
     }
     if (a_.has_bytes(s)) {
-      if (kept.size() >= kMaxElements) throw Overflow{};
-      kept.push_back(std::move(st));
+      if (kept_.size() >= kMaxElements) throw Overflow{};
+      kept_.push_back(index);
     }
   }
-  std::sort(kept.begin(), kept.end());
-  std::vector<std::uint32_t> key;
-  key.push_back(outer ? 1 : 0);
-  for (const Stack& st : kept) {
-    key.push_back(static_cast<std::uint32_t>(st.size()));
-    key.insert(key.end(), st.begin(), st.end());
+  auto stack_of = [&](std::uint32_t k) {
+    return std::span<const std::uint32_t>(arena_.data() + spans_[k].offset, spans_[k].length);
+  };
+  std::sort(kept_.begin(), kept_.end(), [&](std::uint32_t x, std::uint32_t y) {
+    const auto sx = stack_of(x), sy = stack_of(y);
+    return std::lexicographical_compare(sx.begin(), sx.end(), sy.begin(), sy.end());
+  });
+  key_.clear();
+  key_.push_back(outer ? 1 : 0);
+  for (const std::uint32_t k : kept_) {
+    const auto st = stack_of(k);
+    key_.push_back(static_cast<std::uint32_t>(st.size()));
+    key_.insert(key_.end(), st.begin(), st.end());
   }
-  auto it = index_.find(key);
+  auto it = index_.find(key_);
   if (it != index_.end()) return it->second;
   if (configs_.size() >= max_configs_) throw Overflow{};
   const std::int32_t id = static_cast<std::int32_t>(configs_.size());
-  configs_.emplace_back(key.begin() + 1, key.end());
+  configs_.emplace_back(key_.begin() + 1, key_.end());
   outer_final_.push_back(outer ? 1 : 0);
   trans_.resize(trans_.size() + 256, kUnknown);
-  index_.emplace(std::move(key), id);
+  index_.emplace(key_, id);
   return id;
 }
 
-bool StackDfa::loops_on_plain(std::int32_t config) {
+bool StackDfa::loops_on(std::int32_t config, Vocabulary::TokenClass cls) {
   const auto c = static_cast<std::size_t>(config);
-  if (plain_loop_.size() <= c) plain_loop_.resize(n_configs(), -1);
-  if (plain_loop_[c] < 0) {
+  std::vector<std::int8_t>& memo = loops_[cls == Vocabulary::TokenClass::kPlain ? 0 : 1];
+  if (memo.size() <= c) memo.resize(n_configs(), -1);
+  if (memo[c] < 0) {
     bool loops = true;
-    for (unsigned b = 0; b < 256 && loops; ++b)
-      if (Vocabulary::is_plain_byte(b)) loops = step(config, static_cast<std::uint8_t>(b)) == config;
-    plain_loop_.resize(std::max(plain_loop_.size(), n_configs()), -1);  // step may add configurations
-    plain_loop_[c] = loops ? 1 : 0;
+    if (cls == Vocabulary::TokenClass::kText) {
+      loops = loops_on(config, Vocabulary::TokenClass::kPlain) && loops_on_multibyte(config);
+    } else {
+      for (unsigned b = 0; b < 256 && loops; ++b)
+        if (Vocabulary::is_plain_byte(b)) loops = step(config, static_cast<std::uint8_t>(b)) == config;
+    }
+    memo.resize(std::max(memo.size(), n_configs()), -1);  // steps may add configurations
+    memo[c] = loops ? 1 : 0;
   }
-  return plain_loop_[c] == 1;
+  return memo[c] == 1;
+}
+
+bool StackDfa::loops_on_multibyte(std::int32_t config) {
+  // Unicode's well-formed multi-byte sequences, as byte ranges per position. Every sequence must lead
+  // back to `config`: follow the set of configurations reached after each position (a handful, since
+  // the ranges are read by few distinct edges).
+  struct Range {
+    std::uint8_t lo, hi;
+  };
+  static const std::vector<std::vector<Range>> kSequences = {
+      {{0xC2, 0xDF}, {0x80, 0xBF}},
+      {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+      {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+      {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+      {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+      {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+      {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+      {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+  };
+  for (const std::vector<Range>& seq : kSequences) {
+    std::vector<std::int32_t> at{config};
+    for (const Range& r : seq) {
+      std::vector<std::int32_t> next;
+      for (const std::int32_t c : at) {
+        for (unsigned b = r.lo; b <= r.hi; ++b) {
+          const std::int32_t t = step(c, static_cast<std::uint8_t>(b));
+          if (t == kDead) return false;
+          if (std::find(next.begin(), next.end(), t) == next.end()) next.push_back(t);
+          if (next.size() > 16) return false;  // not a loop worth finding: the walk reads them instead
+        }
+      }
+      at = std::move(next);
+    }
+    if (at.size() != 1 || at[0] != config) return false;
+  }
+  return true;
+}
+
+std::uint32_t StackDfa::follow_set_id(std::uint32_t rule) {
+  if (follow_set_ids_.empty()) {
+    std::map<ByteSet, std::uint32_t> ids;
+    follow_set_ids_.reserve(a_.rule_follow.size());
+    for (const ByteSet& f : a_.rule_follow)
+      follow_set_ids_.push_back(ids.emplace(f, static_cast<std::uint32_t>(ids.size())).first->second);
+  }
+  return follow_set_ids_[rule];
 }
 
 void StackDfa::clear() {
@@ -146,7 +234,8 @@ void StackDfa::clear() {
   outer_final_.clear();
   trans_.clear();
   index_.clear();
-  plain_loop_.clear();
+  loops_[0].clear();
+  loops_[1].clear();
   groups_.clear();
   group_bytes_ = 0;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "automaton.h"
+#include "pse/vocabulary.h"
 #include "u32_hash.h"
 
 namespace pse::detail {
@@ -49,9 +50,10 @@ class StackDfa {
   }
   // The bytes some stack of the configuration can read next.
   ByteSet first_bytes(std::int32_t config) const;
-  // Every plain byte (Vocabulary::is_plain_byte) leads from the configuration back to itself: a token of
-  // plain bytes read from here is read whole. Memoized.
-  bool loops_on_plain(std::int32_t config);
+  // Every token of the class (Vocabulary::TokenClass) leads from the configuration back to itself, so a
+  // walk from here reads such a token whole: kPlain, every plain byte loops; kText, also every
+  // well-formed multi-byte character. Memoized.
+  bool loops_on(std::int32_t config, Vocabulary::TokenClass c);
   std::size_t n_configs() const { return outer_final_.size(); }
   // Near its bound on configurations: a new walk would likely overflow.
   bool saturated() const { return n_configs() >= max_configs_ - max_configs_ / 8; }
@@ -60,15 +62,16 @@ class StackDfa {
   // end depths (uncertain_ends[k] of them per position, in order). Tables of different states that
   // reach the same configuration after a first byte reuse it instead of walking the group again.
   struct GroupResult {
+    std::int8_t whole = -1;  // a Vocabulary::TokenClass whose members in the group are accepted too, or -1
     std::vector<std::int32_t> accepted;
     std::vector<std::uint32_t> uncertain, uncertain_ends, end_depths;
     std::size_t bytes() const {
       return (accepted.size() + uncertain.size() + uncertain_ends.size() + end_depths.size()) * 4 + sizeof(GroupResult);
     }
   };
-  // after: the configuration after `byte`. filter: 0 when the table skips the follow filter, else the
-  // table's rule + 1 (the filter depends on the rule, and a configuration whose stacks have all ended is
-  // the same for every rule). nullptr when absent.
+  // after: the configuration after `byte`. filter: what else the results depend on (the table's rule,
+  // or its follow bytes: a configuration whose stacks have all ended is the same for every rule).
+  // nullptr when absent.
   const GroupResult* find_group(std::int32_t after, std::uint8_t byte, std::uint32_t filter) const {
     auto it = groups_.find(GroupKey{after, byte, filter});
     return it == groups_.end() ? nullptr : &it->second;
@@ -78,6 +81,9 @@ class StackDfa {
     group_bytes_ += result.bytes();
     groups_.emplace(GroupKey{after, byte, filter}, std::move(result));
   }
+  // The same number for rules with the same follow bytes (Automaton::rule_follow), counted from 0.
+  std::uint32_t follow_set_id(std::uint32_t rule);
+
   // Forgets the group results and bounds their memory from now on (compile() keeps up to 64 MiB while it
   // builds every table; a compiled grammar keeps a few MiB for the tables it builds later).
   void reset_groups(std::size_t max_bytes) {
@@ -101,13 +107,25 @@ class StackDfa {
 
  private:
   static constexpr std::int32_t kUnknown = -2;
-  using Stack =
-      std::vector<std::uint32_t>;  // return states from the bottom, then the current state
 
   std::int32_t compute_step(std::int32_t config, std::uint8_t byte);
-  // Closes `seeds` and interns the result (only stacks whose state reads bytes are kept, plus
-  // whether an outer rule is complete).
-  std::int32_t close_and_intern(std::vector<Stack>& seeds);
+  // Closes seeds_ (stacks flattened as (height, return states from the bottom..., current state)) and
+  // interns the result (only stacks whose state reads bytes are kept, plus whether an outer rule is
+  // complete).
+  std::int32_t close_and_intern();
+
+  // Scratch of close_and_intern, kept between calls so that a step allocates nothing: the stacks met
+  // (spans of arena_), an open-addressing set over them, the work list and the kept ones.
+  struct Span {
+    std::uint32_t offset, length;
+  };
+  std::vector<std::uint32_t> seeds_, arena_, key_;
+  std::vector<Span> spans_;
+  std::vector<std::int32_t> slots_;
+  std::vector<std::uint32_t> work_, kept_;
+  // Adds the stack at the end of arena_ (from `offset`) to the set unless it is there already (then
+  // drops it from the arena).
+  void add_last_stack(std::size_t offset, std::size_t max_height);
 
   const Automaton& a_;
   std::size_t max_configs_;
@@ -115,7 +133,8 @@ class StackDfa {
   std::vector<std::vector<std::uint32_t>> configs_;
   std::vector<std::uint8_t> outer_final_;
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
-  std::vector<std::int8_t> plain_loop_;  // per configuration: -1 unknown, 0, 1
+  std::vector<std::int8_t> loops_[2];  // per token class, per configuration: -1 unknown, 0, 1
+  bool loops_on_multibyte(std::int32_t config);
   const std::vector<std::uint32_t>* canonical_ = nullptr;
   struct GroupKey {
     std::int32_t after;
@@ -130,6 +149,7 @@ class StackDfa {
     }
   };
   std::unordered_map<GroupKey, GroupResult, GroupKeyHash> groups_;
+  std::vector<std::uint32_t> follow_set_ids_;  // [n_rules], filled on first use
   std::size_t group_bytes_ = 0;
   std::size_t max_group_bytes_ = std::size_t{64} << 20;
   std::unordered_map<std::vector<std::uint32_t>, std::int32_t, U32VectorHash> index_;
@@ -160,7 +180,7 @@ class DfaCursor {
   }
   bool last_has_any_final_at_origin0() const { return dfa_->outer_final(path_.back()); }
   ByteSet first_bytes() const { return dfa_->first_bytes(path_.back()); }
-  bool last_loops_on_plain() { return dfa_->loops_on_plain(path_.back()); }
+  bool last_loops_on(Vocabulary::TokenClass c) { return dfa_->loops_on(path_.back(), c); }
   std::int32_t last_config() const { return path_.back(); }
   StackDfa* dfa() const { return dfa_; }
 

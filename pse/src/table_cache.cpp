@@ -54,6 +54,10 @@ std::vector<std::shared_ptr<const RuleClosure>> rule_closures(const Automaton& a
           }
         }
       }
+      for (const std::uint64_t w : a.rule_follow[r]) {  // the bytes that may follow it (FollowFilter::kBytes)
+        c->push_back(static_cast<std::uint32_t>(w));
+        c->push_back(static_cast<std::uint32_t>(w >> 32));
+      }
       out[r] = std::move(c);
     }
     for (const std::uint32_t q : order) index[q] = ~0u;

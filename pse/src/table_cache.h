@@ -1,8 +1,9 @@
-// Token tables shared by every grammar compiled against one vocabulary. A state's table (built without
-// the grammar-specific follow filter) depends only on its rule and the rules that rule calls, so a rule
-// whose closure is identical, state for state, in two grammars has the same tables in both. JSON Schema
-// grammars are made of a few such building blocks (strings, numbers, any value, whitespace): after the
-// first schemas, a new schema builds only the tables of its own structure (its keys, enums, patterns).
+// Token tables shared by every grammar compiled against one vocabulary. A state's table, built with
+// only the byte-level follow filter (FollowFilter::kBytes), depends only on its rule, the rules that rule
+// calls and the bytes that may follow the rule, so a rule whose closure is identical, state for state,
+// and with the same follow bytes in two grammars has the same tables in both. JSON Schema grammars are
+// made of a few such building blocks (strings, numbers, any value, whitespace): after the first schemas,
+// a new schema builds only the tables of its own structure (its keys, enums, patterns).
 // Process-wide, bounded in memory (least recently used rules evicted), thread-safe.
 #pragma once
 
@@ -19,7 +20,8 @@
 namespace pse::detail {
 
 // A rule's closure written canonically: its states, then those of the rules it calls in order of first
-// call, edges relative to each rule's first state, callees by that order. Equal vectors, equal tables.
+// call, edges relative to each rule's first state, callees by that order; then the rule's follow bytes.
+// Equal vectors, equal tables.
 using RuleClosure = std::vector<std::uint32_t>;
 
 // Per rule of `a`: its canonical closure, or nullptr when the closure has more than `max_states` states

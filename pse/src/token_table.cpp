@@ -16,15 +16,29 @@ namespace pse::detail {
 
 namespace {
 
-std::vector<TokenId> bits_to_ids(const std::vector<std::uint32_t>& bits, std::size_t n) {
-  std::vector<TokenId> ids;
-  ids.reserve(n);
-  for (std::size_t w = 0; w < bits.size(); ++w) {
-    for (std::uint32_t b = bits[w]; b != 0; b &= b - 1) {
-      ids.push_back(static_cast<TokenId>(w * 32 + static_cast<std::size_t>(__builtin_ctz(b))));
+// A table's accepted ids (each once, in any order) as a bitset over the mask words when there are
+// more ids than words, else as an ascending list (many ids: marked in a scratch bitset and read back in
+// order, cheaper than sorting them).
+void set_accepted(std::vector<TokenId>& ids, std::size_t n_mask_words, std::vector<std::uint32_t>& bits,
+                  std::vector<TokenId>& list) {
+  if (ids.size() > n_mask_words) {
+    bits.assign(n_mask_words, 0);
+    for (const TokenId id : ids) bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+  } else if (ids.size() < 256) {
+    std::sort(ids.begin(), ids.end());
+    list = std::move(ids);
+    list.shrink_to_fit();
+  } else {
+    thread_local std::vector<std::uint32_t> scratch;
+    scratch.assign(n_mask_words, 0);
+    for (const TokenId id : ids) scratch[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    list.clear();
+    list.reserve(ids.size());
+    for (std::size_t w = 0; w < n_mask_words; ++w) {
+      for (std::uint32_t x = scratch[w]; x != 0; x &= x - 1)
+        list.push_back(static_cast<TokenId>(w * 32 + static_cast<std::size_t>(__builtin_ctz(x))));
     }
   }
-  return ids;
 }
 
 ByteSet first_bytes(const Automaton& a, const Chart& chart) {
@@ -101,33 +115,6 @@ class FollowCheck {
   std::array<Walk, 8> walks_;
 };
 
-// The end of the run of positions after p (within [p, end)) whose tokens start with tok[0..n).
-std::uint32_t prefix_run_end(const Vocabulary& vocab, std::uint32_t p, std::uint32_t end, std::string_view prefix) {
-  auto has = [&](std::uint32_t q) { return vocab.sorted_token(q).starts_with(prefix); };
-  std::uint32_t lo = p + 1;  // the first position not known to have the prefix
-  std::uint32_t step = 1;
-  while (lo < end && has(lo)) {  // gallop, then bisect: most runs are short
-    const std::uint32_t probe = static_cast<std::uint32_t>(std::min<std::size_t>(std::size_t{lo} + step, end));
-    if (probe < end && has(probe)) {
-      lo = probe + 1;
-      step *= 2;
-      continue;
-    }
-    std::uint32_t hi = probe;  // the answer lies in (lo, hi]
-    ++lo;
-    while (lo < hi) {
-      const std::uint32_t mid = lo + (hi - lo) / 2;
-      if (has(mid)) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    return lo;
-  }
-  return lo;
-}
-
 // The walks below run on either cursor: a DfaCursor (memoized steps) or, when the stack automaton
 // overflows its bounds, the Earley Chart. Both answer the same questions identically.
 // Groups of at least this many tokens (by first byte) are kept for reuse by other tables.
@@ -135,12 +122,11 @@ constexpr std::uint32_t kMinMemoGroup = 64;
 
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
-                                  const std::chrono::steady_clock::time_point* deadline, bool follow_filter,
+                                  const std::chrono::steady_clock::time_point* deadline, FollowFilter filter,
                                   MakeCursor make) {
   TokenTable table;
   const std::uint32_t rule = a.state_rule[state];
-  static const ByteSet kAnyByte = {~0ULL, ~0ULL, ~0ULL, ~0ULL};
-  const ByteSet& follow = follow_filter ? a.rule_follow[rule] : kAnyByte;
+  const ByteSet& follow = a.rule_follow[rule];
   const std::vector<TokenId>& sorted = vocab.text_tokens();
   const std::vector<std::uint32_t>& fb = vocab.first_byte_begin();
 
@@ -148,53 +134,80 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   chart.reset_detached({&state, 1});
   const ByteSet first = first_bytes(a, chart);
   static const std::vector<std::uint32_t> kNoContexts;  // an empty context list skips the check
-  FollowCheck<Cursor> follow_check(follow_filter ? a.rule_contexts[rule] : kNoContexts, make);
+  FollowCheck<Cursor> follow_check(filter == FollowFilter::kFull ? a.rule_contexts[rule] : kNoContexts, make);
 
-  std::vector<std::uint32_t> accepted_bits(vocab.n_mask_words(), 0);
-  std::size_t n_accepted = 0;
+  // Accepted ids, gathered in walk order; a bitset or a sorted list at the end (most tables accept a
+  // few tokens: no 16 KiB bitset to clear and scan for them).
+  std::vector<TokenId> accepted_ids;
+  // Allocated once a group larger than the bitset is accepted whole (then or-ed with the group's bits).
+  std::vector<std::uint32_t> accepted_bits;
+  auto accept_whole = [&](Vocabulary::TokenClass c, unsigned b) {
+    const Vocabulary::TokenClassIndex& index = vocab.token_class(c);
+    if (!index.group_bits[b].empty()) {
+      if (accepted_bits.empty()) accepted_bits.assign(vocab.n_mask_words(), 0);
+      for (std::size_t w = 0; w < accepted_bits.size(); ++w) accepted_bits[w] |= index.group_bits[b][w];
+    } else {
+      accepted_ids.insert(accepted_ids.end(), index.ids.begin() + index.begin[b], index.ids.begin() + index.begin[b + 1]);
+    }
+  };
   // ends: the depths j > 0 of the current prefix after which the rule's end is reached (a property of
   // the prefix, so it survives truncation to a shorter prefix).
   std::vector<std::uint32_t> ends;
   std::size_t n_checked = 0;
   // Records p as uncertain, with its end depths, when the rest after some end may continue in a caller.
+  // Returns whether some end is followed by a byte that may follow the rule: when none is, neither is
+  // it in any token with the same bytes up to died_at (the ends and the bytes after them are the same).
   auto uncertain = [&](std::uint32_t p, std::string_view tok, std::size_t died_at) {
     const std::size_t before = table.end_depths.size();
+    bool some_follow_byte = false;
     for (std::uint32_t j : ends) {
       if (j > died_at || j >= tok.size()) break;
-      if (byte_set_has(follow, static_cast<unsigned char>(tok[j])) && follow_check.viable(tok.substr(j), j)) {
-        table.end_depths.push_back(j);
-      }
+      if (!byte_set_has(follow, static_cast<unsigned char>(tok[j]))) continue;
+      some_follow_byte = true;
+      if (follow_check.viable(tok.substr(j), j)) table.end_depths.push_back(j);
     }
-    if (table.end_depths.size() == before) return;
-    table.end_begin.push_back(static_cast<std::uint32_t>(before));
-    table.uncertain.push_back(p);
+    if (table.end_depths.size() != before) {
+      table.end_begin.push_back(static_cast<std::uint32_t>(before));
+      table.uncertain.push_back(p);
+    }
+    return some_follow_byte;
   };
-  const std::vector<std::uint8_t>& plain = vocab.plain();
-  const std::vector<std::uint32_t>& lcp = vocab.lcp();
-  const std::uint32_t filter_id = follow_filter ? rule + 1 : 0;  // what the group memo's results depend on
+  // What the group memo's results depend on besides the configuration: the rule (full filter) or its
+  // follow bytes.
+  std::uint32_t filter_id = 0;
+  // The start configuration loops on every text token (inside a JSON string): all text tokens are
+  // accepted at once (the class's bitset) and the walk visits only the others.
+  bool start_loops_on_text = false;
+  if constexpr (std::is_same_v<Cursor, DfaCursor>) {
+    filter_id = filter == FollowFilter::kFull ? 2 * (rule + 1) : 2 * chart.dfa()->follow_set_id(rule) + 1;
+    start_loops_on_text = chart.last_loops_on(Vocabulary::TokenClass::kText);
+  }
+  const Vocabulary::TokenClassIndex& plain_class = vocab.token_class(Vocabulary::TokenClass::kPlain);
+  const Vocabulary::TokenClassIndex& text_class = vocab.token_class(Vocabulary::TokenClass::kText);
   for (unsigned b = 0; b < 256; ++b) {
     if (!byte_set_has(first, b)) continue;
     std::size_t depth_dead = SIZE_MAX;  // byte index at which the previous token died, if it did
-    bool first_in_group = true;
     chart.truncate(2);
     ends.clear();
-    // When the first byte leads to a configuration that every plain byte loops in (inside a JSON string,
-    // a free-text rule), the plain tokens of the group are read whole: accepted at once, not walked; the
-    // walk visits the others, each resuming from its common prefix with the last one walked.
-    bool plain_loop = false;
+    // When the first byte leads to a configuration that loops on every token of a class (plain ASCII,
+    // or all JSON string text), the group's tokens of that class are read whole: accepted at once, not
+    // walked; the walk visits the others, each resuming from its common prefix with the last one walked.
+    const Vocabulary::TokenClassIndex* whole = nullptr;
+    Vocabulary::TokenClass whole_class = Vocabulary::TokenClass::kPlain;
     // The configuration after the first byte decides the whole group: a group met before (by another
     // state's table reaching the same configuration) is copied, and a large group walked here is kept.
     std::int32_t after = StackDfa::kDead;
     StackDfa::GroupResult record;
-    const bool memo = fb[b + 1] - fb[b] >= kMinMemoGroup;
+    // (Not when the text tokens are accepted apart: the group's record would lack them.)
+    const bool memo = fb[b + 1] - fb[b] >= kMinMemoGroup && !start_loops_on_text;
     const std::size_t uncertain_before = table.uncertain.size();
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
       if (chart.push(static_cast<std::uint8_t>(b))) {
         after = chart.last_config();
         if (memo) {
           if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), filter_id)) {
-            for (const TokenId id : g->accepted) accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-            n_accepted += g->accepted.size();
+            accepted_ids.insert(accepted_ids.end(), g->accepted.begin(), g->accepted.end());
+            if (g->whole >= 0) accept_whole(static_cast<Vocabulary::TokenClass>(g->whole), b);
             for (std::size_t k = 0, e = 0; k < g->uncertain.size(); ++k) {
               table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
               table.uncertain.push_back(g->uncertain[k]);
@@ -203,23 +216,29 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
             continue;
           }
         }
-        plain_loop = Vocabulary::is_plain_byte(b) && chart.last_loops_on_plain();
+        if (Vocabulary::is_plain_byte(b) && chart.last_loops_on(Vocabulary::TokenClass::kText)) {
+          whole = &text_class;
+          whole_class = Vocabulary::TokenClass::kText;
+        } else if (Vocabulary::is_plain_byte(b) && chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {
+          whole = &plain_class;
+        }
         chart.truncate(2);
       }
     }
+    if (start_loops_on_text) whole = &text_class;
     auto accept = [&](TokenId id) {
-      accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-      ++n_accepted;
+      accepted_ids.push_back(id);
       if (memo && after != StackDfa::kDead) record.accepted.push_back(id);
     };
-    if (plain_loop) {
-      for (std::uint32_t i = vocab.plain_begin()[b]; i < vocab.plain_begin()[b + 1]; ++i) accept(vocab.plain_ids()[i]);
+    if (whole != nullptr && !start_loops_on_text) {
+      accept_whole(whole_class, b);
+      record.whole = static_cast<std::int8_t>(whole_class);
     }
-    std::size_t skipped_lcp = SIZE_MAX;  // the least lcp over the plain tokens skipped since the last walk
+    std::string_view last;  // the last token walked in this group
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
-      if (plain_loop && plain[p]) {
-        skipped_lcp = std::min<std::size_t>(skipped_lcp, lcp[p]);
-        continue;
+      if (whole != nullptr && whole->member[p]) {
+        p = whole->next_out[p];
+        if (p >= fb[b + 1]) break;
       }
       if (deadline != nullptr && (++n_checked & 0x3FFF) == 0 &&
           std::chrono::steady_clock::now() > *deadline) {
@@ -229,9 +248,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
       const TokenId id = sorted[p];
       const std::string_view tok = vocab.sorted_token(p);
-      const std::size_t l = first_in_group ? 0 : std::min<std::size_t>(skipped_lcp, lcp[p]);
-      skipped_lcp = SIZE_MAX;
-      first_in_group = false;
+      // The bytes shared with the last token walked (tokens read whole may lie between them).
+      std::size_t l = 0;
+      for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
+      last = tok;
       if (depth_dead != SIZE_MAX && l > depth_dead) {
         // Same bytes up to the one that failed: same chart, but the suffixes after an end differ.
         uncertain(p, tok, depth_dead);
@@ -250,11 +270,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
       if (depth_dead == SIZE_MAX) {
         accept(id);
-      } else if (!ends.empty()) {
-        uncertain(p, tok, depth_dead);
-      } else {
-        // No end before the failing byte: every token under this prefix is rejected; skip them all.
-        p = prefix_run_end(vocab, p, fb[b + 1], tok.substr(0, depth_dead + 1)) - 1;
+      } else if (ends.empty() || !uncertain(p, tok, depth_dead)) {
+        // No end before the failing byte, or none followed by a byte that may follow the rule: every
+        // token under this prefix is rejected; skip them all.
+        p = vocab.subtree_end(p, depth_dead) - 1;
       }
     }
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
@@ -271,10 +290,12 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
     }
   }
-  if (n_accepted > vocab.n_mask_words()) {
+  if (start_loops_on_text) accepted_bits = text_class.bits;
+  if (!accepted_bits.empty()) {
+    for (const TokenId id : accepted_ids) accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
     table.accepted_bits = std::move(accepted_bits);
   } else {
-    table.accepted_list = bits_to_ids(accepted_bits, n_accepted);
+    set_accepted(accepted_ids, vocab.n_mask_words(), table.accepted_bits, table.accepted_list);
   }
   table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
   table.uncertain.shrink_to_fit();
@@ -331,9 +352,7 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
   };
   ChainTable out;
   const std::vector<TokenId>& sorted = vocab.text_tokens();
-  // Accepted ids arrive in byte order: marked in a bitset, then read back ascending.
-  std::vector<std::uint32_t> accepted_bits(vocab.n_mask_words(), 0);
-  std::size_t n_accepted = 0;
+  std::vector<TokenId> accepted_ids;  // in byte order; a bitset or an ascending list at the end
   for (std::size_t k = 0; k < below.uncertain.size(); ++k) {
     const std::uint32_t p = below.uncertain[k];
     const std::string_view tok = vocab.sorted_token(p);
@@ -344,9 +363,7 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
       accepted = walk(tok.substr(j), j);
     }
     if (accepted) {
-      const TokenId id = sorted[p];
-      accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-      ++n_accepted;
+      accepted_ids.push_back(sorted[p]);
     } else if (!next_ends.empty()) {
       std::sort(next_ends.begin(), next_ends.end());
       next_ends.erase(std::unique(next_ends.begin(), next_ends.end()), next_ends.end());
@@ -356,11 +373,7 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
     }
   }
   out.end_begin.push_back(static_cast<std::uint32_t>(out.end_depths.size()));
-  if (n_accepted > vocab.n_mask_words()) {
-    out.accepted_bits = std::move(accepted_bits);
-  } else {
-    out.accepted = bits_to_ids(accepted_bits, n_accepted);
-  }
+  set_accepted(accepted_ids, vocab.n_mask_words(), out.accepted_bits, out.accepted);
   return out;
 }
 
@@ -425,9 +438,9 @@ auto with_cursors(const Automaton& a, StackDfa* shared, Walker walker, Walk walk
 
 TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                              const std::chrono::steady_clock::time_point* deadline, StackDfa* shared,
-                             Walker walker, bool follow_filter) {
+                             Walker walker, FollowFilter follow) {
   return with_cursors(a, shared, walker, [&](auto make) {
-    return build_token_table_with<decltype(make())>(a, vocab, state, deadline, follow_filter, make);
+    return build_token_table_with<decltype(make())>(a, vocab, state, deadline, follow, make);
   });
 }
 

@@ -65,16 +65,19 @@ enum class Walker { kAuto, kEarley };
 // Classifies every text token for `state`. Throws LimitError when `deadline` (if given) passes.
 // `shared`: a StackDfa of this automaton reused across calls (one thread at a time), so configurations
 // met by earlier tables are not built again; nullptr: a fresh one.
-// `follow_filter`: drop the uncertain tokens whose rest can follow the rule in none of its callers (a
-// property of this grammar). Without it the table depends only on the rule and the rules it calls, so it
-// can be shared with other grammars (table_cache.h); the dropped tokens are then left to the run-time
-// check, which rejects them.
+// `follow`: which uncertain tokens to drop. kFull: those whose rest can follow the rule in none of its
+// callers (a property of this grammar). kBytes: only those whose rest starts with a byte that never
+// follows the rule; the table then depends only on the rule, the rules it calls and that byte set, so it
+// can be shared with other grammars (table_cache.h), and apply_follow_filter finishes it.
+enum class FollowFilter { kFull, kBytes };
+
 TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocabulary,
                              std::uint32_t state,
                              const std::chrono::steady_clock::time_point* deadline,
-                             StackDfa* shared = nullptr, Walker walker = Walker::kAuto, bool follow_filter = true);
+                             StackDfa* shared = nullptr, Walker walker = Walker::kAuto,
+                             FollowFilter follow = FollowFilter::kFull);
 
-// The follow filter of build_token_table applied afterwards to a table built without it (a shared
+// The full follow filter of build_token_table applied afterwards to a table built with kBytes (a shared
 // table, see table_cache.h), for `state`'s rule in this grammar: drops the end depths whose rest can
 // follow the rule in none of its callers, and the uncertain tokens left with none.
 void apply_follow_filter(const Automaton& automaton, const Vocabulary& vocabulary, std::uint32_t state,

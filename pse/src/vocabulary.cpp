@@ -22,6 +22,39 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   return h * 0xff51afd7ed558ccdULL;
 }
 
+// Whole, well-formed UTF-8 characters (no overlong forms, surrogates or values past U+10FFFF), none
+// a control character (below U+0020), '"' or '\\'.
+bool is_json_text(std::string_view t) {
+  std::size_t i = 0;
+  while (i < t.size()) {
+    const unsigned char c = static_cast<unsigned char>(t[i]);
+    if (c < 0x80) {
+      if (!Vocabulary::is_plain_byte(c)) return false;
+      ++i;
+      continue;
+    }
+    // Lead byte: the length and the range of the second byte (Unicode's well-formed sequences).
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c == 0xE0) n = 3, lo = 0xA0;
+    else if (c >= 0xE1 && c <= 0xEC) n = 3;
+    else if (c == 0xED) n = 3, hi = 0x9F;
+    else if (c >= 0xEE && c <= 0xEF) n = 3;
+    else if (c == 0xF0) n = 4, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) n = 4;
+    else if (c == 0xF4) n = 4, hi = 0x8F;
+    else return false;
+    if (i + n > t.size()) return false;
+    for (std::size_t k = 1; k < n; ++k) {
+      const unsigned char x = static_cast<unsigned char>(t[i + k]);
+      if (x < (k == 1 ? lo : 0x80) || x > (k == 1 ? hi : 0xBF)) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
 }  // namespace
 
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId> special_ids,
@@ -96,20 +129,52 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     sorted_bytes_ += tokens_[id];
   }
   sorted_offset_.push_back(static_cast<std::uint32_t>(sorted_bytes_.size()));
+  // subtree_end(p, d): position p + 1 when it shares at most d bytes with p, else (it shares more, and
+  // is at least that long) the same answer as for p + 1. Right to left, one entry per byte.
+  subtree_end_.resize(sorted_bytes_.size());
+  for (std::size_t p = sorted_.size(); p-- > 0;) {
+    const std::size_t len = sorted_offset_[p + 1] - sorted_offset_[p];
+    const bool last = p + 1 == sorted_.size();
+    for (std::size_t d = 0; d < len; ++d) {
+      subtree_end_[sorted_offset_[p] + d] = last || lcp_[p + 1] <= d ? static_cast<std::uint32_t>(p + 1)
+                                                                     : subtree_end_[sorted_offset_[p + 1] + d];
+    }
+  }
   first_byte_begin_.assign(257, 0);
   for (TokenId id : sorted_) ++first_byte_begin_[static_cast<unsigned char>(tokens_[id][0]) + 1];
   for (int b = 0; b < 256; ++b) first_byte_begin_[b + 1] += first_byte_begin_[b];
-  plain_.assign(sorted_.size(), 0);
-  plain_begin_.assign(257, 0);
-  for (std::size_t p = 0; p < sorted_.size(); ++p) {
-    const std::string_view t = sorted_token(p);
-    plain_[p] = std::all_of(t.begin(), t.end(), [](char c) { return is_plain_byte(static_cast<unsigned char>(c)); });
-    if (plain_[p]) {
-      plain_ids_.push_back(sorted_[p]);
-      ++plain_begin_[static_cast<unsigned char>(t[0]) + 1];
+  auto index_class = [&](TokenClassIndex& c, auto is_member) {
+    c.member.assign(sorted_.size(), 0);
+    c.next_out.resize(sorted_.size());
+    c.begin.assign(257, 0);
+    for (std::size_t p = 0; p < sorted_.size(); ++p) {
+      const std::string_view t = sorted_token(p);
+      c.member[p] = is_member(t) ? 1 : 0;
+      if (c.member[p]) {
+        c.ids.push_back(sorted_[p]);
+        ++c.begin[static_cast<unsigned char>(t[0]) + 1];
+      }
     }
-  }
-  for (int b = 0; b < 256; ++b) plain_begin_[b + 1] += plain_begin_[b];
+    for (int b = 0; b < 256; ++b) c.begin[b + 1] += c.begin[b];
+    c.bits.assign(n_mask_words(), 0);
+    for (const TokenId id : c.ids) c.bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    c.group_bits.assign(256, {});
+    for (unsigned b = 0; b < 256; ++b) {
+      if (c.begin[b + 1] - c.begin[b] <= n_mask_words()) continue;
+      c.group_bits[b].assign(n_mask_words(), 0);
+      for (std::uint32_t i = c.begin[b]; i < c.begin[b + 1]; ++i)
+        c.group_bits[b][static_cast<std::uint32_t>(c.ids[i]) >> 5] |= 1u << (c.ids[i] & 31);
+    }
+    auto out = static_cast<std::uint32_t>(sorted_.size());
+    for (std::size_t p = sorted_.size(); p-- > 0;) {
+      if (!c.member[p]) out = static_cast<std::uint32_t>(p);
+      c.next_out[p] = out;
+    }
+  };
+  index_class(plain_, [](std::string_view t) {
+    return std::all_of(t.begin(), t.end(), [](char c) { return is_plain_byte(static_cast<unsigned char>(c)); });
+  });
+  index_class(text_, [](std::string_view t) { return is_json_text(t); });
 }
 
 const std::string& Vocabulary::token_bytes(TokenId id) const {

@@ -22,6 +22,28 @@ TEST(Vocabulary, SortsTextTokensAndIndexesFirstBytes) {
   EXPECT_EQ(v.max_token_length(), 3u);
 }
 
+TEST(Vocabulary, SubtreeEndSkipsEveryTokenWithTheSamePrefix) {
+  // Random tokens over a small alphabet share long prefixes; compare with a linear scan.
+  std::vector<std::string> tokens;
+  std::uint32_t seed = 7;
+  auto next = [&] { return seed = seed * 1103515245u + 12345u, (seed >> 16) & 0x7fff; };
+  for (int i = 0; i < 600; ++i) {
+    std::string t(1 + next() % 6, 'a');
+    for (char& c : t) c = static_cast<char>('a' + next() % 3);
+    tokens.push_back(t);
+  }
+  Vocabulary v(tokens, {}, {});
+  const std::size_t n = v.text_tokens().size();
+  for (std::size_t p = 0; p < n; ++p) {
+    const std::string_view t = v.sorted_token(p);
+    for (std::size_t d = 0; d < t.size(); ++d) {
+      std::size_t q = p + 1;
+      while (q < n && v.sorted_token(q).starts_with(t.substr(0, d + 1))) ++q;
+      ASSERT_EQ(v.subtree_end(p, d), q) << "token " << t << " depth " << d;
+    }
+  }
+}
+
 TEST(Vocabulary, EosIdsAreSpecialAndSorted) {
   Vocabulary v({"a", "</s>", "<eot>"}, {}, {2, 1, 2});
   EXPECT_EQ(v.eos_ids(), (std::vector<TokenId>{1, 2}));

@@ -46,17 +46,31 @@ class Vocabulary {
   const std::vector<std::uint32_t>& lcp() const { return lcp_; }
   const std::vector<std::uint32_t>& first_byte_begin() const { return first_byte_begin_; }  // [257]
   std::size_t max_token_length() const { return max_length_; }
-  // Plain text: printable ASCII other than '"' and '\\' (what JSON strings, and most free-text rules, read
-  // in a loop). is_plain_byte(b); plain[p]: every byte of text_tokens()[p] is plain; the ids of the plain
-  // tokens whose first byte is b: plain_ids()[plain_begin()[b] .. plain_begin()[b + 1]).
+  // Classes of tokens that a walk reads whole, without stepping through their bytes, when the
+  // configuration it is in loops on every such token (a JSON string's characters, a free-text rule):
+  // kPlain: every byte printable ASCII other than '"' and '\\' (is_plain_byte); kText: whole UTF-8
+  // characters, none a control character, '"' or '\\' (what a JSON string reads in a loop; plain tokens
+  // are text).
+  enum class TokenClass { kPlain, kText };
+  struct TokenClassIndex {
+    std::vector<std::uint8_t> member;     // [text_tokens().size()] by position
+    std::vector<std::uint32_t> next_out;  // [text_tokens().size()] the first position >= p not a member
+    std::vector<std::uint32_t> begin;     // [257] the members whose first byte is b: ids[begin[b] .. begin[b + 1])
+    std::vector<TokenId> ids;
+    std::vector<std::uint32_t> bits;      // [n_mask_words()] the members as a mask
+    // [256] the members whose first byte is b as a mask, for the groups with more members than mask
+    // words (else empty): a walk or-s them in instead of copying their ids.
+    std::vector<std::vector<std::uint32_t>> group_bits;
+  };
   static bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x80 && b != '"' && b != '\\'; }
-  const std::vector<std::uint8_t>& plain() const { return plain_; }
-  const std::vector<std::uint32_t>& plain_begin() const { return plain_begin_; }  // [257]
-  const std::vector<TokenId>& plain_ids() const { return plain_ids_; }
+  const TokenClassIndex& token_class(TokenClass c) const { return c == TokenClass::kPlain ? plain_ : text_; }
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
   std::string_view sorted_token(std::size_t p) const {
     return std::string_view(sorted_bytes_).substr(sorted_offset_[p], sorted_offset_[p + 1] - sorted_offset_[p]);
   }
+  // The first position after p whose token does not start with the first d + 1 bytes of
+  // text_tokens()[p] (d < its length): a walk that fails at byte d skips the whole run in one step.
+  std::uint32_t subtree_end(std::size_t p, std::size_t d) const { return subtree_end_[sorted_offset_[p] + d]; }
 
  private:
   std::vector<std::string> tokens_;
@@ -70,9 +84,8 @@ class Vocabulary {
   std::size_t max_length_ = 0;
   std::string sorted_bytes_;
   std::vector<std::uint32_t> sorted_offset_;  // [text_tokens().size() + 1]
-  std::vector<std::uint8_t> plain_;
-  std::vector<std::uint32_t> plain_begin_;
-  std::vector<TokenId> plain_ids_;
+  std::vector<std::uint32_t> subtree_end_;    // [sorted_bytes_.size()], by the offsets of sorted_offset_
+  TokenClassIndex plain_, text_;
 };
 
 }  // namespace pse
