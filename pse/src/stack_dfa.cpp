@@ -123,8 +123,10 @@ std::int32_t StackDfa::close_and_intern() {
     }
     for (std::uint32_t e = a_.call_begin[s]; e < a_.call_begin[s + 1]; ++e) {
       const CallEdge& c = a_.call_edges[e];
+      // The return state with its class representative, as in the seeds: a loop through a call then
+      // closes at once (the configuration after one character of a string is the one after two).
       const std::size_t offset = copy(st.length);
-      arena_.back() = c.target;
+      arena_.back() = canonical_ != nullptr ? (*canonical_)[c.target] : c.target;
       arena_.push_back(a_.rule_start[c.rule]);
       add_last_stack(offset, max_height);
     }
@@ -147,6 +149,7 @@ std::int32_t StackDfa::close_and_intern() {
     const auto sx = stack_of(x), sy = stack_of(y);
     return std::lexicographical_compare(sx.begin(), sx.end(), sy.begin(), sy.end());
   });
+
   key_.clear();
   key_.push_back(outer ? 1 : 0);
   for (const std::uint32_t k : kept_) {

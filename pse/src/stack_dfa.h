@@ -55,6 +55,8 @@ class StackDfa {
   // well-formed multi-byte character. Memoized.
   bool loops_on(std::int32_t config, Vocabulary::TokenClass c);
   std::size_t n_configs() const { return outer_final_.size(); }
+  // Configuration c's stacks, flattened as (height, return states from the bottom..., current state).
+  const std::vector<std::uint32_t>& stacks(std::int32_t config) const { return configs_[static_cast<std::size_t>(config)]; }
   // Near its bound on configurations: a new walk would likely overflow.
   bool saturated() const { return n_configs() >= max_configs_ - max_configs_ / 8; }
   // What a token-table walk found for the tokens of one first byte read from a configuration (the

@@ -29,14 +29,21 @@ void set_accepted(std::vector<TokenId>& ids, std::size_t n_mask_words, std::vect
     list = std::move(ids);
     list.shrink_to_fit();
   } else {
-    thread_local std::vector<std::uint32_t> scratch;
-    scratch.assign(n_mask_words, 0);
-    for (const TokenId id : ids) scratch[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    thread_local std::vector<std::uint32_t> scratch;  // all zero between calls
+    if (scratch.size() < n_mask_words) scratch.resize(n_mask_words, 0);
+    std::size_t lo = n_mask_words, hi = 0;
+    for (const TokenId id : ids) {
+      const std::size_t w = static_cast<std::uint32_t>(id) >> 5;
+      scratch[w] |= 1u << (id & 31);
+      lo = std::min(lo, w);
+      hi = std::max(hi, w);
+    }
     list.clear();
     list.reserve(ids.size());
-    for (std::size_t w = 0; w < n_mask_words; ++w) {
+    for (std::size_t w = lo; w <= hi; ++w) {
       for (std::uint32_t x = scratch[w]; x != 0; x &= x - 1)
         list.push_back(static_cast<TokenId>(w * 32 + static_cast<std::size_t>(__builtin_ctz(x))));
+      scratch[w] = 0;
     }
   }
 }
