@@ -608,35 +608,59 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
     if (empty_ok) shapes.push_back(g_.add_sequence({g_.add_bytes("{"), empty_inner(), g_.add_bytes("}")}));
     return shapes.empty() ? g_.add_char_class({}) : shapes.size() == 1 ? shapes[0] : g_.add_choice(shapes);
   }
-  std::map<std::tuple<std::size_t, std::uint32_t, bool>, ExprId> memo;
-  // body(i, k, first): members from i on, k present so far (capped), first: none emitted yet; never empty.
-  std::function<ExprId(std::size_t, std::uint32_t, bool)> body = [&](std::size_t i, std::uint32_t k, bool first) -> ExprId {
-    auto key = std::make_tuple(i, k, first);
-    if (auto it = memo.find(key); it != memo.end()) return it->second;
-    std::vector<ExprId> alts;
+  // The members in order as one graph over (next declared member i, members so far k (capped where the
+  // bounds stop caring), none emitted yet): an edge per member present, an empty edge per optional one
+  // skipped, then the other members. One graph, not a rule per tail of the list: a parse meets each
+  // member at the same stack height instead of one frame deeper per member (objects of a hundred optional
+  // properties nested a hundred frames deep).
+  std::vector<ExprId> labels;  // per member: [first, later]; then the empty label, then the other members' per k
+  for (const Member& m : members) {
+    labels.push_back(m.forbidden ? g_.add_char_class({}) : m.expr);
+    labels.push_back(m.forbidden ? g_.add_char_class({}) : g_.add_sequence({sep(d), m.expr}));
+  }
+  const auto empty_label = static_cast<std::uint32_t>(labels.size());
+  labels.push_back(g_.add_empty());
+  std::map<std::tuple<std::size_t, std::uint32_t, bool>, std::uint32_t> ids;
+  std::vector<std::tuple<std::size_t, std::uint32_t, bool>> graph_states;
+  std::vector<GraphEdge> edges;
+  std::vector<std::uint32_t> accepting;
+  auto state_of = [&](std::size_t i, std::uint32_t k, bool first) {
+    auto [it, fresh] = ids.emplace(std::make_tuple(i, k, first), static_cast<std::uint32_t>(graph_states.size()));
+    if (fresh) graph_states.emplace_back(i, k, first);
+    return it->second;
+  };
+  state_of(0, 0, true);
+  std::optional<std::uint32_t> done;  // after the other members
+  for (std::uint32_t s = 0; s < graph_states.size(); ++s) {
+    const auto [i, k, first] = graph_states[s];
     if (i == members.size()) {
       // Other members: a of them with k + a in [min, max].
-      if (!first && k >= min_p) alts.push_back(g_.add_empty());
+      if (!first && k >= min_p) accepting.push_back(s);
       if (other && (max_p == kUnbounded || k < max_p)) {
         const std::uint32_t a_min = std::max<std::uint32_t>(1, min_p > k ? min_p - k : 0);
         const std::uint32_t a_max = max_p == kUnbounded ? kUnbounded : max_p - k;
         ExprId rest = g_.add_repeat(g_.add_sequence({sep(d), *other}), a_min - 1, a_max == kUnbounded ? kUnbounded : a_max - 1);
-        alts.push_back(g_.add_sequence({first ? g_.add_empty() : sep(d), *other, rest}));
+        labels.push_back(g_.add_sequence({first ? g_.add_empty() : sep(d), *other, rest}));
+        if (!done) {
+          done = static_cast<std::uint32_t>(graph_states.size());
+          graph_states.emplace_back(members.size() + 1, 0, false);  // a state of its own, past the members
+          accepting.push_back(*done);
+        }
+        edges.push_back({s, *done, static_cast<std::uint32_t>(labels.size() - 1)});
       }
-    } else {
-      const Member& m = members[i];
-      if (!m.forbidden && (max_p == kUnbounded || k < max_p)) {
-        const std::uint32_t nk = std::min(k + 1, std::max(cap, k + 1));
-        alts.push_back(g_.add_sequence({first ? g_.add_empty() : sep(d), m.expr, body(i + 1, max_p == kUnbounded ? std::min(nk, cap) : nk, false)}));
-      }
-      if (!m.required) alts.push_back(body(i + 1, k, first));
+      continue;
     }
-    ExprId e = alts.empty() ? g_.add_char_class({}) : alts.size() == 1 ? alts[0] : g_.add_choice(alts);
-    memo[key] = e;
-    return e;
-  };
+    if (i > members.size()) continue;  // done
+    const Member& m = members[i];
+    if (!m.forbidden && (max_p == kUnbounded || k < max_p)) {
+      const std::uint32_t nk = max_p == kUnbounded ? std::min(k + 1, cap) : k + 1;
+      edges.push_back({s, state_of(i + 1, nk, false), static_cast<std::uint32_t>(2 * i + (first ? 0 : 1))});
+    }
+    if (!m.required) edges.push_back({s, state_of(i + 1, k, first), empty_label});
+  }
+  const ExprId body = g_.add_graph(static_cast<std::uint32_t>(graph_states.size()), std::move(edges), std::move(accepting), std::move(labels));
   std::vector<ExprId> shapes;
-  shapes.push_back(g_.add_sequence({g_.add_bytes("{"), open_ws(d), body(0, 0, true), close_ws(d), g_.add_bytes("}")}));
+  shapes.push_back(g_.add_sequence({g_.add_bytes("{"), open_ws(d), body, close_ws(d), g_.add_bytes("}")}));
   if (empty_ok) shapes.push_back(g_.add_sequence({g_.add_bytes("{"), empty_inner(), g_.add_bytes("}")}));
   return shapes.size() == 1 ? shapes[0] : g_.add_choice(shapes);
 }

@@ -12,6 +12,7 @@
 #include "automaton.h"
 #include "engine_test_util.h"
 #include "pse/gbnf.h"
+#include "pse/regex.h"
 #include "shared_data.h"
 #include "token_table.h"
 
@@ -175,3 +176,22 @@ TEST(StackDfa, StepsAreMemoized) {
 }
 
 }  // namespace
+
+// Which token classes a configuration reads whole (StackDfa::loops_on): JSON string characters loop on
+// all text, ASCII with DEL only on plain text, a letter class or a bounded run on neither.
+TEST(StackDfa, LoopsOnTokenClasses) {
+  auto loops = [](std::string_view pattern) {
+    const Automaton a = build_automaton(pse::parse_regex(pattern), AutomatonLimits{});
+    StackDfa dfa(a);
+    const std::uint32_t s = root_start(a);
+    const std::int32_t c = dfa.step(dfa.start({&s, 1}), '"');
+    EXPECT_NE(c, StackDfa::kDead) << pattern;
+    return std::pair{dfa.loops_on(c, Vocabulary::TokenClass::kPlain), dfa.loops_on(c, Vocabulary::TokenClass::kText)};
+  };
+  EXPECT_EQ(loops(R"("[^"\\\x00-\x1f]*")"), std::pair(true, true));
+  EXPECT_EQ(loops(R"("[ -\x7f]*")"), std::pair(true, false));  // no multi-byte characters
+  EXPECT_EQ(loops(R"("[ -~]*")"), std::pair(false, false));    // nor DEL, a plain byte
+  EXPECT_EQ(loops(R"("[^"\\\x00-\x1f\u00e9]*")"), std::pair(true, false));  // all but one of them
+  EXPECT_EQ(loops(R"("[a-z]*")"), std::pair(false, false));
+  EXPECT_EQ(loops(R"("[^"\\\x00-\x1f]{0,3}")"), std::pair(false, false));  // bounded: no loop
+}

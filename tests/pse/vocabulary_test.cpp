@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace pse {
 namespace {
 
@@ -42,6 +44,36 @@ TEST(Vocabulary, SubtreeEndSkipsEveryTokenWithTheSamePrefix) {
       ASSERT_EQ(v.subtree_end(p, d), q) << "token " << t << " depth " << d;
     }
   }
+}
+
+TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
+  // Text: whole UTF-8 characters, none a control character, '"' or '\\'. Not text: a lone lead byte, a
+  // surrogate, a value past U+10FFFF, an overlong form, a quote, a control character.
+  const std::vector<std::string> tokens = {"ab", "\xc3\xa9", "\xc3", "a\"", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                                           " x", "\x01", "\xc0\xaf", "a\xe4\xb8\xad", "aa", "ac"};
+  Vocabulary v(tokens, {}, {});
+  const auto& plain = v.token_class(Vocabulary::TokenClass::kPlain);
+  const auto& text = v.token_class(Vocabulary::TokenClass::kText);
+  std::set<TokenId> plain_ids, text_ids;
+  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+    if (plain.member[p]) plain_ids.insert(v.text_tokens()[p]);
+    if (text.member[p]) text_ids.insert(v.text_tokens()[p]);
+  }
+  EXPECT_EQ(plain_ids, (std::set<TokenId>{0, 6, 10, 11}));
+  EXPECT_EQ(text_ids, (std::set<TokenId>{0, 1, 6, 9, 10, 11}));
+  // Ids by first byte, the mask, and the jump to the next non-member.
+  EXPECT_EQ(std::vector<TokenId>(text.ids.begin() + text.begin['a'], text.ids.begin() + text.begin['a' + 1]),
+            (std::vector<TokenId>{10, 0, 11, 9}));
+  for (TokenId id = 0; id < static_cast<TokenId>(tokens.size()); ++id)
+    EXPECT_EQ((text.bits[0] >> id) & 1, text_ids.count(id)) << id;
+  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+    std::size_t q = p;
+    while (q < v.text_tokens().size() && text.member[q]) ++q;
+    EXPECT_EQ(text.next_out[p], q) << p;
+  }
+  // Groups larger than the mask (one word here) also come as masks.
+  EXPECT_EQ(text.group_bits['a'], (std::vector<std::uint32_t>{1u << 0 | 1u << 9 | 1u << 10 | 1u << 11}));
+  EXPECT_TRUE(text.group_bits[' '].empty());
 }
 
 TEST(Vocabulary, EosIdsAreSpecialAndSorted) {
