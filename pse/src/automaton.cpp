@@ -1,6 +1,7 @@
 #include "automaton.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -92,6 +93,7 @@ class Builder {
   std::vector<std::uint32_t> rule_start, rule_final;
 
   void build() {
+    plan_inlined_rules();
     plan_shared_rules();
     const std::size_t n_rules = g_.rules().size() + shared_body_.size();
     rule_start.resize(n_rules);
@@ -128,6 +130,82 @@ class Builder {
   // expression met more than once becomes one rule: the states, and so the tables, exist once.
   // Expression ids grow from children to parents, so a walk from the highest id down visits every
   // parent before its children.
+  // Rules of at most this many states (their own references to small rules inlined too) that are not
+  // recursive are emitted inline at each reference, as a macro: a token that runs past the end of a
+  // called rule is left to run-time checks, and small rules (whitespace, an identifier, a keyword with
+  // its whitespace) are exactly the ones tokens run past all the time.
+  static constexpr std::uint64_t kInlineMaxStates = 24;
+
+  void plan_inlined_rules() {
+    const std::size_t n_rules = g_.rules().size();
+    inline_size_.assign(n_rules, kNotInlined);
+    // Per rule: 0 unvisited, 1 on the path (a reference back to it is recursion), 2 done.
+    std::vector<std::uint8_t> mark(n_rules, 0);
+    std::vector<std::uint8_t> recursive(n_rules, 0);
+    // States of an expression when emitted with the small rules it references inlined (an estimate of
+    // the same kind as plan_shared_rules' sizes), capped past the bound.
+    // Memoized per expression (front-ends share sub-expressions freely), the walk bounded in depth.
+    const std::uint64_t cap = kInlineMaxStates + 1;
+    constexpr std::uint64_t kUnknown = ~std::uint64_t{0};
+    std::vector<std::uint64_t> memo(g_.exprs().size(), kUnknown);
+    std::size_t depth = 0;
+    std::function<std::uint64_t(std::uint32_t)> rule_size;
+    std::function<std::uint64_t(ExprId)> expr_size_uncached;
+    auto expr_size = [&](ExprId id) -> std::uint64_t {
+      if (memo[id] != kUnknown) return memo[id];
+      if (depth >= limits_.max_expr_depth) return cap;
+      ++depth;
+      const std::uint64_t v = expr_size_uncached(id);
+      --depth;
+      return memo[id] = v;
+    };
+    expr_size_uncached = [&](ExprId id) -> std::uint64_t {
+      const Expr& e = g_.expr(id);
+      std::uint64_t v = 0;
+      switch (e.kind) {
+        case ExprKind::kEmpty: return 0;
+        case ExprKind::kBytes: return std::min<std::uint64_t>(e.bytes.size(), cap);
+        case ExprKind::kCharClass: return std::min<std::uint64_t>(1 + 2 * e.ranges.size(), cap);
+        case ExprKind::kRuleRef: {
+          const std::uint64_t r = rule_size(e.rule);
+          return r == kNotInlined ? 1 : r;
+        }
+        case ExprKind::kSequence:
+          for (std::size_t i = 0; i < e.children.size() && v < cap; ++i) v = std::min(v + expr_size(e.children[i]), cap);
+          return v;
+        case ExprKind::kChoice:
+          v = std::min<std::uint64_t>(1 + e.children.size(), cap);
+          for (std::size_t i = 0; i < e.children.size() && v < cap; ++i) v = std::min(v + expr_size(e.children[i]), cap);
+          return v;
+        case ExprKind::kRepeat: {
+          const std::uint64_t child = expr_size(e.children.at(0));
+          return std::min(std::min<std::uint64_t>(copies(e), cap) * (child + 1) + 2, cap);
+        }
+        case ExprKind::kGraph:
+          v = std::min<std::uint64_t>(e.graph_states + 2, cap);
+          for (std::size_t i = 0; i < e.edges.size() && v < cap; ++i)
+            v = std::min(v + expr_size(e.children[e.edges[i].label]) + 1, cap);
+          return v;
+      }
+      return cap;
+    };
+    rule_size = [&](std::uint32_t r) -> std::uint64_t {
+      if (mark[r] == 1) {
+        recursive[r] = 1;
+        return kNotInlined;
+      }
+      if (mark[r] == 2) return inline_size_[r];
+      mark[r] = 1;
+      const std::uint64_t v = g_.rule(r).defined ? expr_size(g_.rule(r).body) : kInlineMaxStates + 1;
+      mark[r] = 2;
+      // A rule met again while its body was measured is recursive: never inlined (nor any rule on the
+      // cycle, which is marked when the walk returns to it).
+      if (!recursive[r] && v <= kInlineMaxStates && r != g_.root()) inline_size_[r] = v;
+      return inline_size_[r];
+    };
+    for (std::uint32_t r = 0; r < n_rules; ++r) rule_size(r);
+  }
+
   void plan_shared_rules() {
     const auto& exprs = g_.exprs();
     const std::size_t n = exprs.size();
@@ -146,7 +224,9 @@ class Builder {
           len = top < 0x80 ? 1 : top < 0x800 ? 2 : top < 0x10000 ? 3 : 4;
           break;
         }
-        case ExprKind::kRuleRef: v = 1, len = kCap; break;  // recursion may make it unbounded
+        case ExprKind::kRuleRef:  // recursion may make it unbounded
+          v = inline_size_[e.rule] != kNotInlined ? inline_size_[e.rule] : 1, len = kCap;
+          break;
         case ExprKind::kSequence:
           for (ExprId c : e.children) v = sat(v + size[c]), len = sat(len + longest[c]);
           break;
@@ -339,6 +419,7 @@ class Builder {
         return exit;
       }
       case ExprKind::kRuleRef: {
+        if (inline_size_[e.rule] != kNotInlined) return emit(g_.rule(e.rule).body, entry, depth + 1);
         std::uint32_t next = new_state();
         states[entry].calls.push_back({e.rule, next});
         return next;
@@ -366,6 +447,8 @@ class Builder {
   const AutomatonLimits& limits_;
   std::uint32_t rule_ = 0;
   std::vector<std::uint32_t> promoted_;  // per expression: its shared rule, or kNotShared
+  static constexpr std::uint64_t kNotInlined = ~std::uint64_t{0};
+  std::vector<std::uint64_t> inline_size_;  // per rule: its states when inlined, or kNotInlined
   std::vector<ExprId> shared_body_;      // per shared rule (numbered after the grammar's)
 };
 

@@ -169,27 +169,49 @@ std::int32_t StackDfa::close_and_intern() {
 }
 
 bool StackDfa::loops_on(std::int32_t config, Vocabulary::TokenClass cls) {
+  if (cls == Vocabulary::TokenClass::kText) return text_step(config) == config;
   const auto c = static_cast<std::size_t>(config);
-  std::vector<std::int8_t>& memo = loops_[cls == Vocabulary::TokenClass::kPlain ? 0 : 1];
-  if (memo.size() <= c) memo.resize(n_configs(), -1);
-  if (memo[c] < 0) {
+  if (plain_loops_.size() <= c) plain_loops_.resize(n_configs(), -1);
+  if (plain_loops_[c] < 0) {
+    // One byte per interval between the byte edges' bounds stands for the interval (see text_step).
     bool loops = true;
-    if (cls == Vocabulary::TokenClass::kText) {
-      loops = loops_on(config, Vocabulary::TokenClass::kPlain) && loops_on_multibyte(config);
-    } else {
-      for (unsigned b = 0; b < 256 && loops; ++b)
-        if (Vocabulary::is_plain_byte(b)) loops = step(config, static_cast<std::uint8_t>(b)) == config;
+    std::vector<unsigned> cuts;
+    cut_points(config, cuts);
+    for (const auto& [lo, hi] : {std::pair{0x20u, 0x21u}, std::pair{0x23u, 0x5Bu}, std::pair{0x5Du, 0x7Fu}}) {
+      for (unsigned b = lo; b <= hi && loops;) {
+        loops = step(config, static_cast<std::uint8_t>(b)) == config;
+        const auto next = std::upper_bound(cuts.begin(), cuts.end(), b);
+        if (next == cuts.end() || *next > hi) break;
+        b = *next;
+      }
     }
-    memo.resize(std::max(memo.size(), n_configs()), -1);  // steps may add configurations
-    memo[c] = loops ? 1 : 0;
+    plain_loops_.resize(std::max(plain_loops_.size(), n_configs()), -1);  // steps may add configurations
+    plain_loops_[static_cast<std::size_t>(config)] = loops ? 1 : 0;
   }
-  return memo[c] == 1;
+  return plain_loops_[c] == 1;
 }
 
-bool StackDfa::loops_on_multibyte(std::int32_t config) {
-  // Unicode's well-formed multi-byte sequences, as byte ranges per position. Every sequence must lead
-  // back to `config`: follow the set of configurations reached after each position (a handful, since
-  // the ranges are read by few distinct edges).
+void StackDfa::cut_points(std::int32_t config, std::vector<unsigned>& cuts) const {
+  cuts.clear();
+  const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
+  for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
+    const std::uint32_t s = flat[i + flat[i]];
+    for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
+      cuts.push_back(a_.byte_edges[e].lo);
+      cuts.push_back(a_.byte_edges[e].hi + 1u);
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+}
+
+std::int32_t StackDfa::text_step(std::int32_t config) {
+  const auto c = static_cast<std::size_t>(config);
+  if (text_steps_.size() <= c) text_steps_.resize(n_configs(), kUnknown);
+  if (text_steps_[c] != kUnknown) return text_steps_[c];
+  // Every plain byte, then every one of Unicode's well-formed multi-byte sequences (byte ranges per
+  // position), must lead to the same configuration: follow the set of configurations reached after
+  // each position of a sequence (a handful, since the ranges are read by few distinct edges).
   struct Range {
     std::uint8_t lo, hi;
   };
@@ -203,23 +225,50 @@ bool StackDfa::loops_on_multibyte(std::int32_t config) {
       {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
       {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
   };
-  for (const std::vector<Range>& seq : kSequences) {
-    std::vector<std::int32_t> at{config};
-    for (const Range& r : seq) {
-      std::vector<std::int32_t> next;
-      for (const std::int32_t c : at) {
-        for (unsigned b = r.lo; b <= r.hi; ++b) {
-          const std::int32_t t = step(c, static_cast<std::uint8_t>(b));
-          if (t == kDead) return false;
-          if (std::find(next.begin(), next.end(), t) == next.end()) next.push_back(t);
-          if (next.size() > 16) return false;  // not a loop worth finding: the walk reads them instead
-        }
-      }
-      at = std::move(next);
+  // A step depends only on which byte edges of the configuration's states match the byte: one byte per
+  // interval between the edges' bounds stands for the whole interval.
+  std::vector<unsigned> cuts;
+  auto for_each_interval = [&](std::int32_t from, unsigned lo, unsigned hi, auto fn) {
+    cut_points(from, cuts);
+    for (unsigned b = lo; b <= hi;) {
+      if (!fn(b)) return false;
+      const auto next = std::upper_bound(cuts.begin(), cuts.end(), b);
+      if (next == cuts.end() || *next > hi) break;
+      b = *next;
     }
-    if (at.size() != 1 || at[0] != config) return false;
-  }
-  return true;
+    return true;
+  };
+  auto find = [&]() -> std::int32_t {
+    const std::int32_t target = step(config, 'a');
+    if (target == kDead) return kDead;
+    // Plain bytes: 0x20-0x7F but '"' and '\\'.
+    for (const auto& [lo, hi] : {std::pair{0x20u, 0x21u}, std::pair{0x23u, 0x5Bu}, std::pair{0x5Du, 0x7Fu}}) {
+      if (!for_each_interval(config, lo, hi, [&](unsigned b) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
+        return kDead;
+    }
+    for (const std::vector<Range>& seq : kSequences) {
+      std::vector<std::int32_t> at{config};
+      for (const Range& r : seq) {
+        std::vector<std::int32_t> next;
+        for (const std::int32_t from : at) {
+          const bool ok = for_each_interval(from, r.lo, r.hi, [&](unsigned b) {
+            const std::int32_t t = step(from, static_cast<std::uint8_t>(b));
+            if (t == kDead) return false;
+            if (std::find(next.begin(), next.end(), t) == next.end()) next.push_back(t);
+            return next.size() <= 16;  // beyond: not worth finding, the walk reads them instead
+          });
+          if (!ok) return kDead;
+        }
+        at = std::move(next);
+      }
+      if (at.size() != 1 || at[0] != target) return kDead;
+    }
+    return target;
+  };
+  const std::int32_t target = find();
+  text_steps_.resize(std::max(text_steps_.size(), n_configs()), kUnknown);  // steps may add configurations
+  text_steps_[c] = target;
+  return target;
 }
 
 std::uint32_t StackDfa::follow_set_id(std::uint32_t rule) {
@@ -237,8 +286,8 @@ void StackDfa::clear() {
   outer_final_.clear();
   trans_.clear();
   index_.clear();
-  loops_[0].clear();
-  loops_[1].clear();
+  plain_loops_.clear();
+  text_steps_.clear();
   groups_.clear();
   group_bytes_ = 0;
 }

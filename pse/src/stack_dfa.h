@@ -54,6 +54,11 @@ class StackDfa {
   // walk from here reads such a token whole: kPlain, every plain byte loops; kText, also every
   // well-formed multi-byte character. Memoized.
   bool loops_on(std::int32_t config, Vocabulary::TokenClass c);
+  // The configuration that every JSON text character (a plain byte, or a well-formed multi-byte
+  // character) leads to from `config`, when it is the same for all of them; else kDead. A bounded run
+  // of string characters steps this way: a token of n text characters read from here ends n such steps
+  // later. Memoized.
+  std::int32_t text_step(std::int32_t config);
   std::size_t n_configs() const { return outer_final_.size(); }
   // Configuration c's stacks, flattened as (height, return states from the bottom..., current state).
   const std::vector<std::uint32_t>& stacks(std::int32_t config) const { return configs_[static_cast<std::size_t>(config)]; }
@@ -135,8 +140,11 @@ class StackDfa {
   std::vector<std::vector<std::uint32_t>> configs_;
   std::vector<std::uint8_t> outer_final_;
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
-  std::vector<std::int8_t> loops_[2];  // per token class, per configuration: -1 unknown, 0, 1
-  bool loops_on_multibyte(std::int32_t config);
+  std::vector<std::int8_t> plain_loops_;   // per configuration: -1 unknown, 0, 1
+  std::vector<std::int32_t> text_steps_;  // per configuration: text_step, or kUnknown
+  // The sorted bounds (lo, hi + 1) of the byte edges of the configuration's states: bytes between two
+  // consecutive bounds step alike.
+  void cut_points(std::int32_t config, std::vector<unsigned>& cuts) const;
   const std::vector<std::uint32_t>* canonical_ = nullptr;
   struct GroupKey {
     std::int32_t after;

@@ -182,15 +182,27 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   // What the group memo's results depend on besides the configuration: the rule (full filter) or its
   // follow bytes.
   std::uint32_t filter_id = 0;
-  // The start configuration loops on every text token (inside a JSON string): all text tokens are
-  // accepted at once (the class's bitset) and the walk visits only the others.
+  const Vocabulary::TokenClassIndex& plain_class = vocab.token_class(Vocabulary::TokenClass::kPlain);
+  const Vocabulary::TokenClassIndex& text_class = vocab.token_class(Vocabulary::TokenClass::kText);
+  // Text tokens read whole from the start: all of them when the start configuration loops on every text
+  // character (inside a JSON string), or those of at most text_run characters when it steps through a
+  // bounded run of them (a string with a maxLength: each character one step on, whichever it is). They
+  // are accepted at once (a mask) and the walk visits only the others.
   bool start_loops_on_text = false;
+  std::size_t text_run = 0;
   if constexpr (std::is_same_v<Cursor, DfaCursor>) {
     filter_id = filter == FollowFilter::kFull ? 2 * (rule + 1) : 2 * chart.dfa()->follow_set_id(rule) + 1;
     start_loops_on_text = chart.last_loops_on(Vocabulary::TokenClass::kText);
+    if (start_loops_on_text) {
+      accepted_bits = text_class.bits;
+    } else if (!text_class.up_to.empty()) {
+      for (std::int32_t c = chart.last_config(); text_run + 1 < text_class.up_to.size(); ++text_run) {
+        c = chart.dfa()->text_step(c);
+        if (c == StackDfa::kDead) break;
+      }
+      if (text_run > 0) accepted_bits = text_class.up_to[text_run];
+    }
   }
-  const Vocabulary::TokenClassIndex& plain_class = vocab.token_class(Vocabulary::TokenClass::kPlain);
-  const Vocabulary::TokenClassIndex& text_class = vocab.token_class(Vocabulary::TokenClass::kText);
   for (unsigned b = 0; b < 256; ++b) {
     if (!byte_set_has(first, b)) continue;
     std::size_t depth_dead = SIZE_MAX;  // byte index at which the previous token died, if it did
@@ -201,12 +213,15 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     // walked; the walk visits the others, each resuming from its common prefix with the last one walked.
     const Vocabulary::TokenClassIndex* whole = nullptr;
     Vocabulary::TokenClass whole_class = Vocabulary::TokenClass::kPlain;
+    // Or, when the first byte (a plain one) leads into a bounded run of text characters, the group's
+    // text tokens of at most 1 + group_run characters are accepted as they come, without a walk.
+    std::size_t group_run = 0;
     // The configuration after the first byte decides the whole group: a group met before (by another
     // state's table reaching the same configuration) is copied, and a large group walked here is kept.
     std::int32_t after = StackDfa::kDead;
     StackDfa::GroupResult record;
     // (Not when the text tokens are accepted apart: the group's record would lack them.)
-    const bool memo = fb[b + 1] - fb[b] >= kMinMemoGroup && !start_loops_on_text;
+    const bool memo = fb[b + 1] - fb[b] >= kMinMemoGroup && !start_loops_on_text && text_run == 0;
     const std::size_t uncertain_before = table.uncertain.size();
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
       if (chart.push(static_cast<std::uint8_t>(b))) {
@@ -223,11 +238,18 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
             continue;
           }
         }
-        if (Vocabulary::is_plain_byte(b) && chart.last_loops_on(Vocabulary::TokenClass::kText)) {
+        if (text_run > 0) {
+          // The text tokens that fit are accepted already; the others are walked.
+        } else if (Vocabulary::is_plain_byte(b) && chart.last_loops_on(Vocabulary::TokenClass::kText)) {
           whole = &text_class;
           whole_class = Vocabulary::TokenClass::kText;
         } else if (Vocabulary::is_plain_byte(b) && chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {
           whole = &plain_class;
+        } else if (Vocabulary::is_plain_byte(b) && !text_class.up_to.empty()) {
+          for (std::int32_t c = chart.last_config(); group_run + 1 < text_class.up_to.size(); ++group_run) {
+            c = chart.dfa()->text_step(c);
+            if (c == StackDfa::kDead) break;
+          }
         }
         chart.truncate(2);
       }
@@ -246,6 +268,18 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       if (whole != nullptr && whole->member[p]) {
         p = whole->next_out[p];
         if (p >= fb[b + 1]) break;
+      }
+      if (group_run > 0 && text_class.chars[p] != 0 && text_class.chars[p] <= group_run + 1) {
+        accept(sorted[p]);
+        continue;
+      }
+      if (text_run > 0 && text_class.chars[p] != 0 && text_class.chars[p] <= text_run) {  // accepted
+        if (text_run + 1 == text_class.up_to.size()) {
+          p = text_class.next_out_of_run[p];  // every member that fits: jump past them
+          if (p >= fb[b + 1]) break;
+        } else {
+          continue;
+        }
       }
       if (deadline != nullptr && (++n_checked & 0x3FFF) == 0 &&
           std::chrono::steady_clock::now() > *deadline) {
@@ -297,7 +331,6 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
     }
   }
-  if (start_loops_on_text) accepted_bits = text_class.bits;
   if (!accepted_bits.empty()) {
     for (const TokenId id : accepted_ids) accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
     table.accepted_bits = std::move(accepted_bits);

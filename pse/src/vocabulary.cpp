@@ -175,6 +175,30 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     return std::all_of(t.begin(), t.end(), [](char c) { return is_plain_byte(static_cast<unsigned char>(c)); });
   });
   index_class(text_, [](std::string_view t) { return is_json_text(t); });
+  // Lengths in characters (a walk through a bounded run of string characters accepts the text tokens
+  // that fit at once).
+  text_.chars.assign(sorted_.size(), 0);
+  std::vector<std::vector<TokenId>> by_chars(1);
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    if (!text_.member[p]) continue;
+    std::uint32_t n = 0;
+    for (const char c : sorted_token(p)) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    text_.chars[p] = n;
+    if (n > kMaxRunChars) continue;
+    if (by_chars.size() <= n) by_chars.resize(n + 1);
+    by_chars[n].push_back(sorted_[p]);
+  }
+  text_.next_out_of_run.resize(sorted_.size());
+  auto out = static_cast<std::uint32_t>(sorted_.size());
+  for (std::size_t p = sorted_.size(); p-- > 0;) {
+    if (!text_.member[p] || text_.chars[p] >= by_chars.size()) out = static_cast<std::uint32_t>(p);
+    text_.next_out_of_run[p] = out;
+  }
+  text_.up_to.assign(by_chars.size(), std::vector<std::uint32_t>(n_mask_words(), 0));
+  for (std::size_t n = 1; n < by_chars.size(); ++n) {
+    text_.up_to[n] = text_.up_to[n - 1];
+    for (const TokenId id : by_chars[n]) text_.up_to[n][static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+  }
 }
 
 const std::string& Vocabulary::token_bytes(TokenId id) const {

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <thread>
 
+#include "automaton.h"
 #include "engine_test_util.h"
 #include "pse/json_schema.h"
 
@@ -50,6 +52,31 @@ TEST(Compiler, StateLimitIsALimitError) {
   CompileOptions o;
   o.max_states = 100'000;
   EXPECT_THROW(compile_grammar(g.done(r), small_vocabulary(), o), LimitError);
+}
+
+// Small rules that are not recursive are emitted inline at each reference (a macro), so tokens that
+// run past their end ("  x" after whitespace) are decided in the caller's tables; recursive rules and
+// large ones stay calls. Same language, same masks as brute force.
+TEST(Compiler, SmallRulesAreInlined) {
+  G g;
+  RuleId root = g.rule("root"), ws = g.rule("ws"), paren = g.rule("paren"), word = g.rule("word");
+  g.define(ws, g.star(g.cls({{' ', ' '}, {'\n', '\n'}})));
+  g.define(paren, g.alt({g.lit("x"), g.seq({g.lit("("), g.ref(ws), g.ref(paren), g.ref(ws), g.lit(")")})}));
+  g.define(word, g.rep(g.cls('a', 'z'), 1, 40));  // over the size bound
+  g.define(root, g.seq({g.ref(ws), g.ref(paren), g.ref(ws), g.lit("="), g.ref(ws), g.ref(word)}));
+  const Grammar grammar = g.done(root);
+  const detail::Automaton a = detail::build_automaton(grammar, detail::AutomatonLimits{});
+  std::set<std::uint32_t> called;
+  for (std::uint32_t s = 0; s < a.n_states(); ++s)
+    if (a.reachable[s])
+      for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e) called.insert(a.call_edges[e].rule);
+  EXPECT_EQ(called, (std::set<std::uint32_t>{paren, word}));  // ws inlined everywhere
+  const CompiledGrammar cg = compile_grammar(grammar, small_vocabulary());
+  Matcher m(cg);
+  EXPECT_TRUE(m.accept_bytes(" ( (x) ) = ab") && m.can_stop());
+  random_walk(cg, 200, 11, [&](Matcher& walk, const std::string& text) {
+    EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
+  });
 }
 
 // A large sub-expression met more than once (here through a counted repetition and through two

@@ -123,6 +123,26 @@ TEST(StackDfa, TablesEqualEarleyOnSharedGrammars) {
   }
 }
 
+// String characters read whole by the walks (text tokens in a loop, in a bounded run, after a first
+// byte, a run shorter than some tokens, escapes between) give the same tables as the chart's walks.
+TEST(StackDfa, TablesEqualEarleyOnStringRuns) {
+  std::vector<std::string> t;
+  const auto base = vocabulary_with_runs();
+  for (std::size_t i = 0; i < base->n_tokens(); ++i) t.push_back(base->token_bytes(static_cast<pse::TokenId>(i)));
+  for (const char* text : {"a", "ab", "abc", "abcdefgh", "\xc3\xa9", "\xc3\xa9t\xc3\xa9", " \xe4\xb8\xad", "\xf0\x9f\x98\x80x", "\"", "a\"",
+                           "\",", "\"}", "\\n", "\\u00e9", "0a", "Fx y", "x\xc3", "\xa9z", "\x7f", "\ta"}) {
+    t.push_back(text);
+  }
+  t.push_back(std::string(40, 'q'));          // longer than the longest run a walk accepts whole
+  t.push_back(std::string(20, 'q') + "\"");  // ends a string of 20
+  const Vocabulary vocab(std::move(t), {}, {});
+  const std::string ch = R"(([^"\\\x00-\x1f]|\\[nt"]|\\u[0-9a-fA-F]{4}))";
+  for (const std::string& pattern : {"\"" + ch + "*\",", "\"" + ch + "{0,3}\"}", "\"" + ch + "{2,40}\"",
+                                    "\"[0-9a-f]" + ch + "{0,6}\"", "x" + ch + "{0,45}y"}) {
+    EXPECT_GT(check_walks(pse::parse_regex(pattern), vocab, pattern), 0u) << pattern;
+  }
+}
+
 std::uint32_t root_start(const Automaton& a) { return a.rule_start[a.root]; }
 
 TEST(StackDfa, LeftRecursionOverflows) {

@@ -61,7 +61,15 @@ class Vocabulary {
     // [256] the members whose first byte is b as a mask, for the groups with more members than mask
     // words (else empty): a walk or-s them in instead of copying their ids.
     std::vector<std::vector<std::uint32_t>> group_bits;
+    // kText only: per position, the member's length in characters (0 for non-members), and up_to[n]: the
+    // members of at most n characters as a mask, for n up to the longest member's length (at most
+    // kMaxRunChars).
+    std::vector<std::uint32_t> chars;
+    std::vector<std::vector<std::uint32_t>> up_to;
+    // The first position >= p that is not a member of at most up_to.size() - 1 characters.
+    std::vector<std::uint32_t> next_out_of_run;
   };
+  static constexpr std::size_t kMaxRunChars = 32;
   static bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x80 && b != '"' && b != '\\'; }
   const TokenClassIndex& token_class(TokenClass c) const { return c == TokenClass::kPlain ? plain_ : text_; }
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
