@@ -177,7 +177,7 @@ bool StackDfa::loops_on(std::int32_t config, Vocabulary::TokenClass cls) {
     bool loops = true;
     std::vector<unsigned> cuts;
     cut_points(config, cuts);
-    for (const auto& [lo, hi] : {std::pair{0x20u, 0x21u}, std::pair{0x23u, 0x5Bu}, std::pair{0x5Du, 0x7Fu}}) {
+    for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
       for (unsigned b = lo; b <= hi && loops;) {
         loops = step(config, static_cast<std::uint8_t>(b)) == config;
         const auto next = std::upper_bound(cuts.begin(), cuts.end(), b);
@@ -241,8 +241,7 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
   auto find = [&]() -> std::int32_t {
     const std::int32_t target = step(config, 'a');
     if (target == kDead) return kDead;
-    // Plain bytes: 0x20-0x7F but '"' and '\\'.
-    for (const auto& [lo, hi] : {std::pair{0x20u, 0x21u}, std::pair{0x23u, 0x5Bu}, std::pair{0x5Du, 0x7Fu}}) {
+    for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
       if (!for_each_interval(config, lo, hi, [&](unsigned b) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
         return kDead;
     }

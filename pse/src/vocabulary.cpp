@@ -23,7 +23,7 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 }
 
 // Whole, well-formed UTF-8 characters (no overlong forms, surrogates or values past U+10FFFF), none
-// a control character (below U+0020), '"' or '\\'.
+// a control character (below U+0020), DEL, '"' or '\\'.
 bool is_json_text(std::string_view t) {
   std::size_t i = 0;
   while (i < t.size()) {

@@ -198,7 +198,7 @@ TEST(StackDfa, StepsAreMemoized) {
 }  // namespace
 
 // Which token classes a configuration reads whole (StackDfa::loops_on): JSON string characters loop on
-// all text, ASCII with DEL only on plain text, a letter class or a bounded run on neither.
+// all text, printable ASCII only on plain text, a letter class or a bounded run on neither.
 TEST(StackDfa, LoopsOnTokenClasses) {
   auto loops = [](std::string_view pattern) {
     const Automaton a = build_automaton(pse::parse_regex(pattern), AutomatonLimits{});
@@ -209,8 +209,9 @@ TEST(StackDfa, LoopsOnTokenClasses) {
     return std::pair{dfa.loops_on(c, Vocabulary::TokenClass::kPlain), dfa.loops_on(c, Vocabulary::TokenClass::kText)};
   };
   EXPECT_EQ(loops(R"("[^"\\\x00-\x1f]*")"), std::pair(true, true));
-  EXPECT_EQ(loops(R"("[ -\x7f]*")"), std::pair(true, false));  // no multi-byte characters
-  EXPECT_EQ(loops(R"("[ -~]*")"), std::pair(false, false));    // nor DEL, a plain byte
+  EXPECT_EQ(loops(R"("[ -~]*")"), std::pair(true, false));  // no multi-byte characters
+  EXPECT_EQ(loops(R"("[^"\\\x00-\x1f\x7f]*")"), std::pair(true, true));  // DEL is not text
+  EXPECT_EQ(loops(R"("[ -}]*")"), std::pair(false, false));  // without '~', a plain byte
   EXPECT_EQ(loops(R"("[^"\\\x00-\x1f\u00e9]*")"), std::pair(true, false));  // all but one of them
   EXPECT_EQ(loops(R"("[a-z]*")"), std::pair(false, false));
   EXPECT_EQ(loops(R"("[^"\\\x00-\x1f]{0,3}")"), std::pair(false, false));  // bounded: no loop

@@ -4,6 +4,7 @@
 // once in the constructor and is shared, read-only, by every grammar compiled against it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -48,9 +49,8 @@ class Vocabulary {
   std::size_t max_token_length() const { return max_length_; }
   // Classes of tokens that a walk reads whole, without stepping through their bytes, when the
   // configuration it is in loops on every such token (a JSON string's characters, a free-text rule):
-  // kPlain: every byte printable ASCII other than '"' and '\\' (is_plain_byte); kText: whole UTF-8
-  // characters, none a control character, '"' or '\\' (what a JSON string reads in a loop; plain tokens
-  // are text).
+  // kPlain: every byte plain (is_plain_byte); kText: whole UTF-8 characters, none a control character,
+  // DEL, '"' or '\\' (what a JSON string reads in a loop; plain tokens are text).
   enum class TokenClass { kPlain, kText };
   struct TokenClassIndex {
     std::vector<std::uint8_t> member;     // [text_tokens().size()] by position
@@ -70,7 +70,10 @@ class Vocabulary {
     std::vector<std::uint32_t> next_out_of_run;
   };
   static constexpr std::size_t kMaxRunChars = 32;
-  static bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x80 && b != '"' && b != '\\'; }
+  // Plain bytes: printable ASCII other than '"' and '\\' (DEL, which JSON strings allow but grammars often
+  // exclude, is not: the few tokens with it are walked).
+  static constexpr std::array<std::pair<unsigned, unsigned>, 3> kPlainRanges = {{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}}};
+  static bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
   const TokenClassIndex& token_class(TokenClass c) const { return c == TokenClass::kPlain ? plain_ : text_; }
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
   std::string_view sorted_token(std::size_t p) const {
