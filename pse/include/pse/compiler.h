@@ -23,10 +23,10 @@ struct CompileOptions {
   double max_compile_ms = 10'000;         // wall-clock bound on compile()
   std::size_t max_memory_bytes = std::size_t{1} << 30;  // automaton + token tables
   // true: every token table is built in compile() (steady mask times afterwards). false, or more
-  // states that read bytes than eager_state_limit: each table is built on first use (fast compile;
-  // the first mask at each state pays for it).
+  // token tables than eager_state_limit (at 100,000, compile takes up to a few seconds): each table is
+  // built on first use (fast compile; the first mask at each state pays for it).
   bool precompute = true;
-  std::size_t eager_state_limit = 50'000;
+  std::size_t eager_state_limit = 100'000;
   // Share token tables with other grammars compiled against the same vocabulary (a process-wide cache
   // keyed by the exact structure of a rule and the rules it calls; bounded at 256 MiB). Tables of shared
   // rules skip the follow filter (the run-time check rejects what it would have dropped).
