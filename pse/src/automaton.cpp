@@ -124,12 +124,6 @@ class Builder {
   static constexpr std::uint64_t kSharedMinLength = 16;
 
  private:
-  // Front-ends share sub-expressions freely (the JSON Schema converter reuses a member's key and
-  // value in every position an object's members may take; a counted repetition repeats its child).
-  // Inlining every use copies the states, and every copy gets its own token table. Here each large
-  // expression met more than once becomes one rule: the states, and so the tables, exist once.
-  // Expression ids grow from children to parents, so a walk from the highest id down visits every
-  // parent before its children.
   // Rules of at most this many states (their own references to small rules inlined too) that are not
   // recursive are emitted inline at each reference, as a macro: a token that runs past the end of a
   // called rule is left to run-time checks, and small rules (whitespace, an identifier, a keyword with
@@ -206,6 +200,12 @@ class Builder {
     for (std::uint32_t r = 0; r < n_rules; ++r) rule_size(r);
   }
 
+  // Front-ends share sub-expressions freely (the JSON Schema converter reuses a member's key and
+  // value in every position an object's members may take; a counted repetition repeats its child).
+  // Inlining every use copies the states, and every copy gets its own token table. Here each large
+  // expression met more than once becomes one rule: the states, and so the tables, exist once.
+  // Expression ids grow from children to parents, so a walk from the highest id down visits every
+  // parent before its children.
   void plan_shared_rules() {
     const auto& exprs = g_.exprs();
     const std::size_t n = exprs.size();

@@ -16,7 +16,7 @@ std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
 }
 
 std::size_t StackDfa::memory_bytes() const {
-  std::size_t n = trans_.capacity() * 4 + outer_final_.capacity();
+  std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + plain_loops_.capacity() + text_steps_.capacity() * 4;
   for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
   return n + group_bytes_;
 }

@@ -101,8 +101,9 @@ class StackDfa {
 
   // States known to read the same byte strings the same way for every walk this automaton serves
   // (future_classes with a horizon of the longest token): each configuration is closed from stacks whose
-  // states are replaced by their class representatives, canonical[state], so that walks from equivalent
-  // states meet the same configurations (and share their steps and group results). nullptr: as they are.
+  // states are replaced by their class representatives, canonical[state] (and so are the return states
+  // its calls push), so that walks from equivalent states meet the same configurations (and share their
+  // steps and group results). nullptr: as they are.
   // Set before the first configuration is built.
   void set_canonical_states(const std::vector<std::uint32_t>* canonical) { canonical_ = canonical; }
 
