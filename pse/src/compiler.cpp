@@ -27,6 +27,7 @@ std::uint64_t options_hash(const CompileOptions& o) {
   for (std::uint64_t v : {std::uint64_t(o.max_rules), std::uint64_t(o.max_exprs), std::uint64_t(o.max_states),
                           std::uint64_t(o.max_compile_ms * 1000), std::uint64_t(o.max_memory_bytes),
                           std::uint64_t(o.precompute), std::uint64_t(o.eager_state_limit),
+                          std::uint64_t(o.eager_table_ms * 1000),
                           std::uint64_t(o.shared_tables)}) {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   }
@@ -41,6 +42,9 @@ const CompileStats& CompiledGrammar::stats() const { return impl_->stats; }
 CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vocabulary> vocabulary,
                                 const CompileOptions& options) {
   if (vocabulary == nullptr) throw InputError("[compile] no vocabulary given");
+  if (!(options.eager_table_ms >= 0)) {
+    throw InputError(fmt::format("[compile] eager_table_ms must be >= 0, got {}", options.eager_table_ms));
+  }
   if (grammar.rules().size() > options.max_rules) {
     throw LimitError(fmt::format("[compile] the grammar has {} rules, over the limit of {}",
                                  grammar.rules().size(), options.max_rules));
@@ -134,8 +138,21 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   impl->dfa = std::make_unique<detail::StackDfa>(a, CompiledGrammar::Impl::kMaxCompileConfigs);
   if (!impl->canonical_states.empty()) impl->dfa->set_canonical_states(&impl->canonical_states);
   if (options.precompute && n_tables <= options.eager_state_limit) {
+    const auto eager_deadline =
+        std::min(t1 + std::chrono::microseconds(static_cast<std::int64_t>(options.eager_table_ms * 1000)),
+                 t1 + (deadline - t1) / 2);
+    st.precomputed = true;
     for (std::size_t i = 0; i < n_tables; ++i) {
-      std::call_once(impl->table_once[i], [&] { st.n_shared_tables += impl->build_table(i, &deadline) ? 1 : 0; });
+      if (std::chrono::steady_clock::now() > eager_deadline) {
+        st.precomputed = false;  // the rest on first use
+        break;
+      }
+      try {
+        std::call_once(impl->table_once[i], [&] { st.n_shared_tables += impl->build_table(i, &eager_deadline) ? 1 : 0; });
+      } catch (const LimitError&) {
+        st.precomputed = false;  // its build passed the eager deadline: it and the rest on first use
+        break;
+      }
       st.memory_bytes += impl->tables[i].memory_bytes();
       st.n_uncertain += impl->tables[i].uncertain.size();
       if (st.memory_bytes > options.max_memory_bytes) {
@@ -144,7 +161,6 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
                                      options.max_memory_bytes, i + 1, n_tables));
       }
     }
-    st.precomputed = true;
   }
   if (impl->dfa->n_configs() > CompiledGrammar::Impl::kMaxSharedConfigs) impl->dfa->clear();
   impl->dfa->set_max_configs(CompiledGrammar::Impl::kMaxSharedConfigs);

@@ -79,6 +79,29 @@ TEST(Compiler, SmallRulesAreInlined) {
   });
 }
 
+// Tables past the eager time budget are built on first use: compile() succeeds, the masks are the same.
+TEST(Compiler, TablesPastTheEagerBudgetAreBuiltOnFirstUse) {
+  const Grammar g = json_schema_to_grammar(std::string_view(R"({"type":"object","properties":{"s":{"type":"string","maxLength":20},"n":{"type":"integer"}}})"));
+  CompileOptions none;
+  none.eager_table_ms = 0;
+  const CompiledGrammar lazy = compile_grammar(g, small_vocabulary(), none);
+  EXPECT_FALSE(lazy.stats().precomputed);
+  const CompiledGrammar eager = compile_grammar(g, small_vocabulary());
+  EXPECT_TRUE(eager.stats().precomputed);
+  std::size_t n = 0;
+  random_walk(lazy, 120, 5, [&](Matcher& m, const std::string& text) {
+    Matcher e(eager);
+    ASSERT_TRUE(e.accept_bytes(text));
+    EXPECT_EQ(fast_mask(m), fast_mask(e)) << text;
+    if (++n % 10 == 0) {
+      EXPECT_EQ(fast_mask(m), brute_force_mask(m)) << text;
+    }
+  });
+  CompileOptions bad;
+  bad.eager_table_ms = -1;
+  EXPECT_THROW(compile_grammar(g, small_vocabulary(), bad), InputError);
+}
+
 // A large sub-expression met more than once (here through a counted repetition and through two
 // references) is emitted once, as a rule of its own, instead of once per use: inlined, the nested
 // repetition below would need 100 copies of a 100-letter repetition (over 30,000 states). Same language.

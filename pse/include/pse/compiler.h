@@ -27,9 +27,12 @@ struct CompileOptions {
   // built on first use (fast compile; the first mask at each state pays for it).
   bool precompute = true;
   std::size_t eager_state_limit = 100'000;
+  // Time compile() spends building tables ahead: past it (or past half the time left before
+  // max_compile_ms), the tables not built yet are built on first use, and compile() still succeeds.
+  double eager_table_ms = 5'000;
   // Share token tables with other grammars compiled against the same vocabulary (a process-wide cache
-  // keyed by the exact structure of a rule and the rules it calls; bounded at 256 MiB). Tables of shared
-  // rules skip the follow filter (the run-time check rejects what it would have dropped).
+  // keyed by the exact structure of a rule, the rules it calls and the bytes that may follow it;
+  // bounded at 256 MiB). Each grammar applies its own full follow filter to a table it takes.
   bool shared_tables = true;
 };
 
