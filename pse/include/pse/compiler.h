@@ -29,7 +29,7 @@ struct CompileOptions {
   std::size_t eager_state_limit = 100'000;
   // Time compile() spends building tables ahead: past it (or past half the time left before
   // max_compile_ms), the tables not built yet are built on first use, and compile() still succeeds.
-  double eager_table_ms = 5'000;
+  double eager_table_ms = 10'000;
   // Share token tables with other grammars compiled against the same vocabulary (a process-wide cache
   // keyed by the exact structure of a rule, the rules it calls and the bytes that may follow it;
   // bounded at 256 MiB). Each grammar applies its own full follow filter to a table it takes.
