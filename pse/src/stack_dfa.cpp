@@ -168,31 +168,10 @@ std::int32_t StackDfa::close_and_intern() {
   return id;
 }
 
-bool StackDfa::loops_on(std::int32_t config, Vocabulary::TokenClass cls) {
-  if (cls == Vocabulary::TokenClass::kText) return text_step(config) == config;
-  const auto c = static_cast<std::size_t>(config);
-  if (plain_loops_.size() <= c) plain_loops_.resize(n_configs(), -1);
-  if (plain_loops_[c] < 0) {
-    // One byte per interval between the byte edges' bounds stands for the interval (see text_step).
-    bool loops = true;
-    std::vector<unsigned> cuts;
-    cut_points(config, cuts);
-    for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
-      for (unsigned b = lo; b <= hi && loops;) {
-        loops = step(config, static_cast<std::uint8_t>(b)) == config;
-        const auto next = std::upper_bound(cuts.begin(), cuts.end(), b);
-        if (next == cuts.end() || *next > hi) break;
-        b = *next;
-      }
-    }
-    plain_loops_.resize(std::max(plain_loops_.size(), n_configs()), -1);  // steps may add configurations
-    plain_loops_[static_cast<std::size_t>(config)] = loops ? 1 : 0;
-  }
-  return plain_loops_[c] == 1;
-}
-
-void StackDfa::cut_points(std::int32_t config, std::vector<unsigned>& cuts) const {
-  cuts.clear();
+template <class Fn>
+bool StackDfa::each_byte_interval(std::int32_t config, unsigned lo, unsigned hi, Fn fn) {
+  // A step depends only on which byte edges of the configuration's states match the byte.
+  std::vector<unsigned> cuts;
   const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
   for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
     const std::uint32_t s = flat[i + flat[i]];
@@ -202,8 +181,32 @@ void StackDfa::cut_points(std::int32_t config, std::vector<unsigned>& cuts) cons
     }
   }
   std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  for (unsigned b = lo; b <= hi;) {
+    if (!fn(b)) return false;
+    const auto next = std::upper_bound(cuts.begin(), cuts.end(), b);
+    if (next == cuts.end() || *next > hi) break;
+    b = *next;
+  }
+  return true;
 }
+
+bool StackDfa::loops_on(std::int32_t config, Vocabulary::TokenClass cls) {
+  if (cls == Vocabulary::TokenClass::kText) return text_step(config) == config;
+  const auto c = static_cast<std::size_t>(config);
+  if (plain_loops_.size() <= c) plain_loops_.resize(n_configs(), -1);
+  if (plain_loops_[c] < 0) {
+    bool loops = true;
+    for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
+      loops = loops && each_byte_interval(config, lo, hi, [&](unsigned b) {
+                return step(config, static_cast<std::uint8_t>(b)) == config;
+              });
+    }
+    plain_loops_.resize(std::max(plain_loops_.size(), n_configs()), -1);  // steps may add configurations
+    plain_loops_[static_cast<std::size_t>(config)] = loops ? 1 : 0;
+  }
+  return plain_loops_[c] == 1;
+}
+
 
 std::int32_t StackDfa::text_step(std::int32_t config) {
   const auto c = static_cast<std::size_t>(config);
@@ -225,24 +228,11 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
       {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
       {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
   };
-  // A step depends only on which byte edges of the configuration's states match the byte: one byte per
-  // interval between the edges' bounds stands for the whole interval.
-  std::vector<unsigned> cuts;
-  auto for_each_interval = [&](std::int32_t from, unsigned lo, unsigned hi, auto fn) {
-    cut_points(from, cuts);
-    for (unsigned b = lo; b <= hi;) {
-      if (!fn(b)) return false;
-      const auto next = std::upper_bound(cuts.begin(), cuts.end(), b);
-      if (next == cuts.end() || *next > hi) break;
-      b = *next;
-    }
-    return true;
-  };
   auto find = [&]() -> std::int32_t {
     const std::int32_t target = step(config, 'a');
     if (target == kDead) return kDead;
     for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
-      if (!for_each_interval(config, lo, hi, [&](unsigned b) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
+      if (!each_byte_interval(config, lo, hi, [&](unsigned b) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
         return kDead;
     }
     for (const std::vector<Range>& seq : kSequences) {
@@ -250,7 +240,7 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
       for (const Range& r : seq) {
         std::vector<std::int32_t> next;
         for (const std::int32_t from : at) {
-          const bool ok = for_each_interval(from, r.lo, r.hi, [&](unsigned b) {
+          const bool ok = each_byte_interval(from, r.lo, r.hi, [&](unsigned b) {
             const std::int32_t t = step(from, static_cast<std::uint8_t>(b));
             if (t == kDead) return false;
             if (std::find(next.begin(), next.end(), t) == next.end()) next.push_back(t);

@@ -143,9 +143,11 @@ class StackDfa {
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
   std::vector<std::int8_t> plain_loops_;   // per configuration: -1 unknown, 0, 1
   std::vector<std::int32_t> text_steps_;  // per configuration: text_step, or kUnknown
-  // The sorted bounds (lo, hi + 1) of the byte edges of the configuration's states: bytes between two
-  // consecutive bounds step alike.
-  void cut_points(std::int32_t config, std::vector<unsigned>& cuts) const;
+  // Calls fn(b) for one byte b of each interval of [lo, hi] between the bounds of the byte edges of the
+  // configuration's states (the bytes of an interval step alike), until fn returns false; returns
+  // whether it never did.
+  template <class Fn>
+  bool each_byte_interval(std::int32_t config, unsigned lo, unsigned hi, Fn fn);
   const std::vector<std::uint32_t>* canonical_ = nullptr;
   struct GroupKey {
     std::int32_t after;
