@@ -580,7 +580,8 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
     std::vector<GraphEdge> edges;
     std::vector<std::uint32_t> accepting;
     for (std::uint32_t s = 0; s < states.size(); ++s) {
-      const auto [mask, k] = states[s];
+      // (Not a structured binding: the lambda below captures k, which clang 14 refuses.)
+      const std::uint32_t mask = states[s].first, k = states[s].second;
       if ((mask & required) == required && k >= std::max<std::uint32_t>(min_p, 1)) accepting.push_back(s);
       if (max_p != kUnbounded && k >= max_p) continue;
       const std::uint32_t nk = std::min(k + 1, top);
