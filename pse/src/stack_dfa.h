@@ -59,9 +59,14 @@ class StackDfa {
   // of string characters steps this way: a token of n text characters read from here ends n such steps
   // later. Memoized.
   std::int32_t text_step(std::int32_t config);
+  // How many text characters in a row, up to `limit`, step this way from `config`.
+  std::size_t text_run(std::int32_t config, std::size_t limit) {
+    std::size_t n = 0;
+    for (; n < limit && (config = text_step(config)) != kDead; ++n) {
+    }
+    return n;
+  }
   std::size_t n_configs() const { return outer_final_.size(); }
-  // Configuration c's stacks, flattened as (height, return states from the bottom..., current state).
-  const std::vector<std::uint32_t>& stacks(std::int32_t config) const { return configs_[static_cast<std::size_t>(config)]; }
   // Near its bound on configurations: a new walk would likely overflow.
   bool saturated() const { return n_configs() >= max_configs_ - max_configs_ / 8; }
   // What a token-table walk found for the tokens of one first byte read from a configuration (the

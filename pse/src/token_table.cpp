@@ -196,10 +196,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     if (start_loops_on_text) {
       accepted_bits = text_class.bits;
     } else if (!text_class.up_to.empty()) {
-      for (std::int32_t c = chart.last_config(); text_run + 1 < text_class.up_to.size(); ++text_run) {
-        c = chart.dfa()->text_step(c);
-        if (c == StackDfa::kDead) break;
-      }
+      text_run = chart.dfa()->text_run(chart.last_config(), text_class.up_to.size() - 1);
       if (text_run > 0) accepted_bits = text_class.up_to[text_run];
     }
   }
@@ -246,10 +243,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         } else if (Vocabulary::is_plain_byte(b) && chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {
           whole = &plain_class;
         } else if (Vocabulary::is_plain_byte(b) && !text_class.up_to.empty()) {
-          for (std::int32_t c = chart.last_config(); group_run + 1 < text_class.up_to.size(); ++group_run) {
-            c = chart.dfa()->text_step(c);
-            if (c == StackDfa::kDead) break;
-          }
+          group_run = chart.dfa()->text_run(chart.last_config(), text_class.up_to.size() - 1);
         }
         chart.truncate(2);
       }

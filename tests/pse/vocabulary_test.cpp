@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 namespace pse {
@@ -71,6 +72,17 @@ TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
     while (q < v.text_tokens().size() && text.member[q]) ++q;
     EXPECT_EQ(text.next_out[p], q) << p;
   }
+  // Lengths in characters, the masks by length, the jump past the members of any length up to the longest.
+  const std::map<TokenId, std::uint32_t> expected_chars = {{1, 1}, {9, 2}, {2, 0}};  // "é", "a中", a lone lead byte
+  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+    if (const auto it = expected_chars.find(v.text_tokens()[p]); it != expected_chars.end()) {
+      EXPECT_EQ(text.chars[p], it->second) << it->first;
+    }
+    EXPECT_EQ(text.next_out_of_run[p], text.next_out[p]) << p;  // every member here fits the longest run
+  }
+  ASSERT_EQ(text.up_to.size(), 3u);  // lengths 0, 1, 2
+  EXPECT_EQ(text.up_to[1][0], 1u << 1);
+  EXPECT_EQ(text.up_to[2][0], text.bits[0]);
   // Groups larger than the mask (one word here) also come as masks.
   EXPECT_EQ(text.group_bits['a'], (std::vector<std::uint32_t>{1u << 0 | 1u << 9 | 1u << 10 | 1u << 11}));
   EXPECT_TRUE(text.group_bits[' '].empty());
