@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <functional>
+#include <unordered_map>
 
 #include <fmt/format.h>
+
+#include "u32_hash.h"
 
 namespace pse::detail {
 
@@ -330,6 +333,76 @@ class Builder {
     return s;
   }
 
+  static std::vector<Utf8Seq> utf8_seqs(const Expr& e) {
+    std::vector<CharRange> ranges;
+    if (!e.negated) {
+      ranges = e.ranges;
+    } else {
+      std::uint32_t next = 0;
+      for (const CharRange& r : e.ranges) {
+        if (r.lo > next) ranges.push_back({next, r.lo - 1});
+        next = r.hi + 1;
+      }
+      if (next <= kMaxCodePoint) ranges.push_back({next, kMaxCodePoint});
+    }
+    std::vector<Utf8Seq> seqs;
+    for (const CharRange& r : ranges) {
+      // Surrogates are not scalar values: never matched.
+      if (r.lo <= 0xDFFF && r.hi >= 0xD800) {
+        if (r.lo < 0xD800) utf8_split(r.lo, 0xD7FF, seqs);
+        if (r.hi > 0xDFFF) utf8_split(0xE000, std::min(r.hi, kMaxCodePoint), seqs);
+      } else {
+        utf8_split(r.lo, std::min(r.hi, kMaxCodePoint), seqs);
+      }
+    }
+    return seqs;
+  }
+
+  // The state that reads bytes k.. of `seq` and then is at `exit`, one per such suffix and exit: the
+  // continuation bytes of every character class that leads to the same state are read by the same states.
+  std::uint32_t suffix_state(const Utf8Seq& seq, int k, std::uint32_t exit) {
+    if (k == seq.n) return exit;
+    std::vector<std::uint32_t> key{exit};
+    for (int i = k; i < seq.n; ++i) key.push_back(std::uint32_t{seq.lo[i]} << 8 | seq.hi[i]);
+    auto it = suffix_states_.find(key);
+    if (it != suffix_states_.end()) return it->second;
+    const std::uint32_t next = suffix_state(seq, k + 1, exit);
+    const std::uint32_t s = new_state();
+    states[s].bytes.push_back({seq.lo[k], seq.hi[k], next});
+    suffix_states_.emplace(std::move(key), s);
+    return s;
+  }
+
+  // Emits `id` from `entry` to the existing state `exit` (the edges of a graph, whose targets are known):
+  // a character class's continuation bytes are shared with every class that leads to `exit`, and a
+  // label met again on the way to the same `exit` (a JSON string's escapes after each state of a trie of
+  // keys) reuses its first copy. A fragment is entered only through its own fresh start, so sharing it
+  // between entries keeps the language.
+  void emit_into(ExprId id, std::uint32_t entry, std::uint32_t exit, std::size_t depth) {
+    const Expr& e = g_.expr(id);
+    if (e.kind == ExprKind::kEmpty) {
+      states[entry].eps.push_back(exit);
+      return;
+    }
+    if (e.kind == ExprKind::kCharClass && promoted_[id] == kNotShared) {
+      for (const Utf8Seq& seq : utf8_seqs(e)) states[entry].bytes.push_back({seq.lo[0], seq.hi[0], suffix_state(seq, 1, exit)});
+      return;
+    }
+    if (e.kind == ExprKind::kChoice && promoted_[id] == kNotShared) {
+      for (ExprId c : e.children) emit_into(c, entry, exit, depth + 1);
+      return;
+    }
+    const std::uint64_t key = std::uint64_t{id} << 32 | exit;
+    auto it = fragments_.find(key);
+    if (it == fragments_.end()) {
+      const std::uint32_t start = new_state();
+      const std::uint32_t end = emit(id, start, depth + 1);
+      states[end].eps.push_back(exit);
+      it = fragments_.emplace(key, start).first;
+    }
+    states[entry].eps.push_back(it->second);
+  }
+
   std::uint32_t emit(ExprId id, std::uint32_t entry, std::size_t depth, bool inline_shared = false) {
     if (depth > limits_.max_expr_depth) {
       throw LimitError(fmt::format("[compile] rule '{}': expressions nested deeper than {}",
@@ -354,27 +427,7 @@ class Builder {
         return cur;
       }
       case ExprKind::kCharClass: {
-        std::vector<CharRange> ranges;
-        if (!e.negated) {
-          ranges = e.ranges;
-        } else {
-          std::uint32_t next = 0;
-          for (const CharRange& r : e.ranges) {
-            if (r.lo > next) ranges.push_back({next, r.lo - 1});
-            next = r.hi + 1;
-          }
-          if (next <= kMaxCodePoint) ranges.push_back({next, kMaxCodePoint});
-        }
-        std::vector<Utf8Seq> seqs;
-        for (const CharRange& r : ranges) {
-          // Surrogates are not scalar values: never matched.
-          if (r.lo <= 0xDFFF && r.hi >= 0xD800) {
-            if (r.lo < 0xD800) utf8_split(r.lo, 0xD7FF, seqs);
-            if (r.hi > 0xDFFF) utf8_split(0xE000, std::min(r.hi, kMaxCodePoint), seqs);
-          } else {
-            utf8_split(r.lo, std::min(r.hi, kMaxCodePoint), seqs);
-          }
-        }
+        const std::vector<Utf8Seq> seqs = utf8_seqs(e);
         std::uint32_t exit = new_state();
         for (const Utf8Seq& s : seqs) {
           std::uint32_t cur = entry;
@@ -430,10 +483,7 @@ class Builder {
         std::vector<std::uint32_t> at(e.graph_states);
         at[0] = fresh_from(entry);
         for (std::uint32_t i = 1; i < e.graph_states; ++i) at[i] = new_state();
-        for (const GraphEdge& edge : e.edges) {
-          const std::uint32_t end = emit(e.children[edge.label], fresh_from(at[edge.from]), depth + 1);
-          states[end].eps.push_back(at[edge.to]);
-        }
+        for (const GraphEdge& edge : e.edges) emit_into(e.children[edge.label], at[edge.from], at[edge.to], depth + 1);
         const std::uint32_t exit = new_state();
         for (std::uint32_t a : e.accepting) states[at[a]].eps.push_back(exit);
         return exit;
@@ -450,6 +500,10 @@ class Builder {
   static constexpr std::uint64_t kNotInlined = ~std::uint64_t{0};
   std::vector<std::uint64_t> inline_size_;  // per rule: its states when inlined, or kNotInlined
   std::vector<ExprId> shared_body_;      // per shared rule (numbered after the grammar's)
+  // emit_into's shared parts, keyed by their exit (states of the rule being built: exits are never
+  // shared between rules).
+  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> suffix_states_;
+  std::unordered_map<std::uint64_t, std::uint32_t> fragments_;
 };
 
 void byte_set_add_range(ByteSet& s, unsigned lo, unsigned hi) {

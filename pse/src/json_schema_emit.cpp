@@ -536,8 +536,9 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
     }
     other = pattern_members(order, pattern_dfa, member_schemas, patterns[0].pointer, d, depth);
   } else if (additional_allowed) {
+    const std::string& at = c.object_shapes.empty() ? c.properties_count_pointer : c.object_shapes[0].pointer;
     ExprId key = names_expr ? *names_expr
-                            : g_.add_sequence({g_.add_bytes("\""), order.empty() ? g_.add_repeat(json_char(), 0, kUnbounded) : string_body_excluding(order), g_.add_bytes("\"")});
+                            : g_.add_sequence({g_.add_bytes("\""), order.empty() ? g_.add_repeat(json_char(), 0, kUnbounded) : string_body_excluding(order, at, "properties"), g_.add_bytes("\"")});
     other = g_.add_sequence({key, colon(), value_expr(additional, d + 1, depth + 1)});
   }
   const std::uint32_t min_p = c.min_properties;

@@ -226,7 +226,8 @@ class Converter {
   bool string_satisfies(const std::string& value, const Constraints& c);  // string_dfa(c) accepts value
   ExprId json_char();                                           // one code point of a JSON string body
   ExprId string_literal(const std::string& utf8);               // "..." with JSON escapes
-  ExprId string_body_excluding(const std::vector<std::string>& excluded);  // body != each of them
+  ExprId string_body_excluding(const std::vector<std::string>& excluded, const std::string& pointer,
+                               const std::string& keyword);  // body != each of them
   ExprId format_expr(const std::string& format, const std::string& pointer);  // the body of a format
   ExprId pattern_expr(const std::string& pattern, const std::string& pointer);
   // add_regex into `scratch`; a regex the front-end refuses is a SchemaError at pointer / keyword.

@@ -81,7 +81,7 @@ std::vector<std::uint32_t> decode(const std::string& s) {
 
 // The JSON encodings of any one code point in `ranges` (scalar values). The escapes part depends only
 // on which of the few escapable code points the ranges hold, so it is built once per such set and the
-// same expression is reused (the automaton then keeps one copy of it, see automaton.cpp).
+// same expression is reused.
 static ExprId encode_ranges(Grammar& g, std::map<std::string, ExprId>& cache, const std::vector<CharRange>& ranges) {
   std::vector<CharRange> raw;
   for (const auto& r : ranges) {
@@ -118,25 +118,27 @@ static ExprId encode_ranges(Grammar& g, std::map<std::string, ExprId>& cache, co
                               : g.add_char_class({{static_cast<std::uint32_t>(upper), static_cast<std::uint32_t>(upper)},
                                                   {static_cast<std::uint32_t>(lower), static_cast<std::uint32_t>(lower)}});
       };
-      std::vector<ExprId> esc;
-      // \u00XX: a whole block of 16 control characters as one hex class, the others one by one.
-      std::vector<std::uint32_t> single;
-      for (std::uint32_t block : {0x00u, 0x10u}) {
-        const bool whole = std::count_if(escaped.begin(), escaped.end(),
-                                         [&](std::uint32_t cp) { return cp >= block && cp < block + 16; }) == 16;
-        if (whole) {
-          esc.push_back(g.add_sequence({g.add_bytes(fmt::format("\\u00{:x}", block >> 4)),
-                                        g.add_char_class({{'0', '9'}, {'A', 'F'}, {'a', 'f'}})}));
-        }
-        for (std::uint32_t cp : escaped)
-          if (!whole && cp >= block && cp < block + 16) single.push_back(cp);
+      // One expression shaped as a trie ("\\" then a short escape letter or "u00", a high nibble and its
+      // low nibbles): spelled as one alternative per escape, every use would cost some seventy automaton
+      // states instead of about ten.
+      std::vector<CharRange> letters;
+      std::map<unsigned, std::vector<CharRange>> low_digits;  // by high nibble
+      auto add_digit = [](std::vector<CharRange>& to, unsigned v) {
+        to.push_back({static_cast<std::uint32_t>("0123456789abcdef"[v]), static_cast<std::uint32_t>("0123456789abcdef"[v])});
+        to.push_back({static_cast<std::uint32_t>("0123456789ABCDEF"[v]), static_cast<std::uint32_t>("0123456789ABCDEF"[v])});
+      };
+      for (std::uint32_t cp : escaped) {
+        if (const char* e = short_escape(cp)) letters.push_back({static_cast<unsigned char>(e[1]), static_cast<unsigned char>(e[1])});
+        add_digit(low_digits[cp >> 4], cp & 0xF);
       }
-      for (std::uint32_t cp : escaped)
-        if (cp >= 0x20) single.push_back(cp);
-      for (std::uint32_t cp : escaped)
-        if (const char* e = short_escape(cp)) esc.push_back(g.add_bytes(e));
-      for (std::uint32_t cp : single) esc.push_back(g.add_sequence({g.add_bytes("\\u00"), hex(cp >> 4), hex(cp & 0xF)}));
-      it = cache.emplace(key, esc.size() == 1 ? esc[0] : g.add_choice(esc)).first;
+      std::vector<ExprId> after_u;
+      for (auto& [high, lows] : low_digits) after_u.push_back(g.add_sequence({hex(high), g.add_char_class(std::move(lows))}));
+      std::vector<ExprId> after_backslash;
+      if (!letters.empty()) after_backslash.push_back(g.add_char_class(std::move(letters)));
+      after_backslash.push_back(g.add_sequence({g.add_bytes("u00"), after_u.size() == 1 ? after_u[0] : g.add_choice(after_u)}));
+      const ExprId esc = g.add_sequence(
+          {g.add_bytes("\\"), after_backslash.size() == 1 ? after_backslash[0] : g.add_choice(after_backslash)});
+      it = cache.emplace(key, esc).first;
     }
     alts.push_back(it->second);
   }
@@ -181,45 +183,19 @@ ExprId Converter::string_literal(const std::string& text) {
   return g_.add_sequence(parts);
 }
 
-// Bodies (without quotes) of strings that differ from every string of `excluded`: a trie, where leaving
-// the trie (a character that no excluded string continues with) frees the rest.
-ExprId Converter::string_body_excluding(const std::vector<std::string>& excluded) {
-  struct TrieNode {
-    bool terminal = false;
-    std::map<std::uint32_t, std::size_t> next;
-  };
-  std::vector<TrieNode> trie(1);
-  for (const auto& s : excluded) {
-    std::size_t at = 0;
-    for (std::uint32_t cp : decode(s)) {
-      auto it = trie[at].next.find(cp);
-      if (it == trie[at].next.end()) {
-        trie.push_back({});
-        trie[at].next[cp] = trie.size() - 1;
-        at = trie.size() - 1;
-      } else {
-        at = it->second;
-      }
-    }
-    trie[at].terminal = true;
-  }
-  ExprId rest = g_.add_repeat(json_char(), 0, kUnbounded);
-  // Build bottom-up (children have larger indices).
-  std::vector<ExprId> expr(trie.size());
-  for (std::size_t i = trie.size(); i-- > 0;) {
-    std::vector<ExprId> alts;
-    if (!trie[i].terminal) alts.push_back(g_.add_empty());
-    std::vector<CharRange> taken;
-    for (const auto& [cp, j] : trie[i].next) {
-      alts.push_back(g_.add_sequence({encode_ranges(g_, cache_, {{cp, cp}}), expr[j]}));
-      taken.push_back({cp, cp});
-    }
-    // Any other character, raw or escaped, then anything. \u escapes of ordinary characters are not
-    // offered here (they could spell an excluded string).
-    alts.push_back(g_.add_sequence({encode_ranges(g_, cache_, detail::scalar_ranges(taken, true)), rest}));
-    expr[i] = g_.add_choice(alts);
-  }
-  return expr[0];
+// Bodies (without quotes) of strings that differ from every string of `excluded`: the trie of the
+// excluded strings as a graph, where leaving the trie (a character that no excluded string continues with)
+// leads to one shared state that reads any string. Spelled as nested choices instead, the rest of the
+// string would be copied at every trie node (thousands of automaton states for a dozen keys).
+ExprId Converter::string_body_excluding(const std::vector<std::string>& excluded, const std::string& pointer,
+                                        const std::string& keyword) {
+  constexpr std::size_t kMaxStates = 1 << 16;
+  auto dfa = detail::dfa_excluding(excluded, kMaxStates);
+  if (!dfa) fail(pointer, keyword, fmt::format("the {} excluded strings need more than {} automaton states", excluded.size(), kMaxStates));
+  const std::vector<CharRange> every = detail::scalar_ranges({}, true);
+  // Off the trie every character may be escaped; on it, \u escapes of ordinary characters are not offered
+  // (they could spell an excluded string).
+  return detail::dfa_to_expr(*dfa, g_, [&](const std::vector<CharRange>& r) { return r == every ? json_char() : json_chars(r); });
 }
 
 ExprId Converter::copy_regex_as_string_body(const Grammar& scratch, ExprId root,
@@ -464,7 +440,7 @@ ExprId Converter::emit_string(const Constraints& c) {
   } else if (!formats.empty()) {
     body = format_expr(formats[0].first, formats[0].second);
   } else if (!excluded.empty()) {
-    body = string_body_excluding(excluded);
+    body = string_body_excluding(excluded, c.values_pointer, "not");
   } else {
     body = g_.add_repeat(json_char(), c.min_length, c.max_length);
   }

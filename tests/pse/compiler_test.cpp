@@ -79,6 +79,43 @@ TEST(Compiler, SmallRulesAreInlined) {
   });
 }
 
+// Graph edges into one state share what they read last: the continuation bytes of their character
+// classes and a label met again (the escapes of a JSON string after every node of a trie of keys). The
+// language stays the same: the masks equal brute force along random walks.
+TEST(Compiler, GraphEdgesIntoOneStateShareTheirStates) {
+  G g;
+  RuleId root = g.rule("root");
+  const ExprId escapes = g.seq({g.lit("\\"), g.alt({g.cls({{'n', 'n'}, {'"', '"'}}), g.seq({g.lit("u00"), g.cls('0', '1')})})});
+  // A trie of the words "ab" and "ax" ... over 12 letters: from node i, letter i goes on, any other
+  // character (a different class per node, multi-byte ones included) or an escape goes to the free state.
+  constexpr std::uint32_t kNodes = 12;
+  const std::uint32_t free = kNodes;
+  std::vector<GraphEdge> edges;
+  std::vector<ExprId> labels;
+  for (std::uint32_t i = 0; i < kNodes; ++i) {
+    const std::uint32_t letter = 'a' + i;
+    labels.push_back(g.cls(letter, letter));
+    edges.push_back({i, i + 1 < kNodes ? i + 1 : free, static_cast<std::uint32_t>(labels.size() - 1)});
+    labels.push_back(g.alt({g.cls({{letter, letter}, {'"', '"'}, {'\\', '\\'}, {0, 0x1F}}, /*negated=*/true), escapes}));
+    edges.push_back({i, free, static_cast<std::uint32_t>(labels.size() - 1)});
+  }
+  labels.push_back(g.alt({g.cls({{'"', '"'}, {'\\', '\\'}, {0, 0x1F}}, /*negated=*/true), escapes}));
+  edges.push_back({free, free, static_cast<std::uint32_t>(labels.size() - 1)});
+  const ExprId trie = g.g.add_graph(kNodes + 1, edges, {free}, labels);
+  g.define(root, g.seq({g.lit("\""), trie, g.lit("\"")}));
+  const Grammar grammar = g.done(root);
+  const detail::Automaton a = detail::build_automaton(grammar, detail::AutomatonLimits{});
+  // Copied per edge, each "any other character" label would take over 20 states (its UTF-8 ranges and
+  // the escapes); shared, each edge adds a state or two.
+  EXPECT_LT(a.n_states(), 4 * (kNodes + 1)) << a.n_states();
+  const CompiledGrammar cg = compile_grammar(grammar, small_vocabulary());
+  Matcher m(cg);
+  EXPECT_TRUE(m.accept_bytes("\"abx\\n\xCE\xB1\"") && m.can_stop());
+  random_walk(cg, 300, 7, [&](Matcher& walk, const std::string& text) {
+    EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
+  });
+}
+
 // Tables past the eager time budget are built on first use: compile() succeeds, the masks are the same.
 TEST(Compiler, TablesPastTheEagerBudgetAreBuiltOnFirstUse) {
   const Grammar g = json_schema_to_grammar(std::string_view(R"({"type":"object","properties":{"s":{"type":"string","maxLength":20},"n":{"type":"integer"}}})"));
