@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <span>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -358,37 +359,61 @@ class Builder {
     return seqs;
   }
 
-  // The state that reads bytes k.. of `seq` and then is at `exit`, one per such suffix and exit: the
-  // continuation bytes of every character class that leads to the same state are read by the same states.
-  std::uint32_t suffix_state(const Utf8Seq& seq, int k, std::uint32_t exit) {
-    if (k == seq.n) return exit;
-    std::vector<std::uint32_t> key{exit};
-    for (int i = k; i < seq.n; ++i) key.push_back(std::uint32_t{seq.lo[i]} << 8 | seq.hi[i]);
-    auto it = suffix_states_.find(key);
-    if (it != suffix_states_.end()) return it->second;
-    const std::uint32_t next = suffix_state(seq, k + 1, exit);
+  // The state that reads the byte ranges [k, n) of `ranges` and then is at `exit`, one per such suffix
+  // (up to kMaxSharedSuffix ranges long) and exit: the continuation bytes of every character class, and
+  // the ends of literals, that lead to the same state are read by the same states.
+  static constexpr std::size_t kMaxSharedSuffix = 8;
+  std::uint32_t suffix_state(std::span<const std::pair<std::uint8_t, std::uint8_t>> ranges, std::size_t k,
+                             std::uint32_t exit) {
+    if (k == ranges.size()) return exit;
+    const bool shared = ranges.size() - k <= kMaxSharedSuffix;
+    std::vector<std::uint32_t> key;
+    if (shared) {
+      key.push_back(exit);
+      for (std::size_t i = k; i < ranges.size(); ++i) key.push_back(std::uint32_t{ranges[i].first} << 8 | ranges[i].second);
+      if (auto it = suffix_states_.find(key); it != suffix_states_.end()) return it->second;
+    }
+    const std::uint32_t next = suffix_state(ranges, k + 1, exit);
     const std::uint32_t s = new_state();
-    states[s].bytes.push_back({seq.lo[k], seq.hi[k], next});
-    suffix_states_.emplace(std::move(key), s);
+    states[s].bytes.push_back({ranges[k].first, ranges[k].second, next});
+    if (shared) suffix_states_.emplace(std::move(key), s);
     return s;
   }
 
-  // Emits `id` from `entry` to the existing state `exit` (the edges of a graph, whose targets are known):
-  // a character class's continuation bytes are shared with every class that leads to `exit`, and a
-  // label met again on the way to the same `exit` (a JSON string's escapes after each state of a trie of
-  // keys) reuses its first copy. A fragment is entered only through its own fresh start, so sharing it
-  // between entries keeps the language.
-  void emit_into(ExprId id, std::uint32_t entry, std::uint32_t exit, std::size_t depth) {
+  // Emits `id` from `entry` to the existing state `exit` (the edges of a graph, the alternatives of a
+  // choice): the last bytes of character classes and literals are shared with every other that leads to
+  // `exit`, and a sub-expression met again on the way to the same `exit` (a JSON string's escapes after
+  // each state of a trie of keys) reuses its first copy. A copy is entered only through its own fresh
+  // start, so sharing it between entries keeps the language. `inline_shared`: `id` is emitted here even
+  // when it is a shared rule's body (the rule itself is being built).
+  void emit_into(ExprId id, std::uint32_t entry, std::uint32_t exit, std::size_t depth, bool inline_shared = false) {
+    if (depth > limits_.max_expr_depth) {
+      throw LimitError(fmt::format("[compile] rule '{}': expressions nested deeper than {}",
+                                   rule_name(rule_), limits_.max_expr_depth));
+    }
     const Expr& e = g_.expr(id);
-    if (e.kind == ExprKind::kEmpty) {
+    const bool here = inline_shared || promoted_[id] == kNotShared;
+    std::vector<std::pair<std::uint8_t, std::uint8_t>> ranges;
+    if (here && e.kind == ExprKind::kEmpty) {
       states[entry].eps.push_back(exit);
       return;
     }
-    if (e.kind == ExprKind::kCharClass && promoted_[id] == kNotShared) {
-      for (const Utf8Seq& seq : utf8_seqs(e)) states[entry].bytes.push_back({seq.lo[0], seq.hi[0], suffix_state(seq, 1, exit)});
+    if (here && e.kind == ExprKind::kCharClass) {
+      for (const Utf8Seq& seq : utf8_seqs(e)) {
+        ranges.clear();
+        for (int i = 0; i < seq.n; ++i) ranges.emplace_back(seq.lo[i], seq.hi[i]);
+        const std::uint32_t next = suffix_state(ranges, 1, exit);  // may grow `states`: index after
+        states[entry].bytes.push_back({seq.lo[0], seq.hi[0], next});
+      }
       return;
     }
-    if (e.kind == ExprKind::kChoice && promoted_[id] == kNotShared) {
+    if (here && e.kind == ExprKind::kBytes) {
+      for (unsigned char c : e.bytes) ranges.emplace_back(c, c);
+      const std::uint32_t next = suffix_state(ranges, 1, exit);
+      states[entry].bytes.push_back({ranges[0].first, ranges[0].second, next});
+      return;
+    }
+    if (here && e.kind == ExprKind::kChoice) {
       for (ExprId c : e.children) emit_into(c, entry, exit, depth + 1);
       return;
     }
@@ -396,7 +421,7 @@ class Builder {
     auto it = fragments_.find(key);
     if (it == fragments_.end()) {
       const std::uint32_t start = new_state();
-      const std::uint32_t end = emit(id, start, depth + 1);
+      const std::uint32_t end = emit(id, start, depth + 1, inline_shared);
       states[end].eps.push_back(exit);
       it = fragments_.emplace(key, start).first;
     }
@@ -427,17 +452,8 @@ class Builder {
         return cur;
       }
       case ExprKind::kCharClass: {
-        const std::vector<Utf8Seq> seqs = utf8_seqs(e);
-        std::uint32_t exit = new_state();
-        for (const Utf8Seq& s : seqs) {
-          std::uint32_t cur = entry;
-          for (int i = 0; i + 1 < s.n; ++i) {
-            std::uint32_t next = new_state();
-            states[cur].bytes.push_back({s.lo[i], s.hi[i], next});
-            cur = next;
-          }
-          states[cur].bytes.push_back({s.lo[s.n - 1], s.hi[s.n - 1], exit});
-        }
+        const std::uint32_t exit = new_state();
+        emit_into(id, entry, exit, depth, /*inline_shared=*/true);
         return exit;
       }
       case ExprKind::kSequence: {
@@ -446,11 +462,8 @@ class Builder {
         return cur;
       }
       case ExprKind::kChoice: {
-        std::uint32_t exit = new_state();
-        for (ExprId c : e.children) {
-          std::uint32_t end = emit(c, fresh_from(entry), depth + 1);
-          states[end].eps.push_back(exit);
-        }
+        const std::uint32_t exit = new_state();
+        emit_into(id, entry, exit, depth, /*inline_shared=*/true);
         return exit;
       }
       case ExprKind::kRepeat: {
