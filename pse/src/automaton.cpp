@@ -394,7 +394,7 @@ class Builder {
     const Expr& e = g_.expr(id);
     const bool here = inline_shared || promoted_[id] == kNotShared;
     std::vector<std::pair<std::uint8_t, std::uint8_t>> ranges;
-    if (here && e.kind == ExprKind::kEmpty) {
+    if (here && (e.kind == ExprKind::kEmpty || (e.kind == ExprKind::kBytes && e.bytes.empty()))) {
       states[entry].eps.push_back(exit);
       return;
     }

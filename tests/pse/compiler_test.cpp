@@ -116,6 +116,28 @@ TEST(Compiler, GraphEdgesIntoOneStateShareTheirStates) {
   });
 }
 
+// Alternatives that end in the same bytes share them, empty literals included (a choice with "" among its
+// alternatives, as GBNF and the JSON Schema converter write optional parts).
+TEST(Compiler, ChoicesShareTheirEndingsWithEmptyLiterals) {
+  G g;
+  RuleId root = g.rule("root");
+  g.define(root, g.seq({g.alt({g.lit(""), g.lit("ab"), g.lit("cb"), g.seq({g.cls('x', 'z'), g.lit("b")}),
+                               g.cls({{0x3B1, 0x3B9}, {0x4E00, 0x4E10}})}),
+                        g.lit("!")}));
+  const CompiledGrammar cg = compile_grammar(g.done(root), small_vocabulary());
+  for (const char* ok : {"!", "ab!", "cb!", "yb!", "\xCE\xB1!", "\xE4\xB8\x80!"}) {
+    Matcher m(cg);
+    EXPECT_TRUE(m.accept_bytes(ok) && m.can_stop()) << ok;
+  }
+  for (const char* bad : {"b!", "a!", "xab!", "\xCF\x89!", "ab"}) {
+    Matcher m(cg);
+    EXPECT_FALSE(m.accept_bytes(bad) && m.can_stop()) << bad;
+  }
+  random_walk(cg, 100, 3, [&](Matcher& walk, const std::string& text) {
+    EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
+  });
+}
+
 // Tables past the eager time budget are built on first use: compile() succeeds, the masks are the same.
 TEST(Compiler, TablesPastTheEagerBudgetAreBuiltOnFirstUse) {
   const Grammar g = json_schema_to_grammar(std::string_view(R"({"type":"object","properties":{"s":{"type":"string","maxLength":20},"n":{"type":"integer"}}})"));
