@@ -122,6 +122,75 @@ class FollowCheck {
   std::array<Walk, 8> walks_;
 };
 
+// Whether every caller context reads the rest of a token (after the rule's end) inside its own rule, each
+// walked alone: the real caller is one of them, so the token is then accepted whatever the stack holds
+// above it, instead of being left uncertain (after `int ` in c.gbnf, the 44,000 tokens like " foo" whose
+// rest is an identifier in every caller of `dataType`). Off (false) for no contexts, too many, or the root
+// (nothing calls its outermost instance). One walk per context, each resuming from the common prefix with
+// the rest it walked before.
+template <class Cursor>
+class EveryContextReads {
+ public:
+  static constexpr std::size_t kMaxContexts = 16;
+
+  template <class MakeCursor>
+  EveryContextReads(std::span<const std::uint32_t> contexts, bool enabled, MakeCursor make) {
+    if (!enabled || contexts.empty() || contexts.size() > kMaxContexts) return;
+    walks_.resize(contexts.size());
+    for (std::size_t i = 0; i < contexts.size(); ++i) {
+      walks_[i].cursor = make();
+      walks_[i].context = contexts[i];
+    }
+  }
+
+  bool all(std::string_view rest) {
+    if (walks_.empty() || rest.empty()) return false;
+    for (Walk& w : walks_) {
+      if (!w.reads(rest)) return false;
+    }
+    return true;
+  }
+
+ private:
+  struct Walk {
+    Cursor cursor{nullptr};
+    std::uint32_t context = 0;
+    bool started = false, have_prev = false;
+    std::string_view prev;
+    std::size_t prev_dead = SIZE_MAX;  // where the previous rest died; SIZE_MAX: read whole
+
+    bool reads(std::string_view rest) {
+      if (!started) {
+        cursor.reset_detached({&context, 1});
+        started = true;
+      }
+      std::size_t l = 0;
+      if (have_prev) {
+        const std::size_t n = std::min(prev.size(), rest.size());
+        while (l < n && prev[l] == rest[l]) ++l;
+        if (prev_dead != SIZE_MAX && prev_dead < l) {  // dies inside the common prefix too
+          prev = rest;
+          return false;
+        }
+      }
+      const std::size_t depth = std::min(l, cursor.n_sets() - 2);
+      cursor.truncate(depth + 2);
+      std::size_t dead = SIZE_MAX;
+      for (std::size_t i = depth; i < rest.size(); ++i) {
+        if (!cursor.push(static_cast<std::uint8_t>(rest[i]))) {
+          dead = i;
+          break;
+        }
+      }
+      have_prev = true;
+      prev = rest;
+      prev_dead = dead;
+      return dead == SIZE_MAX;
+    }
+  };
+  std::vector<Walk> walks_;
+};
+
 // The walks below run on either cursor: a DfaCursor (memoized steps) or, when the stack automaton
 // overflows its bounds, the Earley Chart. Both answer the same questions identically.
 // Groups of at least this many tokens (by first byte) are kept for reuse by other tables.
@@ -142,6 +211,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   const ByteSet first = first_bytes(a, chart);
   static const std::vector<std::uint32_t> kNoContexts;  // an empty context list skips the check
   FollowCheck<Cursor> follow_check(filter == FollowFilter::kFull ? a.rule_contexts[rule] : kNoContexts, make);
+  EveryContextReads<Cursor> every_context(a.rule_contexts[rule], filter == FollowFilter::kFull && rule != a.root, make);
 
   // Accepted ids, gathered in walk order; a bitset or a sorted list at the end (most tables accept a
   // few tokens: no 16 KiB bitset to clear and scan for them).
@@ -161,17 +231,25 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   // the prefix, so it survives truncation to a shorter prefix).
   std::vector<std::uint32_t> ends;
   std::size_t n_checked = 0;
-  // Records p as uncertain, with its end depths, when the rest after some end may continue in a caller.
+  // Records p as uncertain, with its end depths, when the rest after some end may continue in a caller;
+  // sets `accepted` instead when every caller reads the rest after one of the ends.
   // Returns whether some end is followed by a byte that may follow the rule: when none is, neither is
   // it in any token with the same bytes up to died_at (the ends and the bytes after them are the same).
-  auto uncertain = [&](std::uint32_t p, std::string_view tok, std::size_t died_at) {
+  auto uncertain = [&](std::uint32_t p, std::string_view tok, std::size_t died_at, bool& accepted) {
     const std::size_t before = table.end_depths.size();
     bool some_follow_byte = false;
+    accepted = false;
     for (std::uint32_t j : ends) {
       if (j > died_at || j >= tok.size()) break;
       if (!byte_set_has(follow, static_cast<unsigned char>(tok[j]))) continue;
       some_follow_byte = true;
-      if (follow_check.viable(tok.substr(j), j)) table.end_depths.push_back(j);
+      if (!follow_check.viable(tok.substr(j), j)) continue;
+      if (every_context.all(tok.substr(j))) {
+        table.end_depths.resize(before);
+        accepted = true;
+        return true;
+      }
+      table.end_depths.push_back(j);
     }
     if (table.end_depths.size() != before) {
       table.end_begin.push_back(static_cast<std::uint32_t>(before));
@@ -289,7 +367,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       last = tok;
       if (depth_dead != SIZE_MAX && l > depth_dead) {
         // Same bytes up to the one that failed: same chart, but the suffixes after an end differ.
-        uncertain(p, tok, depth_dead);
+        bool accepted = false;
+        uncertain(p, tok, depth_dead, accepted);
+        if (accepted) accept(id);
         continue;
       }
       const std::size_t depth = std::min(l, chart.n_sets() - 2);
@@ -305,10 +385,15 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
       if (depth_dead == SIZE_MAX) {
         accept(id);
-      } else if (ends.empty() || !uncertain(p, tok, depth_dead)) {
-        // No end before the failing byte, or none followed by a byte that may follow the rule: every
-        // token under this prefix is rejected; skip them all.
-        p = vocab.subtree_end(p, depth_dead) - 1;
+      } else {
+        bool accepted = false;
+        if (ends.empty() || !uncertain(p, tok, depth_dead, accepted)) {
+          // No end before the failing byte, or none followed by a byte that may follow the rule: every
+          // token under this prefix is rejected; skip them all.
+          p = vocab.subtree_end(p, depth_dead) - 1;
+        } else if (accepted) {
+          accept(id);
+        }
       }
     }
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
@@ -421,22 +506,40 @@ void apply_follow_filter_with(const Automaton& a, const Vocabulary& vocab, std::
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
   FollowCheck<Cursor> follow_check(a.rule_contexts[rule], make);
+  EveryContextReads<Cursor> every_context(a.rule_contexts[rule], rule != a.root, make);
   TokenTable out;
+  std::vector<TokenId> accepted;  // uncertain tokens that every caller reads on
   for (std::size_t k = 0; k < table.uncertain.size(); ++k) {
     const std::uint32_t p = table.uncertain[k];
     const std::string_view tok = vocab.sorted_token(p);
     const std::size_t before = out.end_depths.size();
-    for (std::uint32_t e = table.end_begin[k]; e < table.end_begin[k + 1]; ++e) {
+    bool accept = false;
+    for (std::uint32_t e = table.end_begin[k]; e < table.end_begin[k + 1] && !accept; ++e) {
       const std::uint32_t j = table.end_depths[e];
       if (byte_set_has(follow, static_cast<unsigned char>(tok[j])) && follow_check.viable(tok.substr(j), j)) {
+        accept = every_context.all(tok.substr(j));
         out.end_depths.push_back(j);
       }
+    }
+    if (accept) {
+      out.end_depths.resize(before);
+      accepted.push_back(vocab.text_tokens()[p]);
+      continue;
     }
     if (out.end_depths.size() == before) continue;
     out.end_begin.push_back(static_cast<std::uint32_t>(before));
     out.uncertain.push_back(p);
   }
   out.end_begin.push_back(static_cast<std::uint32_t>(out.end_depths.size()));
+  if (!accepted.empty()) {
+    if (!table.accepted_bits.empty()) {
+      for (const TokenId id : accepted) table.accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    } else {
+      accepted.insert(accepted.end(), table.accepted_list.begin(), table.accepted_list.end());
+      table.accepted_list.clear();
+      set_accepted(accepted, vocab.n_mask_words(), table.accepted_bits, table.accepted_list);
+    }
+  }
   table.uncertain = std::move(out.uncertain);
   table.end_begin = std::move(out.end_begin);
   table.end_depths = std::move(out.end_depths);

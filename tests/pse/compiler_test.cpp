@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "automaton.h"
+#include "compiled_grammar_impl.h"
 #include "engine_test_util.h"
 #include "pse/json_schema.h"
 
@@ -136,6 +137,50 @@ TEST(Compiler, ChoicesShareTheirEndingsWithEmptyLiterals) {
   random_walk(cg, 100, 3, [&](Matcher& walk, const std::string& text) {
     EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
   });
+}
+
+// A token that leaves a rule part-way is accepted outright when every caller reads its rest inside its own
+// rule (the real caller is one of them); while one caller reads it differently, it stays uncertain.
+TEST(Compiler, TokensEveryCallerReadsOnAreAcceptedInTheTable) {
+  auto build = [](bool third_caller) {
+    G g;
+    RuleId root = g.rule("root"), decl = g.rule("decl"), type = g.rule("type");
+    // `type` is large enough to be called, not inlined; it ends after one or more spaces.
+    g.define(type, g.seq({g.alt({g.lit("int"), g.lit("char"), g.lit("unsigned"), g.lit("double"), g.lit("struct")}),
+                          g.plus(g.lit(" "))}));
+    const ExprId name = g.plus(g.cls('a', 'z'));
+    std::vector<ExprId> shapes = {g.seq({g.ref(type), name, g.lit(";")}), g.seq({g.lit("("), g.ref(type), name, g.lit(")")})};
+    if (third_caller) shapes.push_back(g.seq({g.lit("["), g.ref(type), g.lit("]")}));  // no name after it
+    g.define(decl, g.alt(shapes));
+    g.define(root, g.plus(g.ref(decl)));
+    return compile_grammar(g.done(root), small_vocabulary());
+  };
+  const CompiledGrammar two = build(false), three = build(true);
+  // Tokens like " a" after "int": the space ends `type`, the letter is a name in both callers of the first
+  // grammar (accepted in the table); the third caller of the second reads "]" there (left uncertain).
+  auto space_letter_uncertain = [](const CompiledGrammar& cg) {
+    std::size_t n = 0;
+    for (const detail::TokenTable& t : cg.impl()->tables) {
+      for (std::uint32_t p : t.uncertain) {
+        const std::string_view tok = cg.vocabulary().sorted_token(p);
+        n += tok.size() == 2 && tok[0] == ' ' && tok[1] >= 'a' && tok[1] <= 'z';
+      }
+    }
+    return n;
+  };
+  EXPECT_TRUE(two.stats().precomputed);
+  EXPECT_EQ(space_letter_uncertain(two), 0u);
+  EXPECT_GT(space_letter_uncertain(three), 0u);
+  for (const CompiledGrammar* cg : {&two, &three}) {
+    Matcher m(*cg);
+    EXPECT_TRUE(m.accept_bytes("int ab;(char  x)") && m.can_stop());
+    random_walk(*cg, 200, 5, [&](Matcher& walk, const std::string& text) {
+      EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
+    });
+  }
+  Matcher m(three);
+  EXPECT_TRUE(m.accept_bytes("[unsigned  ]") && m.can_stop());
+  EXPECT_FALSE(m.accept_bytes("[int a]"));
 }
 
 // Tables past the eager time budget are built on first use: compile() succeeds, the masks are the same.
