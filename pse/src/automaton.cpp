@@ -361,23 +361,29 @@ class Builder {
 
   // The state that reads the byte ranges [k, n) of `ranges` and then is at `exit`, one per such suffix
   // (up to kMaxSharedSuffix ranges long) and exit: the continuation bytes of every character class, and
-  // the ends of literals, that lead to the same state are read by the same states.
+  // the ends of literals, that lead to the same state are read by the same states. Built from the end,
+  // without recursion (a literal may be megabytes long).
   static constexpr std::size_t kMaxSharedSuffix = 8;
   std::uint32_t suffix_state(std::span<const std::pair<std::uint8_t, std::uint8_t>> ranges, std::size_t k,
                              std::uint32_t exit) {
-    if (k == ranges.size()) return exit;
-    const bool shared = ranges.size() - k <= kMaxSharedSuffix;
+    std::uint32_t next = exit;
     std::vector<std::uint32_t> key;
-    if (shared) {
-      key.push_back(exit);
-      for (std::size_t i = k; i < ranges.size(); ++i) key.push_back(std::uint32_t{ranges[i].first} << 8 | ranges[i].second);
-      if (auto it = suffix_states_.find(key); it != suffix_states_.end()) return it->second;
+    for (std::size_t i = ranges.size(); i-- > k;) {
+      const bool shared = ranges.size() - i <= kMaxSharedSuffix;
+      if (shared) {
+        key.assign(1, exit);
+        for (std::size_t r = i; r < ranges.size(); ++r) key.push_back(std::uint32_t{ranges[r].first} << 8 | ranges[r].second);
+        if (auto it = suffix_states_.find(key); it != suffix_states_.end()) {
+          next = it->second;
+          continue;
+        }
+      }
+      const std::uint32_t s = new_state();
+      states[s].bytes.push_back({ranges[i].first, ranges[i].second, next});
+      if (shared) suffix_states_.emplace(key, s);
+      next = s;
     }
-    const std::uint32_t next = suffix_state(ranges, k + 1, exit);
-    const std::uint32_t s = new_state();
-    states[s].bytes.push_back({ranges[k].first, ranges[k].second, next});
-    if (shared) suffix_states_.emplace(std::move(key), s);
-    return s;
+    return next;
   }
 
   // Emits `id` from `entry` to the existing state `exit` (the edges of a graph, the alternatives of a

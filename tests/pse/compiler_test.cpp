@@ -183,6 +183,20 @@ TEST(Compiler, TokensEveryCallerReadsOnAreAcceptedInTheTable) {
   EXPECT_FALSE(m.accept_bytes("[int a]"));
 }
 
+// A long literal among a choice's alternatives is built without recursion per byte (it would overflow the
+// stack): 300,000 bytes, one state each.
+TEST(Compiler, LongLiteralInAChoiceBuilds) {
+  G g;
+  RuleId root = g.rule("root");
+  std::string text;
+  for (int i = 0; i < 150'000; ++i) text += "ab";
+  g.define(root, g.alt({g.lit(text), g.lit("x")}));
+  const Grammar grammar = g.done(root);
+  const detail::Automaton a = detail::build_automaton(grammar, detail::AutomatonLimits{});
+  EXPECT_GE(a.n_states(), text.size());
+  EXPECT_LT(a.n_states(), text.size() + 16);
+}
+
 // Tables past the eager time budget are built on first use: compile() succeeds, the masks are the same.
 TEST(Compiler, TablesPastTheEagerBudgetAreBuiltOnFirstUse) {
   const Grammar g = json_schema_to_grammar(std::string_view(R"({"type":"object","properties":{"s":{"type":"string","maxLength":20},"n":{"type":"integer"}}})"));
