@@ -189,9 +189,12 @@ ExprId Converter::string_literal(const std::string& text) {
 // string would be copied at every trie node (thousands of automaton states for a dozen keys).
 ExprId Converter::string_body_excluding(const std::vector<std::string>& excluded, const std::string& pointer,
                                         const std::string& keyword) {
-  constexpr std::size_t kMaxStates = 1 << 16;
-  auto dfa = detail::dfa_excluding(excluded, kMaxStates);
-  if (!dfa) fail(pointer, keyword, fmt::format("the {} excluded strings need more than {} automaton states", excluded.size(), kMaxStates));
+  // Bounded like the grammar itself: a trie node per distinct prefix of the excluded strings.
+  auto dfa = detail::dfa_excluding(excluded, options_.max_grammar_exprs);
+  if (!dfa) {
+    throw LimitError(fmt::format("[json_schema] {}/{}: the {} excluded strings need a trie of more than {} states",
+                                 pointer, keyword, excluded.size(), options_.max_grammar_exprs));
+  }
   const std::vector<CharRange> every = detail::scalar_ranges({}, true);
   // Off the trie every character may be escaped; on it, \u escapes of ordinary characters are not offered
   // (they could spell an excluded string).

@@ -391,6 +391,20 @@ TEST(JsonSchema, BoundsStopDeepInput) {
   JsonSchemaOptions small;
   small.max_expansion_work = 20000;
   EXPECT_THROW((void)json_schema_to_grammar(std::string_view(wide), small), LimitError);
+  // The trie of the keys another member may not take is bounded like the grammar: an error that names
+  // the object, not a silent cut.
+  std::string keys = R"({"type":"object","properties":{")" + std::string(300, 'k') + R"(":{"type":"integer"}}})";
+  JsonSchemaOptions tight;
+  tight.max_grammar_exprs = 200;
+  try {
+    (void)json_schema_to_grammar(std::string_view(keys), tight);
+    ADD_FAILURE() << "no LimitError";
+  } catch (const LimitError& e) {
+    EXPECT_NE(std::string(e.what()).find("[json_schema] /properties: the 1 excluded strings need a trie of more than 200 states"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW((void)json_schema_to_grammar(std::string_view(keys)));
   // A $ref cycle with no structure in between is a fixpoint, not an endless expansion.
   expect_language(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", {"1", "{}"}, {});
 }
