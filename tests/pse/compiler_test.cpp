@@ -75,9 +75,7 @@ TEST(Compiler, SmallRulesAreInlined) {
   const CompiledGrammar cg = compile_grammar(grammar, small_vocabulary());
   Matcher m(cg);
   EXPECT_TRUE(m.accept_bytes(" ( (x) ) = ab") && m.can_stop());
-  random_walk(cg, 200, 11, [&](Matcher& walk, const std::string& text) {
-    EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
-  });
+  expect_masks_are_brute_force(cg, 200, 11);
 }
 
 // Graph edges into one state share what they read last: the continuation bytes of their character
@@ -87,7 +85,7 @@ TEST(Compiler, GraphEdgesIntoOneStateShareTheirStates) {
   G g;
   RuleId root = g.rule("root");
   const ExprId escapes = g.seq({g.lit("\\"), g.alt({g.cls({{'n', 'n'}, {'"', '"'}}), g.seq({g.lit("u00"), g.cls('0', '1')})})});
-  // A trie of the words "ab" and "ax" ... over 12 letters: from node i, letter i goes on, any other
+  // A chain of 12 letters ("abcdefghijkl"), as a trie of one key: from node i, letter i goes on; any other
   // character (a different class per node, multi-byte ones included) or an escape goes to the free state.
   constexpr std::uint32_t kNodes = 12;
   const std::uint32_t free = kNodes;
@@ -112,9 +110,7 @@ TEST(Compiler, GraphEdgesIntoOneStateShareTheirStates) {
   const CompiledGrammar cg = compile_grammar(grammar, small_vocabulary());
   Matcher m(cg);
   EXPECT_TRUE(m.accept_bytes("\"abx\\n\xCE\xB1\"") && m.can_stop());
-  random_walk(cg, 300, 7, [&](Matcher& walk, const std::string& text) {
-    EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
-  });
+  expect_masks_are_brute_force(cg, 300, 7);
 }
 
 // Alternatives that end in the same bytes share them, empty literals included (a choice with "" among its
@@ -134,9 +130,7 @@ TEST(Compiler, ChoicesShareTheirEndingsWithEmptyLiterals) {
     Matcher m(cg);
     EXPECT_FALSE(m.accept_bytes(bad) && m.can_stop()) << bad;
   }
-  random_walk(cg, 100, 3, [&](Matcher& walk, const std::string& text) {
-    EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
-  });
+  expect_masks_are_brute_force(cg, 100, 3);
 }
 
 // A token that leaves a rule part-way is accepted outright when every caller reads its rest inside its own
@@ -174,9 +168,7 @@ TEST(Compiler, TokensEveryCallerReadsOnAreAcceptedInTheTable) {
   for (const CompiledGrammar* cg : {&two, &three}) {
     Matcher m(*cg);
     EXPECT_TRUE(m.accept_bytes("int ab;(char  x)") && m.can_stop());
-    random_walk(*cg, 200, 5, [&](Matcher& walk, const std::string& text) {
-      EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
-    });
+    expect_masks_are_brute_force(*cg, 200, 5);
   }
   Matcher m(three);
   EXPECT_TRUE(m.accept_bytes("[unsigned  ]") && m.can_stop());

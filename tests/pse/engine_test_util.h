@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "pse/compiler.h"
 #include "pse/grammar.h"
 #include "pse/matcher.h"
@@ -181,6 +183,13 @@ void random_walk(const CompiledGrammar& cg, std::size_t n_states, std::uint32_t 
     if (!m.accept_token(t)) throw std::logic_error("random_walk: an allowed token was rejected");
     text += v.token_bytes(t);
   }
+}
+
+// The fast mask equals the brute-force mask at n_states random reachable states.
+inline void expect_masks_are_brute_force(const CompiledGrammar& cg, std::size_t n_states, std::uint32_t seed) {
+  random_walk(cg, n_states, seed, [&](Matcher& walk, const std::string& text) {
+    EXPECT_EQ(fast_mask(walk), brute_force_mask(walk)) << text;
+  });
 }
 
 }  // namespace pse::testing
