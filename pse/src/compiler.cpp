@@ -69,12 +69,15 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   st.automaton_ms = ms_since(t0);
 
   // One table per class of states with the same future (up to the longest token), built from the
-  // class's first state.
+  // class's first state; one per state when classes are not computed.
   impl->scan_index.assign(a.n_states(), CompiledGrammar::Impl::kNoTable);
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
-  if (a.n_states() <= kMaxStatesToClassify) {
-    // Classes save table builds but are optional: past a quarter of the time left, go without them.
+  // Classes save table builds but cost a pass over the whole automaton: worth it when every table is
+  // built ahead; on first use, tables of states reaching the same configuration after a first byte
+  // already share their walks (StackDfa's group memo), and compile stays short.
+  if (options.precompute && a.n_states() <= kMaxStatesToClassify) {
+    // Optional: past a quarter of the time left, go without them.
     const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
     try {
       classes = detail::future_classes(a, impl->vocabulary->max_token_length(), 256, &classes_deadline);

@@ -16,7 +16,8 @@ std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
 }
 
 std::size_t StackDfa::memory_bytes() const {
-  std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + plain_loops_.capacity() + text_steps_.capacity() * 4;
+  std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + plain_loops_.capacity() + text_steps_.capacity() * 4 +
+                  ascii_loops_.capacity() * 16 + ascii_loops_known_.capacity();
   for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
   return n + group_bytes_;
 }
@@ -260,6 +261,40 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
   return target;
 }
 
+const std::array<std::uint64_t, 2>& StackDfa::ascii_loops(std::int32_t config) {
+  const auto c = static_cast<std::size_t>(config);
+  if (ascii_loops_known_.size() <= c) {
+    ascii_loops_known_.resize(n_configs(), 0);
+    ascii_loops_.resize(n_configs());
+  }
+  if (!ascii_loops_known_[c]) {
+    std::array<std::uint64_t, 2> loops{};
+    // One step per interval between the bounds of the configuration's byte edges.
+    std::vector<unsigned> cuts;
+    const std::vector<std::uint32_t>& flat = configs_[c];
+    for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
+      const std::uint32_t s = flat[i + flat[i]];
+      for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
+        if (a_.byte_edges[e].lo < 0x80) cuts.push_back(std::max(a_.byte_edges[e].lo, std::uint8_t{1}));
+        if (a_.byte_edges[e].hi < 0x7F) cuts.push_back(a_.byte_edges[e].hi + 1u);
+      }
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    cuts.push_back(0x80);
+    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+      if (step(config, static_cast<std::uint8_t>(cuts[k])) != config) continue;
+      for (unsigned b = cuts[k]; b < cuts[k + 1]; ++b) loops[b >> 6] |= std::uint64_t{1} << (b & 63);
+    }
+    // Steps may add configurations.
+    ascii_loops_known_.resize(std::max(ascii_loops_known_.size(), n_configs()), 0);
+    ascii_loops_.resize(ascii_loops_known_.size());
+    ascii_loops_[c] = loops;
+    ascii_loops_known_[c] = 1;
+  }
+  return ascii_loops_[c];
+}
+
 std::uint32_t StackDfa::follow_set_id(std::uint32_t rule) {
   if (follow_set_ids_.empty()) {
     std::map<ByteSet, std::uint32_t> ids;
@@ -277,6 +312,8 @@ void StackDfa::clear() {
   index_.clear();
   plain_loops_.clear();
   text_steps_.clear();
+  ascii_loops_.clear();
+  ascii_loops_known_.clear();
   groups_.clear();
   group_bytes_ = 0;
 }

@@ -10,6 +10,7 @@
 // instead (same results, slower).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -59,6 +60,9 @@ class StackDfa {
   // of string characters steps this way: a token of n text characters read from here ends n such steps
   // later. Memoized.
   std::int32_t text_step(std::int32_t config);
+  // The ASCII bytes other than NUL that lead from `config` back to itself (bit b of word b / 64): a
+  // token whose bytes are all among them is read whole from here. Memoized.
+  const std::array<std::uint64_t, 2>& ascii_loops(std::int32_t config);
   // How many text characters in a row, up to `limit`, step this way from `config`.
   std::size_t text_run(std::int32_t config, std::size_t limit) {
     std::size_t n = 0;
@@ -148,6 +152,8 @@ class StackDfa {
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
   std::vector<std::int8_t> plain_loops_;   // per configuration: -1 unknown, 0, 1
   std::vector<std::int32_t> text_steps_;  // per configuration: text_step, or kUnknown
+  std::vector<std::array<std::uint64_t, 2>> ascii_loops_;  // per configuration: ascii_loops
+  std::vector<std::uint8_t> ascii_loops_known_;
   // Calls fn(b) for one byte b of each interval of [lo, hi] between the bounds of the byte edges of the
   // configuration's states (the bytes of an interval step alike), until fn returns false; returns
   // whether it never did.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
@@ -196,6 +197,9 @@ class EveryContextReads {
 // Groups of at least this many tokens (by first byte) are kept for reuse by other tables.
 constexpr std::uint32_t kMinMemoGroup = 64;
 
+// A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
+constexpr int kMinLoopBytes = 16;
+
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                   const std::chrono::steady_clock::time_point* deadline, FollowFilter filter,
@@ -336,6 +340,40 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       record.whole = static_cast<std::int8_t>(whole_class);
     }
     std::string_view last;  // the last token walked in this group
+    // The depth of the last walked token's path at which it reached a configuration looping on every
+    // member of a token class (loop_from: that class's member_from) or on a set of ASCII bytes
+    // (loop_bytes), if it did: a token sharing that many bytes with it whose rest from there is of
+    // the class, or whose bytes are all in the set, is accepted without a walk.
+    std::size_t loop_depth = SIZE_MAX;
+    const std::vector<std::uint32_t>* loop_from = nullptr;
+    std::array<std::uint64_t, 2> loop_bytes{};
+    auto note_loop = [&](std::size_t d) {
+      if constexpr (std::is_same_v<Cursor, DfaCursor>) {
+        if (loop_depth != SIZE_MAX || d == 0) return;
+        // Every loop looked for reads 'a': one known step rules most configurations out.
+        const std::int32_t c = chart.last_config();
+        const bool loops_on_a = chart.dfa()->step(c, 'a') == c;
+        if (loops_on_a && chart.last_loops_on(Vocabulary::TokenClass::kText)) {
+          loop_from = &text_class.member_from;
+        } else if (loops_on_a && chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {
+          loop_from = &plain_class.member_from;
+        } else if (loops_on_a) {
+          // A small set (digits, spaces) reads few tokens whole: leave the depth to a larger loop.
+          const std::array<std::uint64_t, 2>& bytes = chart.dfa()->ascii_loops(c);
+          if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
+          loop_from = nullptr;
+          loop_bytes = bytes;
+        } else {
+          return;
+        }
+        loop_depth = d;
+      }
+    };
+    auto rest_read_whole = [&](std::uint32_t p) {
+      if (loop_from != nullptr) return (*loop_from)[p] <= loop_depth;
+      const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
+      return (used[0] & ~loop_bytes[0]) == 0 && (used[1] & ~loop_bytes[1]) == 0;
+    };
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
       if (whole != nullptr && whole->member[p]) {
         p = whole->next_out[p];
@@ -364,6 +402,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       // The bytes shared with the last token walked (tokens read whole may lie between them).
       std::size_t l = 0;
       for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
+      if (l >= loop_depth && rest_read_whole(p)) {
+        accept(id);
+        continue;
+      }
       last = tok;
       if (depth_dead != SIZE_MAX && l > depth_dead) {
         // Same bytes up to the one that failed: same chart, but the suffixes after an end differ.
@@ -375,15 +417,23 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       const std::size_t depth = std::min(l, chart.n_sets() - 2);
       chart.truncate(depth + 2);
       while (!ends.empty() && ends.back() > depth) ends.pop_back();
+      if (loop_depth > depth) loop_depth = SIZE_MAX;
+      note_loop(depth);
       depth_dead = SIZE_MAX;
+      bool read_whole = false;  // the rest is of the class a configuration on the path loops on
       for (std::size_t j = depth; j < tok.size(); ++j) {
+        if (loop_depth <= j && rest_read_whole(p)) {
+          read_whole = true;
+          break;
+        }
         if (!chart.push(static_cast<unsigned char>(tok[j]))) {
           depth_dead = j;
           break;
         }
         if (chart.last_has_final(rule, 0)) ends.push_back(static_cast<std::uint32_t>(j + 1));
+        note_loop(j + 1);
       }
-      if (depth_dead == SIZE_MAX) {
+      if (read_whole || depth_dead == SIZE_MAX) {
         accept(id);
       } else {
         bool accepted = false;

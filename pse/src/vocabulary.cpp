@@ -22,8 +22,9 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   return h * 0xff51afd7ed558ccdULL;
 }
 
-// Whole, well-formed UTF-8 characters (no overlong forms, surrogates or values past U+10FFFF), none
-// a control character (below U+0020), DEL, '"' or '\\'.
+// Well-formed UTF-8 characters (no overlong forms, surrogates or values past U+10FFFF), none a control
+// character (below U+0020), DEL, '"' or '\\'; the last may be cut short (the first bytes of a
+// well-formed sequence), as byte-level tokens often are: what reads every character reads those too.
 bool is_json_text(std::string_view t) {
   std::size_t i = 0;
   while (i < t.size()) {
@@ -45,8 +46,7 @@ bool is_json_text(std::string_view t) {
     else if (c >= 0xF1 && c <= 0xF3) n = 4;
     else if (c == 0xF4) n = 4, hi = 0x8F;
     else return false;
-    if (i + n > t.size()) return false;
-    for (std::size_t k = 1; k < n; ++k) {
+    for (std::size_t k = 1; k < n && i + k < t.size(); ++k) {
       const unsigned char x = static_cast<unsigned char>(t[i + k]);
       if (x < (k == 1 ? lo : 0x80) || x > (k == 1 ? hi : 0xBF)) return false;
     }
@@ -140,6 +140,18 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
                                                                      : subtree_end_[sorted_offset_[p + 1] + d];
     }
   }
+  ascii_bytes_.resize(sorted_.size());
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    std::array<std::uint64_t, 2>& set = ascii_bytes_[p];
+    for (const char ch : sorted_token(p)) {
+      const auto c = static_cast<unsigned char>(ch);
+      if (c >= 0x80) {
+        set = {~std::uint64_t{0}, ~std::uint64_t{0}};
+        break;
+      }
+      set[c >> 6] |= std::uint64_t{1} << (c & 63);
+    }
+  }
   first_byte_begin_.assign(257, 0);
   for (TokenId id : sorted_) ++first_byte_begin_[static_cast<unsigned char>(tokens_[id][0]) + 1];
   for (int b = 0; b < 256; ++b) first_byte_begin_[b + 1] += first_byte_begin_[b];
@@ -169,6 +181,13 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     for (std::size_t p = sorted_.size(); p-- > 0;) {
       if (!c.member[p]) out = static_cast<std::uint32_t>(p);
       c.next_out[p] = out;
+    }
+    c.member_from.resize(sorted_.size());
+    for (std::size_t p = 0; p < sorted_.size(); ++p) {
+      const std::string_view t = sorted_token(p);
+      std::size_t d = 0;
+      while (d < t.size() && !is_member(t.substr(d))) ++d;
+      c.member_from[p] = static_cast<std::uint32_t>(d);
     }
   };
   index_class(plain_, [](std::string_view t) {

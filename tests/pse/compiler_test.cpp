@@ -175,6 +175,52 @@ TEST(Compiler, TokensEveryCallerReadsOnAreAcceptedInTheTable) {
   EXPECT_FALSE(m.accept_bytes("[int a]"));
 }
 
+// Walks that reach a configuration looping on string characters part-way through a token read the
+// rest of it whole when it is text (a JSON string's characters, the last one possibly cut short): the
+// masks must still be exact, eager and on first use, after a key trie and inside free strings.
+TEST(Compiler, TokensReadWholeFromALoopDeepInTheWalkMatchBruteForce) {
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* s : {"\"k", "\"ke", "\"key\"", "ke", "key", "kx", "ky\"", "ab", "abc", "a\"", "ab\"", "ab\\n",
+                        "\\n", "\\u00e9", "\xC3\xA9", "\xC3\xA9" "a", "a\xC3\xA9", "a\xE4\xB8", "\xE4\xB8",
+                        "\xE4\xB8\x80", "\xE4\xB8\x80" "b", "\xE4\xB8\x80\"", "\xE4\xB8\x80\\n", "\x80" "b",
+                        "\xB8\x80", "k\xE4", "\"\xE4\xB8", "\": \"", "\":\"ab", "\"}", "ab\"}", "\xC3\xA9\"",
+                        "a\x01", "k\xC3\xA9", "k\\", "\":1", "1}", "\xE0\x80", "ab\xED\xA0", "\"k\xC3"}) {
+    t.push_back(s);
+  }
+  auto vocab = std::make_shared<const Vocabulary>(t, std::vector<TokenId>{}, std::vector<TokenId>{});
+  const Grammar g = json_schema_to_grammar(std::string_view(
+      R"({"type": "object", "properties": {"key": {"type": "string"}, "kx": {"type": "string", "maxLength": 3}}})"));
+  for (const bool eager : {true, false}) {
+    CompileOptions o;
+    o.precompute = eager;
+    const CompiledGrammar cg = compile_grammar(g, vocab, o);
+    Matcher m(cg);
+    EXPECT_TRUE(m.accept_bytes("{\"k\xE4\xB8\x80" "b\": \"ab\xE4\xB8\x80\\n\"}") && m.can_stop());
+    expect_masks_are_brute_force(cg, 400, eager ? 11 : 12);
+  }
+}
+
+// Also from a configuration looping on a set of ASCII bytes only (an unanchored pattern's ".*" between
+// commas, a run of letters): a token whose bytes all loop is read whole, others are walked.
+TEST(Compiler, TokensReadWholeFromAByteSetLoopMatchBruteForce) {
+  G g;
+  RuleId root = g.rule("root");
+  g.define(root, g.plus(g.seq({g.plus(g.cls({{'a', 'z'}, {' ', ' '}, {'(', ')'}})), g.lit(";")})));
+  const Grammar pattern = json_schema_to_grammar(std::string_view(R"js({"type": "string", "pattern": "E\\(.*,.*\\)"})js"));
+  const Grammar letters = g.done(root);
+  for (const Grammar* grammar : {&pattern, &letters}) {
+    for (const bool eager : {true, false}) {
+      CompileOptions o;
+      o.precompute = eager;
+      const CompiledGrammar cg = compile_grammar(*grammar, small_vocabulary(), o);
+      expect_masks_are_brute_force(cg, 300, eager ? 21 : 22);
+    }
+  }
+  Matcher m(compile_grammar(pattern, small_vocabulary()));
+  EXPECT_TRUE(m.accept_bytes("\"ab E(x, y) z\"") && m.can_stop());
+}
+
 // A long literal among a choice's alternatives is built without recursion per byte (it would overflow the
 // stack): 300,000 bytes, one state each.
 TEST(Compiler, LongLiteralInAChoiceBuilds) {

@@ -48,23 +48,34 @@ TEST(Vocabulary, SubtreeEndSkipsEveryTokenWithTheSamePrefix) {
 }
 
 TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
-  // Text: whole UTF-8 characters, none a control character, '"' or '\\'. Not text: a lone lead byte, a
-  // surrogate, a value past U+10FFFF, an overlong form, a quote, a control character.
+  // Text: well-formed UTF-8 characters, none a control character, '"' or '\\'; the last may be cut short
+  // (a lone lead byte, "a" and the first two bytes of a 3-byte character). Not text: a surrogate, a value
+  // past U+10FFFF, an overlong form, a cut-short sequence that is not the start of a well-formed one, a
+  // leading continuation byte, a quote, a control character.
   const std::vector<std::string> tokens = {"ab", "\xc3\xa9", "\xc3", "a\"", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-                                           " x", "\x01", "\xc0\xaf", "a\xe4\xb8\xad", "aa", "ac"};
+                                           " x", "\x01", "\xc0\xaf", "a\xe4\xb8\xad", "aa", "ac",
+                                           "a\xe4\xb8", "\xe0\x80", "\xb8" "ab"};
   Vocabulary v(tokens, {}, {});
   const auto& plain = v.token_class(Vocabulary::TokenClass::kPlain);
   const auto& text = v.token_class(Vocabulary::TokenClass::kText);
   std::set<TokenId> plain_ids, text_ids;
+  std::map<TokenId, std::size_t> position;
   for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+    position[v.text_tokens()[p]] = p;
     if (plain.member[p]) plain_ids.insert(v.text_tokens()[p]);
     if (text.member[p]) text_ids.insert(v.text_tokens()[p]);
   }
   EXPECT_EQ(plain_ids, (std::set<TokenId>{0, 6, 10, 11}));
-  EXPECT_EQ(text_ids, (std::set<TokenId>{0, 1, 6, 9, 10, 11}));
+  EXPECT_EQ(text_ids, (std::set<TokenId>{0, 1, 2, 6, 9, 10, 11, 12}));
+  // Where the rest of a token is a member: 0 for members, the length when no rest is.
+  for (const auto& [id, from] : std::map<TokenId, std::uint32_t>{{0, 0}, {14, 1}, {3, 2}, {7, 1}, {13, 2}}) {
+    EXPECT_EQ(text.member_from[position[id]], from) << id;
+  }
+  EXPECT_EQ(plain.member_from[position[14]], 1u);
+  EXPECT_EQ(plain.member_from[position[12]], 3u);
   // Ids by first byte, the mask, and the jump to the next non-member.
   EXPECT_EQ(std::vector<TokenId>(text.ids.begin() + text.begin['a'], text.ids.begin() + text.begin['a' + 1]),
-            (std::vector<TokenId>{10, 0, 11, 9}));
+            (std::vector<TokenId>{10, 0, 11, 12, 9}));
   for (TokenId id = 0; id < static_cast<TokenId>(tokens.size()); ++id)
     EXPECT_EQ((text.bits[0] >> id) & 1, text_ids.count(id)) << id;
   for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
@@ -72,8 +83,9 @@ TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
     while (q < v.text_tokens().size() && text.member[q]) ++q;
     EXPECT_EQ(text.next_out[p], q) << p;
   }
-  // Lengths in characters, the masks by length, the jump past the members of any length up to the longest.
-  const std::map<TokenId, std::uint32_t> expected_chars = {{1, 1}, {9, 2}, {2, 0}};  // "é", "a中", a lone lead byte
+  // Lengths in characters (a cut-short last one counts), the masks by length, the jump past the members
+  // of any length up to the longest.
+  const std::map<TokenId, std::uint32_t> expected_chars = {{1, 1}, {9, 2}, {2, 1}, {12, 2}, {13, 0}};
   for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
     if (const auto it = expected_chars.find(v.text_tokens()[p]); it != expected_chars.end()) {
       EXPECT_EQ(text.chars[p], it->second) << it->first;
@@ -81,10 +93,10 @@ TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
     EXPECT_EQ(text.next_out_of_run[p], text.next_out[p]) << p;  // every member here fits the longest run
   }
   ASSERT_EQ(text.up_to.size(), 3u);  // lengths 0, 1, 2
-  EXPECT_EQ(text.up_to[1][0], 1u << 1);
+  EXPECT_EQ(text.up_to[1][0], 1u << 1 | 1u << 2);
   EXPECT_EQ(text.up_to[2][0], text.bits[0]);
   // Groups larger than the mask (one word here) also come as masks.
-  EXPECT_EQ(text.group_bits['a'], (std::vector<std::uint32_t>{1u << 0 | 1u << 9 | 1u << 10 | 1u << 11}));
+  EXPECT_EQ(text.group_bits['a'], (std::vector<std::uint32_t>{1u << 0 | 1u << 9 | 1u << 10 | 1u << 11 | 1u << 12}));
   EXPECT_TRUE(text.group_bits[' '].empty());
 }
 

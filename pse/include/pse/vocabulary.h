@@ -68,6 +68,10 @@ class Vocabulary {
     std::vector<std::vector<std::uint32_t>> up_to;
     // The first position >= p that is not a member of at most up_to.size() - 1 characters.
     std::vector<std::uint32_t> next_out_of_run;
+    // [text_tokens().size()] by position: the first byte from which the rest of the token would be a
+    // member (0 for members; the token's length when no non-empty rest is): a walk that reaches a
+    // configuration looping on the class at that depth or later accepts the token without reading on.
+    std::vector<std::uint32_t> member_from;
   };
   static constexpr std::size_t kMaxRunChars = 32;
   // Plain bytes: printable ASCII other than '"' and '\\' (DEL, which JSON strings allow but grammars often
@@ -75,6 +79,10 @@ class Vocabulary {
   static constexpr std::array<std::pair<unsigned, unsigned>, 3> kPlainRanges = {{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}}};
   static bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
   const TokenClassIndex& token_class(TokenClass c) const { return c == TokenClass::kPlain ? plain_ : text_; }
+  // The bytes of text_tokens()[p] as a set over ASCII (bit b of word b / 64), with every bit set when
+  // one of them is not ASCII: a walk in a configuration that loops on a set of ASCII bytes (without NUL)
+  // reads a token whose bytes are all in it whole.
+  const std::array<std::uint64_t, 2>& ascii_bytes(std::size_t p) const { return ascii_bytes_[p]; }
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
   std::string_view sorted_token(std::size_t p) const {
     return std::string_view(sorted_bytes_).substr(sorted_offset_[p], sorted_offset_[p + 1] - sorted_offset_[p]);
@@ -96,6 +104,7 @@ class Vocabulary {
   std::string sorted_bytes_;
   std::vector<std::uint32_t> sorted_offset_;  // [text_tokens().size() + 1]
   std::vector<std::uint32_t> subtree_end_;    // [sorted_bytes_.size()], by the offsets of sorted_offset_
+  std::vector<std::array<std::uint64_t, 2>> ascii_bytes_;  // [text_tokens().size()]
   TokenClassIndex plain_, text_;
 };
 
