@@ -45,6 +45,10 @@ class StackDfa {
     }
     return t;
   }
+  // The step if it was computed already, else kUnknown.
+  std::int32_t known_step(std::int32_t config, std::uint8_t byte) const {
+    return trans_[static_cast<std::size_t>(config) * 256 + byte];
+  }
   // Some outer rule (a stack of height one) is complete: the detached chart's (final, origin 0).
   bool outer_final(std::int32_t config) const {
     return outer_final_[static_cast<std::size_t>(config)] != 0;
@@ -206,6 +210,8 @@ class DfaCursor {
   ByteSet first_bytes() const { return dfa_->first_bytes(path_.back()); }
   bool last_loops_on(Vocabulary::TokenClass c) { return dfa_->loops_on(path_.back(), c); }
   std::int32_t last_config() const { return path_.back(); }
+  // The last byte read led back to the configuration it was read in.
+  bool last_repeats() const { return path_.size() >= 2 && path_[path_.size() - 2] == path_.back(); }
   StackDfa* dfa() const { return dfa_; }
 
  private:

@@ -200,6 +200,15 @@ constexpr std::uint32_t kMinMemoGroup = 64;
 // A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
 constexpr int kMinLoopBytes = 16;
 
+// Vocabulary::is_plain_byte as a set over ASCII (bit b of word b / 64).
+constexpr std::array<std::uint64_t, 2> plain_byte_set() {
+  std::array<std::uint64_t, 2> set{};
+  for (unsigned b = 0; b < 0x80; ++b)
+    if (Vocabulary::is_plain_byte(b)) set[b >> 6] |= std::uint64_t{1} << (b & 63);
+  return set;
+}
+constexpr std::array<std::uint64_t, 2> plain_bytes = plain_byte_set();
+
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                   const std::chrono::steady_clock::time_point* deadline, FollowFilter filter,
@@ -350,21 +359,19 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     auto note_loop = [&](std::size_t d) {
       if constexpr (std::is_same_v<Cursor, DfaCursor>) {
         if (loop_depth != SIZE_MAX || d == 0) return;
-        // Every loop looked for reads 'a': one known step rules most configurations out.
+        // Every loop looked for reads 'a' (or the last byte read): a step computed already rules most
+        // configurations out (computing one would add configurations the walks never meet).
         const std::int32_t c = chart.last_config();
-        const bool loops_on_a = chart.dfa()->step(c, 'a') == c;
-        if (loops_on_a && chart.last_loops_on(Vocabulary::TokenClass::kText)) {
-          loop_from = &text_class.member_from;
-        } else if (loops_on_a && chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {
-          loop_from = &plain_class.member_from;
-        } else if (loops_on_a) {
-          // A small set (digits, spaces) reads few tokens whole: leave the depth to a larger loop.
-          const std::array<std::uint64_t, 2>& bytes = chart.dfa()->ascii_loops(c);
-          if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
+        if (chart.dfa()->known_step(c, 'a') != c && !chart.last_repeats()) return;
+        // A small set (digits, spaces) reads few tokens whole: leave the depth to a larger loop.
+        const std::array<std::uint64_t, 2>& bytes = chart.dfa()->ascii_loops(c);
+        if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
+        if ((plain_bytes[0] & ~bytes[0]) == 0 && (plain_bytes[1] & ~bytes[1]) == 0) {
+          loop_from = chart.last_loops_on(Vocabulary::TokenClass::kText) ? &text_class.member_from
+                                                                         : &plain_class.member_from;
+        } else {
           loop_from = nullptr;
           loop_bytes = bytes;
-        } else {
-          return;
         }
         loop_depth = d;
       }

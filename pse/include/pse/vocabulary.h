@@ -77,7 +77,7 @@ class Vocabulary {
   // Plain bytes: printable ASCII other than '"' and '\\' (DEL, which JSON strings allow but grammars often
   // exclude, is not: the few tokens with it are walked).
   static constexpr std::array<std::pair<unsigned, unsigned>, 3> kPlainRanges = {{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}}};
-  static bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
+  static constexpr bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
   const TokenClassIndex& token_class(TokenClass c) const { return c == TokenClass::kPlain ? plain_ : text_; }
   // The bytes of text_tokens()[p] as a set over ASCII (bit b of word b / 64), with every bit set when
   // one of them is not ASCII: a walk in a configuration that loops on a set of ASCII bytes (without NUL)
