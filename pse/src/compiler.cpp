@@ -17,6 +17,8 @@ namespace {
 // Past this many automaton states the tables are not shared between equivalent states (the partition
 // refinement's cost grows with the automaton; such grammars are large counted repetitions).
 constexpr std::size_t kMaxStatesToClassify = 1'000'000;
+// With tables built on first use, smaller automata go without the classes.
+constexpr std::size_t kMinStatesToClassifyLazily = 8'192;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -74,9 +76,10 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
   // Classes save table builds but cost a pass over the whole automaton: worth it when every table is
-  // built ahead; on first use, tables of states reaching the same configuration after a first byte
-  // already share their walks (StackDfa's group memo), and compile stays short.
-  if (options.precompute && a.n_states() <= kMaxStatesToClassify) {
+  // built ahead, or in a large automaton (a counted repetition's copies would each build their tables
+  // at first use). For a small one built on first use, tables of states reaching the same configuration
+  // after a first byte already share their walks (StackDfa's group memo), and compile stays short.
+  if ((options.precompute || a.n_states() > kMinStatesToClassifyLazily) && a.n_states() <= kMaxStatesToClassify) {
     // Optional: past a quarter of the time left, go without them.
     const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
     try {
