@@ -376,8 +376,13 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         loop_depth = d;
       }
     };
-    auto rest_read_whole = [&](std::uint32_t p) {
-      if (loop_from != nullptr) return (*loop_from)[p] <= loop_depth;
+    auto rest_read_whole = [&](std::uint32_t p, std::string_view tok) {
+      // The rest of a class member from member_from on, when it starts at a character boundary (a loop
+      // entered after a lone lead byte does not read the continuation bytes that follow it).
+      if (loop_from != nullptr) {
+        return (*loop_from)[p] <= loop_depth &&
+               (loop_depth == tok.size() || (static_cast<unsigned char>(tok[loop_depth]) & 0xC0) != 0x80);
+      }
       const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
       return (used[0] & ~loop_bytes[0]) == 0 && (used[1] & ~loop_bytes[1]) == 0;
     };
@@ -409,7 +414,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       // The bytes shared with the last token walked (tokens read whole may lie between them).
       std::size_t l = 0;
       for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
-      if (l >= loop_depth && rest_read_whole(p)) {
+      if (l >= loop_depth && rest_read_whole(p, tok)) {
         accept(id);
         continue;
       }
@@ -429,7 +434,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       depth_dead = SIZE_MAX;
       bool read_whole = false;  // the rest is of the class a configuration on the path loops on
       for (std::size_t j = depth; j < tok.size(); ++j) {
-        if (loop_depth <= j && rest_read_whole(p)) {
+        if (loop_depth <= j && rest_read_whole(p, tok)) {
           read_whole = true;
           break;
         }
