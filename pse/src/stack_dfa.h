@@ -55,9 +55,9 @@ class StackDfa {
   }
   // The bytes some stack of the configuration can read next.
   ByteSet first_bytes(std::int32_t config) const;
-  // Every token of the class (Vocabulary::TokenClass) leads from the configuration back to itself, so a
-  // walk from here reads such a token whole: kPlain, every plain byte loops; kText, also every
-  // well-formed multi-byte character. Memoized.
+  // Every token of the class (Vocabulary::TokenClass) is read from the configuration, whole characters
+  // leading back to it, so a walk from here reads such a token whole: kPlain, every plain byte loops;
+  // kText, also every well-formed multi-byte character (and so every first part of one). Memoized.
   bool loops_on(std::int32_t config, Vocabulary::TokenClass c);
   // The configuration that every JSON text character (a plain byte, or a well-formed multi-byte
   // character) leads to from `config`, when it is the same for all of them; else kDead. A bounded run

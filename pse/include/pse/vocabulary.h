@@ -49,8 +49,9 @@ class Vocabulary {
   std::size_t max_token_length() const { return max_length_; }
   // Classes of tokens that a walk reads whole, without stepping through their bytes, when the
   // configuration it is in loops on every such token (a JSON string's characters, a free-text rule):
-  // kPlain: every byte plain (is_plain_byte); kText: whole UTF-8 characters, none a control character,
-  // DEL, '"' or '\\' (what a JSON string reads in a loop; plain tokens are text).
+  // kPlain: every byte plain (is_plain_byte); kText: well-formed UTF-8 characters, none a control
+  // character, DEL, '"' or '\\', the last possibly cut short (what a JSON string reads in a loop; plain
+  // tokens are text).
   enum class TokenClass { kPlain, kText };
   struct TokenClassIndex {
     std::vector<std::uint8_t> member;     // [text_tokens().size()] by position
@@ -61,9 +62,9 @@ class Vocabulary {
     // [256] the members whose first byte is b as a mask, for the groups with more members than mask
     // words (else empty): a walk or-s them in instead of copying their ids.
     std::vector<std::vector<std::uint32_t>> group_bits;
-    // kText only: per position, the member's length in characters (0 for non-members), and up_to[n]: the
-    // members of at most n characters as a mask, for n up to the longest member's length (at most
-    // kMaxRunChars).
+    // kText only: per position, the member's length in characters, a cut-short last one included (0 for
+    // non-members), and up_to[n]: the members of at most n characters as a mask, for n up to the longest
+    // member's length (at most kMaxRunChars).
     std::vector<std::uint32_t> chars;
     std::vector<std::vector<std::uint32_t>> up_to;
     // The first position >= p that is not a member of at most up_to.size() - 1 characters.
