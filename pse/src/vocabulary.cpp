@@ -22,37 +22,48 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   return h * 0xff51afd7ed558ccdULL;
 }
 
-// Well-formed UTF-8 characters (no overlong forms, surrogates or values past U+10FFFF), none a control
-// character (below U+0020), DEL, '"' or '\\'; the last may be cut short (the first bytes of a
-// well-formed sequence), as byte-level tokens often are: what reads every character reads those too.
-bool is_json_text(std::string_view t) {
-  std::size_t i = 0;
-  while (i < t.size()) {
-    const unsigned char c = static_cast<unsigned char>(t[i]);
+// The first byte from which the rest of t is JSON text: well-formed UTF-8 characters (no overlong forms,
+// surrogates or values past U+10FFFF), none a control character (below U+0020), DEL, '"' or '\\'; the
+// last may be cut short (the first bytes of a well-formed sequence), as byte-level tokens often are: what
+// reads every character reads those too. t.size() when no non-empty rest is. One pass from the end (a
+// rest is text when its first character is and the rest after it is), so long tokens cost linear time.
+std::size_t text_from(std::string_view t, std::vector<std::uint8_t>& ok) {
+  ok.assign(t.size() + 1, 0);
+  ok[t.size()] = 1;
+  std::size_t from = t.size();
+  for (std::size_t d = t.size(); d-- > 0;) {
+    const unsigned char c = static_cast<unsigned char>(t[d]);
     if (c < 0x80) {
-      if (!Vocabulary::is_plain_byte(c)) return false;
-      ++i;
-      continue;
+      ok[d] = Vocabulary::is_plain_byte(c) && ok[d + 1];
+    } else {
+      // Lead byte: the length and the range of the second byte (Unicode's well-formed sequences).
+      std::size_t n = 0;
+      unsigned char lo = 0x80, hi = 0xBF;
+      if (c >= 0xC2 && c <= 0xDF) n = 2;
+      else if (c == 0xE0) n = 3, lo = 0xA0;
+      else if (c >= 0xE1 && c <= 0xEC) n = 3;
+      else if (c == 0xED) n = 3, hi = 0x9F;
+      else if (c >= 0xEE && c <= 0xEF) n = 3;
+      else if (c == 0xF0) n = 4, lo = 0x90;
+      else if (c >= 0xF1 && c <= 0xF3) n = 4;
+      else if (c == 0xF4) n = 4, hi = 0x8F;
+      bool good = n > 0;
+      for (std::size_t k = 1; good && k < n && d + k < t.size(); ++k) {
+        const unsigned char x = static_cast<unsigned char>(t[d + k]);
+        good = x >= (k == 1 ? lo : 0x80) && x <= (k == 1 ? hi : 0xBF);
+      }
+      ok[d] = good && (d + n >= t.size() || ok[d + n]);
     }
-    // Lead byte: the length and the range of the second byte (Unicode's well-formed sequences).
-    std::size_t n = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c == 0xE0) n = 3, lo = 0xA0;
-    else if (c >= 0xE1 && c <= 0xEC) n = 3;
-    else if (c == 0xED) n = 3, hi = 0x9F;
-    else if (c >= 0xEE && c <= 0xEF) n = 3;
-    else if (c == 0xF0) n = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) n = 4;
-    else if (c == 0xF4) n = 4, hi = 0x8F;
-    else return false;
-    for (std::size_t k = 1; k < n && i + k < t.size(); ++k) {
-      const unsigned char x = static_cast<unsigned char>(t[i + k]);
-      if (x < (k == 1 ? lo : 0x80) || x > (k == 1 ? hi : 0xBF)) return false;
-    }
-    i += n;
+    if (ok[d]) from = d;
   }
-  return true;
+  return from;
+}
+
+// The first byte from which the rest of t is plain bytes (t.size() when no non-empty rest is).
+std::size_t plain_from(std::string_view t) {
+  std::size_t d = t.size();
+  while (d > 0 && Vocabulary::is_plain_byte(static_cast<unsigned char>(t[d - 1]))) --d;
+  return d;
 }
 
 }  // namespace
@@ -155,13 +166,17 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
   first_byte_begin_.assign(257, 0);
   for (TokenId id : sorted_) ++first_byte_begin_[static_cast<unsigned char>(tokens_[id][0]) + 1];
   for (int b = 0; b < 256; ++b) first_byte_begin_[b + 1] += first_byte_begin_[b];
-  auto index_class = [&](TokenClassIndex& c, auto is_member) {
+  // A token is a member when its rest from byte 0 is (member_from).
+  auto index_class = [&](TokenClassIndex& c, auto member_from) {
+    c.member_from.resize(sorted_.size());
+    for (std::size_t p = 0; p < sorted_.size(); ++p)
+      c.member_from[p] = static_cast<std::uint32_t>(member_from(sorted_token(p)));
     c.member.assign(sorted_.size(), 0);
     c.next_out.resize(sorted_.size());
     c.begin.assign(257, 0);
     for (std::size_t p = 0; p < sorted_.size(); ++p) {
       const std::string_view t = sorted_token(p);
-      c.member[p] = is_member(t) ? 1 : 0;
+      c.member[p] = c.member_from[p] == 0 ? 1 : 0;
       if (c.member[p]) {
         c.ids.push_back(sorted_[p]);
         ++c.begin[static_cast<unsigned char>(t[0]) + 1];
@@ -182,18 +197,10 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
       if (!c.member[p]) out = static_cast<std::uint32_t>(p);
       c.next_out[p] = out;
     }
-    c.member_from.resize(sorted_.size());
-    for (std::size_t p = 0; p < sorted_.size(); ++p) {
-      const std::string_view t = sorted_token(p);
-      std::size_t d = 0;
-      while (d < t.size() && !is_member(t.substr(d))) ++d;
-      c.member_from[p] = static_cast<std::uint32_t>(d);
-    }
   };
-  index_class(plain_, [](std::string_view t) {
-    return std::all_of(t.begin(), t.end(), [](char c) { return is_plain_byte(static_cast<unsigned char>(c)); });
-  });
-  index_class(text_, [](std::string_view t) { return is_json_text(t); });
+  index_class(plain_, plain_from);
+  std::vector<std::uint8_t> ok;
+  index_class(text_, [&](std::string_view t) { return text_from(t, ok); });
   // Lengths in characters (a walk through a bounded run of string characters accepts the text tokens
   // that fit at once).
   text_.chars.assign(sorted_.size(), 0);

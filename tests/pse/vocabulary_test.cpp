@@ -100,6 +100,23 @@ TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
   EXPECT_TRUE(text.group_bits[' '].empty());
 }
 
+// Where a long token's rest is of a class is found in one pass: with a check per suffix, a 200,000-byte
+// token ending in a control character would take minutes.
+TEST(Vocabulary, LongTokensFindTheirClassRestInLinearTime) {
+  const std::string letters(200'000, 'a');
+  Vocabulary v({letters + "\x01", "\x01" + letters, letters + "\xE4\xB8"}, {}, {});
+  const auto& plain = v.token_class(Vocabulary::TokenClass::kPlain);
+  const auto& text = v.token_class(Vocabulary::TokenClass::kText);
+  std::map<TokenId, std::size_t> position;
+  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) position[v.text_tokens()[p]] = p;
+  EXPECT_EQ(text.member_from[position[0]], letters.size() + 1);  // no rest but the empty one
+  EXPECT_EQ(plain.member_from[position[0]], letters.size() + 1);
+  EXPECT_EQ(text.member_from[position[1]], 1u);
+  EXPECT_EQ(plain.member_from[position[1]], 1u);
+  EXPECT_EQ(text.member_from[position[2]], 0u);  // ends cut short: text
+  EXPECT_EQ(plain.member_from[position[2]], letters.size() + 2);
+}
+
 TEST(Vocabulary, EosIdsAreSpecialAndSorted) {
   Vocabulary v({"a", "</s>", "<eot>"}, {}, {2, 1, 2});
   EXPECT_EQ(v.eos_ids(), (std::vector<TokenId>{1, 2}));
