@@ -17,7 +17,7 @@ std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
 
 std::size_t StackDfa::memory_bytes() const {
   std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + plain_loops_.capacity() + text_steps_.capacity() * 4 +
-                  ascii_loops_.capacity() * 16 + ascii_loops_known_.capacity();
+                  ascii_self_loop_.capacity() + ascii_loops_.capacity() * 16 + ascii_loops_known_.capacity();
   for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
   return n + group_bytes_;
 }
@@ -312,6 +312,7 @@ void StackDfa::clear() {
   index_.clear();
   plain_loops_.clear();
   text_steps_.clear();
+  ascii_self_loop_.clear();
   ascii_loops_.clear();
   ascii_loops_known_.clear();
   groups_.clear();

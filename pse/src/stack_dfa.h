@@ -42,12 +42,15 @@ class StackDfa {
     if (t == kUnknown) {
       t = compute_step(config, byte);
       trans_[i] = t;  // compute_step may grow trans_: index again
+      if (t == config && byte < 0x80) note_ascii_self_loop(config);
     }
     return t;
   }
-  // The step if it was computed already, else kUnknown.
-  std::int32_t known_step(std::int32_t config, std::uint8_t byte) const {
-    return trans_[static_cast<std::size_t>(config) * 256 + byte];
+  // Some step computed so far leads from the configuration back to itself on an ASCII byte: a cheap
+  // first test for the loops that ascii_loops and loops_on look for (they compute every step).
+  bool has_ascii_self_loop(std::int32_t config) const {
+    const auto c = static_cast<std::size_t>(config);
+    return c < ascii_self_loop_.size() && ascii_self_loop_[c] != 0;
   }
   // Some outer rule (a stack of height one) is complete: the detached chart's (final, origin 0).
   bool outer_final(std::int32_t config) const {
@@ -156,6 +159,12 @@ class StackDfa {
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
   std::vector<std::int8_t> plain_loops_;   // per configuration: -1 unknown, 0, 1
   std::vector<std::int32_t> text_steps_;  // per configuration: text_step, or kUnknown
+  std::vector<std::uint8_t> ascii_self_loop_;  // per configuration: has_ascii_self_loop
+  void note_ascii_self_loop(std::int32_t config) {
+    const auto c = static_cast<std::size_t>(config);
+    if (ascii_self_loop_.size() <= c) ascii_self_loop_.resize(n_configs(), 0);
+    ascii_self_loop_[c] = 1;
+  }
   std::vector<std::array<std::uint64_t, 2>> ascii_loops_;  // per configuration: ascii_loops
   std::vector<std::uint8_t> ascii_loops_known_;
   // Calls fn(b) for one byte b of each interval of [lo, hi] between the bounds of the byte edges of the
@@ -210,8 +219,6 @@ class DfaCursor {
   ByteSet first_bytes() const { return dfa_->first_bytes(path_.back()); }
   bool last_loops_on(Vocabulary::TokenClass c) { return dfa_->loops_on(path_.back(), c); }
   std::int32_t last_config() const { return path_.back(); }
-  // The last byte read led back to the configuration it was read in.
-  bool last_repeats() const { return path_.size() >= 2 && path_[path_.size() - 2] == path_.back(); }
   StackDfa* dfa() const { return dfa_; }
 
  private:

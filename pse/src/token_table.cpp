@@ -359,10 +359,11 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     auto note_loop = [&](std::size_t d) {
       if constexpr (std::is_same_v<Cursor, DfaCursor>) {
         if (loop_depth != SIZE_MAX || d == 0) return;
-        // Every loop looked for reads 'a' (or the last byte read): a step computed already rules most
-        // configurations out (computing one would add configurations the walks never meet).
+        // Only a configuration with a self-loop among the steps computed so far (computing steps to
+        // find one would add configurations the walks never meet; a per-configuration flag, not a
+        // look into the transition table, keeps this cheap on every byte pushed).
         const std::int32_t c = chart.last_config();
-        if (chart.dfa()->known_step(c, 'a') != c && !chart.last_repeats()) return;
+        if (!chart.dfa()->has_ascii_self_loop(c)) return;
         // A small set (digits, spaces) reads few tokens whole: leave the depth to a larger loop.
         const std::array<std::uint64_t, 2>& bytes = chart.dfa()->ascii_loops(c);
         if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
