@@ -16,7 +16,7 @@ std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
 }
 
 std::size_t StackDfa::memory_bytes() const {
-  std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + plain_loops_.capacity() + text_steps_.capacity() * 4 +
+  std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + text_steps_.capacity() * 4 +
                   ascii_self_loop_.capacity() + ascii_loops_.capacity() * 16 + ascii_loops_known_.capacity();
   for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
   return n + group_bytes_;
@@ -183,29 +183,25 @@ bool StackDfa::each_byte_interval(std::int32_t config, unsigned lo, unsigned hi,
   }
   std::sort(cuts.begin(), cuts.end());
   for (unsigned b = lo; b <= hi;) {
-    if (!fn(b)) return false;
     const auto next = std::upper_bound(cuts.begin(), cuts.end(), b);
-    if (next == cuts.end() || *next > hi) break;
-    b = *next;
+    const unsigned last = next == cuts.end() || *next > hi ? hi : *next - 1;
+    if (!fn(b, last)) return false;
+    if (last == hi) break;
+    b = last + 1;
   }
   return true;
 }
 
 bool StackDfa::loops_on(std::int32_t config, Vocabulary::TokenClass cls) {
   if (cls == Vocabulary::TokenClass::kText) return text_step(config) == config;
-  const auto c = static_cast<std::size_t>(config);
-  if (plain_loops_.size() <= c) plain_loops_.resize(n_configs(), -1);
-  if (plain_loops_[c] < 0) {
-    bool loops = true;
-    for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
-      loops = loops && each_byte_interval(config, lo, hi, [&](unsigned b) {
-                return step(config, static_cast<std::uint8_t>(b)) == config;
-              });
-    }
-    plain_loops_.resize(std::max(plain_loops_.size(), n_configs()), -1);  // steps may add configurations
-    plain_loops_[static_cast<std::size_t>(config)] = loops ? 1 : 0;
-  }
-  return plain_loops_[c] == 1;
+  static constexpr std::array<std::uint64_t, 2> kPlain = [] {
+    std::array<std::uint64_t, 2> set{};
+    for (const auto& [lo, hi] : Vocabulary::kPlainRanges)
+      for (unsigned b = lo; b <= hi; ++b) set[b >> 6] |= std::uint64_t{1} << (b & 63);
+    return set;
+  }();
+  const std::array<std::uint64_t, 2>& loops = ascii_loops(config);
+  return (kPlain[0] & ~loops[0]) == 0 && (kPlain[1] & ~loops[1]) == 0;
 }
 
 
@@ -233,7 +229,7 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
     const std::int32_t target = step(config, 'a');
     if (target == kDead) return kDead;
     for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
-      if (!each_byte_interval(config, lo, hi, [&](unsigned b) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
+      if (!each_byte_interval(config, lo, hi, [&](unsigned b, unsigned) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
         return kDead;
     }
     for (const std::vector<Range>& seq : kSequences) {
@@ -241,7 +237,7 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
       for (const Range& r : seq) {
         std::vector<std::int32_t> next;
         for (const std::int32_t from : at) {
-          const bool ok = each_byte_interval(from, r.lo, r.hi, [&](unsigned b) {
+          const bool ok = each_byte_interval(from, r.lo, r.hi, [&](unsigned b, unsigned) {
             const std::int32_t t = step(from, static_cast<std::uint8_t>(b));
             if (t == kDead) return false;
             if (std::find(next.begin(), next.end(), t) == next.end()) next.push_back(t);
@@ -269,23 +265,11 @@ const std::array<std::uint64_t, 2>& StackDfa::ascii_loops(std::int32_t config) {
   }
   if (!ascii_loops_known_[c]) {
     std::array<std::uint64_t, 2> loops{};
-    // One step per interval between the bounds of the configuration's byte edges.
-    std::vector<unsigned> cuts;
-    const std::vector<std::uint32_t>& flat = configs_[c];
-    for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
-      const std::uint32_t s = flat[i + flat[i]];
-      for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
-        if (a_.byte_edges[e].lo < 0x80) cuts.push_back(std::max(a_.byte_edges[e].lo, std::uint8_t{1}));
-        if (a_.byte_edges[e].hi < 0x7F) cuts.push_back(a_.byte_edges[e].hi + 1u);
-      }
-    }
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    cuts.push_back(0x80);
-    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
-      if (step(config, static_cast<std::uint8_t>(cuts[k])) != config) continue;
-      for (unsigned b = cuts[k]; b < cuts[k + 1]; ++b) loops[b >> 6] |= std::uint64_t{1} << (b & 63);
-    }
+    each_byte_interval(config, 1, 0x7F, [&](unsigned b, unsigned last) {
+      if (step(config, static_cast<std::uint8_t>(b)) == config)
+        for (unsigned x = b; x <= last; ++x) loops[x >> 6] |= std::uint64_t{1} << (x & 63);
+      return true;
+    });
     // Steps may add configurations.
     ascii_loops_known_.resize(std::max(ascii_loops_known_.size(), n_configs()), 0);
     ascii_loops_.resize(ascii_loops_known_.size());
@@ -310,7 +294,6 @@ void StackDfa::clear() {
   outer_final_.clear();
   trans_.clear();
   index_.clear();
-  plain_loops_.clear();
   text_steps_.clear();
   ascii_self_loop_.clear();
   ascii_loops_.clear();

@@ -157,7 +157,6 @@ class StackDfa {
   std::vector<std::vector<std::uint32_t>> configs_;
   std::vector<std::uint8_t> outer_final_;
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
-  std::vector<std::int8_t> plain_loops_;   // per configuration: -1 unknown, 0, 1
   std::vector<std::int32_t> text_steps_;  // per configuration: text_step, or kUnknown
   std::vector<std::uint8_t> ascii_self_loop_;  // per configuration: has_ascii_self_loop
   void note_ascii_self_loop(std::int32_t config) {
@@ -167,8 +166,8 @@ class StackDfa {
   }
   std::vector<std::array<std::uint64_t, 2>> ascii_loops_;  // per configuration: ascii_loops
   std::vector<std::uint8_t> ascii_loops_known_;
-  // Calls fn(b) for one byte b of each interval of [lo, hi] between the bounds of the byte edges of the
-  // configuration's states (the bytes of an interval step alike), until fn returns false; returns
+  // Calls fn(b, last) for each interval [b, last] of [lo, hi] between the bounds of the byte edges of
+  // the configuration's states (the bytes of an interval step alike), until fn returns false; returns
   // whether it never did.
   template <class Fn>
   bool each_byte_interval(std::int32_t config, unsigned lo, unsigned hi, Fn fn);

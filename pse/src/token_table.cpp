@@ -200,15 +200,6 @@ constexpr std::uint32_t kMinMemoGroup = 64;
 // A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
 constexpr int kMinLoopBytes = 16;
 
-// Vocabulary::is_plain_byte as a set over ASCII (bit b of word b / 64).
-constexpr std::array<std::uint64_t, 2> plain_byte_set() {
-  std::array<std::uint64_t, 2> set{};
-  for (unsigned b = 0; b < 0x80; ++b)
-    if (Vocabulary::is_plain_byte(b)) set[b >> 6] |= std::uint64_t{1} << (b & 63);
-  return set;
-}
-constexpr std::array<std::uint64_t, 2> plain_bytes = plain_byte_set();
-
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                   const std::chrono::steady_clock::time_point* deadline, FollowFilter filter,
@@ -367,9 +358,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         // A small set (digits, spaces) reads few tokens whole: leave the depth to a larger loop.
         const std::array<std::uint64_t, 2>& bytes = chart.dfa()->ascii_loops(c);
         if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
-        if ((plain_bytes[0] & ~bytes[0]) == 0 && (plain_bytes[1] & ~bytes[1]) == 0) {
-          loop_from = chart.last_loops_on(Vocabulary::TokenClass::kText) ? &text_class.member_from
-                                                                         : &plain_class.member_from;
+        if (chart.last_loops_on(Vocabulary::TokenClass::kText)) {
+          loop_from = &text_class.member_from;
+        } else if (chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {  // from the same set
+          loop_from = &plain_class.member_from;
         } else {
           loop_from = nullptr;
           loop_bytes = bytes;
