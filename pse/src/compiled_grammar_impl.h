@@ -76,17 +76,19 @@ struct CompiledGrammar::Impl {
     return from_cache;
   }
 
-  // Chain tables, built on first use per chain (state, return state of its caller, of that caller's
-  // caller, ...); bounded in number (beyond it, uncertain tokens are checked against the chart).
+  // Chain tables, built on first use per chain: a table index, then per level up the return states of
+  // the callers (one rule, called at one position: all the parse paths through that rule) as a count
+  // followed by the states. Bounded in number (beyond it, uncertain tokens are checked on the chart).
   static constexpr std::size_t kMaxChainTables = 16384;
   mutable std::mutex chain_mutex;
   mutable std::unordered_map<std::vector<std::uint32_t>, std::shared_ptr<const detail::ChainTable>,
                              detail::U32VectorHash>
       chain_tables;
 
-  // The table of `chain` (chain[0] a table index, then return states), built from `below` (the table of the
-  // chain without its last element) when absent. nullptr when the bound is reached.
+  // The table of `chain`, whose last level is `callers`, built from `below` (the table of the chain
+  // without its last level) when absent. nullptr when the bound is reached.
   std::shared_ptr<const detail::ChainTable> chain_table(const std::vector<std::uint32_t>& chain,
+                                                        std::span<const std::uint32_t> callers,
                                                         detail::UncertainView below) const {
     {
       std::lock_guard<std::mutex> lock(chain_mutex);
@@ -98,7 +100,7 @@ struct CompiledGrammar::Impl {
     {
       std::lock_guard<std::mutex> lock(dfa_mutex);
       built = std::make_shared<const detail::ChainTable>(
-          detail::build_chain_table(automaton, *vocabulary, below, chain.back(), dfa.get()));
+          detail::build_chain_table(automaton, *vocabulary, below, callers, dfa.get()));
     }
     std::lock_guard<std::mutex> lock(chain_mutex);
     return chain_tables.emplace(chain, std::move(built)).first->second;

@@ -1,6 +1,7 @@
 #include "pse/matcher.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -14,6 +15,15 @@ struct Matcher::Scratch {
   std::vector<std::uint32_t> scan_states;
   std::vector<std::uint64_t> marks;  // [ceil(n_text_tokens / 64)], all zero between calls
   std::vector<std::uint32_t> chain;
+  // The call edges of the items of one Earley set, as (callee rule, caller's origin, caller's rule,
+  // return state), sorted: the callers of a rule at that position are one range. Built on first
+  // use per set in a mask fill (a resolution may ask the same set for hundreds of rules).
+  struct CallersAt {
+    std::uint32_t origin = 0;
+    std::vector<std::array<std::uint32_t, 4>> edges;
+  };
+  std::vector<CallersAt> callers_at;
+  std::size_t n_callers_at = 0;  // entries valid in this fill
 };
 
 namespace {
@@ -97,6 +107,7 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
   // Uncertain tokens: their positions in the sorted vocabulary, merged through a bitset so that they
   // are visited in byte order without sorting.
   std::vector<std::uint64_t>& marks = scratch_->marks;
+  scratch_->n_callers_at = 0;
   const std::size_t n_text = vocab.text_tokens().size();
   if (marks.size() != (n_text + 63) / 64) marks.assign((n_text + 63) / 64, 0);
   std::size_t lo_word = SIZE_MAX, hi_word = 0;
@@ -115,7 +126,7 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
     // Chains start at the table (states sharing a table share their chain tables too).
     std::vector<std::uint32_t>& chain = scratch_->chain;
     chain.assign(1, impl_->scan_index[s]);
-    std::size_t budget = 256;
+    std::size_t budget = 1024;
     for (const detail::Item& it : chart_->last()) {
       if (it.state == s) resolve_up(chain, t.view(), a.state_rule[s], it.origin, 0, budget, mask, lo_word, hi_word);
     }
@@ -181,31 +192,65 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
     hi_word = std::max<std::size_t>(hi_word, below.uncertain.back() >> 6);
   };
   if (below.uncertain.empty()) return;
-  // Callers of (rule, origin): items of the origin set with a call edge to the rule.
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> parents;  // (return state, its origin)
-  for (const detail::Item& w : chart_->set(origin)) {
-    for (std::uint32_t e = a.call_begin[w.state]; e < a.call_begin[w.state + 1]; ++e) {
-      if (a.call_edges[e].rule == rule) parents.emplace_back(a.call_edges[e].target, w.origin);
+  // Callers of (rule, origin): items of the origin set with a call edge to the rule, as (origin of the
+  // caller, its rule, the state it returns to). Callers of one rule at one origin are one level of the
+  // chain, all their return states together: they share their own callers, so the rest of a token is
+  // walked once from all of them (a rule whose parse paths diverge, such as an object with dependent
+  // properties, may call the same rule from hundreds of states at one position).
+  std::span<const std::array<std::uint32_t, 4>> edges;
+  bool indexed = false;
+  for (std::size_t i = 0; i < scratch_->n_callers_at && !indexed; ++i) {
+    if (scratch_->callers_at[i].origin == origin) {
+      edges = scratch_->callers_at[i].edges;
+      indexed = true;
     }
   }
-  std::sort(parents.begin(), parents.end());
-  parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  if (!indexed) {
+    if (scratch_->n_callers_at == scratch_->callers_at.size()) scratch_->callers_at.emplace_back();
+    Scratch::CallersAt& at = scratch_->callers_at[scratch_->n_callers_at++];
+    at.origin = origin;
+    at.edges.clear();
+    for (const detail::Item& w : chart_->set(origin)) {
+      for (std::uint32_t e = a.call_begin[w.state]; e < a.call_begin[w.state + 1]; ++e) {
+        const detail::CallEdge& call = a.call_edges[e];
+        at.edges.push_back({call.rule, w.origin, a.state_rule[call.target], call.target});
+      }
+    }
+    std::sort(at.edges.begin(), at.edges.end());
+    at.edges.erase(std::unique(at.edges.begin(), at.edges.end()), at.edges.end());
+    edges = at.edges;
+  }
+  // This rule's range, copied: the recursion below may add sets to the index.
+  const auto first = std::lower_bound(edges.begin(), edges.end(), std::array<std::uint32_t, 4>{rule, 0, 0, 0});
+  auto last = first;
+  while (last != edges.end() && (*last)[0] == rule) ++last;
+  const std::vector<std::array<std::uint32_t, 4>> parents(first, last);
   if (parents.empty()) {
     // The top-level root item: after it comes the end of the output, which reads nothing. Any other
     // item without a caller cannot occur; check on the chart rather than assume.
     if (!(rule == a.root && origin == 0)) check_all();
     return;
   }
-  if (depth >= 8 || parents.size() > 32 || budget < parents.size()) {
+  std::size_t n_groups = 0;
+  for (std::size_t i = 0; i < parents.size(); ++i)
+    n_groups += i == 0 || parents[i][1] != parents[i - 1][1] || parents[i][2] != parents[i - 1][2];
+  if (depth >= 8 || n_groups > 256 || budget < n_groups) {
     check_all();
     return;
   }
-  budget -= parents.size();
-  for (const auto& [ret, ret_origin] : parents) {
-    chain.push_back(ret);
-    std::shared_ptr<const detail::ChainTable> ct = impl_->chain_table(chain, below);
+  budget -= n_groups;
+  std::vector<std::uint32_t> callers;
+  for (std::size_t i = 0; i < parents.size();) {
+    std::size_t j = i;
+    callers.clear();
+    for (; j < parents.size() && parents[j][1] == parents[i][1] && parents[j][2] == parents[i][2]; ++j)
+      callers.push_back(parents[j][3]);
+    const std::size_t level = chain.size();
+    chain.push_back(static_cast<std::uint32_t>(callers.size()));
+    chain.insert(chain.end(), callers.begin(), callers.end());
+    std::shared_ptr<const detail::ChainTable> ct = impl_->chain_table(chain, callers, below);
     if (ct == nullptr) {
-      chain.pop_back();
+      chain.resize(level);
       check_all();
       return;
     }
@@ -214,8 +259,9 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
     } else {
       for (TokenId id : ct->accepted) mask[id >> 5] |= 1u << (id & 31);
     }
-    resolve_up(chain, ct->view(), a.state_rule[ret], ret_origin, depth + 1, budget, mask, lo_word, hi_word);
-    chain.pop_back();
+    resolve_up(chain, ct->view(), parents[i][2], parents[i][1], depth + 1, budget, mask, lo_word, hi_word);
+    chain.resize(level);
+    i = j;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <stdexcept>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
@@ -479,15 +480,15 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
 
 template <class Cursor>
 ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, UncertainView below,
-                                  std::uint32_t caller_return, Cursor& chart) {
-  // The rest of each token after a depth where the callee ends, read from caller_return in a detached
-  // chart. Consumed: accepted. Dead: the depths where the caller's rule ended (outer end, any depth
+                                  std::span<const std::uint32_t> caller_returns, Cursor& chart) {
+  // The rest of each token after a depth where the callee ends, read from the caller returns (one rule,
+  // one origin: every parse path the caller's rule may take) in a detached chart. Consumed: accepted. Dead: the depths where the caller's rule ended (outer end, any depth
   // including 0) with a byte its own callers may read carry the token one level up; none: rejected.
   // The rests come mostly in byte order (tokens are sorted and usually end the callee at the same
   // depth), so consecutive ones share the chart of their common prefix; `leaves` is a prefix property.
-  const std::uint32_t rule = a.state_rule[caller_return];
+  const std::uint32_t rule = a.state_rule[caller_returns.front()];
   const ByteSet& follow = a.rule_follow[rule];
-  chart.reset_detached({&caller_return, 1});
+  chart.reset_detached(caller_returns);
   std::vector<std::uint32_t> leaves;  // rest positions i where the caller's rule may be left
   std::string_view prev;
   std::size_t dead_at = SIZE_MAX;
@@ -647,10 +648,15 @@ void apply_follow_filter(const Automaton& a, const Vocabulary& vocab, std::uint3
 }
 
 ChainTable build_chain_table(const Automaton& a, const Vocabulary& vocab, UncertainView below,
-                             std::uint32_t caller_return, StackDfa* shared, Walker walker) {
+                             std::span<const std::uint32_t> caller_returns, StackDfa* shared, Walker walker) {
+  if (caller_returns.empty()) throw std::logic_error("build_chain_table: no caller return state");
+  for (const std::uint32_t r : caller_returns) {
+    if (a.state_rule[r] != a.state_rule[caller_returns.front()])
+      throw std::logic_error("build_chain_table: caller return states of different rules");
+  }
   return with_cursors(a, shared, walker, [&](auto make) {
     auto chart = make();
-    return build_chain_table_with(a, vocab, below, caller_return, chart);
+    return build_chain_table_with(a, vocab, below, caller_returns, chart);
   });
 }
 

@@ -38,8 +38,8 @@ struct TokenTable {
   UncertainView view() const { return {uncertain, end_begin, end_depths}; }
 };
 
-// A table's uncertain tokens resolved one caller further up: the rule was called by an item that
-// continues at `caller_return` once the rule is complete. Tokens whose rest is read inside the
+// A table's uncertain tokens resolved one caller further up: the rule was called by items that
+// continue at `caller_returns` (states of one rule, called at the same position) once it is complete. Tokens whose rest is read inside the
 // caller's rule are accepted; those whose rest may leave that rule too stay uncertain, with the new
 // depths (for the next caller up); the others are rejected.
 struct ChainTable {
@@ -84,7 +84,7 @@ void apply_follow_filter(const Automaton& automaton, const Vocabulary& vocabular
                          TokenTable& table, StackDfa* shared = nullptr);
 
 ChainTable build_chain_table(const Automaton& automaton, const Vocabulary& vocabulary, UncertainView below,
-                             std::uint32_t caller_return, StackDfa* shared = nullptr,
+                             std::span<const std::uint32_t> caller_returns, StackDfa* shared = nullptr,
                              Walker walker = Walker::kAuto);
 
 }  // namespace pse::detail

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <set>
+#include <span>
 #include <sstream>
 
 #include "automaton.h"
@@ -38,9 +41,45 @@ void expect_same(const ChainTable& x, const ChainTable& y, const std::string& wh
   EXPECT_EQ(x.end_depths, y.end_depths) << where;
 }
 
+// A chain table as sets: the accepted ids, and each uncertain token's end depths (by its position in
+// the sorted vocabulary).
+struct ChainSets {
+  std::set<std::uint32_t> accepted;
+  std::map<std::uint32_t, std::set<std::uint32_t>> uncertain;
+  bool operator==(const ChainSets&) const = default;
+};
+
+ChainSets sets_of(const ChainTable& t) {
+  ChainSets out;
+  for (std::size_t w = 0; w < t.accepted_bits.size(); ++w)
+    for (unsigned b = 0; b < 32; ++b)
+      if ((t.accepted_bits[w] >> b) & 1) out.accepted.insert(static_cast<std::uint32_t>(w * 32 + b));
+  for (const auto id : t.accepted) out.accepted.insert(static_cast<std::uint32_t>(id));
+  for (std::size_t k = 0; k < t.uncertain.size(); ++k)
+    out.uncertain[t.uncertain[k]].insert(t.end_depths.begin() + t.end_begin[k], t.end_depths.begin() + t.end_begin[k + 1]);
+  return out;
+}
+
+// What the chain tables of several callers give together: a token accepted by one is accepted; one
+// accepted by none stays uncertain with the end depths of them all.
+ChainSets union_of(const std::vector<ChainSets>& each, const Vocabulary& vocab) {
+  ChainSets out;
+  for (const ChainSets& c : each) out.accepted.insert(c.accepted.begin(), c.accepted.end());
+  for (const ChainSets& c : each) {
+    for (const auto& [p, depths] : c.uncertain) {
+      const auto id = static_cast<std::uint32_t>(vocab.text_tokens()[p]);
+      if (!out.accepted.contains(id)) out.uncertain[p].insert(depths.begin(), depths.end());
+    }
+  }
+  return out;
+}
+
 // Every reachable state that reads bytes: its table by the stack automaton (fresh, and one shared
 // by all states) equals the chart's; for tables with uncertain tokens, the chain tables one and two
-// callers up too. Returns the number of tables compared.
+// callers up too, and the chain table of all the callers of one rule together equals the union of
+// theirs. Returns the number of tables compared.
+std::size_t n_groups_checked = 0;  // chain tables of several callers compared, over all the tests
+
 std::size_t check_walks(const Grammar& g, const Vocabulary& vocab, const std::string& name) {
   const Automaton a = build_automaton(g, AutomatonLimits{});
   StackDfa shared(a);
@@ -62,19 +101,32 @@ std::size_t check_walks(const Grammar& g, const Vocabulary& vocab, const std::st
     expect_same(build_token_table(a, vocab, s, nullptr, &shared), earley, where + " (shared)");
     ++n;
     if (earley.uncertain.empty()) continue;
-    for (std::uint32_t ret : callers_of(a.state_rule[s])) {
-      const ChainTable up =
-          build_chain_table(a, vocab, earley.view(), ret, nullptr, Walker::kEarley);
-      expect_same(build_chain_table(a, vocab, earley.view(), ret), up,
-                  where + " chain " + std::to_string(ret));
-      expect_same(build_chain_table(a, vocab, earley.view(), ret, &shared), up,
+    std::map<std::uint32_t, std::vector<std::uint32_t>> callers_by_rule;
+    std::map<std::uint32_t, std::vector<ChainSets>> singles_by_rule;
+    for (const std::uint32_t ret : callers_of(a.state_rule[s])) {
+      const std::span<const std::uint32_t> one(&ret, 1);
+      const ChainTable up = build_chain_table(a, vocab, earley.view(), one, nullptr, Walker::kEarley);
+      expect_same(build_chain_table(a, vocab, earley.view(), one), up, where + " chain " + std::to_string(ret));
+      expect_same(build_chain_table(a, vocab, earley.view(), one, &shared), up,
                   where + " chain (shared) " + std::to_string(ret));
+      callers_by_rule[a.state_rule[ret]].push_back(ret);
+      singles_by_rule[a.state_rule[ret]].push_back(sets_of(up));
       if (up.uncertain.empty()) continue;
-      for (std::uint32_t ret2 : callers_of(a.state_rule[ret])) {
-        expect_same(build_chain_table(a, vocab, up.view(), ret2),
-                    build_chain_table(a, vocab, up.view(), ret2, nullptr, Walker::kEarley),
+      for (const std::uint32_t ret2 : callers_of(a.state_rule[ret])) {
+        const std::span<const std::uint32_t> one2(&ret2, 1);
+        expect_same(build_chain_table(a, vocab, up.view(), one2),
+                    build_chain_table(a, vocab, up.view(), one2, nullptr, Walker::kEarley),
                     where + " chain " + std::to_string(ret) + " " + std::to_string(ret2));
       }
+    }
+    for (const auto& [rule, callers] : callers_by_rule) {
+      if (callers.size() < 2) continue;
+      const std::string at = where + " chain of the " + std::to_string(callers.size()) + " callers in rule " +
+                             std::to_string(rule);
+      const ChainTable together = build_chain_table(a, vocab, earley.view(), callers, &shared);
+      expect_same(together, build_chain_table(a, vocab, earley.view(), callers, nullptr, Walker::kEarley), at);
+      EXPECT_TRUE(sets_of(together) == union_of(singles_by_rule[rule], vocab)) << at;
+      ++n_groups_checked;
     }
   }
   return n;
@@ -116,11 +168,13 @@ TEST(StackDfa, TablesEqualEarleyOnSmallGrammars) {
 TEST(StackDfa, TablesEqualEarleyOnSharedGrammars) {
   ORCHARD_REQUIRE_SHARED_DATA("grammars/json.gbnf");
   const auto vocab = vocabulary_with_runs();
+  n_groups_checked = 0;
   for (const char* name : {"json", "arithmetic", "c"}) {
     const Grammar g = pse::parse_gbnf(
         read_file(orchard::testing::shared_data(std::string("grammars/") + name + ".gbnf")));
     EXPECT_GT(check_walks(g, *vocab, name), 0u) << name;
   }
+  EXPECT_GT(n_groups_checked, 0u) << "no rule is called from two states of one rule";
 }
 
 // String characters read whole by the walks (text tokens in a loop, in a bounded run, after a first
