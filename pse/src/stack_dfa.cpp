@@ -1,6 +1,7 @@
 #include "stack_dfa.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 
 #include "pse/vocabulary.h"
@@ -279,6 +280,69 @@ const std::array<std::uint64_t, 2>& StackDfa::ascii_loops(std::int32_t config) {
   return ascii_loops_[c];
 }
 
+StackDfa::AsciiRun StackDfa::ascii_run(std::int32_t config) {
+  auto known = [&](std::int32_t c) {
+    const auto i = static_cast<std::size_t>(c);
+    return i < ascii_runs_known_.size() && ascii_runs_known_[i] != 0;
+  };
+  auto holds = [](const std::array<std::uint64_t, 2>& outer, const std::array<std::uint64_t, 2>& inner) {
+    return (inner[0] & ~outer[0]) == 0 && (inner[1] & ~outer[1]) == 0;
+  };
+  // Follows the configurations that the largest byte group leads to while their runs are unknown
+  // (up to kMaxAsciiRun of them, stopping at one met before), then fills the runs in from the last: a
+  // run goes on into the next configuration's when that one's set holds it.
+  std::vector<std::int32_t> chain;
+  std::vector<AsciiRun> runs;
+  bool no_run_at_end = false;  // the last of the chain has no run (fewer bytes than the minimum)
+  std::int32_t c = config;
+  while (!known(c) && chain.size() < kMaxAsciiRun && std::find(chain.begin(), chain.end(), c) == chain.end()) {
+    std::vector<std::pair<std::int32_t, std::array<std::uint64_t, 2>>> targets;
+    each_byte_interval(c, 1, 0x7F, [&](unsigned b, unsigned last) {
+      const std::int32_t t = step(c, static_cast<std::uint8_t>(b));
+      if (t == kDead || t == c) return true;
+      auto it = std::find_if(targets.begin(), targets.end(), [&](const auto& x) { return x.first == t; });
+      if (it == targets.end()) it = targets.insert(targets.end(), {t, {}});
+      for (unsigned x = b; x <= last; ++x) it->second[x >> 6] |= std::uint64_t{1} << (x & 63);
+      return true;
+    });
+    AsciiRun run;
+    std::int32_t next = kDead;
+    int best = 0;
+    for (const auto& [t, bytes] : targets) {
+      const int n = std::popcount(bytes[0]) + std::popcount(bytes[1]);
+      if (n > best) {
+        best = n;
+        next = t;
+        run.bytes = bytes;
+      }
+    }
+    chain.push_back(c);
+    if (best < kMinAsciiRunBytes) {
+      runs.push_back(AsciiRun{});  // length 0, and no set for the one before to continue in
+      no_run_at_end = true;
+      break;
+    }
+    runs.push_back(run);
+    c = next;
+  }
+  // The run after the last of the chain: known, or cut short (the bound, a cycle, no run: length 0).
+  const std::size_t n = runs.size();
+  AsciiRun after = known(c) && !no_run_at_end ? ascii_runs_[static_cast<std::size_t>(c)] : AsciiRun{};
+  for (std::size_t i = n; i-- > 0;) {
+    if (i + 1 == n && no_run_at_end) continue;
+    runs[i].length = 1 + (holds(after.bytes, runs[i].bytes) ? std::min(after.length, kMaxAsciiRun - 1) : 0);
+    after = runs[i];
+  }
+  // Steps may add configurations.
+  ascii_runs_known_.resize(std::max(ascii_runs_known_.size(), n_configs()), 0);
+  ascii_runs_.resize(ascii_runs_known_.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    ascii_runs_[static_cast<std::size_t>(chain[i])] = runs[i];
+    ascii_runs_known_[static_cast<std::size_t>(chain[i])] = 1;
+  }
+  return ascii_runs_[static_cast<std::size_t>(config)];
+}
+
 std::uint32_t StackDfa::follow_set_id(std::uint32_t rule) {
   if (follow_set_ids_.empty()) {
     std::map<ByteSet, std::uint32_t> ids;
@@ -298,6 +362,8 @@ void StackDfa::clear() {
   ascii_self_loop_.clear();
   ascii_loops_.clear();
   ascii_loops_known_.clear();
+  ascii_runs_.clear();
+  ascii_runs_known_.clear();
   groups_.clear();
   group_bytes_ = 0;
 }

@@ -70,6 +70,19 @@ class StackDfa {
   // The ASCII bytes other than NUL that lead from `config` back to itself (bit b of word b / 64): a
   // token whose bytes are all among them is read whole from here. Memoized.
   const std::array<std::uint64_t, 2>& ascii_loops(std::int32_t config);
+  // A bounded run over a set of ASCII bytes (a counted repetition of a character class, such as
+  // [a-z0-9_]{1,64}): every byte of `bytes` leads from `config` to one configuration, and from there
+  // every one of them again to one configuration, `length` times in a row (at most kMaxAsciiRun). A
+  // token of at most `length` bytes, all in the set, is read whole from `config`. The set is the
+  // largest group of ASCII bytes (NUL excluded) stepping alike from `config`; length 0 when it has
+  // fewer than kMinAsciiRunBytes bytes or leads back to `config` (a loop: ascii_loops). Memoized.
+  struct AsciiRun {
+    std::array<std::uint64_t, 2> bytes{};
+    std::uint32_t length = 0;
+  };
+  static constexpr std::uint32_t kMaxAsciiRun = 32;
+  static constexpr int kMinAsciiRunBytes = 16;
+  AsciiRun ascii_run(std::int32_t config);
   // How many text characters in a row, up to `limit`, step this way from `config`.
   std::size_t text_run(std::int32_t config, std::size_t limit) {
     std::size_t n = 0;
@@ -166,6 +179,8 @@ class StackDfa {
   }
   std::vector<std::array<std::uint64_t, 2>> ascii_loops_;  // per configuration: ascii_loops
   std::vector<std::uint8_t> ascii_loops_known_;
+  std::vector<AsciiRun> ascii_runs_;  // per configuration: ascii_run
+  std::vector<std::uint8_t> ascii_runs_known_;
   // Calls fn(b, last) for each interval [b, last] of [lo, hi] between the bounds of the byte edges of
   // the configuration's states (the bytes of an interval step alike), until fn returns false; returns
   // whether it never did.

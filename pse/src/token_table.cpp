@@ -200,6 +200,9 @@ constexpr std::uint32_t kMinMemoGroup = 64;
 
 // A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
 constexpr int kMinLoopBytes = 16;
+// First-byte groups smaller than this are walked without looking for a bounded ASCII run after the
+// first byte (finding one computes the steps of every ASCII byte along it).
+constexpr std::uint32_t kMinRunGroup = 128;
 
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
@@ -296,6 +299,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     // Or, when the first byte (a plain one) leads into a bounded run of text characters, the group's
     // text tokens of at most 1 + group_run characters are accepted as they come, without a walk.
     std::size_t group_run = 0;
+    // Or, when it leads into a bounded run over a set of ASCII bytes holding the first byte (a counted
+    // repetition of a character class), the group's tokens of at most 1 + run.length bytes, all in the
+    // set, are accepted without a walk.
+    StackDfa::AsciiRun run;
     // The configuration after the first byte decides the whole group: a group met before (by another
     // state's table reaching the same configuration) is copied, and a large group walked here is kept.
     std::int32_t after = StackDfa::kDead;
@@ -327,6 +334,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           whole = &plain_class;
         } else if (Vocabulary::is_plain_byte(b) && !text_class.up_to.empty()) {
           group_run = chart.dfa()->text_run(chart.last_config(), text_class.up_to.size() - 1);
+        }
+        if (whole == nullptr && group_run == 0 && text_run == 0 && b < 0x80 && fb[b + 1] - fb[b] >= kMinRunGroup) {
+          run = chart.dfa()->ascii_run(after);
+          if (((run.bytes[b >> 6] >> (b & 63)) & 1) == 0) run.length = 0;
         }
         chart.truncate(2);
       }
@@ -388,6 +399,13 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       if (group_run > 0 && text_class.chars[p] != 0 && text_class.chars[p] <= group_run + 1) {
         accept(sorted[p]);
         continue;
+      }
+      if (run.length > 0 && vocab.sorted_token(p).size() <= run.length + 1) {
+        const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
+        if ((used[0] & ~run.bytes[0]) == 0 && (used[1] & ~run.bytes[1]) == 0) {
+          accept(sorted[p]);
+          continue;
+        }
       }
       if (text_run > 0 && text_class.chars[p] != 0 && text_class.chars[p] <= text_run) {  // accepted
         if (text_run + 1 == text_class.up_to.size()) {

@@ -228,6 +228,55 @@ TEST(Compiler, TokensReadWholeFromAByteSetLoopMatchBruteForce) {
   EXPECT_TRUE(m.accept_bytes("\"ab E(x, y) z\"") && m.can_stop());
 }
 
+// And from a configuration that starts a bounded run over a set of ASCII bytes (a counted repetition of
+// a character class: every byte of the set one step on, whichever it is): a token whose bytes are all in
+// the set and that fits in the run is read whole; longer ones, and those with other bytes, are walked.
+// The first-byte groups are large here (the check is made for groups of at least 128 tokens).
+TEST(Compiler, TokensReadWholeFromABoundedByteSetRunMatchBruteForce) {
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  const std::string alphabet = "ab0_-";
+  for (const char first : {'a', '0', 'k'}) {
+    std::vector<std::string> level = {std::string(1, first)};
+    for (int len = 1; len <= 4; ++len) {
+      std::vector<std::string> next;
+      for (const std::string& s : level)
+        for (const char c : alphabet) next.push_back(s + c);
+      t.insert(t.end(), next.begin(), next.end());
+      level = std::move(next);
+    }
+    for (const std::string extra : {"!", "Z", ".", "\"", "b\"", "bb\":", "\xC3\xA9", "b\xC3"})
+      t.push_back(std::string(1, first) + extra);
+    t.push_back(std::string(1, first) + std::string(12, 'b'));
+    t.push_back(std::string(1, first) + std::string(40, 'a'));
+  }
+  for (const char* s : {"\"a", "\"ab", "\"ab0\":", "x", "xab", "xa;", ";x", ".", "y", "ya", "yab"}) t.push_back(s);
+  auto vocab = std::make_shared<const Vocabulary>(t, std::vector<TokenId>{}, std::vector<TokenId>{});
+  G g;
+  RuleId root = g.rule("root");
+  const auto word = g.cls({{'a', 'z'}, {'0', '9'}, {'_', '_'}, {'-', '-'}});
+  const auto hex = g.cls({{'a', 'p'}, {'0', '9'}});
+  const auto letter = g.cls({{'a', 'z'}});
+  // After "y" the set narrows part-way: a run over `word` is one byte long before the letters.
+  g.define(root, g.plus(g.alt({g.seq({g.lit("x"), g.rep(word, 1, 6), g.lit(";")}),
+                               g.seq({g.lit("y"), g.rep(word, 2, 2), g.rep(letter, 4, 4), g.lit(";")}),
+                               g.seq({g.rep(hex, 2, 40), g.lit(".")})})));
+  const Grammar runs = g.done(root);
+  const Grammar keys = json_schema_to_grammar(std::string_view(
+      R"({"type": "object", "patternProperties": {"^[0-9a-zA-Z_-]{1,12}$": {"type": "integer"}}, "additionalProperties": false})"));
+  for (const Grammar* grammar : {&runs, &keys}) {
+    for (const bool eager : {true, false}) {
+      CompileOptions o;
+      o.precompute = eager;
+      const CompiledGrammar cg = compile_grammar(*grammar, vocab, o);
+      expect_masks_are_brute_force(cg, 150, eager ? 31 : 32);
+    }
+  }
+  Matcher m(compile_grammar(keys, vocab));
+  EXPECT_TRUE(m.accept_bytes("{\"ab0_-Zb\":1,\"k\":2}") && m.can_stop());
+  EXPECT_FALSE(m.accept_bytes(",\"abbbbbbbbbbbb\":"));  // 13 characters
+}
+
 // A long literal among a choice's alternatives is built without recursion per byte (it would overflow the
 // stack): 300,000 bytes, one state each.
 TEST(Compiler, LongLiteralInAChoiceBuilds) {
