@@ -206,13 +206,13 @@ bool StackDfa::loops_on(std::int32_t config, Vocabulary::TokenClass cls) {
 }
 
 
-std::int32_t StackDfa::text_step(std::int32_t config) {
+std::int32_t StackDfa::multibyte_step(std::int32_t config) {
   const auto c = static_cast<std::size_t>(config);
-  if (text_steps_.size() <= c) text_steps_.resize(n_configs(), kUnknown);
-  if (text_steps_[c] != kUnknown) return text_steps_[c];
-  // Every plain byte, then every one of Unicode's well-formed multi-byte sequences (byte ranges per
-  // position), must lead to the same configuration: follow the set of configurations reached after
-  // each position of a sequence (a handful, since the ranges are read by few distinct edges).
+  if (multibyte_steps_.size() <= c) multibyte_steps_.resize(n_configs(), kUnknown);
+  if (multibyte_steps_[c] != kUnknown) return multibyte_steps_[c];
+  // Every one of Unicode's well-formed multi-byte sequences (byte ranges per position) must lead to the
+  // same configuration: follow the set of configurations reached after each position of a sequence (a
+  // handful, since the ranges are read by few distinct edges).
   struct Range {
     std::uint8_t lo, hi;
   };
@@ -227,12 +227,7 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
       {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
   };
   auto find = [&]() -> std::int32_t {
-    const std::int32_t target = step(config, 'a');
-    if (target == kDead) return kDead;
-    for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
-      if (!each_byte_interval(config, lo, hi, [&](unsigned b, unsigned) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
-        return kDead;
-    }
+    std::int32_t target = kUnknown;
     for (const std::vector<Range>& seq : kSequences) {
       std::vector<std::int32_t> at{config};
       for (const Range& r : seq) {
@@ -248,9 +243,30 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
         }
         at = std::move(next);
       }
-      if (at.size() != 1 || at[0] != target) return kDead;
+      if (at.size() != 1 || (target != kUnknown && at[0] != target)) return kDead;
+      target = at[0];
     }
     return target;
+  };
+  const std::int32_t target = find();
+  multibyte_steps_.resize(std::max(multibyte_steps_.size(), n_configs()), kUnknown);  // steps may add configurations
+  multibyte_steps_[c] = target;
+  return target;
+}
+
+std::int32_t StackDfa::text_step(std::int32_t config) {
+  const auto c = static_cast<std::size_t>(config);
+  if (text_steps_.size() <= c) text_steps_.resize(n_configs(), kUnknown);
+  if (text_steps_[c] != kUnknown) return text_steps_[c];
+  // Every plain byte, then every multi-byte character, must lead to the same configuration.
+  auto find = [&]() -> std::int32_t {
+    const std::int32_t target = step(config, 'a');
+    if (target == kDead) return kDead;
+    for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
+      if (!each_byte_interval(config, lo, hi, [&](unsigned b, unsigned) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
+        return kDead;
+    }
+    return multibyte_step(config) == target ? target : kDead;
   };
   const std::int32_t target = find();
   text_steps_.resize(std::max(text_steps_.size(), n_configs()), kUnknown);  // steps may add configurations
@@ -359,6 +375,7 @@ void StackDfa::clear() {
   trans_.clear();
   index_.clear();
   text_steps_.clear();
+  multibyte_steps_.clear();
   ascii_self_loop_.clear();
   ascii_loops_.clear();
   ascii_loops_known_.clear();

@@ -67,6 +67,9 @@ class StackDfa {
   // of string characters steps this way: a token of n text characters read from here ends n such steps
   // later. Memoized.
   std::int32_t text_step(std::int32_t config);
+  // The configuration that every well-formed multi-byte UTF-8 character leads to from `config`, when it
+  // is the same for all of them; else kDead. Memoized.
+  std::int32_t multibyte_step(std::int32_t config);
   // The ASCII bytes other than NUL that lead from `config` back to itself (bit b of word b / 64): a
   // token whose bytes are all among them is read whole from here. Memoized.
   const std::array<std::uint64_t, 2>& ascii_loops(std::int32_t config);
@@ -171,6 +174,7 @@ class StackDfa {
   std::vector<std::uint8_t> outer_final_;
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
   std::vector<std::int32_t> text_steps_;  // per configuration: text_step, or kUnknown
+  std::vector<std::int32_t> multibyte_steps_;  // per configuration: multibyte_step, or kUnknown
   std::vector<std::uint8_t> ascii_self_loop_;  // per configuration: has_ascii_self_loop
   void note_ascii_self_loop(std::int32_t config) {
     const auto c = static_cast<std::size_t>(config);

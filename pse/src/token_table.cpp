@@ -359,6 +359,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     std::size_t loop_depth = SIZE_MAX;
     const std::vector<std::uint32_t>* loop_from = nullptr;
     std::array<std::uint64_t, 2> loop_bytes{};
+    bool loop_multibyte = false;  // and on every multi-byte character
     auto note_loop = [&](std::size_t d) {
       if constexpr (std::is_same_v<Cursor, DfaCursor>) {
         if (loop_depth != SIZE_MAX || d == 0) return;
@@ -377,6 +378,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         } else {
           loop_from = nullptr;
           loop_bytes = bytes;
+          loop_multibyte = chart.dfa()->multibyte_step(c) == c;
         }
         loop_depth = d;
       }
@@ -389,7 +391,17 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
                (loop_depth == tok.size() || (static_cast<unsigned char>(tok[loop_depth]) & 0xC0) != 0x80);
       }
       const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
-      return (used[0] & ~loop_bytes[0]) == 0 && (used[1] & ~loop_bytes[1]) == 0;
+      if ((used[0] & ~loop_bytes[0]) != 0 || (used[1] & ~loop_bytes[1]) != 0) return false;
+      switch (vocab.non_ascii(p)) {
+        case Vocabulary::NonAscii::kNone:
+          return true;
+        case Vocabulary::NonAscii::kCharacters:
+          return loop_multibyte &&
+                 (loop_depth == tok.size() || (static_cast<unsigned char>(tok[loop_depth]) & 0xC0) != 0x80);
+        case Vocabulary::NonAscii::kOther:
+          break;
+      }
+      return false;
     };
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
       if (whole != nullptr && whole->member[p]) {
@@ -400,7 +412,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         accept(sorted[p]);
         continue;
       }
-      if (run.length > 0 && vocab.sorted_token(p).size() <= run.length + 1) {
+      if (run.length > 0 && vocab.sorted_token(p).size() <= run.length + 1 &&
+          vocab.non_ascii(p) == Vocabulary::NonAscii::kNone) {
         const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
         if ((used[0] & ~run.bytes[0]) == 0 && (used[1] & ~run.bytes[1]) == 0) {
           accept(sorted[p]);

@@ -27,6 +27,29 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 // last may be cut short (the first bytes of a well-formed sequence), as byte-level tokens often are: what
 // reads every character reads those too. t.size() when no non-empty rest is. One pass from the end (a
 // rest is text when its first character is and the rest after it is), so long tokens cost linear time.
+// Whether the UTF-8 sequence that starts at t[d] (a byte >= 0x80) is well-formed (Unicode's table:
+// the length by the lead byte, the range of the second byte), or its first bytes when t ends first;
+// *n receives its length.
+bool good_sequence_at(std::string_view t, std::size_t d, std::size_t* n) {
+  const unsigned char c = static_cast<unsigned char>(t[d]);
+  unsigned char lo = 0x80, hi = 0xBF;
+  *n = 0;
+  if (c >= 0xC2 && c <= 0xDF) *n = 2;
+  else if (c == 0xE0) *n = 3, lo = 0xA0;
+  else if (c >= 0xE1 && c <= 0xEC) *n = 3;
+  else if (c == 0xED) *n = 3, hi = 0x9F;
+  else if (c >= 0xEE && c <= 0xEF) *n = 3;
+  else if (c == 0xF0) *n = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) *n = 4;
+  else if (c == 0xF4) *n = 4, hi = 0x8F;
+  bool good = *n > 0;
+  for (std::size_t k = 1; good && k < *n && d + k < t.size(); ++k) {
+    const unsigned char x = static_cast<unsigned char>(t[d + k]);
+    good = x >= (k == 1 ? lo : 0x80) && x <= (k == 1 ? hi : 0xBF);
+  }
+  return good;
+}
+
 std::size_t text_from(std::string_view t, std::vector<std::uint8_t>& ok) {
   ok.assign(t.size() + 1, 0);
   ok[t.size()] = 1;
@@ -36,22 +59,8 @@ std::size_t text_from(std::string_view t, std::vector<std::uint8_t>& ok) {
     if (c < 0x80) {
       ok[d] = Vocabulary::is_plain_byte(c) && ok[d + 1];
     } else {
-      // Lead byte: the length and the range of the second byte (Unicode's well-formed sequences).
       std::size_t n = 0;
-      unsigned char lo = 0x80, hi = 0xBF;
-      if (c >= 0xC2 && c <= 0xDF) n = 2;
-      else if (c == 0xE0) n = 3, lo = 0xA0;
-      else if (c >= 0xE1 && c <= 0xEC) n = 3;
-      else if (c == 0xED) n = 3, hi = 0x9F;
-      else if (c >= 0xEE && c <= 0xEF) n = 3;
-      else if (c == 0xF0) n = 4, lo = 0x90;
-      else if (c >= 0xF1 && c <= 0xF3) n = 4;
-      else if (c == 0xF4) n = 4, hi = 0x8F;
-      bool good = n > 0;
-      for (std::size_t k = 1; good && k < n && d + k < t.size(); ++k) {
-        const unsigned char x = static_cast<unsigned char>(t[d + k]);
-        good = x >= (k == 1 ? lo : 0x80) && x <= (k == 1 ? hi : 0xBF);
-      }
+      const bool good = good_sequence_at(t, d, &n);
       ok[d] = good && (d + n >= t.size() || ok[d + n]);
     }
     if (ok[d]) from = d;
@@ -152,15 +161,25 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     }
   }
   ascii_bytes_.resize(sorted_.size());
+  non_ascii_.assign(sorted_.size(), NonAscii::kNone);
   for (std::size_t p = 0; p < sorted_.size(); ++p) {
     std::array<std::uint64_t, 2>& set = ascii_bytes_[p];
-    for (const char ch : sorted_token(p)) {
-      const auto c = static_cast<unsigned char>(ch);
-      if (c >= 0x80) {
-        set = {~std::uint64_t{0}, ~std::uint64_t{0}};
-        break;
+    const std::string_view t = sorted_token(p);
+    for (std::size_t d = 0; d < t.size();) {
+      const auto c = static_cast<unsigned char>(t[d]);
+      if (c < 0x80) {
+        set[c >> 6] |= std::uint64_t{1} << (c & 63);
+        ++d;
+        continue;
       }
-      set[c >> 6] |= std::uint64_t{1} << (c & 63);
+      std::size_t n = 0;
+      if (good_sequence_at(t, d, &n)) {
+        if (non_ascii_[p] == NonAscii::kNone) non_ascii_[p] = NonAscii::kCharacters;
+        d += n;
+      } else {
+        non_ascii_[p] = NonAscii::kOther;
+        ++d;  // the bytes after it are looked at on their own
+      }
     }
   }
   first_byte_begin_.assign(257, 0);

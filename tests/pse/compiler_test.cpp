@@ -228,6 +228,46 @@ TEST(Compiler, TokensReadWholeFromAByteSetLoopMatchBruteForce) {
   EXPECT_TRUE(m.accept_bytes("\"ab E(x, y) z\"") && m.can_stop());
 }
 
+// A configuration looping on a set of ASCII bytes and on every multi-byte character (a pattern's
+// [^/]*, a class excluding a few ASCII bytes) also reads whole the tokens whose other bytes are whole
+// characters (the last may be cut short), from a character boundary; ill-formed ones are walked.
+TEST(Compiler, TokensReadWholeFromAByteSetAndCharacterLoopMatchBruteForce) {
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* s : {"ab", "a/b", "/a", "\xC3\xA9", "\xC3\xA9" "a", "a\xC3", "\xC3\xA9/", "\xE4\xB8\x80", "\xE4\xB8",
+                        "\x80" "b", "a\xC3" "a", "\xED\xA0\x80", "\xC0\xAF", "\xF0\x9F\x98\x80" "x", "\xF0\x9F",
+                        ";\xC3\xA9", "ab;cd", "a;", "\xC3\xA9;", "a\"", "\xC3\xA9\"", "a\\n", "\xE4\xB8\x80\xC3", "\xC3\xA9\xC3\xA9",
+                        "x\xE4\xB8\x80/", "\"a\xC3\xA9", "\xC3" "ab", "a\xFF"}) {
+    t.push_back(s);
+  }
+  auto vocab = std::make_shared<const Vocabulary>(t, std::vector<TokenId>{}, std::vector<TokenId>{});
+  const Grammar pattern = json_schema_to_grammar(std::string_view(R"js({"type": "string", "pattern": "^[^/]*/[^/]+$"})js"));
+  G g;
+  RuleId root = g.rule("root");
+  g.define(root, g.plus(g.seq({g.star(g.cls({{0x20, ':'}, {'<', 0x10FFFF}})), g.lit(";")})));
+  const Grammar items = g.done(root);
+  // The same loop over ASCII bytes only: the tokens with other bytes are walked (and die).
+  G ascii;
+  root = ascii.rule("root");
+  ascii.define(root, ascii.plus(ascii.seq({ascii.star(ascii.cls({{0x20, ':'}, {'<', 0x7E}})), ascii.lit(";")})));
+  const Grammar ascii_items = ascii.done(root);
+  // A loop entered right after a lone lead byte: a token's rest from there starts with a continuation
+  // byte, which the loop does not read.
+  G lead;
+  root = lead.rule("root");
+  lead.define(root, lead.seq({lead.lit("\xC3"), lead.star(lead.cls({{0x20, '.'}, {'0', 0x10FFFF}}))}));
+  const Grammar after_lead = lead.done(root);
+  for (const Grammar* grammar : {&pattern, &items, &ascii_items, &after_lead}) {
+    for (const bool eager : {true, false}) {
+      CompileOptions o;
+      o.precompute = eager;
+      expect_masks_are_brute_force(compile_grammar(*grammar, vocab, o), 300, eager ? 41 : 42);
+    }
+  }
+  Matcher m(compile_grammar(pattern, vocab));
+  EXPECT_TRUE(m.accept_bytes("\"a\xC3\xA9 b/\xE4\xB8\x80x\"") && m.can_stop());
+}
+
 // And from a configuration that starts a bounded run over a set of ASCII bytes (a counted repetition of
 // a character class: every byte of the set one step on, whichever it is): a token whose bytes are all in
 // the set and that fits in the run is read whole; longer ones, and those with other bytes, are walked.

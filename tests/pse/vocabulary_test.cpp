@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <set>
 
@@ -98,6 +99,27 @@ TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
   // Groups larger than the mask (one word here) also come as masks.
   EXPECT_EQ(text.group_bits['a'], (std::vector<std::uint32_t>{1u << 0 | 1u << 9 | 1u << 10 | 1u << 11 | 1u << 12}));
   EXPECT_TRUE(text.group_bits[' '].empty());
+}
+
+// Each token's ASCII bytes as a set, and how its other bytes stand: whole characters (the last may be
+// cut short) or not.
+TEST(Vocabulary, AsciiBytesAndNonAsciiKinds) {
+  using K = Vocabulary::NonAscii;
+  const std::vector<std::pair<std::string, K>> cases = {
+      {"ab", K::kNone},       {"\xc3\xa9", K::kCharacters}, {"a\xc3", K::kCharacters},   {"\xf0\x9f", K::kCharacters},
+      {"\xb8" "b", K::kOther}, {"\xc3" "a", K::kOther},      {"\xed\xa0\x80", K::kOther}, {"\xc0\xaf", K::kOther},
+      {"x\xe4\xb8\xad/", K::kCharacters}, {"\xff", K::kOther}};
+  std::vector<std::string> tokens;
+  for (const auto& [t, k] : cases) tokens.push_back(t);
+  Vocabulary v(tokens, {}, {});
+  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+    const std::string& t = tokens[static_cast<std::size_t>(v.text_tokens()[p])];
+    std::array<std::uint64_t, 2> ascii{};
+    for (const char c : t)
+      if (static_cast<unsigned char>(c) < 0x80) ascii[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
+    EXPECT_EQ(v.ascii_bytes(p), ascii) << t;
+    EXPECT_EQ(v.non_ascii(p), cases[static_cast<std::size_t>(v.text_tokens()[p])].second) << t;
+  }
 }
 
 // Where a long token's rest is of a class is found in one pass: with a check per suffix, a 200,000-byte

@@ -80,10 +80,14 @@ class Vocabulary {
   static constexpr std::array<std::pair<unsigned, unsigned>, 3> kPlainRanges = {{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}}};
   static constexpr bool is_plain_byte(unsigned b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
   const TokenClassIndex& token_class(TokenClass c) const { return c == TokenClass::kPlain ? plain_ : text_; }
-  // The bytes of text_tokens()[p] as a set over ASCII (bit b of word b / 64), with every bit set when
-  // one of them is not ASCII: a walk in a configuration that loops on a set of ASCII bytes (without NUL)
-  // reads a token whose bytes are all in it whole.
+  // The ASCII bytes of text_tokens()[p] as a set (bit b of word b / 64), and how its other bytes
+  // stand: none, whole UTF-8 characters (well-formed; the last may be cut short), or other bytes. A walk
+  // in a configuration that loops on a set of ASCII bytes reads a token whole when its ASCII bytes are
+  // all in the set and it has no other bytes; also with whole characters when the configuration loops on
+  // every multi-byte character too (and the rest starts at a character boundary).
+  enum class NonAscii : std::uint8_t { kNone, kCharacters, kOther };
   const std::array<std::uint64_t, 2>& ascii_bytes(std::size_t p) const { return ascii_bytes_[p]; }
+  NonAscii non_ascii(std::size_t p) const { return non_ascii_[p]; }
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
   std::string_view sorted_token(std::size_t p) const {
     return std::string_view(sorted_bytes_).substr(sorted_offset_[p], sorted_offset_[p + 1] - sorted_offset_[p]);
@@ -106,6 +110,7 @@ class Vocabulary {
   std::vector<std::uint32_t> sorted_offset_;  // [text_tokens().size() + 1]
   std::vector<std::uint32_t> subtree_end_;    // [sorted_bytes_.size()], by the offsets of sorted_offset_
   std::vector<std::array<std::uint64_t, 2>> ascii_bytes_;  // [text_tokens().size()]
+  std::vector<NonAscii> non_ascii_;                        // [text_tokens().size()]
   TokenClassIndex plain_, text_;
 };
 
