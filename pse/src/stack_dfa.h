@@ -97,15 +97,15 @@ class StackDfa {
   // Near its bound on configurations: a new walk would likely overflow.
   bool saturated() const { return n_configs() >= max_configs_ - max_configs_ / 8; }
   // What a token-table walk found for the tokens of one first byte read from a configuration (the
-  // configuration after that byte decides it): the accepted ids and the uncertain positions with their
+  // configuration after that byte decides it): the accepted tokens and the uncertain positions with their
   // end depths (uncertain_ends[k] of them per position, in order). Tables of different states that
   // reach the same configuration after a first byte reuse it instead of walking the group again.
   struct GroupResult {
     std::int8_t whole = -1;  // a Vocabulary::TokenClass whose members in the group are accepted too, or -1
-    std::vector<std::int32_t> accepted;
+    std::vector<std::uint64_t> accepted;  // bit i: the group's i-th token (by position) is accepted
     std::vector<std::uint32_t> uncertain, uncertain_ends, end_depths;
     std::size_t bytes() const {
-      return (accepted.size() + uncertain.size() + uncertain_ends.size() + end_depths.size()) * 4 + sizeof(GroupResult);
+      return accepted.size() * 8 + (uncertain.size() + uncertain_ends.size() + end_depths.size()) * 4 + sizeof(GroupResult);
     }
   };
   // after: the configuration after `byte`. filter: what else the results depend on (the table's rule,

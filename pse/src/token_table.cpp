@@ -50,6 +50,89 @@ void set_accepted(std::vector<TokenId>& ids, std::size_t n_mask_words, std::vect
   }
 }
 
+// A token table's accepted ids while it is built: a list while short (most tables accept few tokens:
+// no bitset to clear and scan for them), then marked in a per-thread bitset over the mask words (a
+// table inside a string accepts most of the vocabulary: one bit set per token, no list to grow).
+// finish() gives the table's bitset when there are more ids than mask words, else an ascending list.
+class AcceptedIds {
+ public:
+  explicit AcceptedIds(std::size_t n_mask_words) : n_words_(n_mask_words) {}
+  AcceptedIds(const AcceptedIds&) = delete;
+  AcceptedIds& operator=(const AcceptedIds&) = delete;
+  ~AcceptedIds() { release(); }  // also when a deadline throws part-way
+
+  void add(TokenId id) {
+    if (bits_ != nullptr) {
+      bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    } else {
+      ids_.push_back(id);
+      if (ids_.size() > kMaxList) to_bits();
+    }
+  }
+  void add(std::span<const TokenId> ids) {
+    if (bits_ == nullptr && ids_.size() + ids.size() > kMaxList) to_bits();
+    if (bits_ == nullptr) {
+      ids_.insert(ids_.end(), ids.begin(), ids.end());
+    } else {
+      for (const TokenId id : ids) bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    }
+  }
+  void add_mask(std::span<const std::uint32_t> mask) {
+    to_bits();
+    for (std::size_t w = 0; w < n_words_; ++w) bits_[w] |= mask[w];
+  }
+  void finish(std::vector<std::uint32_t>& bits, std::vector<TokenId>& list) {
+    if (bits_ == nullptr) {
+      set_accepted(ids_, n_words_, bits, list);
+      return;
+    }
+    std::size_t n = 0;
+    for (std::size_t w = 0; w < n_words_; ++w) n += static_cast<std::size_t>(std::popcount(bits_[w]));
+    if (n > n_words_) {
+      bits.assign(bits_, bits_ + n_words_);
+    } else {
+      list.clear();
+      list.reserve(n);
+      for (std::size_t w = 0; w < n_words_; ++w)
+        for (std::uint32_t x = bits_[w]; x != 0; x &= x - 1)
+          list.push_back(static_cast<TokenId>(w * 32 + static_cast<std::size_t>(std::countr_zero(x))));
+    }
+    release();
+  }
+
+ private:
+  static constexpr std::size_t kMaxList = 1024;
+  void to_bits() {
+    if (bits_ != nullptr) return;
+    thread_local std::vector<std::uint32_t> scratch;  // all zero while not in use
+    thread_local bool in_use = false;
+    if (!in_use) {
+      if (scratch.size() < n_words_) scratch.resize(n_words_, 0);
+      in_use = true;
+      in_use_ = &in_use;
+      bits_ = scratch.data();
+    } else {  // a table built while another is (not done today): a bitset of its own
+      own_.assign(n_words_, 0);
+      bits_ = own_.data();
+    }
+    for (const TokenId id : ids_) bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    ids_.clear();
+  }
+  void release() {
+    if (in_use_ != nullptr) {
+      std::fill(bits_, bits_ + n_words_, 0u);
+      *in_use_ = false;
+      in_use_ = nullptr;
+    }
+    bits_ = nullptr;
+  }
+  std::size_t n_words_;
+  std::vector<TokenId> ids_;
+  std::uint32_t* bits_ = nullptr;
+  bool* in_use_ = nullptr;
+  std::vector<std::uint32_t> own_;
+};
+
 ByteSet first_bytes(const Automaton& a, const Chart& chart) {
   ByteSet first{};
   for (const Item& it : chart.last()) {
@@ -221,18 +304,13 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   FollowCheck<Cursor> follow_check(filter == FollowFilter::kFull ? a.rule_contexts[rule] : kNoContexts, make);
   EveryContextReads<Cursor> every_context(a.rule_contexts[rule], filter == FollowFilter::kFull && rule != a.root, make);
 
-  // Accepted ids, gathered in walk order; a bitset or a sorted list at the end (most tables accept a
-  // few tokens: no 16 KiB bitset to clear and scan for them).
-  std::vector<TokenId> accepted_ids;
-  // Allocated once a group larger than the bitset is accepted whole (then or-ed with the group's bits).
-  std::vector<std::uint32_t> accepted_bits;
+  AcceptedIds accepted_ids(vocab.n_mask_words());
   auto accept_whole = [&](Vocabulary::TokenClass c, unsigned b) {
     const Vocabulary::TokenClassIndex& index = vocab.token_class(c);
     if (!index.group_bits[b].empty()) {
-      if (accepted_bits.empty()) accepted_bits.assign(vocab.n_mask_words(), 0);
-      for (std::size_t w = 0; w < accepted_bits.size(); ++w) accepted_bits[w] |= index.group_bits[b][w];
+      accepted_ids.add_mask(index.group_bits[b]);
     } else {
-      accepted_ids.insert(accepted_ids.end(), index.ids.begin() + index.begin[b], index.ids.begin() + index.begin[b + 1]);
+      accepted_ids.add(std::span<const TokenId>(index.ids).subspan(index.begin[b], index.begin[b + 1] - index.begin[b]));
     }
   };
   // ends: the depths j > 0 of the current prefix after which the rule's end is reached (a property of
@@ -280,10 +358,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     filter_id = filter == FollowFilter::kFull ? 2 * (rule + 1) : 2 * chart.dfa()->follow_set_id(rule) + 1;
     start_loops_on_text = chart.last_loops_on(Vocabulary::TokenClass::kText);
     if (start_loops_on_text) {
-      accepted_bits = text_class.bits;
+      accepted_ids.add_mask(text_class.bits);
     } else if (!text_class.up_to.empty()) {
       text_run = chart.dfa()->text_run(chart.last_config(), text_class.up_to.size() - 1);
-      if (text_run > 0) accepted_bits = text_class.up_to[text_run];
+      if (text_run > 0) accepted_ids.add_mask(text_class.up_to[text_run]);
     }
   }
   for (unsigned b = 0; b < 256; ++b) {
@@ -315,7 +393,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         after = chart.last_config();
         if (memo) {
           if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), filter_id)) {
-            accepted_ids.insert(accepted_ids.end(), g->accepted.begin(), g->accepted.end());
+            for (std::size_t w = 0; w < g->accepted.size(); ++w)
+              for (std::uint64_t x = g->accepted[w]; x != 0; x &= x - 1)
+                accepted_ids.add(sorted[fb[b] + w * 64 + static_cast<std::size_t>(std::countr_zero(x))]);
             if (g->whole >= 0) accept_whole(static_cast<Vocabulary::TokenClass>(g->whole), b);
             for (std::size_t k = 0, e = 0; k < g->uncertain.size(); ++k) {
               table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
@@ -343,9 +423,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
     }
     if (start_loops_on_text) whole = &text_class;
-    auto accept = [&](TokenId id) {
-      accepted_ids.push_back(id);
-      if (memo && after != StackDfa::kDead) record.accepted.push_back(id);
+    if (memo && after != StackDfa::kDead) record.accepted.assign((fb[b + 1] - fb[b] + 63) / 64, 0);
+    auto accept = [&](std::uint32_t p) {  // a position in the group
+      accepted_ids.add(sorted[p]);
+      if (memo && after != StackDfa::kDead) record.accepted[(p - fb[b]) >> 6] |= std::uint64_t{1} << ((p - fb[b]) & 63);
     };
     if (whole != nullptr && !start_loops_on_text) {
       accept_whole(whole_class, b);
@@ -409,14 +490,14 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         if (p >= fb[b + 1]) break;
       }
       if (group_run > 0 && text_class.chars[p] != 0 && text_class.chars[p] <= group_run + 1) {
-        accept(sorted[p]);
+        accept(p);
         continue;
       }
       if (run.length > 0 && vocab.sorted_token(p).size() <= run.length + 1 &&
           vocab.non_ascii(p) == Vocabulary::NonAscii::kNone) {
         const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
         if ((used[0] & ~run.bytes[0]) == 0 && (used[1] & ~run.bytes[1]) == 0) {
-          accept(sorted[p]);
+          accept(p);
           continue;
         }
       }
@@ -434,13 +515,12 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
                                      "table of automaton state {}",
                                      state));
       }
-      const TokenId id = sorted[p];
       const std::string_view tok = vocab.sorted_token(p);
       // The bytes shared with the last token walked (tokens read whole may lie between them).
       std::size_t l = 0;
       for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
       if (l >= loop_depth && rest_read_whole(p, tok)) {
-        accept(id);
+        accept(p);
         continue;
       }
       last = tok;
@@ -448,7 +528,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         // Same bytes up to the one that failed: same chart, but the suffixes after an end differ.
         bool accepted = false;
         uncertain(p, tok, depth_dead, accepted);
-        if (accepted) accept(id);
+        if (accepted) accept(p);
         continue;
       }
       const std::size_t depth = std::min(l, chart.n_sets() - 2);
@@ -471,7 +551,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         note_loop(j + 1);
       }
       if (read_whole || depth_dead == SIZE_MAX) {
-        accept(id);
+        accept(p);
       } else {
         bool accepted = false;
         if (ends.empty() || !uncertain(p, tok, depth_dead, accepted)) {
@@ -479,7 +559,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           // token under this prefix is rejected; skip them all.
           p = vocab.subtree_end(p, depth_dead) - 1;
         } else if (accepted) {
-          accept(id);
+          accept(p);
         }
       }
     }
@@ -497,12 +577,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
     }
   }
-  if (!accepted_bits.empty()) {
-    for (const TokenId id : accepted_ids) accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-    table.accepted_bits = std::move(accepted_bits);
-  } else {
-    set_accepted(accepted_ids, vocab.n_mask_words(), table.accepted_bits, table.accepted_list);
-  }
+  accepted_ids.finish(table.accepted_bits, table.accepted_list);
   table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
   table.uncertain.shrink_to_fit();
   table.end_depths.shrink_to_fit();
