@@ -354,6 +354,12 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   // are accepted at once (a mask) and the walk visits only the others.
   bool start_loops_on_text = false;
   std::size_t text_run = 0;
+  // Else, tokens made only of a set of ASCII bytes that the start configuration loops on (all of them)
+  // or starts a bounded run over (those of at most start_set_length bytes): accepted at once too.
+  // Without the set's index (not built yet), each token is checked as the walk meets it.
+  std::shared_ptr<const Vocabulary::AsciiSetIndex> start_set;
+  std::size_t start_set_length = 0;
+  std::array<std::uint64_t, 2> start_bytes{};
   if constexpr (std::is_same_v<Cursor, DfaCursor>) {
     filter_id = filter == FollowFilter::kFull ? 2 * (rule + 1) : 2 * chart.dfa()->follow_set_id(rule) + 1;
     start_loops_on_text = chart.last_loops_on(Vocabulary::TokenClass::kText);
@@ -362,6 +368,27 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     } else if (!text_class.up_to.empty()) {
       text_run = chart.dfa()->text_run(chart.last_config(), text_class.up_to.size() - 1);
       if (text_run > 0) accepted_ids.add_mask(text_class.up_to[text_run]);
+    }
+    // (Only when the start reads enough ASCII bytes: the tests compute every ASCII step.)
+    if (!start_loops_on_text && text_run == 0 && std::popcount(first[0]) + std::popcount(first[1]) >= kMinLoopBytes) {
+      const std::int32_t c0 = chart.last_config();
+      const std::array<std::uint64_t, 2> loops = chart.dfa()->ascii_loops(c0);
+      if (std::popcount(loops[0]) + std::popcount(loops[1]) >= kMinLoopBytes) {
+        start_bytes = loops;
+        start_set_length = SIZE_MAX;
+      } else if (const StackDfa::AsciiRun start_run = chart.dfa()->ascii_run(c0); start_run.length > 0) {
+        start_bytes = start_run.bytes;
+        start_set_length = start_run.length;
+      }
+      if (start_set_length > 0) start_set = vocab.ascii_set_index(start_bytes);
+      if (start_set != nullptr) {
+        if (start_set_length >= start_set->max_length) {
+          start_set_length = SIZE_MAX;
+          accepted_ids.add_mask(start_set->all);
+        } else {
+          accepted_ids.add_mask(start_set->up_to[start_set_length]);
+        }
+      }
     }
   }
   for (unsigned b = 0; b < 256; ++b) {
@@ -415,7 +442,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         } else if (Vocabulary::is_plain_byte(b) && !text_class.up_to.empty()) {
           group_run = chart.dfa()->text_run(chart.last_config(), text_class.up_to.size() - 1);
         }
-        if (whole == nullptr && group_run == 0 && text_run == 0 && b < 0x80 && fb[b + 1] - fb[b] >= kMinRunGroup) {
+        if (whole == nullptr && group_run == 0 && text_run == 0 && start_set_length == 0 && b < 0x80 &&
+            fb[b + 1] - fb[b] >= kMinRunGroup) {
           run = chart.dfa()->ascii_run(after);
           if (((run.bytes[b >> 6] >> (b & 63)) & 1) == 0) run.length = 0;
         }
@@ -489,12 +517,33 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         p = whole->next_out[p];
         if (p >= fb[b + 1]) break;
       }
+      if (start_set == nullptr && start_set_length > 0 && vocab.non_ascii(p) == Vocabulary::NonAscii::kNone &&
+          vocab.sorted_token_size(p) <= start_set_length) {
+        const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
+        if ((used[0] & ~start_bytes[0]) == 0 && (used[1] & ~start_bytes[1]) == 0) {
+          accept(p);
+          continue;
+        }
+      }
+      if (start_set != nullptr && start_set->length[p] != 0 && start_set->length[p] <= start_set_length) {
+        // Accepted (in the mask already; the group's record has them too: they are accepted from the
+        // configuration after the first byte, whatever table reaches it).
+        if (start_set_length != SIZE_MAX) {
+          if (memo && after != StackDfa::kDead) record.accepted[(p - fb[b]) >> 6] |= std::uint64_t{1} << ((p - fb[b]) & 63);
+          continue;
+        }
+        const std::uint32_t q = std::min(start_set->next_out[p], fb[b + 1]);  // every member: jump past them
+        if (memo && after != StackDfa::kDead)
+          for (std::uint32_t i = p; i < q; ++i) record.accepted[(i - fb[b]) >> 6] |= std::uint64_t{1} << ((i - fb[b]) & 63);
+        p = q;
+        if (p >= fb[b + 1]) break;
+      }
       if (group_run > 0 && text_class.chars[p] != 0 && text_class.chars[p] <= group_run + 1) {
         accept(p);
         continue;
       }
-      if (run.length > 0 && vocab.sorted_token(p).size() <= run.length + 1 &&
-          vocab.non_ascii(p) == Vocabulary::NonAscii::kNone) {
+      if (run.length > 0 && vocab.non_ascii(p) == Vocabulary::NonAscii::kNone &&
+          vocab.sorted_token_size(p) <= run.length + 1) {
         const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
         if ((used[0] & ~run.bytes[0]) == 0 && (used[1] & ~run.bytes[1]) == 0) {
           accept(p);

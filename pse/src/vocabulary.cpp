@@ -1,6 +1,8 @@
 #include "pse/vocabulary.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -79,7 +81,7 @@ std::size_t plain_from(std::string_view t) {
 
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId> special_ids,
                        std::vector<TokenId> eos_ids, std::size_t n_rows)
-    : tokens_(std::move(token_bytes)), kind_(tokens_.size(), 0) {
+    : tokens_(std::move(token_bytes)), kind_(tokens_.size(), 0), ascii_set_indexes_(std::make_shared<AsciiSetIndexes>()) {
   n_rows_ = n_rows == 0 ? tokens_.size() : n_rows;
   if (n_rows_ < tokens_.size()) {
     throw InputError(fmt::format("[vocabulary] n_rows {} is smaller than the {} tokens", n_rows_,
@@ -244,6 +246,61 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     text_.up_to[n] = text_.up_to[n - 1];
     for (const TokenId id : by_chars[n]) text_.up_to[n][static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
   }
+}
+
+struct Vocabulary::AsciiSetIndexes {
+  std::mutex mutex;
+  std::map<std::array<std::uint64_t, 2>, std::uint32_t> requests;  // sets not built yet: times asked
+  std::vector<std::shared_ptr<const AsciiSetIndex>> built;
+};
+
+std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(const std::array<std::uint64_t, 2>& set) const {
+  std::lock_guard<std::mutex> lock(ascii_set_indexes_->mutex);
+  std::vector<std::shared_ptr<const AsciiSetIndex>>& built = ascii_set_indexes_->built;
+  for (const auto& index : built)
+    if (index->set == set) return index;
+  if (built.size() >= kMaxAsciiSetIndexes) return nullptr;
+  // An index costs a pass over the vocabulary (a few milliseconds): a set's first few tables walk
+  // without it.
+  auto& requests = ascii_set_indexes_->requests;
+  if (requests.size() >= 4096) requests.clear();  // bounds the counts' memory
+  if (++requests[set] < kAsciiSetIndexAfter) return nullptr;
+  requests.erase(set);
+  auto index = std::make_shared<AsciiSetIndex>();
+  index->set = set;
+  index->set[0] &= ~std::uint64_t{1};  // NUL
+  index->length.assign(sorted_.size(), 0);
+  std::vector<std::vector<TokenId>> by_length(kMaxSetRunBytes + 1);
+  index->all.assign(n_mask_words(), 0);
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    const auto first = static_cast<unsigned char>(sorted_bytes_[sorted_offset_[p]]);
+    if (first >= 0x80 || ((index->set[first >> 6] >> (first & 63)) & 1) == 0) {
+      p = first_byte_begin_[first + 1] - 1;  // no member starts with this byte
+      continue;
+    }
+    const std::array<std::uint64_t, 2>& used = ascii_bytes_[p];
+    if (non_ascii_[p] != NonAscii::kNone || (used[0] & ~index->set[0]) != 0 || (used[1] & ~index->set[1]) != 0) continue;
+    const std::size_t n = sorted_offset_[p + 1] - sorted_offset_[p];
+    index->length[p] = static_cast<std::uint8_t>(std::min<std::size_t>(n, 255));
+    index->max_length = std::max(index->max_length, n);
+    const TokenId id = sorted_[p];
+    index->all[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    if (n <= kMaxSetRunBytes) by_length[n].push_back(id);
+  }
+  index->next_out.resize(sorted_.size());
+  auto out = static_cast<std::uint32_t>(sorted_.size());
+  for (std::size_t p = sorted_.size(); p-- > 0;) {
+    if (index->length[p] == 0) out = static_cast<std::uint32_t>(p);
+    index->next_out[p] = out;
+  }
+  const std::size_t n_masks = std::min(index->max_length, kMaxSetRunBytes) + 1;
+  index->up_to.assign(n_masks, std::vector<std::uint32_t>(n_mask_words(), 0));
+  for (std::size_t n = 1; n < n_masks; ++n) {
+    index->up_to[n] = index->up_to[n - 1];
+    for (const TokenId id : by_length[n]) index->up_to[n][static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+  }
+  built.push_back(index);
+  return index;
 }
 
 const std::string& Vocabulary::token_bytes(TokenId id) const {

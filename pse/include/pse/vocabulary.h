@@ -88,7 +88,28 @@ class Vocabulary {
   enum class NonAscii : std::uint8_t { kNone, kCharacters, kOther };
   const std::array<std::uint64_t, 2>& ascii_bytes(std::size_t p) const { return ascii_bytes_[p]; }
   NonAscii non_ascii(std::size_t p) const { return non_ascii_[p]; }
+  // The tokens made only of the ASCII bytes of a set, for walks that start in a configuration looping
+  // on the set or starting a bounded run over it (a counted repetition of a character class): they are
+  // accepted at once, as a mask, and the walk jumps over them.
+  struct AsciiSetIndex {
+    std::array<std::uint64_t, 2> set{};
+    std::vector<std::uint8_t> length;     // [text_tokens().size()] a member's length (at most 255); 0 for others
+    std::vector<std::uint32_t> next_out;  // [text_tokens().size()] the first position >= p not a member
+    std::size_t max_length = 0;           // the longest member's length
+    std::vector<std::uint32_t> all;       // [n_mask_words()] every member
+    // up_to[n]: the members of at most n bytes, for n up to min(max_length, kMaxSetRunBytes).
+    std::vector<std::vector<std::uint32_t>> up_to;
+  };
+  static constexpr std::size_t kMaxSetRunBytes = 32;
+  // The index of `set` (bit b of word b / 64; NUL is never a member byte), built when it is asked for
+  // the kAsciiSetIndexAfter-th time and kept for the vocabulary's lifetime, for up to
+  // kMaxAsciiSetIndexes sets; nullptr before, and past them (the walk checks each token instead).
+  // Thread-safe.
+  static constexpr std::size_t kMaxAsciiSetIndexes = 32;
+  static constexpr std::uint32_t kAsciiSetIndexAfter = 4;
+  std::shared_ptr<const AsciiSetIndex> ascii_set_index(const std::array<std::uint64_t, 2>& set) const;
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
+  std::size_t sorted_token_size(std::size_t p) const { return sorted_offset_[p + 1] - sorted_offset_[p]; }
   std::string_view sorted_token(std::size_t p) const {
     return std::string_view(sorted_bytes_).substr(sorted_offset_[p], sorted_offset_[p + 1] - sorted_offset_[p]);
   }
@@ -112,6 +133,8 @@ class Vocabulary {
   std::vector<std::array<std::uint64_t, 2>> ascii_bytes_;  // [text_tokens().size()]
   std::vector<NonAscii> non_ascii_;                        // [text_tokens().size()]
   TokenClassIndex plain_, text_;
+  struct AsciiSetIndexes;  // ascii_set_index's (vocabulary.cpp); shared by copies
+  std::shared_ptr<AsciiSetIndexes> ascii_set_indexes_;
 };
 
 }  // namespace pse
