@@ -16,14 +16,15 @@ struct Matcher::Scratch {
   std::vector<std::uint64_t> marks;  // [ceil(n_text_tokens / 64)], all zero between calls
   std::vector<std::uint32_t> chain;
   // The call edges of the items of one Earley set, as (callee rule, caller's origin, caller's rule,
-  // return state), sorted: the callers of a rule at that position are one range. Built on first
-  // use per set in a mask fill (a resolution may ask the same set for hundreds of rules).
+  // return state), sorted: the callers of a rule at that position are one range. Built when a set is
+  // asked for callers a second time in a mask fill (a resolution may ask one set for hundreds of rules).
   struct CallersAt {
     std::uint32_t origin = 0;
     std::vector<std::array<std::uint32_t, 4>> edges;
   };
   std::vector<CallersAt> callers_at;
   std::size_t n_callers_at = 0;  // entries valid in this fill
+  std::vector<std::uint32_t> asked_once;  // sets asked for callers once in this fill (not indexed)
 };
 
 namespace {
@@ -108,6 +109,7 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
   // are visited in byte order without sorting.
   std::vector<std::uint64_t>& marks = scratch_->marks;
   scratch_->n_callers_at = 0;
+  scratch_->asked_once.clear();
   const std::size_t n_text = vocab.text_tokens().size();
   if (marks.size() != (n_text + 63) / 64) marks.assign((n_text + 63) / 64, 0);
   std::size_t lo_word = SIZE_MAX, hi_word = 0;
@@ -197,34 +199,45 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
   // chain, all their return states together: they share their own callers, so the rest of a token is
   // walked once from all of them (a rule whose parse paths diverge, such as an object with dependent
   // properties, may call the same rule from hundreds of states at one position).
-  std::span<const std::array<std::uint32_t, 4>> edges;
-  bool indexed = false;
-  for (std::size_t i = 0; i < scratch_->n_callers_at && !indexed; ++i) {
-    if (scratch_->callers_at[i].origin == origin) {
-      edges = scratch_->callers_at[i].edges;
-      indexed = true;
-    }
-  }
-  if (!indexed) {
-    if (scratch_->n_callers_at == scratch_->callers_at.size()) scratch_->callers_at.emplace_back();
-    Scratch::CallersAt& at = scratch_->callers_at[scratch_->n_callers_at++];
-    at.origin = origin;
-    at.edges.clear();
+  std::vector<std::array<std::uint32_t, 4>> parents;
+  const Scratch::CallersAt* index = nullptr;
+  for (std::size_t i = 0; i < scratch_->n_callers_at && index == nullptr; ++i)
+    if (scratch_->callers_at[i].origin == origin) index = &scratch_->callers_at[i];
+  const bool asked_before =
+      index == nullptr && std::find(scratch_->asked_once.begin(), scratch_->asked_once.end(), origin) != scratch_->asked_once.end();
+  if (index == nullptr && !asked_before) {
+    // The first question to this set: look for this rule's callers only.
+    scratch_->asked_once.push_back(origin);
     for (const detail::Item& w : chart_->set(origin)) {
       for (std::uint32_t e = a.call_begin[w.state]; e < a.call_begin[w.state + 1]; ++e) {
         const detail::CallEdge& call = a.call_edges[e];
-        at.edges.push_back({call.rule, w.origin, a.state_rule[call.target], call.target});
+        if (call.rule == rule) parents.push_back({call.rule, w.origin, a.state_rule[call.target], call.target});
       }
     }
-    std::sort(at.edges.begin(), at.edges.end());
-    at.edges.erase(std::unique(at.edges.begin(), at.edges.end()), at.edges.end());
-    edges = at.edges;
+    std::sort(parents.begin(), parents.end());
+    parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  } else {
+    if (index == nullptr) {  // asked again: index every call edge of the set
+      if (scratch_->n_callers_at == scratch_->callers_at.size()) scratch_->callers_at.emplace_back();
+      Scratch::CallersAt& at = scratch_->callers_at[scratch_->n_callers_at++];
+      at.origin = origin;
+      at.edges.clear();
+      for (const detail::Item& w : chart_->set(origin)) {
+        for (std::uint32_t e = a.call_begin[w.state]; e < a.call_begin[w.state + 1]; ++e) {
+          const detail::CallEdge& call = a.call_edges[e];
+          at.edges.push_back({call.rule, w.origin, a.state_rule[call.target], call.target});
+        }
+      }
+      std::sort(at.edges.begin(), at.edges.end());
+      at.edges.erase(std::unique(at.edges.begin(), at.edges.end()), at.edges.end());
+      index = &at;
+    }
+    // This rule's range, copied: the recursion below may add sets to the index.
+    const auto first = std::lower_bound(index->edges.begin(), index->edges.end(), std::array<std::uint32_t, 4>{rule, 0, 0, 0});
+    auto last = first;
+    while (last != index->edges.end() && (*last)[0] == rule) ++last;
+    parents.assign(first, last);
   }
-  // This rule's range, copied: the recursion below may add sets to the index.
-  const auto first = std::lower_bound(edges.begin(), edges.end(), std::array<std::uint32_t, 4>{rule, 0, 0, 0});
-  auto last = first;
-  while (last != edges.end() && (*last)[0] == rule) ++last;
-  const std::vector<std::array<std::uint32_t, 4>> parents(first, last);
   if (parents.empty()) {
     // The top-level root item: after it comes the end of the output, which reads nothing. Any other
     // item without a caller cannot occur; check on the chart rather than assume.
