@@ -133,6 +133,15 @@ class AcceptedIds {
   std::vector<std::uint32_t> own_;
 };
 
+// Sets bits [lo, hi) of a bitset, a word at a time.
+void set_bits(std::vector<std::uint64_t>& bits, std::uint32_t lo, std::uint32_t hi) {
+  while (lo < hi) {
+    const std::uint32_t w = lo >> 6, from = lo & 63, n = std::min<std::uint32_t>(64 - from, hi - lo);
+    bits[w] |= (n == 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << n) - 1)) << from;
+    lo += n;
+  }
+}
+
 ByteSet first_bytes(const Automaton& a, const Chart& chart) {
   ByteSet first{};
   for (const Item& it : chart.last()) {
@@ -533,8 +542,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           continue;
         }
         const std::uint32_t q = std::min(start_set->next_out[p], fb[b + 1]);  // every member: jump past them
-        if (memo && after != StackDfa::kDead)
-          for (std::uint32_t i = p; i < q; ++i) record.accepted[(i - fb[b]) >> 6] |= std::uint64_t{1} << ((i - fb[b]) & 63);
+        if (memo && after != StackDfa::kDead) set_bits(record.accepted, p - fb[b], q - fb[b]);
         p = q;
         if (p >= fb[b + 1]) break;
       }

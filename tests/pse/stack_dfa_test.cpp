@@ -197,6 +197,46 @@ TEST(StackDfa, TablesEqualEarleyOnStringRuns) {
   }
 }
 
+// Tokens made of a set of ASCII bytes, read whole from loops and bounded runs over the set (through
+// the set's index once it is built, with jumps over its members), in first-byte groups large enough to
+// be kept and reused by later tables: the tables equal the chart's whatever order the states' tables are
+// built in on one shared stack automaton (a group recorded with jumps is replayed by another state).
+TEST(StackDfa, TablesEqualEarleyWithByteSetLoopsAndRunsInAnyOrder) {
+  std::vector<std::string> t;
+  for (int b = 1; b < 128; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  const std::string alphabet = "ab0_-";
+  for (const char first : {'a', 'b'}) {
+    std::vector<std::string> level = {std::string(1, first)};
+    for (int len = 1; len <= 3; ++len) {
+      std::vector<std::string> next;
+      for (const std::string& x : level)
+        for (const char c : alphabet) next.push_back(x + c);
+      t.insert(t.end(), next.begin(), next.end());
+      level = std::move(next);
+    }
+    for (const char* extra : {"!", "Z", ";", ",", "b;", "\xc3\xa9"}) t.push_back(std::string(1, first) + extra);
+  }
+  const Vocabulary vocab(std::move(t), {}, {});
+  const std::string word = "[a-z0-9_-]";
+  for (const std::string& pattern : {"(x" + word + "+;|y" + word + "+,|" + word + "+\\.|z" + word + "{2,9};|w" + word + "*!)+"}) {
+    const Grammar g = pse::parse_regex(pattern);
+    const Automaton a = build_automaton(g, AutomatonLimits{});
+    for (const bool reverse : {false, true}) {
+      StackDfa shared(a);
+      std::size_t n = 0;
+      for (std::uint32_t i = 0; i < a.n_states(); ++i) {
+        const std::uint32_t s = reverse ? a.n_states() - 1 - i : i;
+        if (!a.reachable[s] || !a.has_bytes(s)) continue;
+        expect_same(build_token_table(a, vocab, s, nullptr, &shared),
+                    build_token_table(a, vocab, s, nullptr, nullptr, Walker::kEarley),
+                    pattern + " state " + std::to_string(s) + (reverse ? " (reverse order)" : ""));
+        ++n;
+      }
+      EXPECT_GT(n, 10u);
+    }
+  }
+}
+
 std::uint32_t root_start(const Automaton& a) { return a.rule_start[a.root]; }
 
 TEST(StackDfa, LeftRecursionOverflows) {
