@@ -12,6 +12,7 @@
 namespace pse {
 
 struct Matcher::Scratch {
+  static constexpr std::size_t kMaxChainDepth = 8;  // levels of callers followed up with chain tables
   std::vector<std::uint32_t> scan_states;
   std::vector<std::uint64_t> marks;  // [ceil(n_text_tokens / 64)], all zero between calls
   std::vector<std::uint32_t> chain;
@@ -25,6 +26,9 @@ struct Matcher::Scratch {
   std::vector<CallersAt> callers_at;
   std::size_t n_callers_at = 0;  // entries valid in this fill
   std::vector<std::uint32_t> asked_once;  // sets asked for callers once in this fill (not indexed)
+  // resolve_up's callers, per recursion depth (at most kMaxChainDepth + 1).
+  std::vector<std::vector<std::array<std::uint32_t, 4>>> parents =
+      std::vector<std::vector<std::array<std::uint32_t, 4>>>(kMaxChainDepth + 1);
 };
 
 namespace {
@@ -199,7 +203,10 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
   // chain, all their return states together: they share their own callers, so the rest of a token is
   // walked once from all of them (a rule whose parse paths diverge, such as an object with dependent
   // properties, may call the same rule from hundreds of states at one position).
-  std::vector<std::array<std::uint32_t, 4>> parents;
+  // Reused per recursion depth (no allocation per call once warm; sized once: a resize here would move
+  // the vectors of the frames below).
+  std::vector<std::array<std::uint32_t, 4>>& parents = scratch_->parents[depth];
+  parents.clear();
   const Scratch::CallersAt* index = nullptr;
   for (std::size_t i = 0; i < scratch_->n_callers_at && index == nullptr; ++i)
     if (scratch_->callers_at[i].origin == origin) index = &scratch_->callers_at[i];
@@ -247,21 +254,19 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
   std::size_t n_groups = 0;
   for (std::size_t i = 0; i < parents.size(); ++i)
     n_groups += i == 0 || parents[i][1] != parents[i - 1][1] || parents[i][2] != parents[i - 1][2];
-  if (depth >= 8 || n_groups > 256 || budget < n_groups) {
+  if (depth >= Scratch::kMaxChainDepth || n_groups > 256 || budget < n_groups) {
     check_all();
     return;
   }
   budget -= n_groups;
-  std::vector<std::uint32_t> callers;
   for (std::size_t i = 0; i < parents.size();) {
     std::size_t j = i;
-    callers.clear();
-    for (; j < parents.size() && parents[j][1] == parents[i][1] && parents[j][2] == parents[i][2]; ++j)
-      callers.push_back(parents[j][3]);
+    while (j < parents.size() && parents[j][1] == parents[i][1] && parents[j][2] == parents[i][2]) ++j;
     const std::size_t level = chain.size();
-    chain.push_back(static_cast<std::uint32_t>(callers.size()));
-    chain.insert(chain.end(), callers.begin(), callers.end());
-    std::shared_ptr<const detail::ChainTable> ct = impl_->chain_table(chain, callers, below);
+    chain.push_back(static_cast<std::uint32_t>(j - i));
+    for (std::size_t k = i; k < j; ++k) chain.push_back(parents[k][3]);
+    std::shared_ptr<const detail::ChainTable> ct =
+        impl_->chain_table(chain, std::span<const std::uint32_t>(chain).subspan(level + 1), below);
     if (ct == nullptr) {
       chain.resize(level);
       check_all();
