@@ -86,8 +86,10 @@ class AcceptedIds {
       set_accepted(ids_, n_words_, bits, list);
       return;
     }
+    // A bitset when there are more ids than words: counted until past that (a class of tokens or-ed in
+    // is past it within its first words), not over the whole bitset.
     std::size_t n = 0;
-    for (std::size_t w = 0; w < n_words_; ++w) n += static_cast<std::size_t>(std::popcount(bits_[w]));
+    for (std::size_t w = 0; w < n_words_ && n <= n_words_; ++w) n += static_cast<std::size_t>(std::popcount(bits_[w]));
     if (n > n_words_) {
       bits.assign(bits_, bits_ + n_words_);
     } else {
