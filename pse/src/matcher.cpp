@@ -198,13 +198,13 @@ void Matcher::resolve_up(std::vector<std::uint32_t>& chain, const detail::Uncert
     hi_word = std::max<std::size_t>(hi_word, below.uncertain.back() >> 6);
   };
   if (below.uncertain.empty()) return;
-  // Callers of (rule, origin): items of the origin set with a call edge to the rule, as (origin of the
-  // caller, its rule, the state it returns to). Callers of one rule at one origin are one level of the
-  // chain, all their return states together: they share their own callers, so the rest of a token is
-  // walked once from all of them (a rule whose parse paths diverge, such as an object with dependent
-  // properties, may call the same rule from hundreds of states at one position).
-  // Reused per recursion depth (no allocation per call once warm; sized once: a resize here would move
-  // the vectors of the frames below).
+  // Callers of (rule, origin): items of the origin set with a call edge to the rule, as (the rule, the
+  // caller's origin, the caller's rule, the state it returns to), sorted. Callers in one rule at one
+  // origin are one level of the chain, all their return states together: they share their own callers,
+  // so the rest of a token is walked once from all of them (a rule whose parse paths diverge, such as an
+  // object with dependent properties, may call the same rule from hundreds of states at one position).
+  // The buffer is reused per recursion depth (sized once: a resize here would move the vectors of the
+  // frames below).
   std::vector<std::array<std::uint32_t, 4>>& parents = scratch_->parents[depth];
   parents.clear();
   const Scratch::CallersAt* index = nullptr;

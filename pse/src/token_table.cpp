@@ -647,8 +647,9 @@ template <class Cursor>
 ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, UncertainView below,
                                   std::span<const std::uint32_t> caller_returns, Cursor& chart) {
   // The rest of each token after a depth where the callee ends, read from the caller returns (one rule,
-  // one origin: every parse path the caller's rule may take) in a detached chart. Consumed: accepted. Dead: the depths where the caller's rule ended (outer end, any depth
-  // including 0) with a byte its own callers may read carry the token one level up; none: rejected.
+  // one origin: every parse path the caller's rule may take) in a detached chart. Consumed: accepted.
+  // Dead: the depths where the caller's rule ended (outer end, any depth including 0) with a byte its
+  // own callers may read carry the token one level up; none: rejected.
   // The rests come mostly in byte order (tokens are sorted and usually end the callee at the same
   // depth), so consecutive ones share the chart of their common prefix; `leaves` is a prefix property.
   const std::uint32_t rule = a.state_rule[caller_returns.front()];

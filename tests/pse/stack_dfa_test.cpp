@@ -239,6 +239,23 @@ TEST(StackDfa, TablesEqualEarleyWithByteSetLoopsAndRunsInAnyOrder) {
 
 std::uint32_t root_start(const Automaton& a) { return a.rule_start[a.root]; }
 
+// A chain table needs caller return states, all in one rule.
+TEST(StackDfa, ChainTableRejectsCallersOfDifferentRules) {
+  const auto vocab = vocabulary_with_runs();
+  // Recursive rules (small ones that are not are inlined into their callers).
+  const Grammar g = pse::parse_gbnf("root ::= \"[\" x \"]\" y\nx ::= \"a\" x | \"b\"\ny ::= \"c\" y | \"d\" x \"e\"\n");
+  const Automaton a = build_automaton(g, AutomatonLimits{});
+  std::vector<std::uint32_t> returns;  // a return state in each of two rules
+  for (std::uint32_t s = 0; s < a.n_states(); ++s)
+    for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e)
+      if (returns.empty() || a.state_rule[returns[0]] != a.state_rule[a.call_edges[e].target])
+        if (returns.size() < 2) returns.push_back(a.call_edges[e].target);
+  ASSERT_EQ(returns.size(), 2u);
+  const TokenTable t = build_token_table(a, *vocab, a.rule_start[a.root], nullptr);
+  EXPECT_THROW(build_chain_table(a, *vocab, t.view(), returns), std::logic_error);
+  EXPECT_THROW(build_chain_table(a, *vocab, t.view(), std::span<const std::uint32_t>{}), std::logic_error);
+}
+
 TEST(StackDfa, LeftRecursionOverflows) {
   const Automaton a = build_automaton(pse::testing::left_recursive_grammar(), AutomatonLimits{});
   StackDfa dfa(a);
