@@ -24,11 +24,6 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   return h * 0xff51afd7ed558ccdULL;
 }
 
-// The first byte from which the rest of t is JSON text: well-formed UTF-8 characters (no overlong forms,
-// surrogates or values past U+10FFFF), none a control character (below U+0020), DEL, '"' or '\\'; the
-// last may be cut short (the first bytes of a well-formed sequence), as byte-level tokens often are: what
-// reads every character reads those too. t.size() when no non-empty rest is. One pass from the end (a
-// rest is text when its first character is and the rest after it is), so long tokens cost linear time.
 // Whether the UTF-8 sequence that starts at t[d] (a byte >= 0x80) is well-formed (Unicode's table:
 // the length by the lead byte, the range of the second byte), or its first bytes when t ends first;
 // *n receives its length.
@@ -52,6 +47,11 @@ bool good_sequence_at(std::string_view t, std::size_t d, std::size_t* n) {
   return good;
 }
 
+// The first byte from which the rest of t is JSON text: well-formed UTF-8 characters (no overlong forms,
+// surrogates or values past U+10FFFF), none a control character (below U+0020), DEL, '"' or '\\'; the
+// last may be cut short (the first bytes of a well-formed sequence), as byte-level tokens often are: what
+// reads every character reads those too. t.size() when no non-empty rest is. One pass from the end (a
+// rest is text when its first character is and the rest after it is), so long tokens cost linear time.
 std::size_t text_from(std::string_view t, std::vector<std::uint8_t>& ok) {
   ok.assign(t.size() + 1, 0);
   ok[t.size()] = 1;
@@ -81,7 +81,9 @@ std::size_t plain_from(std::string_view t) {
 
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId> special_ids,
                        std::vector<TokenId> eos_ids, std::size_t n_rows)
-    : tokens_(std::move(token_bytes)), kind_(tokens_.size(), 0), ascii_set_indexes_(std::make_shared<AsciiSetIndexes>()) {
+    : tokens_(std::move(token_bytes)),
+      kind_(tokens_.size(), 0),
+      ascii_set_indexes_(std::make_shared<AsciiSetIndexes>()) {
   n_rows_ = n_rows == 0 ? tokens_.size() : n_rows;
   if (n_rows_ < tokens_.size()) {
     throw InputError(fmt::format("[vocabulary] n_rows {} is smaller than the {} tokens", n_rows_,

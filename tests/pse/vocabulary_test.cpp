@@ -122,6 +122,46 @@ TEST(Vocabulary, AsciiBytesAndNonAsciiKinds) {
   }
 }
 
+// A set's index: nothing until it is asked for the kAsciiSetIndexAfter-th time, then each token's length
+// when made only of the set (ASCII only), the jump past members, the member masks (all, and by length).
+TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
+  const std::vector<std::string> tokens = {"ab", "abc", "a", "b!", "ba", "\xc3\xa9", "a\xc3\xa9", "abcabc", "c", "!"};
+  Vocabulary v(tokens, {}, {});
+  std::array<std::uint64_t, 2> set{};
+  for (const char c : std::string("abc")) set[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
+  for (std::uint32_t i = 1; i < Vocabulary::kAsciiSetIndexAfter; ++i) EXPECT_EQ(v.ascii_set_index(set), nullptr) << i;
+  const auto index = v.ascii_set_index(set);
+  ASSERT_NE(index, nullptr);
+  EXPECT_EQ(v.ascii_set_index(set), index);  // kept
+  EXPECT_EQ(index->max_length, 6u);
+  std::set<TokenId> members;
+  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+    const std::string& t = tokens[static_cast<std::size_t>(v.text_tokens()[p])];
+    const bool member = t.find_first_not_of("abc") == std::string::npos;
+    EXPECT_EQ(index->length[p], member ? t.size() : 0u) << t;
+    if (member) members.insert(v.text_tokens()[p]);
+    std::size_t q = p;
+    while (q < v.text_tokens().size() &&
+           tokens[static_cast<std::size_t>(v.text_tokens()[q])].find_first_not_of("abc") == std::string::npos)
+      ++q;
+    EXPECT_EQ(index->next_out[p], q) << t;
+  }
+  // Up to kMaxAsciiSetIndexes sets are kept; past them, none is built.
+  for (std::size_t k = 1; k <= Vocabulary::kMaxAsciiSetIndexes; ++k) {
+    std::array<std::uint64_t, 2> other = set;
+    other[1] |= std::uint64_t{1} << k;  // one more byte each
+    std::shared_ptr<const Vocabulary::AsciiSetIndex> got;
+    for (std::uint32_t i = 0; i < Vocabulary::kAsciiSetIndexAfter; ++i) got = v.ascii_set_index(other);
+    EXPECT_EQ(got == nullptr, k == Vocabulary::kMaxAsciiSetIndexes) << k;
+  }
+  ASSERT_EQ(index->up_to.size(), 7u);  // lengths 0..6
+  for (TokenId id = 0; id < static_cast<TokenId>(tokens.size()); ++id) {
+    EXPECT_EQ((index->all[0] >> id) & 1, members.count(id)) << tokens[static_cast<std::size_t>(id)];
+    EXPECT_EQ((index->up_to[2][0] >> id) & 1, members.count(id) && tokens[static_cast<std::size_t>(id)].size() <= 2)
+        << tokens[static_cast<std::size_t>(id)];
+  }
+}
+
 // Where a long token's rest is of a class is found in one pass: with a check per suffix, a 200,000-byte
 // token ending in a control character would take minutes.
 TEST(Vocabulary, LongTokensFindTheirClassRestInLinearTime) {
