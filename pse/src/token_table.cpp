@@ -297,6 +297,8 @@ constexpr int kMinLoopBytes = 16;
 // First-byte groups smaller than this are walked without looking for a bounded ASCII run after the
 // first byte (finding one computes the steps of every ASCII byte along it).
 constexpr std::uint32_t kMinRunGroup = 128;
+// A run's tokens are taken from the set index's masks by length.
+static_assert(StackDfa::kMaxAsciiRun <= Vocabulary::kMaxSetRunBytes);
 
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,

@@ -39,9 +39,10 @@ struct TokenTable {
 };
 
 // A table's uncertain tokens resolved one caller further up: the rule was called by items that
-// continue at `caller_returns` (states of one rule, called at the same position) once it is complete. Tokens whose rest is read inside the
-// caller's rule are accepted; those whose rest may leave that rule too stay uncertain, with the new
-// depths (for the next caller up); the others are rejected.
+// continue at `caller_returns` (states of one rule, called at the same position) once it is complete.
+// Tokens whose rest is read inside the caller's rule (from one of them) are accepted; those whose rest
+// may leave that rule too stay uncertain, with the new depths (for the next caller up); the others are
+// rejected.
 struct ChainTable {
   // Accepted tokens: a bitset over the mask rows when many (OR-ed word by word), else ascending ids.
   std::vector<std::uint32_t> accepted_bits;  // [n_mask_words] or empty
