@@ -275,16 +275,8 @@ TEST(Compiler, TokensReadWholeFromAByteSetAndCharacterLoopMatchBruteForce) {
 TEST(Compiler, TokensReadWholeFromABoundedByteSetRunMatchBruteForce) {
   std::vector<std::string> t;
   for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
-  const std::string alphabet = "ab0_-";
   for (const char first : {'a', '0', 'k'}) {
-    std::vector<std::string> level = {std::string(1, first)};
-    for (int len = 1; len <= 4; ++len) {
-      std::vector<std::string> next;
-      for (const std::string& s : level)
-        for (const char c : alphabet) next.push_back(s + c);
-      t.insert(t.end(), next.begin(), next.end());
-      level = std::move(next);
-    }
+    for (const std::string& s : strings_over(first, "ab0_-", 4)) t.push_back(s);
     for (const std::string extra : {"!", "Z", ".", "\"", "b\"", "bb\":", "\xC3\xA9", "b\xC3"})
       t.push_back(std::string(1, first) + extra);
     t.push_back(std::string(1, first) + std::string(12, 'b'));

@@ -143,6 +143,20 @@ inline std::shared_ptr<const Vocabulary> small_vocabulary(TokenId* eos = nullptr
                                       std::vector<TokenId>{eos_id}, rows);
 }
 
+// Every string of `first` followed by 1 to max_len bytes of `alphabet` (large first-byte groups, as a
+// real vocabulary has, for the walks' per-group mechanisms).
+inline std::vector<std::string> strings_over(char first, const std::string& alphabet, int max_len) {
+  std::vector<std::string> out, level = {std::string(1, first)};
+  for (int len = 1; len <= max_len; ++len) {
+    std::vector<std::string> next;
+    for (const std::string& s : level)
+      for (const char c : alphabet) next.push_back(s + c);
+    out.insert(out.end(), next.begin(), next.end());
+    level = std::move(next);
+  }
+  return out;
+}
+
 inline std::vector<std::uint32_t> brute_force_mask(const Matcher& m) {
   const Vocabulary& v = m.grammar().vocabulary();
   std::vector<std::uint32_t> mask(v.n_mask_words(), 0);

@@ -204,16 +204,8 @@ TEST(StackDfa, TablesEqualEarleyOnStringRuns) {
 TEST(StackDfa, TablesEqualEarleyWithByteSetLoopsAndRunsInAnyOrder) {
   std::vector<std::string> t;
   for (int b = 1; b < 128; ++b) t.push_back(std::string(1, static_cast<char>(b)));
-  const std::string alphabet = "ab0_-";
   for (const char first : {'a', 'b'}) {
-    std::vector<std::string> level = {std::string(1, first)};
-    for (int len = 1; len <= 3; ++len) {
-      std::vector<std::string> next;
-      for (const std::string& x : level)
-        for (const char c : alphabet) next.push_back(x + c);
-      t.insert(t.end(), next.begin(), next.end());
-      level = std::move(next);
-    }
+    for (const std::string& x : pse::testing::strings_over(first, "ab0_-", 3)) t.push_back(x);
     for (const char* extra : {"!", "Z", ";", ",", "b;", "\xc3\xa9"}) t.push_back(std::string(1, first) + extra);
   }
   const Vocabulary vocab(std::move(t), {}, {});
