@@ -530,13 +530,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         p = whole->next_out[p];
         if (p >= fb[b + 1]) break;
       }
-      if (start_set == nullptr && start_set_length > 0 && vocab.non_ascii(p) == Vocabulary::NonAscii::kNone &&
-          vocab.sorted_token_size(p) <= start_set_length) {
-        const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
-        if ((used[0] & ~start_bytes[0]) == 0 && (used[1] & ~start_bytes[1]) == 0) {
-          accept(p);
-          continue;
-        }
+      if (start_set == nullptr && start_set_length > 0 && vocab.sorted_token_size(p) <= start_set_length &&
+          vocab.made_of(p, start_bytes)) {
+        accept(p);
+        continue;
       }
       if (start_set != nullptr && start_set->length[p] != 0 && start_set->length[p] <= start_set_length) {
         // Accepted (in the mask already; the group's record has them too: they are accepted from the
@@ -554,13 +551,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         accept(p);
         continue;
       }
-      if (run.length > 0 && vocab.non_ascii(p) == Vocabulary::NonAscii::kNone &&
-          vocab.sorted_token_size(p) <= run.length + 1) {
-        const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
-        if ((used[0] & ~run.bytes[0]) == 0 && (used[1] & ~run.bytes[1]) == 0) {
-          accept(p);
-          continue;
-        }
+      if (run.length > 0 && vocab.sorted_token_size(p) <= run.length + 1 && vocab.made_of(p, run.bytes)) {
+        accept(p);
+        continue;
       }
       if (text_run > 0 && text_class.chars[p] != 0 && text_class.chars[p] <= text_run) {  // accepted
         if (text_run + 1 == text_class.up_to.size()) {

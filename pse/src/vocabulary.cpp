@@ -280,8 +280,7 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
       p = first_byte_begin_[first + 1] - 1;  // no member starts with this byte
       continue;
     }
-    const std::array<std::uint64_t, 2>& used = ascii_bytes_[p];
-    if (non_ascii_[p] != NonAscii::kNone || (used[0] & ~index->set[0]) != 0 || (used[1] & ~index->set[1]) != 0) continue;
+    if (!made_of(p, index->set)) continue;
     const std::size_t n = sorted_offset_[p + 1] - sorted_offset_[p];
     index->length[p] = static_cast<std::uint8_t>(std::min<std::size_t>(n, 255));
     index->max_length = std::max(index->max_length, n);

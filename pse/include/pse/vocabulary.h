@@ -88,6 +88,11 @@ class Vocabulary {
   enum class NonAscii : std::uint8_t { kNone, kCharacters, kOther };
   const std::array<std::uint64_t, 2>& ascii_bytes(std::size_t p) const { return ascii_bytes_[p]; }
   NonAscii non_ascii(std::size_t p) const { return non_ascii_[p]; }
+  // Whether text_tokens()[p] is made only of ASCII bytes of `set` (bit b of word b / 64).
+  bool made_of(std::size_t p, const std::array<std::uint64_t, 2>& set) const {
+    const std::array<std::uint64_t, 2>& used = ascii_bytes_[p];
+    return non_ascii_[p] == NonAscii::kNone && (used[0] & ~set[0]) == 0 && (used[1] & ~set[1]) == 0;
+  }
   // The tokens made only of the ASCII bytes of a set, for walks that start in a configuration looping
   // on the set or starting a bounded run over it (a counted repetition of a character class): they are
   // accepted at once, as a mask, and the walk jumps over them.
