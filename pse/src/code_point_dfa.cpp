@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
+
+#include "u32_hash.h"
 
 namespace pse::detail {
 namespace {
@@ -220,7 +223,7 @@ std::optional<CodePointDfa> dfa_from_expr(const Grammar& g, ExprId root, std::si
     return set;
   };
   CodePointDfa dfa;
-  std::map<std::vector<std::uint32_t>, std::uint32_t> ids;
+  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> ids;
   std::vector<std::vector<std::uint32_t>> sets;
   auto id_of = [&](std::vector<std::uint32_t> set) -> std::optional<std::uint32_t> {
     auto it = ids.find(set);
@@ -232,7 +235,7 @@ std::optional<CodePointDfa> dfa_from_expr(const Grammar& g, ExprId root, std::si
     return id;
   };
   (void)id_of(closure({nfa.start}));
-  std::map<std::vector<std::uint32_t>, std::uint32_t> moved;  // raw target set -> DFA state
+  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> moved;  // raw target set -> DFA state
   for (std::size_t d = 0; d < sets.size(); ++d) {
     // Sweep the members' ranges: each stretch of code points with the same set of NFA targets.
     struct Event {
@@ -343,7 +346,7 @@ std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std
   CodePointDfa out;
   for (const auto& d : dfas)
     if (d.empty()) return out;
-  std::map<std::vector<std::uint32_t>, std::uint32_t> ids;
+  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> ids;
   std::vector<std::vector<std::uint32_t>> tuples;
   auto id_of = [&](const std::vector<std::uint32_t>& t) -> std::optional<std::uint32_t> {
     auto it = ids.find(t);
@@ -454,6 +457,69 @@ std::optional<CodePointDfa> complement(const CodePointDfa& dfa, std::size_t max_
     full.accepting.push_back(s < sink && dfa.accepting[s] ? 0 : 1);
   }
   return intersect({std::move(full)}, max_states);
+}
+
+CodePointDfa minimize(const CodePointDfa& dfa) {
+  const std::size_t n = dfa.n_states();
+  if (n == 0) return dfa;
+  // The intervals of code points that every edge either holds whole or misses.
+  std::vector<std::uint32_t> cuts;
+  for (const auto& out : dfa.edges) {
+    for (const auto& e : out) {
+      cuts.push_back(e.lo);
+      if (e.hi < kMaxCodePoint) cuts.push_back(e.hi + 1);
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  const std::size_t k = cuts.size();
+  constexpr std::uint32_t kDead = ~0u;
+  // target[s * k + i]: where state s goes on interval i (kDead: nowhere).
+  std::vector<std::uint32_t> target(n * k, kDead);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    for (const auto& e : dfa.edges[s]) {
+      auto i = static_cast<std::size_t>(std::lower_bound(cuts.begin(), cuts.end(), e.lo) - cuts.begin());
+      for (; i < k && cuts[i] <= e.hi; ++i) target[s * k + i] = e.target;
+    }
+  }
+  // Moore: split classes by (class, class of each interval's target) until no class splits.
+  std::vector<std::uint32_t> cls(n);
+  for (std::uint32_t s = 0; s < n; ++s) cls[s] = dfa.accepting[s] ? 1 : 0;
+  std::size_t n_classes = 0;
+  for (;;) {
+    std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> ids;
+    ids.reserve(n);
+    std::vector<std::uint32_t> next(n);
+    std::vector<std::uint32_t> signature(k + 1);
+    for (std::uint32_t s = 0; s < n; ++s) {
+      signature[0] = cls[s];
+      for (std::size_t i = 0; i < k; ++i) {
+        const std::uint32_t t = target[s * k + i];
+        signature[i + 1] = t == kDead ? kDead : cls[t];
+      }
+      next[s] = ids.emplace(signature, static_cast<std::uint32_t>(ids.size())).first->second;
+    }
+    cls = std::move(next);
+    if (ids.size() == n_classes) break;
+    n_classes = ids.size();
+  }
+  // Number the classes in order of first appearance from state 0, so the start stays state 0.
+  std::vector<std::uint32_t> number(n_classes, kDead);
+  std::vector<std::uint32_t> representative;
+  for (std::uint32_t s = 0; s < n; ++s) {
+    if (number[cls[s]] == kDead) {
+      number[cls[s]] = static_cast<std::uint32_t>(representative.size());
+      representative.push_back(s);
+    }
+  }
+  CodePointDfa out;
+  for (std::uint32_t rep : representative) {
+    std::vector<CodePointDfa::Edge> edges;
+    for (const auto& e : dfa.edges[rep]) append_edge(edges, {e.lo, e.hi, number[cls[e.target]]});
+    out.edges.push_back(std::move(edges));
+    out.accepting.push_back(dfa.accepting[rep]);
+  }
+  return out;
 }
 
 std::optional<std::pair<std::uint32_t, std::uint32_t>> length_range(const CodePointDfa& dfa) {

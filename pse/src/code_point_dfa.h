@@ -56,6 +56,10 @@ std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std
 // The strings `dfa` rejects (scalar values only), trimmed; nullopt past max_states.
 std::optional<CodePointDfa> complement(const CodePointDfa& dfa, std::size_t max_states);
 
+// The minimal DFA of the same language (Moore's partition refinement over the code point intervals that
+// no edge of `dfa` splits). `dfa` must be trimmed, as every builder here leaves it.
+CodePointDfa minimize(const CodePointDfa& dfa);
+
 // The shortest and longest accepted length (longest == kUnbounded when a cycle can be taken on the way
 // to acceptance); nullopt for the empty language. `dfa` must be trimmed (as intersect leaves it).
 std::optional<std::pair<std::uint32_t, std::uint32_t>> length_range(const CodePointDfa& dfa);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <mutex>
 
 #include "json_schema_internal.h"
 #include "pse/regex.h"
@@ -261,16 +262,31 @@ const std::map<std::string, std::string>& format_regexes() {
     const std::string date = "([0-9]{4}-" + month_day + "|" + leap_year + "-02-29)";
     const std::string offset = "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
     const std::string frac = "(\\.[0-9]+)?";
-    // Second 60 only in a leap second, which is 23:59:60 UTC: the local time is 23:59 plus the offset.
-    std::string leap = "(23:59:60" + frac + "([Zz]|[+-]00:00)";
+    // Second 60 only in a leap second, which is 23:59:60 UTC: the local time is 23:59 plus the offset, so
+    // each local time HH:MM has its own two offsets. Written as a trie (hour, then minute, then the two
+    // offsets), each local time's ":60" and fraction are spelled once: as 2,880 whole alternatives they
+    // were about 66,000 automaton states, most of every date-time schema's compile.
+    std::map<int, std::vector<std::string>> offsets_at;  // local minute of the day -> its offsets
+    offsets_at[23 * 60 + 59] = {"[Zz]", "[+-]00:00"};
     for (int sign : {1, -1}) {
       for (int h = 0; h < 24; ++h) {
         for (int m = 0; m < 60; ++m) {
           if (h == 0 && m == 0) continue;
           int local = ((23 * 60 + 59 + sign * (h * 60 + m)) % 1440 + 1440) % 1440;
-          leap += fmt::format("|{:02}:{:02}:60{}{}{:02}:{:02}", local / 60, local % 60, frac, sign > 0 ? "\\+" : "-", h, m);
+          offsets_at[local].push_back(fmt::format("{}{:02}:{:02}", sign > 0 ? "\\+" : "-", h, m));
         }
       }
+    }
+    std::string leap = "(";
+    for (int h = 0; h < 24; ++h) {
+      leap += fmt::format("{}{:02}:(", h == 0 ? "" : "|", h);
+      for (int m = 0; m < 60; ++m) {
+        leap += fmt::format("{}{:02}:60{}(", m == 0 ? "" : "|", m, frac);
+        const auto& offsets = offsets_at.at(h * 60 + m);
+        for (std::size_t i = 0; i < offsets.size(); ++i) leap += (i == 0 ? "" : "|") + offsets[i];
+        leap += ")";
+      }
+      leap += ")";
     }
     leap += ")";
     const std::string time = "(([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]" + frac + offset + "|" + leap + ")";
@@ -363,6 +379,30 @@ std::string format_key(const std::string& name) {
   return key;
 }
 
+// A format's language as a minimal DFA over code points, built once per process (formats are fixed
+// text): written as a regex, a format repeats what a DFA merges (the leap second's local times each
+// followed by a fraction and two offsets: 42,000 automaton states as the regex, about a quarter of that as
+// the minimal DFA). nullptr when the DFA would pass kMaxFormatDfaStates: the regex is used instead.
+constexpr std::size_t kMaxFormatDfaStates = 1 << 15;
+
+const detail::CodePointDfa* minimal_format_dfa(const std::string& format) {
+  static std::mutex mutex;
+  static std::map<std::string, std::optional<detail::CodePointDfa>> built;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = built.find(format);
+  if (it == built.end()) {
+    std::optional<detail::CodePointDfa> dfa;
+    auto regex = format_regexes().find(format);
+    if (regex != format_regexes().end()) {
+      Grammar scratch;
+      dfa = detail::dfa_from_expr(scratch, add_regex(scratch, regex->second, RegexOptions{}), kMaxFormatDfaStates);
+      if (dfa) dfa = detail::minimize(*dfa);
+    }
+    it = built.emplace(format, std::move(dfa)).first;
+  }
+  return it->second ? &*it->second : nullptr;
+}
+
 }  // namespace
 
 bool is_defined_format(const std::string& name) {
@@ -385,9 +425,14 @@ ExprId Converter::format_expr(const std::string& format, const std::string& poin
   if (it == table.end()) {
     fail(pointer, "format", fmt::format("format \"{}\" is not supported (it cannot be enforced exactly)", format));
   }
-  Grammar scratch;
-  ExprId root = add_regex(scratch, it->second, RegexOptions{});
-  ExprId body = copy_regex_as_string_body(scratch, root, pointer, "format");
+  ExprId body;
+  if (const detail::CodePointDfa* dfa = minimal_format_dfa(format)) {
+    body = detail::dfa_to_expr(*dfa, g_, [&](const std::vector<CharRange>& ranges) { return json_chars(ranges); });
+  } else {
+    Grammar scratch;
+    body = copy_regex_as_string_body(scratch, add_regex(scratch, it->second, RegexOptions{}), pointer, "format");
+  }
+  check_size();
   cache_["format:" + format] = body;
   return body;
 }
@@ -454,7 +499,8 @@ ExprId Converter::emit_string(const Constraints& c) {
 // (complements), excluded values and lengths, each a DFA over code points, and their product (exact).
 // Lengths the other constraints already imply are left out.
 detail::CodePointDfa Converter::string_dfa(const Constraints& c) {
-  constexpr std::size_t kMaxStates = 4096;
+  // A date-time alone is some 11,000 states (its leap seconds); a product past this is a SchemaError.
+  constexpr std::size_t kMaxStates = 1 << 14;
   const auto formats = distinct_formats(c.formats);
   const std::string& pointer = !c.patterns.empty()       ? c.patterns[0].second
                                : !formats.empty()         ? formats[0].second
@@ -485,8 +531,15 @@ detail::CodePointDfa Converter::string_dfa(const Constraints& c) {
   };
   for (const auto& [pattern, at] : c.patterns) regex_dfa(pattern, false, at, "pattern", false);
   for (const auto& [pattern, at] : c.not_patterns) regex_dfa(pattern, false, at, "pattern", true);
-  for (const auto& [format, at] : formats) regex_dfa(format_regex(format, at), true, at, "format", false);
-  for (const auto& [format, at] : c.not_formats) regex_dfa(format_regex(format, at), true, at, "format", true);
+  auto format_dfa = [&](const std::string& format, const std::string& at, bool negated) {
+    const detail::CodePointDfa* dfa = minimal_format_dfa(format);
+    if (!dfa) return regex_dfa(format_regex(format, at), true, at, "format", negated);
+    auto part = negated ? detail::complement(*dfa, kMaxStates) : std::optional<detail::CodePointDfa>(*dfa);
+    if (!part) too_big(fmt::format("format \"{}\"", format));
+    parts.push_back(std::move(*part));
+  };
+  for (const auto& [format, at] : formats) format_dfa(format, at, false);
+  for (const auto& [format, at] : c.not_formats) format_dfa(format, at, true);
   const std::vector<std::string> excluded = excluded_strings(c);
   if (!excluded.empty()) {
     auto dfa = detail::dfa_excluding(excluded, kMaxStates);

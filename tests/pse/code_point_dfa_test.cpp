@@ -79,6 +79,23 @@ TEST(CodePointDfa, RegexAgreesWithRe2) {
   }
 }
 
+TEST(CodePointDfa, MinimizeKeepsTheLanguageWithTheFewestStates) {
+  const auto texts = random_texts(3000, 7, 2);
+  for (const std::string& pattern : kPatterns) {
+    const CodePointDfa dfa = regex_dfa(pattern);
+    const CodePointDfa min = minimize(dfa);
+    EXPECT_LE(min.n_states(), dfa.n_states()) << pattern;
+    EXPECT_EQ(minimize(min).n_states(), min.n_states()) << pattern;  // nothing left to merge
+    for (const auto& t : texts) EXPECT_EQ(min.accepts(t), dfa.accepts(t)) << pattern << " on " << utf8(t);
+  }
+  // Known minimal sizes: the subset construction keeps "ab" and "ac" apart; two to four digits need a
+  // state per digit read.
+  EXPECT_EQ(regex_dfa("ab|ac").n_states(), 4u);
+  EXPECT_EQ(minimize(regex_dfa("ab|ac")).n_states(), 3u);
+  EXPECT_EQ(minimize(regex_dfa("[0-9]{2,4}|x[0-9]{1,3}")).n_states(), 5u);
+  EXPECT_EQ(minimize(CodePointDfa{}).n_states(), 0u);
+}
+
 TEST(CodePointDfa, IntersectionIsTheConjunction) {
   const auto texts = random_texts(4000, 8, 2);
   const std::vector<std::pair<std::string, std::string>> pairs = {

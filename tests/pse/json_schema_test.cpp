@@ -1,5 +1,6 @@
 // Unit tests of json_schema_to_grammar: one or more per keyword (accepted and rejected texts, judged by the
 // reference recognizer) and one per error path (SchemaError with its JSON pointer and keyword).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -96,6 +97,31 @@ TEST(JsonSchema, PatternIsUnanchored) {
   expect_language(R"({"type":"string","pattern":"a[0-9]"})", {"\"a1\"", "\"xxa5yy\""}, {"\"a\"", "\"b1\""});
   expect_language(R"({"type":"string","pattern":"^\"$"})", {R"("\"")"}, {R"("x")"});
   expect_error(R"({"type":"string","pattern":"(a)\\1"})", "", "pattern");
+}
+
+// A leap second is 23:59:60 UTC, so a local time HH:MM:60 is valid with exactly the offsets that bring it
+// to 23:59 UTC (two per local time, one of each sign; 23:59 itself with Z, +00:00 or -00:00). Every
+// seventh minute of the day, with its right offsets and the offsets one minute off.
+TEST(JsonSchema, LeapSecondsNeedTheirOffset) {
+  std::vector<std::string> yes, no;
+  auto text = [](int local, int sign, int offset) {
+    return fmt::format("\"1998-12-31T{:02}:{:02}:60.5{}{:02}:{:02}\"", local / 60, local % 60, sign > 0 ? '+' : '-',
+                       offset / 60, offset % 60);
+  };
+  for (int local = 0; local < 1440; local += 7) {
+    for (int sign : {1, -1}) {
+      const int offset = ((local - (23 * 60 + 59)) * sign % 1440 + 1440) % 1440;  // local = 23:59 + sign * offset
+      yes.push_back(text(local, sign, offset));
+      no.push_back(text(local, sign, (offset + 1) % 1440));
+    }
+  }
+  yes.push_back("\"1998-12-31T23:59:60Z\"");
+  no.push_back("\"1998-12-31T23:58:60Z\"");
+  expect_language(R"({"type":"string","format":"date-time"})", yes, no);
+  // Through the product of the format with an excluded value too.
+  expect_language(R"({"type":"string","format":"time","not":{"const":"23:59:60Z"}})",
+                  {"\"15:59:60-08:00\"", "\"00:29:60+00:30\"", "\"23:59:60+00:00\""},
+                  {"\"15:59:60+08:00\"", "\"00:29:60-00:30\"", "\"23:59:60Z\""});
 }
 
 TEST(JsonSchema, Formats) {
