@@ -84,35 +84,16 @@ void utf8_split(std::uint32_t lo, std::uint32_t hi, std::vector<Utf8Seq>& out) {
 
 struct RawState {
   std::uint32_t rule = 0;
+  std::vector<ByteEdge> bytes;
+  std::vector<CallEdge> calls;
+  std::vector<std::uint32_t> eps;
 };
-
-// The edges made while building, each with its source state, in the order made: three vectors for the
-// whole automaton instead of three per state (their allocations were a third of the build). Grouped by
-// source (stably: each state's edges keep their order) when the automaton is laid out.
-struct RawEdges {
-  std::vector<std::pair<std::uint32_t, ByteEdge>> bytes;
-  std::vector<std::pair<std::uint32_t, CallEdge>> calls;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> eps;
-};
-
-// Per state s, its edges are out[begin[s] .. begin[s + 1]): a stable counting sort of `edges` by source.
-template <typename E>
-void group_by_source(const std::vector<std::pair<std::uint32_t, E>>& edges, std::size_t n, std::vector<std::uint32_t>& begin,
-                     std::vector<E>& out) {
-  begin.assign(n + 1, 0);
-  for (const auto& [from, e] : edges) ++begin[from + 1];
-  for (std::size_t s = 0; s < n; ++s) begin[s + 1] += begin[s];
-  out.resize(edges.size());
-  std::vector<std::uint32_t> fill(begin.begin(), begin.end() - 1);
-  for (const auto& [from, e] : edges) out[fill[from]++] = e;
-}
 
 class Builder {
  public:
   Builder(const Grammar& g, const AutomatonLimits& limits) : g_(g), limits_(limits) {}
 
   std::vector<RawState> states;
-  RawEdges edges;
   std::vector<std::uint32_t> rule_start, rule_final;
 
   void build() {
@@ -127,7 +108,7 @@ class Builder {
       const ExprId body = r < g_.rules().size() ? g_.rule(rule_).body : shared_body_[r - g_.rules().size()];
       std::uint32_t exit = emit(body, rule_start[r], 0, /*inline_shared=*/true);
       rule_final[r] = new_state();
-      edges.eps.emplace_back(exit, rule_final[r]);
+      states[exit].eps.push_back(rule_final[r]);
     }
   }
 
@@ -349,7 +330,7 @@ class Builder {
 
   std::uint32_t fresh_from(std::uint32_t from) {
     std::uint32_t s = new_state();
-    edges.eps.emplace_back(from, s);
+    states[from].eps.push_back(s);
     return s;
   }
 
@@ -398,7 +379,7 @@ class Builder {
         }
       }
       const std::uint32_t s = new_state();
-      edges.bytes.push_back({s, {ranges[i].first, ranges[i].second, next}});
+      states[s].bytes.push_back({ranges[i].first, ranges[i].second, next});
       if (shared) suffix_states_.emplace(key, s);
       next = s;
     }
@@ -420,7 +401,7 @@ class Builder {
     const bool here = inline_shared || promoted_[id] == kNotShared;
     std::vector<std::pair<std::uint8_t, std::uint8_t>> ranges;
     if (here && (e.kind == ExprKind::kEmpty || (e.kind == ExprKind::kBytes && e.bytes.empty()))) {
-      edges.eps.emplace_back(entry, exit);
+      states[entry].eps.push_back(exit);
       return;
     }
     if (here && e.kind == ExprKind::kCharClass) {
@@ -428,14 +409,14 @@ class Builder {
         ranges.clear();
         for (int i = 0; i < seq.n; ++i) ranges.emplace_back(seq.lo[i], seq.hi[i]);
         const std::uint32_t next = suffix_state(ranges, 1, exit);  // may grow `states`: index after
-        edges.bytes.push_back({entry, {seq.lo[0], seq.hi[0], next}});
+        states[entry].bytes.push_back({seq.lo[0], seq.hi[0], next});
       }
       return;
     }
     if (here && e.kind == ExprKind::kBytes) {
       for (unsigned char c : e.bytes) ranges.emplace_back(c, c);
       const std::uint32_t next = suffix_state(ranges, 1, exit);
-      edges.bytes.push_back({entry, {ranges[0].first, ranges[0].second, next}});
+      states[entry].bytes.push_back({ranges[0].first, ranges[0].second, next});
       return;
     }
     if (here && e.kind == ExprKind::kChoice) {
@@ -447,10 +428,10 @@ class Builder {
     if (it == fragments_.end()) {
       const std::uint32_t start = new_state();
       const std::uint32_t end = emit(id, start, depth + 1, inline_shared);
-      edges.eps.emplace_back(end, exit);
+      states[end].eps.push_back(exit);
       it = fragments_.emplace(key, start).first;
     }
-    edges.eps.emplace_back(entry, it->second);
+    states[entry].eps.push_back(it->second);
   }
 
   std::uint32_t emit(ExprId id, std::uint32_t entry, std::size_t depth, bool inline_shared = false) {
@@ -460,7 +441,7 @@ class Builder {
     }
     if (!inline_shared && promoted_[id] != kNotShared) {
       std::uint32_t next = new_state();
-      edges.calls.push_back({entry, {promoted_[id], next}});
+      states[entry].calls.push_back({promoted_[id], next});
       return next;
     }
     const Expr& e = g_.expr(id);
@@ -471,7 +452,7 @@ class Builder {
         std::uint32_t cur = entry;
         for (unsigned char c : e.bytes) {
           std::uint32_t next = new_state();
-          edges.bytes.push_back({cur, {c, c, next}});
+          states[cur].bytes.push_back({c, c, next});
           cur = next;
         }
         return cur;
@@ -497,22 +478,22 @@ class Builder {
         if (e.max == kUnbounded) {
           std::uint32_t loop = fresh_from(cur);
           std::uint32_t end = emit(e.children.at(0), fresh_from(loop), depth + 1);
-          edges.eps.emplace_back(end, loop);
+          states[end].eps.push_back(loop);
           return loop;
         }
         if (e.max == e.min) return cur;
         std::uint32_t exit = new_state();
         for (std::uint32_t i = e.min; i < e.max; ++i) {
-          edges.eps.emplace_back(cur, exit);
+          states[cur].eps.push_back(exit);
           cur = emit(e.children.at(0), fresh_from(cur), depth + 1);
         }
-        edges.eps.emplace_back(cur, exit);
+        states[cur].eps.push_back(exit);
         return exit;
       }
       case ExprKind::kRuleRef: {
         if (inline_size_[e.rule] != kNotInlined) return emit(g_.rule(e.rule).body, entry, depth + 1);
         std::uint32_t next = new_state();
-        edges.calls.push_back({entry, {e.rule, next}});
+        states[entry].calls.push_back({e.rule, next});
         return next;
       }
       case ExprKind::kGraph: {
@@ -523,7 +504,7 @@ class Builder {
         for (std::uint32_t i = 1; i < e.graph_states; ++i) at[i] = new_state();
         for (const GraphEdge& edge : e.edges) emit_into(e.children[edge.label], at[edge.from], at[edge.to], depth + 1);
         const std::uint32_t exit = new_state();
-        for (std::uint32_t a : e.accepting) edges.eps.emplace_back(at[a], exit);
+        for (std::uint32_t a : e.accepting) states[at[a]].eps.push_back(exit);
         return exit;
       }
     }
@@ -574,40 +555,27 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   std::vector<RawState>& st = b.states;
   const std::size_t n = st.size();
   const std::size_t n_rules = b.n_rules();
-  // Every state's edges, grouped by state.
-  std::vector<std::uint32_t> byte_at, call_at, eps_at;
-  std::vector<ByteEdge> bytes;
-  std::vector<CallEdge> calls;
-  std::vector<std::uint32_t> eps;
-  group_by_source(b.edges.bytes, n, byte_at, bytes);
-  group_by_source(b.edges.calls, n, call_at, calls);
-  group_by_source(b.edges.eps, n, eps_at, eps);
-  b.edges = RawEdges{};
 
   // Productive states: those that can reach their rule's final state. Worklist over reverse edges;
   // a call edge counts once both the callee's start and the return state are productive.
   std::vector<std::uint8_t> prod(n, 0);
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> rev_edges;  // (to, from)
-  rev_edges.reserve(bytes.size() + eps.size() + 2 * calls.size());
+  std::vector<std::vector<std::uint32_t>> rev(n);
   for (std::uint32_t s = 0; s < n; ++s) {
-    for (std::uint32_t i = byte_at[s]; i < byte_at[s + 1]; ++i) rev_edges.emplace_back(bytes[i].target, s);
-    for (std::uint32_t i = eps_at[s]; i < eps_at[s + 1]; ++i) rev_edges.emplace_back(eps[i], s);
-    for (std::uint32_t i = call_at[s]; i < call_at[s + 1]; ++i) {
-      rev_edges.emplace_back(calls[i].target, s);
-      rev_edges.emplace_back(b.rule_start[calls[i].rule], s);
+    for (const ByteEdge& e : st[s].bytes) rev[e.target].push_back(s);
+    for (std::uint32_t t : st[s].eps) rev[t].push_back(s);
+    for (const CallEdge& c : st[s].calls) {
+      rev[c.target].push_back(s);
+      rev[b.rule_start[c.rule]].push_back(s);
     }
   }
-  std::vector<std::uint32_t> rev_at, rev;
-  group_by_source(rev_edges, n, rev_at, rev);
-  rev_edges = {};
   auto qualifies = [&](std::uint32_t s) {
     if (b.rule_final[st[s].rule] == s) return true;
-    for (std::uint32_t i = byte_at[s]; i < byte_at[s + 1]; ++i)
-      if (prod[bytes[i].target]) return true;
-    for (std::uint32_t i = eps_at[s]; i < eps_at[s + 1]; ++i)
-      if (prod[eps[i]]) return true;
-    for (std::uint32_t i = call_at[s]; i < call_at[s + 1]; ++i)
-      if (prod[calls[i].target] && prod[b.rule_start[calls[i].rule]]) return true;
+    for (const ByteEdge& e : st[s].bytes)
+      if (prod[e.target]) return true;
+    for (std::uint32_t t : st[s].eps)
+      if (prod[t]) return true;
+    for (const CallEdge& c : st[s].calls)
+      if (prod[c.target] && prod[b.rule_start[c.rule]]) return true;
     return false;
   };
   std::vector<std::uint32_t> work;
@@ -618,16 +586,15 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   while (!work.empty()) {
     std::uint32_t t = work.back();
     work.pop_back();
-    for (std::uint32_t i = rev_at[t]; i < rev_at[t + 1]; ++i) {
-      const std::uint32_t s = rev[i];
+    for (std::uint32_t s : rev[t]) {
       if (!prod[s] && qualifies(s)) {
         prod[s] = 1;
         work.push_back(s);
       }
     }
   }
-  rev = {};
-  rev_at = {};
+  rev.clear();
+  rev.shrink_to_fit();
   const std::uint32_t root = grammar.root();
   if (!prod[b.rule_start[root]]) {
     throw GrammarError(fmt::format("[compile] the grammar's language is empty: rule '{}' matches no "
@@ -649,21 +616,19 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
     a.call_begin[s] = static_cast<std::uint32_t>(a.call_edges.size());
     a.eps_begin[s] = static_cast<std::uint32_t>(a.eps_edges.size());
     if (prod[s]) {
-      for (std::uint32_t i = byte_at[s]; i < byte_at[s + 1]; ++i)
-        if (prod[bytes[i].target]) a.byte_edges.push_back(bytes[i]);
-      for (std::uint32_t i = call_at[s]; i < call_at[s + 1]; ++i)
-        if (prod[calls[i].target] && prod[b.rule_start[calls[i].rule]]) a.call_edges.push_back(calls[i]);
-      for (std::uint32_t i = eps_at[s]; i < eps_at[s + 1]; ++i)
-        if (prod[eps[i]]) a.eps_edges.push_back(eps[i]);
+      for (const ByteEdge& e : st[s].bytes)
+        if (prod[e.target]) a.byte_edges.push_back(e);
+      for (const CallEdge& c : st[s].calls)
+        if (prod[c.target] && prod[b.rule_start[c.rule]]) a.call_edges.push_back(c);
+      for (std::uint32_t t : st[s].eps)
+        if (prod[t]) a.eps_edges.push_back(t);
     }
+    RawState().bytes.swap(st[s].bytes);  // free as we go
   }
   a.byte_begin[n] = static_cast<std::uint32_t>(a.byte_edges.size());
   a.call_begin[n] = static_cast<std::uint32_t>(a.call_edges.size());
   a.eps_begin[n] = static_cast<std::uint32_t>(a.eps_edges.size());
   st.clear();
-  bytes = {};
-  calls = {};
-  eps = {};
 
   // Reachable states from the root's start.
   a.reachable.assign(n, 0);
