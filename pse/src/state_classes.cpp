@@ -155,7 +155,6 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
   };
   // One part per distinct signature among the states refined, in order of first appearance.
   struct Part {
-    std::uint64_t hash;
     std::size_t begin, size;  // the signature, in sig_buffer
     std::vector<std::uint32_t> states;
   };
@@ -189,7 +188,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
       }
       if (!placed) {
         candidates.push_back(static_cast<std::uint32_t>(parts.size()));
-        parts.push_back({h, b, size, {s}});
+        parts.push_back({b, size, {s}});
       }
     }
     auto sig_of = [&](const Part& p) {
