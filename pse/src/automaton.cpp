@@ -473,11 +473,17 @@ class Builder {
         return exit;
       }
       case ExprKind::kRepeat: {
+        // Copies follow one another as in a sequence: emit() never leads back to its entry (loops get
+        // a fresh state of their own), so a copy may start at the state its predecessor ends at.
         std::uint32_t cur = entry;
-        for (std::uint32_t i = 0; i < e.min; ++i) cur = emit(e.children.at(0), fresh_from(cur), depth + 1);
+        for (std::uint32_t i = 0; i < e.min; ++i) cur = emit(e.children.at(0), cur, depth + 1);
         if (e.max == kUnbounded) {
-          std::uint32_t loop = fresh_from(cur);
-          std::uint32_t end = emit(e.children.at(0), fresh_from(loop), depth + 1);
+          // The loop state is re-entered after each copy: a fresh one unless `cur` has no edges yet
+          // (its edges would be repeatable too).
+          const RawState& c = states[cur];
+          std::uint32_t loop = c.bytes.empty() && c.calls.empty() && c.eps.empty() ? cur : fresh_from(cur);
+          std::uint32_t end = emit(e.children.at(0), loop, depth + 1);
+          if (end == loop) return loop;  // an empty child: nothing to repeat
           states[end].eps.push_back(loop);
           return loop;
         }
@@ -485,7 +491,7 @@ class Builder {
         std::uint32_t exit = new_state();
         for (std::uint32_t i = e.min; i < e.max; ++i) {
           states[cur].eps.push_back(exit);
-          cur = emit(e.children.at(0), fresh_from(cur), depth + 1);
+          cur = emit(e.children.at(0), cur, depth + 1);
         }
         states[cur].eps.push_back(exit);
         return exit;
@@ -525,6 +531,51 @@ class Builder {
   std::unordered_map<std::uint64_t, std::uint32_t> fragments_;
 };
 
+// Bypasses the states whose only edge is one empty move (the joints the construction leaves between
+// sub-expressions): every edge into one goes to where it leads, and it is left without edges (then
+// unproductive, and dropped). Fewer states for every pass after this one, and fewer in the stack
+// automaton's configurations. Rule starts stay (calls enter there); a cycle of such states keeps one.
+void bypass_forwarders(std::vector<RawState>& st, const std::vector<std::uint32_t>& rule_start) {
+  const std::size_t n = st.size();
+  std::vector<std::uint32_t> to(n);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    const RawState& r = st[s];
+    to[s] = r.bytes.empty() && r.calls.empty() && r.eps.size() == 1 && rule_start[r.rule] != s ? r.eps[0] : s;
+  }
+  // Resolve chains to their last state: 0 unvisited, 1 on the current chain, 2 resolved.
+  std::vector<std::uint8_t> mark(n, 0);
+  std::vector<std::uint32_t> chain;
+  for (std::uint32_t s = 0; s < n; ++s) {
+    std::uint32_t t = s;
+    chain.clear();
+    while (mark[t] == 0 && to[t] != t) {
+      mark[t] = 1;
+      chain.push_back(t);
+      t = to[t];
+    }
+    if (mark[t] == 1) to[t] = t;  // a cycle of empty moves: t stays
+    const std::uint32_t end = to[t];
+    mark[t] = 2;
+    for (std::uint32_t c : chain) {
+      to[c] = end;
+      mark[c] = 2;
+    }
+  }
+  for (std::uint32_t s = 0; s < n; ++s) {
+    RawState& r = st[s];
+    if (to[s] != s) {
+      r.eps.clear();
+      continue;
+    }
+    for (ByteEdge& e : r.bytes) e.target = to[e.target];
+    for (CallEdge& c : r.calls) c.target = to[c.target];
+    for (std::uint32_t& t : r.eps) t = to[t];
+    std::erase(r.eps, s);
+    std::sort(r.eps.begin(), r.eps.end());
+    r.eps.erase(std::unique(r.eps.begin(), r.eps.end()), r.eps.end());
+  }
+}
+
 void byte_set_add_range(ByteSet& s, unsigned lo, unsigned hi) {
   for (unsigned b = lo; b <= hi; ++b) s[b >> 6] |= 1ULL << (b & 63);
 }
@@ -553,14 +604,15 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   Builder b(grammar, limits);
   b.build();
   std::vector<RawState>& st = b.states;
-  const std::size_t n = st.size();
   const std::size_t n_rules = b.n_rules();
+  bypass_forwarders(st, b.rule_start);
 
   // Productive states: those that can reach their rule's final state. Worklist over reverse edges;
   // a call edge counts once both the callee's start and the return state are productive.
-  std::vector<std::uint8_t> prod(n, 0);
-  std::vector<std::vector<std::uint32_t>> rev(n);
-  for (std::uint32_t s = 0; s < n; ++s) {
+  const std::size_t n_raw = st.size();
+  std::vector<std::uint8_t> prod(n_raw, 0);
+  std::vector<std::vector<std::uint32_t>> rev(n_raw);
+  for (std::uint32_t s = 0; s < n_raw; ++s) {
     for (const ByteEdge& e : st[s].bytes) rev[e.target].push_back(s);
     for (std::uint32_t t : st[s].eps) rev[t].push_back(s);
     for (const CallEdge& c : st[s].calls) {
@@ -602,26 +654,36 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
                                    grammar.rule(root).name));
   }
 
+  // Unproductive states are dropped (with the edges into them); the others keep their order, so each
+  // rule's states stay contiguous, from its start to its final state.
+  std::vector<std::uint32_t> id(n_raw, ~0u);
+  std::size_t n = 0;
+  for (std::uint32_t s = 0; s < n_raw; ++s)
+    if (prod[s] || b.rule_start[st[s].rule] == s) id[s] = static_cast<std::uint32_t>(n++);
   Automaton a;
   a.root = root;
-  a.rule_start = b.rule_start;
-  a.rule_final = b.rule_final;
+  for (std::uint32_t r = 0; r < n_rules; ++r) {
+    a.rule_start.push_back(id[b.rule_start[r]]);
+    a.rule_final.push_back(id[b.rule_final[r]]);
+  }
   a.state_rule.resize(n);
   a.byte_begin.assign(n + 1, 0);
   a.call_begin.assign(n + 1, 0);
   a.eps_begin.assign(n + 1, 0);
-  for (std::uint32_t s = 0; s < n; ++s) {
-    a.state_rule[s] = st[s].rule;
-    a.byte_begin[s] = static_cast<std::uint32_t>(a.byte_edges.size());
-    a.call_begin[s] = static_cast<std::uint32_t>(a.call_edges.size());
-    a.eps_begin[s] = static_cast<std::uint32_t>(a.eps_edges.size());
+  for (std::uint32_t s = 0; s < n_raw; ++s) {
+    if (id[s] == ~0u) continue;
+    const std::uint32_t i = id[s];
+    a.state_rule[i] = st[s].rule;
+    a.byte_begin[i] = static_cast<std::uint32_t>(a.byte_edges.size());
+    a.call_begin[i] = static_cast<std::uint32_t>(a.call_edges.size());
+    a.eps_begin[i] = static_cast<std::uint32_t>(a.eps_edges.size());
     if (prod[s]) {
       for (const ByteEdge& e : st[s].bytes)
-        if (prod[e.target]) a.byte_edges.push_back(e);
+        if (prod[e.target]) a.byte_edges.push_back({e.lo, e.hi, id[e.target]});
       for (const CallEdge& c : st[s].calls)
-        if (prod[c.target] && prod[b.rule_start[c.rule]]) a.call_edges.push_back(c);
+        if (prod[c.target] && prod[b.rule_start[c.rule]]) a.call_edges.push_back({c.rule, id[c.target]});
       for (std::uint32_t t : st[s].eps)
-        if (prod[t]) a.eps_edges.push_back(t);
+        if (prod[t]) a.eps_edges.push_back(id[t]);
     }
     RawState().bytes.swap(st[s].bytes);  // free as we go
   }
@@ -667,7 +729,6 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
       throw LimitError("[compile] compile time limit exceeded in the nullable analysis");
     }
     for (std::uint32_t s = static_cast<std::uint32_t>(n); s-- > 0;) {
-      if (!prod[s]) continue;
       bool ne = a.is_final(s);
       ByteSet f = first[s];
       for (std::uint32_t i = a.eps_begin[s]; i < a.eps_begin[s + 1]; ++i) {

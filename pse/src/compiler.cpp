@@ -17,8 +17,11 @@ namespace {
 // Past this many automaton states the tables are not shared between equivalent states (the partition
 // refinement's cost grows with the automaton; such grammars are large counted repetitions).
 constexpr std::size_t kMaxStatesToClassify = 1'000'000;
-// With tables built on first use, smaller automata go without the classes.
+// With tables built on first use, only mid-sized automata get the classes: small ones build few
+// tables, and in large ones (long counted repetitions) the classes would cost more compile time
+// (about 0.3 us a state) than the first masks they save.
 constexpr std::size_t kMinStatesToClassifyLazily = 8'192;
+constexpr std::size_t kMaxStatesToClassifyLazily = 65'536;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -76,10 +79,14 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
   // Classes save table builds but cost a pass over the whole automaton: worth it when every table is
-  // built ahead, or in a large automaton (a counted repetition's copies would each build their tables
-  // at first use). For a small one built on first use, tables of states reaching the same configuration
-  // after a first byte already share their walks (StackDfa's group memo), and compile stays short.
-  if ((options.precompute || a.n_states() > kMinStatesToClassifyLazily) && a.n_states() <= kMaxStatesToClassify) {
+  // built ahead, or in a mid-sized automaton built on first use (a counted repetition's copies would
+  // each build their tables). For a small one, tables of states reaching the same configuration after
+  // a first byte already share their walks (StackDfa's group memo); for a very large one, the pass
+  // costs more than the first masks it saves.
+  const bool classify = options.precompute ? a.n_states() <= kMaxStatesToClassify
+                                            : a.n_states() > kMinStatesToClassifyLazily &&
+                                                  a.n_states() <= kMaxStatesToClassifyLazily;
+  if (classify) {
     // Optional: past a quarter of the time left, go without them.
     const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
     try {

@@ -123,7 +123,7 @@ ExprId Converter::value_expr(const Conj& conj, std::uint32_t indent_depth, int d
   const std::uint32_t d = options_.layout == JsonLayout::kIndented ? std::min(indent_depth, options_.indent_levels) : 0;
   indent_depth = d;
   std::string key = std::to_string(d);
-  for (const auto& n : conj) key += "&" + n.key();
+  for (const auto& n : conj) key += "&" + rule_key(n);
   auto found = rules_.find(key);
   if (found != rules_.end()) return g_.add_rule_ref(found->second);
   const RuleId rule = g_.declare_rule(fmt::format("v{}", rules_.size()));
@@ -220,6 +220,53 @@ ExprId Converter::value_expr(const Conj& conj, std::uint32_t indent_depth, int d
   g_.define_rule(rule, body);
   check_size();
   return g_.add_rule_ref(rule);
+}
+
+const Converter::Content& Converter::content_of(const json& schema) {
+  if (auto it = content_.find(&schema); it != content_.end()) return it->second;
+  Content c;
+  auto mix = [&](std::uint64_t v) { c.hash = (c.hash ^ v) * 0x100000001B3ULL + 0x9e3779b97f4a7c15ULL; };
+  mix(static_cast<std::uint64_t>(schema.type()));
+  if (schema.is_object()) {
+    for (auto it = schema.begin(); it != schema.end(); ++it) {
+      // Their meaning depends on the path that reached the schema (dynamic scope, sibling annotations).
+      static const std::set<std::string> kPositional = {"$dynamicRef", "$recursiveRef", "$dynamicAnchor",
+                                                        "$recursiveAnchor", "unevaluatedProperties",
+                                                        "unevaluatedItems"};
+      if (kPositional.count(it.key())) c.position_free = false;
+      mix(std::hash<std::string>{}(it.key()));
+      const Content& v = content_of(it.value());
+      mix(v.hash);
+      c.position_free = c.position_free && v.position_free;
+    }
+  } else if (schema.is_array()) {
+    for (const json& v : schema) {
+      const Content& e = content_of(v);
+      mix(e.hash);
+      c.position_free = c.position_free && e.position_free;
+    }
+  } else {
+    mix(std::hash<json>{}(schema));
+  }
+  return content_.emplace(&schema, c).first->second;
+}
+
+std::string Converter::rule_key(const Node& node) {
+  // Equal schemas in different places (the same {"type": "string"} under every property) get one rule:
+  // fewer rules and automaton states, and the same tables for all of them.
+  if (node.schema == nullptr) return node.key();
+  const Content& content = content_of(*node.schema);
+  if (!content.position_free) return node.key();
+  auto [it, fresh] = content_class_.emplace(node.schema, 0);
+  if (fresh) {
+    auto& bucket = content_classes_[content.hash];
+    auto same = std::find_if(bucket.begin(), bucket.end(), [&](const auto& p) { return *p.first == *node.schema; });
+    it->second = same != bucket.end() ? same->second : content_class_.size();
+    if (same == bucket.end()) bucket.emplace_back(node.schema, it->second);
+  }
+  std::string k = node.base + "|=" + std::to_string(it->second);
+  for (const auto& s : node.skip) k += "|-" + s;
+  return k;
 }
 
 bool Converter::value_satisfies(const json& v, const Constraints& c, const std::string& pointer) {
@@ -611,54 +658,68 @@ ExprId Converter::emit_object(Constraints& c, std::uint32_t d, int depth) {
     return shapes.empty() ? g_.add_char_class({}) : shapes.size() == 1 ? shapes[0] : g_.add_choice(shapes);
   }
   // The members in order as one graph over (next declared member i, members so far k (capped where the
-  // bounds stop caring), none emitted yet): an edge per member present, an empty edge per optional one
-  // skipped, then the other members. One graph, not a rule per tail of the list: a parse meets each
-  // member at the same stack height instead of one frame deeper per member (objects of a hundred optional
-  // properties nested a hundred frames deep).
-  std::vector<ExprId> labels;  // per member: [first, later]; then the empty label, then the other members' per k
-  for (const Member& m : members) {
-    labels.push_back(m.forbidden ? g_.add_char_class({}) : m.expr);
-    labels.push_back(m.forbidden ? g_.add_char_class({}) : g_.add_sequence({sep(d), m.expr}));
-  }
+  // bounds stop caring), where: none emitted yet, some emitted, or a separator just read): an edge per
+  // member present, an empty edge per optional one skipped, a separator edge from each state after a
+  // member, then the other members. A member's edges from "none yet" and "separator read" share their
+  // label and target, so the automaton holds one copy of it per (i, k). Separator states never accept
+  // (no trailing comma). One graph, not a rule per tail of the list: a parse meets each member at the
+  // same stack height instead of one frame deeper per member (objects of a hundred optional properties
+  // nested a hundred frames deep).
+  enum Where : std::uint8_t { kNoneYet, kAfterMember, kAfterSeparator };
+  std::vector<ExprId> labels;  // per member; then the empty label, the separator, the other members' per k
+  for (const Member& m : members) labels.push_back(m.forbidden ? g_.add_char_class({}) : m.expr);
   const auto empty_label = static_cast<std::uint32_t>(labels.size());
   labels.push_back(g_.add_empty());
-  std::map<std::tuple<std::size_t, std::uint32_t, bool>, std::uint32_t> ids;
-  std::vector<std::tuple<std::size_t, std::uint32_t, bool>> graph_states;
+  const auto sep_label = static_cast<std::uint32_t>(labels.size());
+  labels.push_back(sep(d));
+  std::map<std::uint32_t, std::uint32_t> other_label;  // by k
+  std::map<std::tuple<std::size_t, std::uint32_t, Where>, std::uint32_t> ids;
+  std::vector<std::tuple<std::size_t, std::uint32_t, Where>> graph_states;
   std::vector<GraphEdge> edges;
   std::vector<std::uint32_t> accepting;
-  auto state_of = [&](std::size_t i, std::uint32_t k, bool first) {
-    auto [it, fresh] = ids.emplace(std::make_tuple(i, k, first), static_cast<std::uint32_t>(graph_states.size()));
-    if (fresh) graph_states.emplace_back(i, k, first);
+  auto state_of = [&](std::size_t i, std::uint32_t k, Where w) {
+    auto [it, fresh] = ids.emplace(std::make_tuple(i, k, w), static_cast<std::uint32_t>(graph_states.size()));
+    if (fresh) graph_states.emplace_back(i, k, w);
     return it->second;
   };
-  state_of(0, 0, true);
+  std::vector<std::uint8_t> required_from(members.size() + 1, 0);  // a required member at i or later
+  for (std::size_t i = members.size(); i-- > 0;) required_from[i] = members[i].required || required_from[i + 1];
+  state_of(0, 0, kNoneYet);
   std::optional<std::uint32_t> done;  // after the other members
   for (std::uint32_t s = 0; s < graph_states.size(); ++s) {
-    const auto [i, k, first] = graph_states[s];
+    const auto [i, k, where] = graph_states[s];
+    if (i > members.size()) continue;  // done
+    if (where == kAfterMember) {
+      // The rest may all be skipped: accept here (the separator states never do).
+      if (k >= min_p && !required_from[i]) accepting.push_back(s);
+      edges.push_back({s, state_of(i, k, kAfterSeparator), sep_label});
+      continue;
+    }
     if (i == members.size()) {
       // Other members: a of them with k + a in [min, max].
-      if (!first && k >= min_p) accepting.push_back(s);
       if (other && (max_p == kUnbounded || k < max_p)) {
-        const std::uint32_t a_min = std::max<std::uint32_t>(1, min_p > k ? min_p - k : 0);
-        const std::uint32_t a_max = max_p == kUnbounded ? kUnbounded : max_p - k;
-        ExprId rest = g_.add_repeat(g_.add_sequence({sep(d), *other}), a_min - 1, a_max == kUnbounded ? kUnbounded : a_max - 1);
-        labels.push_back(g_.add_sequence({first ? g_.add_empty() : sep(d), *other, rest}));
+        auto [it, fresh] = other_label.emplace(k, static_cast<std::uint32_t>(labels.size()));
+        if (fresh) {
+          const std::uint32_t a_min = std::max<std::uint32_t>(1, min_p > k ? min_p - k : 0);
+          const std::uint32_t a_max = max_p == kUnbounded ? kUnbounded : max_p - k;
+          ExprId rest = g_.add_repeat(g_.add_sequence({sep(d), *other}), a_min - 1, a_max == kUnbounded ? kUnbounded : a_max - 1);
+          labels.push_back(g_.add_sequence({*other, rest}));
+        }
         if (!done) {
           done = static_cast<std::uint32_t>(graph_states.size());
-          graph_states.emplace_back(members.size() + 1, 0, false);  // a state of its own, past the members
+          graph_states.emplace_back(members.size() + 1, 0, kAfterMember);  // a state of its own, past the members
           accepting.push_back(*done);
         }
-        edges.push_back({s, *done, static_cast<std::uint32_t>(labels.size() - 1)});
+        edges.push_back({s, *done, it->second});
       }
       continue;
     }
-    if (i > members.size()) continue;  // done
     const Member& m = members[i];
     if (!m.forbidden && (max_p == kUnbounded || k < max_p)) {
       const std::uint32_t nk = max_p == kUnbounded ? std::min(k + 1, cap) : k + 1;
-      edges.push_back({s, state_of(i + 1, nk, false), static_cast<std::uint32_t>(2 * i + (first ? 0 : 1))});
+      edges.push_back({s, state_of(i + 1, nk, kAfterMember), static_cast<std::uint32_t>(i)});
     }
-    if (!m.required) edges.push_back({s, state_of(i + 1, k, first), empty_label});
+    if (!m.required) edges.push_back({s, state_of(i + 1, k, where), empty_label});
   }
   const ExprId body = g_.add_graph(static_cast<std::uint32_t>(graph_states.size()), std::move(edges), std::move(accepting), std::move(labels));
   std::vector<ExprId> shapes;

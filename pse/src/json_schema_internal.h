@@ -196,6 +196,9 @@ class Converter {
 
   // --- emission (json_schema_emit.cpp)
   ExprId value_expr(const Conj& conj, std::uint32_t indent_depth, int depth);
+  // A node's identity for rule memoization: its content when its meaning does not depend on where it
+  // sits (equal schemas under one base, no dynamic references or unevaluated* in it), else Node::key().
+  std::string rule_key(const Node& node);
   ExprId emit_constraints(const Conj& conj, Constraints& c, std::uint32_t indent_depth, int depth);
   ExprId emit_literal(const json& value, std::uint32_t indent_depth);
   ExprId emit_object(Constraints& c, std::uint32_t indent_depth, int depth);
@@ -251,6 +254,16 @@ class Converter {
   std::deque<json> owned_;            // synthesized schemas (stable addresses)
   std::vector<Node> nodes_;           // targets of "$orchard:node" in synthesized schemas
   std::unordered_map<std::string, RuleId> rules_;  // conjunction key + indent depth -> rule
+  // rule_key's content classes: per schema, its structural hash and whether it is free of
+  // position-dependent keywords (memoized bottom-up); per hash, the schemas met with their class.
+  struct Content {
+    std::uint64_t hash = 0;
+    bool position_free = true;
+  };
+  const Content& content_of(const json& schema);
+  std::unordered_map<const json*, Content> content_;
+  std::unordered_map<std::uint64_t, std::vector<std::pair<const json*, std::size_t>>> content_classes_;
+  std::unordered_map<const json*, std::size_t> content_class_;
   std::map<std::string, ExprId> cache_;            // shared fragments (json_char, ws, ...)
   std::map<std::string, detail::CodePointDfa> string_dfas_;  // string_satisfies: by constraint signature
   int n_rules_ = 0;

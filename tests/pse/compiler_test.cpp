@@ -78,6 +78,25 @@ TEST(Compiler, SmallRulesAreInlined) {
   expect_masks_are_brute_force(cg, 200, 11);
 }
 
+// The joints the construction leaves between sub-expressions (a state whose only edge is one empty move)
+// are bypassed: none is left but rule starts, and the language is the same (masks equal brute force).
+TEST(Compiler, EmptyJointsAreBypassed) {
+  G g;
+  RuleId root = g.rule("root"), item = g.rule("item");
+  g.define(item, g.alt({g.seq({g.lit("("), g.star(g.ref(item)), g.lit(")")}), g.rep(g.cls('a', 'c'), 1, 3)}));
+  g.define(root, g.seq({g.rep(g.seq({g.opt(g.lit(" ")), g.ref(item)}), 1, 4), g.star(g.lit("!")), g.lit(".")}));
+  const Grammar grammar = g.done(root);
+  const detail::Automaton a = detail::build_automaton(grammar, detail::AutomatonLimits{});
+  for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+    const bool joint = !a.has_bytes(s) && a.call_begin[s] == a.call_begin[s + 1] && a.eps_begin[s + 1] - a.eps_begin[s] == 1;
+    EXPECT_FALSE(joint && a.rule_start[a.state_rule[s]] != s) << "state " << s << " only moves on to another";
+  }
+  const CompiledGrammar cg = compile_grammar(grammar, small_vocabulary());
+  Matcher m(cg);
+  EXPECT_TRUE(m.accept_bytes(" (a(bc)) ccc!!.") && m.can_stop());
+  expect_masks_are_brute_force(cg, 300, 5);
+}
+
 // Graph edges into one state share what they read last: the continuation bytes of their character
 // classes and a label met again (the escapes of a JSON string after every node of a trie of keys). The
 // language stays the same: the masks equal brute force along random walks.

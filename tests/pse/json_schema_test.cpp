@@ -190,6 +190,36 @@ TEST(JsonSchema, ObjectsInSchemaOrder) {
   expect_language(R"({"additionalProperties":{"type":"integer"}})", {R"({"x":1,"y":2})"}, {R"({"x":"1"})"});
 }
 
+// Optional members around required ones: one separator between members, never a leading or trailing one,
+// and the count bounds still hold (the in-order member graph).
+TEST(JsonSchema, OptionalMembersTakeOneSeparatorEach) {
+  const std::string schema = R"({"type":"object","properties":{"a":{"const":1},"b":{"const":2},"c":{"const":3},
+      "d":{"const":4}},"required":["c"],"additionalProperties":false})";
+  expect_language(schema, {R"({"c":3})", R"({"a":1,"c":3})", R"({"b":2,"c":3,"d":4})", R"({"a":1,"b":2,"c":3,"d":4})",
+                           R"({ "a" : 1 , "c" : 3 })"},
+                  {R"({})", R"({"a":1})", R"({"c":3,})", R"({,"c":3})", R"({"a":1,,"c":3})", R"({"a":1"c":3})",
+                   R"({"c":3,"a":1})", R"({"c":3,"d":4,})", R"({"a":1,"b":2,"d":4})"});
+  expect_language(R"({"type":"object","properties":{"a":{"const":1},"b":{"const":2}},"minProperties":1,
+      "additionalProperties":{"type":"null"}})",
+                  {R"({"a":1})", R"({"b":2})", R"({"x":null})", R"({"a":1,"x":null,"y":null})", R"({"b":2,"x":null})"},
+                  {"{}", R"({"a":1,})", R"({,"x":null})", R"({"x":null,})", R"({"a":1"x":null})"});
+}
+
+// Equal subschemas in different places share one rule, but only where they mean the same: a "$ref" is
+// resolved against its own base URI, so equal "$ref"s under different "$id"s stay apart.
+TEST(JsonSchema, EqualSubschemasShareRulesOnlyUnderOneBase) {
+  const auto rules = [](const std::string& schema) { return json_schema_to_grammar(std::string_view(schema)).rules().size(); };
+  const std::string eight_equal =
+      R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"},"c":{"type":"string"},
+      "d":{"type":"string"},"e":{"type":"string"},"f":{"type":"string"},"g":{"type":"string"},"h":{"type":"string"}}})";
+  const std::string one = R"({"type":"object","properties":{"a":{"type":"string"}}})";
+  EXPECT_EQ(rules(eight_equal), rules(one));
+  const std::string bases = R"({"type":"object","properties":{
+      "a":{"$id":"http://e.com/a.json","$defs":{"x":{"type":"integer"}},"properties":{"v":{"$ref":"#/$defs/x"}}},
+      "b":{"$id":"http://e.com/b.json","$defs":{"x":{"type":"string"}},"properties":{"v":{"$ref":"#/$defs/x"}}}}})";
+  expect_language(bases, {R"({"a":{"v":1},"b":{"v":"s"}})"}, {R"({"a":{"v":"s"}})", R"({"b":{"v":1}})"});
+}
+
 // JsonPropertyOrder::kAnyOrder: members in any order, each declared one at most once, required ones present.
 TEST(JsonSchema, AnyPropertyOrder) {
   JsonSchemaOptions any;
