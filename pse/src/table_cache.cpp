@@ -74,8 +74,14 @@ std::shared_ptr<TableCache::RuleTables> TableCache::rule(std::uint64_t vocabular
                                                          const std::shared_ptr<const RuleClosure>& closure) {
   const Key key{vocabulary_hash, hash_u32s(*closure)};
   std::lock_guard<std::mutex> lock(mutex_);
-  Slot& slot = slots_[key];
-  slot.last_use = ++clock_;
+  auto [at, fresh] = slots_.try_emplace(key);
+  Slot& slot = at->second;
+  if (fresh) {
+    lru_.push_front(key);
+    slot.use = lru_.begin();
+  } else {
+    lru_.splice(lru_.begin(), lru_, slot.use);
+  }
   for (const auto& r : slot.rules)
     if (*r->closure == *closure) return r;  // equal closures only: a hash collision never shares tables
   auto r = std::make_shared<RuleTables>();
@@ -96,22 +102,32 @@ std::shared_ptr<const TokenTable> TableCache::add(RuleTables& rule, std::uint32_
     kept = it->second;
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  if (rule.evicted) return kept;  // the grammar keeps it; the cache no longer counts the rule
   bytes_ += bytes;
-  while (bytes_ > kMaxBytes && !slots_.empty()) {
-    auto oldest = std::min_element(slots_.begin(), slots_.end(),
-                                   [](const auto& x, const auto& y) { return x.second.last_use < y.second.last_use; });
+  while (bytes_ > max_bytes_ && !lru_.empty()) {
+    auto oldest = slots_.find(lru_.back());
     for (const auto& r : oldest->second.rules) {
       std::lock_guard<std::mutex> rule_lock(r->mutex);
       bytes_ -= std::min(bytes_, r->bytes);
+      r->evicted = true;
     }
     slots_.erase(oldest);  // grammars compiled from these entries keep their own copies
+    lru_.pop_back();
   }
   return kept;
 }
 
+std::size_t TableCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
+}
+
 void TableCache::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [key, slot] : slots_)
+    for (const auto& r : slot.rules) r->evicted = true;
   slots_.clear();
+  lru_.clear();
   bytes_ = 0;
 }
 

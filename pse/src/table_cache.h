@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,7 @@ std::vector<std::shared_ptr<const RuleClosure>> rule_closures(const Automaton& a
 
 class TableCache {
  public:
+  explicit TableCache(std::size_t max_bytes = kMaxBytes) : max_bytes_(max_bytes) {}
   static TableCache& instance();
 
   // One rule's shared tables, by state offset from the rule's first state.
@@ -39,6 +41,7 @@ class TableCache {
     std::mutex mutex;
     std::unordered_map<std::uint32_t, std::shared_ptr<const TokenTable>> by_offset;
     std::size_t bytes = 0;  // of the tables in by_offset (under mutex)
+    bool evicted = false;   // no longer counted in the cache (under the cache's mutex)
   };
 
   // The entry of a rule with this closure under this vocabulary, created empty when absent.
@@ -48,6 +51,7 @@ class TableCache {
   std::shared_ptr<const TokenTable> add(RuleTables& rule, std::uint32_t offset, TokenTable table);
 
   void clear();
+  std::size_t bytes() const;  // of the tables of the rules in the cache
 
   static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
 
@@ -59,14 +63,15 @@ class TableCache {
   struct KeyHash {
     std::size_t operator()(const Key& k) const { return static_cast<std::size_t>(k.vocabulary * 0x9e3779b97f4a7c15ULL ^ k.closure); }
   };
-  std::mutex mutex_;
-  std::uint64_t clock_ = 0;
+  const std::size_t max_bytes_;
+  mutable std::mutex mutex_;
   std::size_t bytes_ = 0;
   struct Slot {
     std::vector<std::shared_ptr<RuleTables>> rules;  // closures with the same hash (collisions)
-    std::uint64_t last_use = 0;
+    std::list<Key>::iterator use;                    // its place in lru_
   };
   std::unordered_map<Key, Slot, KeyHash> slots_;
+  std::list<Key> lru_;  // most recently used first: eviction takes the back in constant time
 };
 
 }  // namespace pse::detail
