@@ -99,14 +99,20 @@ class Builder {
   void build() {
     plan_inlined_rules();
     plan_shared_rules();
-    const std::size_t n_rules = g_.rules().size() + shared_body_.size();
+    const std::size_t n_plain = g_.rules().size() + shared_body_.size();
+    const std::size_t n_rules = n_plain + chunk_body_.size();
     rule_start.resize(n_rules);
     rule_final.resize(n_rules);
     for (std::size_t r = 0; r < n_rules; ++r) {
       rule_ = static_cast<std::uint32_t>(r);
       rule_start[r] = new_state();
-      const ExprId body = r < g_.rules().size() ? g_.rule(rule_).body : shared_body_[r - g_.rules().size()];
-      std::uint32_t exit = emit(body, rule_start[r], 0, /*inline_shared=*/true);
+      std::uint32_t exit = rule_start[r];
+      if (r < n_plain) {
+        const ExprId body = r < g_.rules().size() ? g_.rule(rule_).body : shared_body_[r - g_.rules().size()];
+        exit = emit(body, rule_start[r], 0, /*inline_shared=*/true);
+      } else {
+        for (std::uint32_t i = 0; i < kChunk; ++i) exit = emit(chunk_body_[r - n_plain], exit, 0);
+      }
       rule_final[r] = new_state();
       states[exit].eps.push_back(rule_final[r]);
     }
@@ -116,8 +122,18 @@ class Builder {
   std::size_t n_rules() const { return rule_start.size(); }
   std::string rule_name(std::uint32_t r) const {
     if (r < g_.rules().size()) return g_.rule(r).name;
-    return fmt::format("<shared expression {}>", shared_body_[r - g_.rules().size()]);
+    if (r < g_.rules().size() + shared_body_.size()) return fmt::format("<shared expression {}>", shared_body_[r - g_.rules().size()]);
+    return fmt::format("<{} copies of expression {}>", kChunk, chunk_body_[r - g_.rules().size() - shared_body_.size()]);
   }
+
+  // A counted repetition whose inlined copies would cost more than this many states, with at least
+  // 2 * kChunk copies to make, is written with a rule of kChunk copies of its child, called in a chain:
+  // E{min,max} = C^(min / K) E^(min % K) C{0,A-1} E{0,K+B} with C = E{K} and max - min = A*K + B
+  // (each count up to max - min is a + b with a <= A - 1 whole chunks and b <= K + B copies). A JSON
+  // string of maxLength 32767 is then some 7,000 states, not a million. Tokens that cross a chunk's
+  // end are checked at run time (chain tables), a few positions in every kChunk.
+  static constexpr std::uint64_t kChunkMinStates = 16384;
+  static constexpr std::uint32_t kChunk = 64;
 
   // Sub-expressions whose inlined copies would cost at least this many states, that would be inlined
   // at least twice and that match strings longer than kSharedMinLength bytes are emitted once as a
@@ -213,6 +229,7 @@ class Builder {
   void plan_shared_rules() {
     const auto& exprs = g_.exprs();
     const std::size_t n = exprs.size();
+    chunk_of_.assign(n, kNotShared);
     constexpr std::uint64_t kCap = std::uint64_t{1} << 40;
     auto sat = [&](std::uint64_t v) { return std::min(v, kCap); };
     std::vector<std::uint64_t> size(n, 0), longest(n, 0);  // states inlined; longest match in bytes
@@ -242,6 +259,11 @@ class Builder {
           const ExprId c = e.children.at(0);
           v = sat(sat(copies(e)) * (size[c] + 1) + 2);
           len = longest[c] == 0 ? 0 : e.max == kUnbounded ? kCap : sat(std::uint64_t{e.max} * longest[c]);
+          if (e.max != kUnbounded && v > kChunkMinStates && (e.min >= 2 * kChunk || e.max - e.min >= 2 * kChunk)) {
+            chunk_of_[i] = static_cast<std::uint32_t>(chunk_body_.size());
+            chunk_body_.push_back(c);
+            v = sat(2 * (std::uint64_t{e.max} / kChunk) + 3 * kChunk * (size[c] + 1));  // the calls and the copies
+          }
           break;
         }
         case ExprKind::kGraph:
@@ -268,7 +290,8 @@ class Builder {
       }
       if (e.kind == ExprKind::kRepeat) {
         ExprId c = e.children.at(0);
-        occurs[c] = sat(occurs[c] + sat(each * copies(e)));
+        const std::uint64_t made = chunk_of_[i] != kNotShared ? 3 * kChunk : copies(e);  // chunk + tail copies
+        occurs[c] = sat(occurs[c] + sat(each * made));
       } else if (e.kind == ExprKind::kGraph) {
         for (const GraphEdge& edge : e.edges) occurs[e.children[edge.label]] = sat(occurs[e.children[edge.label]] + each);
       } else {
@@ -473,6 +496,7 @@ class Builder {
         return exit;
       }
       case ExprKind::kRepeat: {
+        if (chunk_of_[id] != kNotShared) return emit_chunked(e, chunk_of_[id], entry, depth);
         // Copies follow one another as in a sequence: emit() never leads back to its entry (loops get
         // a fresh state of their own), so a copy may start at the state its predecessor ends at.
         std::uint32_t cur = entry;
@@ -517,6 +541,41 @@ class Builder {
     return entry;
   }
 
+  // A chunked repetition (see kChunk): calls of chunk rule `chunk` and the copies around them.
+  std::uint32_t emit_chunked(const Expr& e, std::uint32_t chunk, std::uint32_t entry, std::size_t depth) {
+    const std::uint32_t rule = static_cast<std::uint32_t>(g_.rules().size() + shared_body_.size() + chunk);
+    const ExprId c = e.children.at(0);
+    auto call = [&](std::uint32_t from) {
+      const std::uint32_t next = new_state();
+      states[from].calls.push_back({rule, next});
+      return next;
+    };
+    std::uint32_t cur = entry;
+    for (std::uint32_t i = 0; i < e.min / kChunk; ++i) cur = call(cur);
+    for (std::uint32_t i = 0; i < e.min % kChunk; ++i) cur = emit(c, cur, depth + 1);
+    const std::uint32_t n = e.max - e.min;
+    if (n == 0) return cur;
+    const std::uint32_t whole = n / kChunk;  // A
+    std::uint32_t tail_copies = n;
+    if (whole >= 1) {
+      const std::uint32_t tail = new_state();
+      for (std::uint32_t i = 0; i + 1 < whole; ++i) {
+        states[cur].eps.push_back(tail);
+        cur = call(cur);
+      }
+      states[cur].eps.push_back(tail);
+      cur = tail;
+      tail_copies = kChunk + n % kChunk;
+    }
+    const std::uint32_t exit = new_state();
+    for (std::uint32_t i = 0; i < tail_copies; ++i) {
+      states[cur].eps.push_back(exit);
+      cur = emit(c, cur, depth + 1);
+    }
+    states[cur].eps.push_back(exit);
+    return exit;
+  }
+
   static constexpr std::uint32_t kNotShared = ~0u;
   const Grammar& g_;
   const AutomatonLimits& limits_;
@@ -525,6 +584,8 @@ class Builder {
   static constexpr std::uint64_t kNotInlined = ~std::uint64_t{0};
   std::vector<std::uint64_t> inline_size_;  // per rule: its states when inlined, or kNotInlined
   std::vector<ExprId> shared_body_;      // per shared rule (numbered after the grammar's)
+  std::vector<std::uint32_t> chunk_of_;  // per expression: its chunk (a repetition written with one), or kNotShared
+  std::vector<ExprId> chunk_body_;       // per chunk rule (numbered after the shared ones): the repeated child
   // emit_into's shared parts, keyed by their exit (states of the rule being built: exits are never
   // shared between rules).
   std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> suffix_states_;

@@ -15,8 +15,9 @@ namespace pse {
 namespace {
 
 // Past this many automaton states the tables are not shared between equivalent states (the partition
-// refinement's cost grows with the automaton; such grammars are large counted repetitions).
-constexpr std::size_t kMaxStatesToClassify = 1'000'000;
+// refinement's cost grows with the automaton, about 0.3 us a state; such grammars are large counted
+// repetitions, whose tables are then more than eager_state_limit: built on first use).
+constexpr std::size_t kMaxStatesToClassify = 262'144;
 // With tables built on first use, only mid-sized automata get the classes: small ones build few
 // tables, and in large ones (long counted repetitions) the classes would cost more compile time
 // (about 0.3 us a state) than the first masks they save.

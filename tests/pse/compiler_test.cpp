@@ -47,9 +47,11 @@ TEST(Compiler, UndefinedRuleIsAGrammarError) {
 TEST(Compiler, StateLimitIsALimitError) {
   G g;
   RuleId r = g.rule("root");
-  // One letter repeated 200,000 times: each copy is a state (a large shared sub-expression would be
-  // emitted once as its own rule instead; see SharedSubExpressionsAreEmittedOnce).
-  g.define(r, g.rep(g.cls('a', 'z'), 1, 200'000));
+  // 150,000 letters in a row: each is a state (a long counted repetition would be written with chunks,
+  // see LongCountedRepetitionsAreWrittenWithChunks).
+  std::vector<ExprId> letters;
+  for (int i = 0; i < 150'000; ++i) letters.push_back(g.cls('a' + i % 26, 'z'));
+  g.define(r, g.seq(letters));
   CompileOptions o;
   o.max_states = 100'000;
   EXPECT_THROW(compile_grammar(g.done(r), small_vocabulary(), o), LimitError);
@@ -452,7 +454,9 @@ TEST(Compiler, InputSizeLimitsAreLimitErrors) {
 TEST(Compiler, TimeLimitIsALimitError) {
   G g;
   RuleId r = g.rule("root");
-  g.define(r, g.rep(g.cls('a', 'z'), 1, 200'000));
+  std::vector<ExprId> letters;  // 200,000 states
+  for (int i = 0; i < 200'000; ++i) letters.push_back(g.cls('a' + i % 26, 'z'));
+  g.define(r, g.seq(letters));
   CompileOptions o;
   o.max_compile_ms = 1;
   EXPECT_THROW(compile_grammar(g.done(r), small_vocabulary(), o), LimitError);
@@ -478,6 +482,33 @@ TEST(Compiler, LargeCountedRepetitionStaysSmall) {
   EXPECT_FALSE(m.accept_bytes("c"));
   EXPECT_TRUE(m.accept_bytes("."));
   EXPECT_TRUE(m.can_stop());
+}
+
+// A long counted repetition is a chain of calls of a rule of 64 copies, with copies around it: the same
+// counts are accepted (checked at each boundary), the masks equal brute force across the chunks' ends, and
+// the automaton stays small.
+TEST(Compiler, LongCountedRepetitionsAreWrittenWithChunks) {
+  auto vocab = small_vocabulary();
+  // Past 16,384 inlined states: about 2,000 copies of this child.
+  const std::pair<std::uint32_t, std::uint32_t> bounds[] = {{0, 2000}, {2000, 2000}, {129, 3000}, {1900, 4000}, {3, 2100}};
+  for (const auto& [lo, hi] : bounds) {
+    G g;
+    RuleId r = g.rule("root");
+    g.define(r, g.seq({g.lit("<"), g.rep(g.alt({g.lit("ab"), g.cls('c', 'd')}), lo, hi), g.lit(">")}));
+    const CompiledGrammar cg = compile_grammar(g.done(r), vocab);
+    EXPECT_LT(cg.stats().n_states, 3'000u) << lo << ".." << hi;
+    for (std::int64_t k : {std::int64_t{lo} - 1, std::int64_t{lo}, std::int64_t{lo} + 1, std::int64_t{63}, std::int64_t{64},
+                           std::int64_t{65}, std::int64_t{127}, std::int64_t{128}, std::int64_t{hi} - 64, std::int64_t{hi} - 1,
+                           std::int64_t{hi}, std::int64_t{hi} + 1}) {
+      if (k < 0) continue;
+      std::string text = "<";
+      for (std::int64_t i = 0; i < k; ++i) text += i % 3 == 0 ? "ab" : i % 3 == 1 ? "c" : "d";
+      text += ">";
+      Matcher m(cg);
+      EXPECT_EQ(m.accept_bytes(text) && m.can_stop(), k >= lo && k <= hi) << lo << ".." << hi << " with " << k;
+    }
+    expect_masks_are_brute_force(cg, 400, lo + hi);
+  }
 }
 
 TEST(Compiler, CacheHitsAndEvicts) {
