@@ -499,17 +499,17 @@ class Builder {
       }
       case ExprKind::kRepeat: {
         if (chunk_of_[id] != kNotShared) return emit_chunked(e, chunk_of_[id], entry, depth);
-        // Copies follow one another as in a sequence: emit() never leads back to its entry (loops get
-        // a fresh state of their own), so a copy may start at the state its predecessor ends at.
+        // Each copy starts at a fresh state (which bypass_forwarders removes where it only moves on):
+        // copies chained state to state build the same language but a shape whose tables leave more
+        // tokens to run-time checks (c.gbnf: 500 -> 634 uncertain tokens, tables 1.7x slower).
         std::uint32_t cur = entry;
-        for (std::uint32_t i = 0; i < e.min; ++i) cur = emit(e.children.at(0), cur, depth + 1);
+        for (std::uint32_t i = 0; i < e.min; ++i) cur = emit(e.children.at(0), fresh_from(cur), depth + 1);
         if (e.max == kUnbounded) {
           // The loop state is re-entered after each copy: a fresh one unless `cur` has no edges yet
           // (its edges would be repeatable too).
           const RawState& c = states[cur];
           std::uint32_t loop = c.bytes.empty() && c.calls.empty() && c.eps.empty() ? cur : fresh_from(cur);
-          std::uint32_t end = emit(e.children.at(0), loop, depth + 1);
-          if (end == loop) return loop;  // an empty child: nothing to repeat
+          std::uint32_t end = emit(e.children.at(0), fresh_from(loop), depth + 1);
           states[end].eps.push_back(loop);
           return loop;
         }
@@ -517,7 +517,7 @@ class Builder {
         std::uint32_t exit = new_state();
         for (std::uint32_t i = e.min; i < e.max; ++i) {
           states[cur].eps.push_back(exit);
-          cur = emit(e.children.at(0), cur, depth + 1);
+          cur = emit(e.children.at(0), fresh_from(cur), depth + 1);
         }
         states[cur].eps.push_back(exit);
         return exit;
