@@ -18,11 +18,8 @@ namespace {
 // refinement's cost grows with the automaton, about 0.3 us a state; such grammars are large counted
 // repetitions, whose tables are then more than eager_state_limit: built on first use).
 constexpr std::size_t kMaxStatesToClassify = 262'144;
-// With tables built on first use, only mid-sized automata get the classes: small ones build few
-// tables, and in large ones (long counted repetitions) the classes would cost more compile time
-// (about 0.3 us a state) than the first masks they save.
+// With tables built on first use, smaller automata go without the classes.
 constexpr std::size_t kMinStatesToClassifyLazily = 8'192;
-constexpr std::size_t kMaxStatesToClassifyLazily = 65'536;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -80,13 +77,11 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
   // Classes save table builds but cost a pass over the whole automaton: worth it when every table is
-  // built ahead, or in a mid-sized automaton built on first use (a counted repetition's copies would
-  // each build their tables). For a small one, tables of states reaching the same configuration after
-  // a first byte already share their walks (StackDfa's group memo); for a very large one, the pass
-  // costs more than the first masks it saves.
-  const bool classify = options.precompute ? a.n_states() <= kMaxStatesToClassify
-                                            : a.n_states() > kMinStatesToClassifyLazily &&
-                                                  a.n_states() <= kMaxStatesToClassifyLazily;
+  // built ahead, or in a large automaton (a counted repetition's copies would each build their tables
+  // at first use). For a small one built on first use, tables of states reaching the same configuration
+  // after a first byte already share their walks (StackDfa's group memo), and compile stays short.
+  const bool classify = (options.precompute || a.n_states() > kMinStatesToClassifyLazily) &&
+                        a.n_states() <= kMaxStatesToClassify;
   if (classify) {
     // Optional: past a quarter of the time left, go without them.
     const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
