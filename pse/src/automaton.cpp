@@ -600,13 +600,17 @@ class Builder {
 // sub-expressions): every edge into one goes to where it leads, and it is left without edges (then
 // unproductive, and dropped). Fewer states for every pass after this one, and fewer in the stack
 // automaton's configurations. Rule starts stay (calls enter there); a cycle of such states keeps one.
-void bypass_forwarders(std::vector<RawState>& st, const std::vector<std::uint32_t>& rule_start) {
+// Returns whether any was bypassed (dropping a bypassed self-loop can leave a new one: call again).
+bool bypass_forwarders(std::vector<RawState>& st, const std::vector<std::uint32_t>& rule_start) {
   const std::size_t n = st.size();
   std::vector<std::uint32_t> to(n);
+  bool any = false;
   for (std::uint32_t s = 0; s < n; ++s) {
     const RawState& r = st[s];
     to[s] = r.bytes.empty() && r.calls.empty() && r.eps.size() == 1 && rule_start[r.rule] != s ? r.eps[0] : s;
+    any = any || to[s] != s;
   }
+  if (!any) return false;
   // Resolve chains to their last state: 0 unvisited, 1 on the current chain, 2 resolved.
   std::vector<std::uint8_t> mark(n, 0);
   std::vector<std::uint32_t> chain;
@@ -639,6 +643,7 @@ void bypass_forwarders(std::vector<RawState>& st, const std::vector<std::uint32_
     std::sort(r.eps.begin(), r.eps.end());
     r.eps.erase(std::unique(r.eps.begin(), r.eps.end()), r.eps.end());
   }
+  return true;
 }
 
 void byte_set_add_range(ByteSet& s, unsigned lo, unsigned hi) {
@@ -670,7 +675,8 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   b.build();
   std::vector<RawState>& st = b.states;
   const std::size_t n_rules = b.n_rules();
-  bypass_forwarders(st, b.rule_start);
+  while (bypass_forwarders(st, b.rule_start)) {
+  }
 
   // Productive states: those that can reach their rule's final state. Worklist over reverse edges;
   // a call edge counts once both the callee's start and the return state are productive.
