@@ -232,6 +232,7 @@ class Builder {
     const auto& exprs = g_.exprs();
     const std::size_t n = exprs.size();
     chunk_of_.assign(n, kNotShared);
+    std::unordered_map<ExprId, std::uint32_t> chunk_by_child;
     constexpr std::uint64_t kCap = std::uint64_t{1} << 40;
     auto sat = [&](std::uint64_t v) { return std::min(v, kCap); };
     std::vector<std::uint64_t> size(n, 0), longest(n, 0);  // states inlined; longest match in bytes
@@ -262,8 +263,10 @@ class Builder {
           v = sat(sat(copies(e)) * (size[c] + 1) + 2);
           len = longest[c] == 0 ? 0 : e.max == kUnbounded ? kCap : sat(std::uint64_t{e.max} * longest[c]);
           if (e.max != kUnbounded && v > kChunkMinStates && (e.min >= 2 * kChunk || e.max - e.min >= 2 * kChunk)) {
-            chunk_of_[i] = static_cast<std::uint32_t>(chunk_body_.size());
-            chunk_body_.push_back(c);
+            // One chunk rule per repeated child: strings of different lengths share theirs.
+            auto [at, fresh] = chunk_by_child.emplace(c, static_cast<std::uint32_t>(chunk_body_.size()));
+            if (fresh) chunk_body_.push_back(c);
+            chunk_of_[i] = at->second;
             v = sat(2 * (std::uint64_t{e.max} / kChunk) + 3 * kChunk * (size[c] + 1));  // the calls and the copies
           }
           break;

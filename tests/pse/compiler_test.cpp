@@ -511,6 +511,13 @@ TEST(Compiler, LongCountedRepetitionsAreWrittenWithChunks) {
     }
     expect_masks_are_brute_force(cg, 400, lo + hi);
   }
+  // Two long repetitions of one child share its chunk rule.
+  G g;
+  RuleId r = g.rule("root");
+  const ExprId child = g.alt({g.lit("ab"), g.cls('c', 'd')});
+  g.define(r, g.seq({g.rep(child, 0, 2000), g.lit(","), g.rep(child, 0, 3000)}));
+  const Grammar grammar = g.done(r);
+  EXPECT_EQ(detail::build_automaton(grammar, detail::AutomatonLimits{}).rule_start.size(), grammar.rules().size() + 1);
 }
 
 TEST(Compiler, CacheHitsAndEvicts) {
