@@ -108,8 +108,11 @@ class Builder {
       rule_start[r] = new_state();
       std::uint32_t exit = rule_start[r];
       if (r < n_plain) {
-        const ExprId body = r < g_.rules().size() ? g_.rule(rule_).body : shared_body_[r - g_.rules().size()];
-        exit = emit(body, rule_start[r], 0, /*inline_shared=*/true);
+        // A grammar rule whose body is shared (rules with equal bodies: a JSON Schema's equal strings
+        // reached from different subschemas) calls the shared rule; the shared rule holds the body.
+        const bool shared = r >= g_.rules().size();
+        const ExprId body = shared ? shared_body_[r - g_.rules().size()] : g_.rule(rule_).body;
+        exit = emit(body, rule_start[r], 0, /*inline_shared=*/shared);
       } else {
         for (std::uint32_t i = 0; i < kChunk; ++i) exit = emit(chunk_body_[r - n_plain], exit, 0);
       }

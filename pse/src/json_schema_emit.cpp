@@ -222,28 +222,112 @@ ExprId Converter::value_expr(const Conj& conj, std::uint32_t indent_depth, int d
   return g_.add_rule_ref(rule);
 }
 
+namespace {
+
+// Keywords that never change what a schema accepts: schemas equal up to them share a rule (real schemas
+// give each property of the same type its own description).
+bool is_annotation_only(const std::string& keyword) {
+  static const std::set<std::string> kNoEffect = {"title",      "description", "examples",  "example",  "default",
+                                                  "$comment",   "deprecated",  "readOnly",  "writeOnly"};
+  return kNoEffect.count(keyword) > 0 || keyword.rfind("x-", 0) == 0;
+}
+
+// What a keyword's value holds: a schema, an array or an object of schemas, or a plain value.
+enum class Holds { kValue, kSchema, kSchemaArray, kSchemaMap };
+
+Holds holds(const std::string& keyword, const json& value) {
+  auto in = [&](const auto& list) { return std::find(std::begin(list), std::end(list), keyword) != std::end(list); };
+  if (value.is_array()) return in(kSchemaArrays) ? Holds::kSchemaArray : Holds::kValue;
+  if ((value.is_object() || value.is_boolean()) && in(kSchemaValued)) return Holds::kSchema;
+  if (value.is_object() && in(kSchemaMaps)) return Holds::kSchemaMap;
+  return Holds::kValue;
+}
+
+bool is_schema_shaped(const json& v) { return v.is_object() || v.is_boolean(); }
+
+// Schemas equal up to annotation keywords, at any depth of subschemas (never inside plain values:
+// a property named "description" or a const holding one is compared whole).
+bool same_schema(const json& a, const json& b);
+
+bool same_keyword_value(const std::string& keyword, const json& x, const json& y) {
+  switch (holds(keyword, x)) {
+    case Holds::kSchema:
+      return same_schema(x, y);
+    case Holds::kSchemaArray:
+      if (!y.is_array() || x.size() != y.size()) return false;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        if (!same_schema(x[i], y[i])) return false;
+      }
+      return true;
+    case Holds::kSchemaMap:
+      if (!y.is_object() || x.size() != y.size()) return false;
+      for (auto it = x.begin(); it != x.end(); ++it) {
+        auto other = y.find(it.key());
+        if (other == y.end()) return false;
+        if (is_schema_shaped(*it) ? !same_schema(*it, *other) : *it != *other) return false;
+      }
+      return true;
+    case Holds::kValue:
+      return x == y;
+  }
+  return false;
+}
+
+bool same_schema(const json& a, const json& b) {
+  if (!a.is_object() || !b.is_object()) return a == b;
+  std::size_t n = 0;
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    if (is_annotation_only(it.key())) continue;
+    ++n;
+    auto other = b.find(it.key());
+    if (other == b.end() || !same_keyword_value(it.key(), *it, *other)) return false;
+  }
+  for (auto it = b.begin(); it != b.end(); ++it) n -= is_annotation_only(it.key()) ? 0 : 1;
+  return n == 0;
+}
+
+}  // namespace
+
 const Converter::Content& Converter::content_of(const json& schema) {
   if (auto it = content_.find(&schema); it != content_.end()) return it->second;
   Content c;
   auto mix = [&](std::uint64_t v) { c.hash = (c.hash ^ v) * 0x100000001B3ULL + 0x9e3779b97f4a7c15ULL; };
+  auto mix_schema = [&](const json& sub) {
+    const Content& v = content_of(sub);
+    mix(v.hash);
+    c.position_free = c.position_free && v.position_free;
+  };
   mix(static_cast<std::uint64_t>(schema.type()));
   if (schema.is_object()) {
     for (auto it = schema.begin(); it != schema.end(); ++it) {
+      if (is_annotation_only(it.key())) continue;  // as same_schema
       // Their meaning depends on the path that reached the schema (dynamic scope, sibling annotations).
       static const std::set<std::string> kPositional = {"$dynamicRef", "$recursiveRef", "$dynamicAnchor",
                                                         "$recursiveAnchor", "unevaluatedProperties",
                                                         "unevaluatedItems"};
       if (kPositional.count(it.key())) c.position_free = false;
       mix(std::hash<std::string>{}(it.key()));
-      const Content& v = content_of(it.value());
-      mix(v.hash);
-      c.position_free = c.position_free && v.position_free;
-    }
-  } else if (schema.is_array()) {
-    for (const json& v : schema) {
-      const Content& e = content_of(v);
-      mix(e.hash);
-      c.position_free = c.position_free && e.position_free;
+      switch (holds(it.key(), *it)) {
+        case Holds::kSchema:
+          mix_schema(*it);
+          break;
+        case Holds::kSchemaArray:
+          for (const json& e : *it) mix_schema(e);
+          break;
+        case Holds::kSchemaMap:
+          for (auto m = it->begin(); m != it->end(); ++m) {
+            mix(std::hash<std::string>{}(m.key()));
+            if (is_schema_shaped(*m)) {
+              mix_schema(*m);
+            } else {
+              mix(std::hash<json>{}(*m));
+            }
+          }
+          break;
+        case Holds::kValue:
+          mix(std::hash<json>{}(*it));
+          break;
+      }
     }
   } else {
     mix(std::hash<json>{}(schema));
@@ -252,15 +336,15 @@ const Converter::Content& Converter::content_of(const json& schema) {
 }
 
 std::string Converter::rule_key(const Node& node) {
-  // Equal schemas in different places (the same {"type": "string"} under every property) get one rule:
-  // fewer rules and automaton states, and the same tables for all of them.
+  // Equal schemas in different places (the same {"type": "string"} under every property, whatever its
+  // description) get one rule: fewer rules and automaton states, and the same tables for all of them.
   if (node.schema == nullptr) return node.key();
   const Content& content = content_of(*node.schema);
   if (!content.position_free) return node.key();
   auto [it, fresh] = content_class_.emplace(node.schema, 0);
   if (fresh) {
     auto& bucket = content_classes_[content.hash];
-    auto same = std::find_if(bucket.begin(), bucket.end(), [&](const auto& p) { return *p.first == *node.schema; });
+    auto same = std::find_if(bucket.begin(), bucket.end(), [&](const auto& p) { return same_schema(*p.first, *node.schema); });
     it->second = same != bucket.end() ? same->second : content_class_.size();
     if (same == bucket.end()) bucket.emplace_back(node.schema, it->second);
   }

@@ -220,7 +220,8 @@ class Converter {
   ExprId emit_number(const Constraints& c, bool integer_only);
 
   // --- strings (json_schema_string.cpp)
-  ExprId emit_string(const Constraints& c);
+  ExprId emit_string(const Constraints& c);  // one expression per string signature
+  std::string string_signature(const Constraints& c);  // every string constraint of c, written out
   ExprId json_chars(const std::vector<CharRange>& ranges);  // one code point of `ranges` as JSON string text
   // The automaton of the keys an ECMA-262 `pattern` matches (a search), for patternProperties.
   detail::CodePointDfa key_pattern_dfa(const std::string& pattern, const std::string& pointer);
@@ -272,6 +273,15 @@ class Converter {
   std::uint64_t work_ = 0;  // schemas visited while collecting, against options_.max_expansion_work
   std::map<std::string, json*> canonical_;
 };
+
+// Keywords whose value is a schema, an array of schemas, or an object of schemas (`items` is either of
+// the first two; `dependencies` maps to schemas or to arrays of names).
+inline constexpr const char* kSchemaValued[] = {"additionalProperties", "not", "if", "then", "else", "contains",
+                                                "propertyNames", "additionalItems", "unevaluatedItems",
+                                                "unevaluatedProperties", "items"};
+inline constexpr const char* kSchemaArrays[] = {"allOf", "anyOf", "oneOf", "prefixItems", "items"};
+inline constexpr const char* kSchemaMaps[] = {"properties", "patternProperties", "$defs", "definitions",
+                                              "dependentSchemas", "dependencies"};
 
 std::string escape_pointer_token(const std::string& token);
 std::string json_text(const json& value);  // compact JSON of a value

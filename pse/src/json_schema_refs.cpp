@@ -99,14 +99,6 @@ std::string percent_decode(const std::string& s, bool& ok) {
   return out;
 }
 
-// Keywords whose value is a schema, an array of schemas, or an object of schemas.
-const char* const kSchemaValued[] = {"additionalProperties", "not", "if", "then", "else", "contains",
-                                     "propertyNames", "additionalItems", "unevaluatedItems",
-                                     "unevaluatedProperties", "items"};
-const char* const kSchemaArrays[] = {"allOf", "anyOf", "oneOf", "prefixItems", "items"};
-const char* const kSchemaMaps[] = {"properties", "patternProperties", "$defs", "definitions",
-                                   "dependentSchemas", "dependencies"};
-
 }  // namespace
 
 std::string escape_pointer_token(const std::string& token) {

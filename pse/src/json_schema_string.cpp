@@ -473,8 +473,22 @@ bool Converter::needs_string_dfa(const Constraints& c) {
   return shapes > 1 || !c.not_patterns.empty() || !c.not_formats.empty();
 }
 
+std::string Converter::string_signature(const Constraints& c) {
+  std::string key = fmt::format("{} {}", c.min_length, c.max_length);
+  for (const auto* list : {&c.patterns, &c.formats, &c.not_patterns, &c.not_formats}) {
+    key += " |";
+    for (const auto& [x, at] : *list) key += " " + std::to_string(x.size()) + ":" + x;
+  }
+  for (const auto& e : excluded_strings(c)) key += " !" + std::to_string(e.size()) + ":" + e;
+  return key;
+}
+
 ExprId Converter::emit_string(const Constraints& c) {
   if (c.min_length > c.max_length) return g_.add_char_class({});
+  // Strings with the same constraints (a maxLength on many properties) are one expression, which the
+  // automaton emits once as a rule when it is large; their DFA products are computed once.
+  const std::string key = "string:" + string_signature(c);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   const std::vector<std::string> excluded = excluded_strings(c);
   const auto formats = distinct_formats(c.formats);
   ExprId body;
@@ -492,7 +506,9 @@ ExprId Converter::emit_string(const Constraints& c) {
   } else {
     body = g_.add_repeat(json_char(), c.min_length, c.max_length);
   }
-  return g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
+  const ExprId string = g_.add_sequence({g_.add_bytes("\""), body, g_.add_bytes("\"")});
+  cache_.emplace(key, string);
+  return string;
 }
 
 // Every string constraint at once: patterns (searches), formats, the patterns and formats a `not` forbids
@@ -573,12 +589,7 @@ detail::CodePointDfa Converter::string_dfa(const Constraints& c) {
 bool Converter::string_satisfies(const std::string& value, const Constraints& c) {
   const auto text = detail::decode_utf8(value);
   if (!text) return false;
-  std::string key = fmt::format("{} {}", c.min_length, c.max_length);
-  for (const auto* list : {&c.patterns, &c.formats, &c.not_patterns, &c.not_formats}) {
-    key += " |";
-    for (const auto& [x, at] : *list) key += " " + std::to_string(x.size()) + ":" + x;
-  }
-  for (const auto& e : excluded_strings(c)) key += " !" + std::to_string(e.size()) + ":" + e;
+  const std::string key = string_signature(c);
   auto it = string_dfas_.find(key);
   if (it == string_dfas_.end()) it = string_dfas_.emplace(key, string_dfa(c)).first;
   return it->second.accepts(*text);

@@ -391,6 +391,60 @@ TEST(Compiler, SharedSubExpressionsAreEmittedOnce) {
   }
 }
 
+// Rules with one body (the JSON Schema converter's equal strings under different subschemas) call
+// one shared rule that holds it: its states exist once, not once per rule.
+TEST(Compiler, RulesWithOneBodyShareItsStates) {
+  auto build = [](bool second) {
+    G g;
+    RuleId r = g.rule("root"), a = g.rule("a");
+    const ExprId body = g.rep(g.seq({g.cls('a', 'z'), g.lit("-")}), 1, 60);
+    g.define(a, body);
+    if (!second) {
+      g.define(r, g.seq({g.ref(a), g.lit(","), g.ref(a)}));
+    } else {
+      RuleId b = g.rule("b");
+      g.define(b, body);
+      g.define(r, g.seq({g.ref(a), g.lit(","), g.ref(b)}));
+    }
+    return compile_grammar(g.done(r), small_vocabulary());
+  };
+  const CompiledGrammar one = build(false), two = build(true);
+  EXPECT_LT(two.stats().n_states, one.stats().n_states + 16) << one.stats().n_states;
+  Matcher m(two);
+  std::string sixty;
+  for (int i = 0; i < 60; ++i) sixty += "q-";
+  for (const std::string& text : {std::string("a-,b-"), std::string("a-b-,c-"), sixty + "," + sixty}) {
+    m.reset();
+    EXPECT_TRUE(m.accept_bytes(text) && m.can_stop()) << text;
+  }
+  for (const std::string& text : {std::string("a-,"), std::string(",a-"), std::string("a-,b-c"), sixty + ",q-" + sixty}) {
+    m.reset();
+    EXPECT_FALSE(m.accept_bytes(text) && m.can_stop()) << text;
+  }
+}
+
+// Strings with the same constraints under different subschemas (here one of them also admits null) are
+// one expression, so the automaton holds their states once.
+TEST(Compiler, EqualStringConstraintsShareTheirStates) {
+  const auto compile = [](const std::string& schema) {
+    return compile_grammar(json_schema_to_grammar(std::string_view(schema)), small_vocabulary());
+  };
+  const CompiledGrammar one = compile(R"({"type":"object","properties":{"a":{"type":"string","maxLength":300}}})");
+  const CompiledGrammar three = compile(R"({"type":"object","properties":{"a":{"type":"string","maxLength":300},
+      "b":{"type":["string","null"],"maxLength":300},"c":{"type":"string","maxLength":300,"minLength":0}},
+      "additionalProperties":false})");
+  EXPECT_LT(three.stats().n_states, one.stats().n_states + 300) << one.stats().n_states;
+  Matcher m(three);
+  for (const std::string& text : {std::string(R"({"a":"x","b":null,"c":""})"), R"({"b":")" + std::string(300, 'z') + R"("})"}) {
+    m.reset();
+    EXPECT_TRUE(m.accept_bytes(text) && m.can_stop()) << text;
+  }
+  for (const std::string& text : {std::string(R"({"a":null})"), std::string(R"({"c":null})"), R"({"b":")" + std::string(301, 'z') + R"("})"}) {
+    m.reset();
+    EXPECT_FALSE(m.accept_bytes(text) && m.can_stop()) << text;
+  }
+}
+
 // Token tables of rules that are identical in two grammars are built once and shared (the process-wide
 // cache): the second grammar takes them from the cache, and its masks equal those of a compile that
 // shares nothing, and brute force, at every state of random walks.

@@ -220,6 +220,33 @@ TEST(JsonSchema, EqualSubschemasShareRulesOnlyUnderOneBase) {
   expect_language(bases, {R"({"a":{"v":1},"b":{"v":"s"}})"}, {R"({"a":{"v":"s"}})", R"({"b":{"v":1}})"});
 }
 
+// Subschemas equal up to annotations (title, description, ...) share a rule too, but only annotations
+// at schema positions are set aside: a property named "description" or a const holding a "title" is
+// compared whole.
+TEST(JsonSchema, SubschemasEqualUpToAnnotationsShareRules) {
+  const auto rules = [](const std::string& schema) { return json_schema_to_grammar(std::string_view(schema)).rules().size(); };
+  std::string described = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 8; ++i) {
+    described += fmt::format(R"({}"p{}":{{"type":"string","maxLength":9,"description":"property {}","title":"t{}",
+        "examples":["e{}"],"x-note":{}}})",
+                             i ? "," : "", i, i, i, i, i);
+  }
+  described += "}}";
+  EXPECT_EQ(rules(described), rules(R"({"type":"object","properties":{"p0":{"type":"string","maxLength":9}}})"));
+  const std::string values = R"({"type":"object","properties":{
+      "a":{"type":"object","properties":{"description":{"type":"integer"}},"description":"first"},
+      "b":{"type":"object","properties":{"description":{"type":"string"}},"description":"second"},
+      "c":{"const":{"title":"x"}},
+      "d":{"const":{"title":"y"}},
+      "e":{"type":"object","properties":{"x":{"default":1,"type":"integer"}},"required":["x"]},
+      "f":{"type":"object","properties":{"x":{"default":1,"type":"integer"}},"dependentRequired":{"default":["x"]}},
+      "g":{"type":"object","properties":{"x":{"default":1,"type":"integer"}}}}})";
+  expect_language(values, {R"({"a":{"description":1},"b":{"description":"s"},"c":{"title":"x"},"d":{"title":"y"}})",
+                           R"({"e":{"x":1},"f":{},"g":{"default":0}})", R"({"f":{"x":1,"default":0}})"},
+                  {R"({"a":{"description":"s"}})", R"({"b":{"description":1}})", R"({"c":{"title":"y"}})",
+                   R"({"d":{"title":"x"}})", R"({"e":{}})", R"({"f":{"default":0}})"});
+}
+
 // JsonPropertyOrder::kAnyOrder: members in any order, each declared one at most once, required ones present.
 TEST(JsonSchema, AnyPropertyOrder) {
   JsonSchemaOptions any;
