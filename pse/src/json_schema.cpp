@@ -16,11 +16,14 @@
 namespace pse::json_schema_detail {
 namespace {
 
-// Keywords with no effect on validation.
-const std::set<std::string> kAnnotations = {
-    "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
-    "$schema", "$id", "$anchor", "$dynamicAnchor", "$defs", "definitions", "contentMediaType",
-    "contentEncoding", "contentSchema", "$vocabulary", "example"};
+// Keywords with no effect on validation: the descriptive ones, and those that identify or hold schemas
+// for references.
+const std::set<std::string> kAnnotations = [] {
+  std::set<std::string> all = kDescriptionKeywords;
+  all.insert({"$schema", "$id", "$anchor", "$dynamicAnchor", "$defs", "definitions", "contentMediaType",
+              "contentEncoding", "contentSchema", "$vocabulary"});
+  return all;
+}();
 
 // The keywords that validate, in every draft (what a differently-cased spelling of is a mistake).
 const std::set<std::string> kValidationKeywords = {

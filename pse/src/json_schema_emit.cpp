@@ -224,14 +224,6 @@ ExprId Converter::value_expr(const Conj& conj, std::uint32_t indent_depth, int d
 
 namespace {
 
-// Keywords that never change what a schema accepts: schemas equal up to them share a rule (real schemas
-// give each property of the same type its own description).
-bool is_annotation_only(const std::string& keyword) {
-  static const std::set<std::string> kNoEffect = {"title",      "description", "examples",  "example",  "default",
-                                                  "$comment",   "deprecated",  "readOnly",  "writeOnly"};
-  return kNoEffect.count(keyword) > 0 || keyword.rfind("x-", 0) == 0;
-}
-
 // What a keyword's value holds: a schema, an array or an object of schemas, or a plain value.
 enum class Holds { kValue, kSchema, kSchemaArray, kSchemaMap };
 
@@ -277,12 +269,12 @@ bool same_schema(const json& a, const json& b) {
   if (!a.is_object() || !b.is_object()) return a == b;
   std::size_t n = 0;
   for (auto it = a.begin(); it != a.end(); ++it) {
-    if (is_annotation_only(it.key())) continue;
+    if (is_description_only(it.key())) continue;
     ++n;
     auto other = b.find(it.key());
     if (other == b.end() || !same_keyword_value(it.key(), *it, *other)) return false;
   }
-  for (auto it = b.begin(); it != b.end(); ++it) n -= is_annotation_only(it.key()) ? 0 : 1;
+  for (auto it = b.begin(); it != b.end(); ++it) n -= is_description_only(it.key()) ? 0 : 1;
   return n == 0;
 }
 
@@ -300,7 +292,7 @@ const Converter::Content& Converter::content_of(const json& schema) {
   mix(static_cast<std::uint64_t>(schema.type()));
   if (schema.is_object()) {
     for (auto it = schema.begin(); it != schema.end(); ++it) {
-      if (is_annotation_only(it.key())) continue;  // as same_schema
+      if (is_description_only(it.key())) continue;  // as same_schema
       // Their meaning depends on the path that reached the schema (dynamic scope, sibling annotations).
       static const std::set<std::string> kPositional = {"$dynamicRef", "$recursiveRef", "$dynamicAnchor",
                                                         "$recursiveAnchor", "unevaluatedProperties",

@@ -274,6 +274,15 @@ class Converter {
   std::map<std::string, json*> canonical_;
 };
 
+// Keywords that only describe (no effect on validation, nothing refers to them): subschemas equal up to
+// them are the same schema. `x-*` extensions are in the same case (is_description_only).
+inline const std::set<std::string> kDescriptionKeywords = {"title",    "description", "examples", "example",
+                                                           "default",  "$comment",    "deprecated", "readOnly",
+                                                           "writeOnly"};
+inline bool is_description_only(const std::string& keyword) {
+  return kDescriptionKeywords.count(keyword) > 0 || keyword.rfind("x-", 0) == 0;
+}
+
 // Keywords whose value is a schema, an array of schemas, or an object of schemas (`items` is either of
 // the first two; `dependencies` maps to schemas or to arrays of names).
 inline constexpr const char* kSchemaValued[] = {"additionalProperties", "not", "if", "then", "else", "contains",
