@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <span>
 #include <unordered_map>
 
 #include "pse/error.h"
-#include "u32_hash.h"
 
 namespace pse::detail {
 
@@ -86,18 +86,20 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
   // Round 0: the rule and whether its end is reached without input (lone states keep their own class).
   std::vector<std::uint32_t> cls(n);
   {
-    std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> ids;
-    std::vector<std::uint32_t> key(2);
+    std::unordered_map<std::uint64_t, std::uint32_t> ids;
     for (std::uint32_t s = 0; s < n; ++s) {
-      key[0] = closures.alone[s] ? 2u : closures.final[s];
-      key[1] = closures.alone[s] ? s : a.state_rule[s];
-      cls[s] = ids.emplace(key, static_cast<std::uint32_t>(ids.size())).first->second;
+      const std::uint64_t kind = closures.alone[s] ? 2u : closures.final[s];
+      const std::uint64_t key = kind << 32 | (closures.alone[s] ? s : a.state_rule[s]);
+      cls[s] = ids.try_emplace(key, static_cast<std::uint32_t>(ids.size())).first->second;
     }
   }
   std::uint32_t n_classes = 0;
   for (std::uint32_t c : cls) n_classes = std::max(n_classes, c + 1);
-  std::vector<std::vector<std::uint32_t>> members(n_classes);
-  for (std::uint32_t s = 0; s < n; ++s) members[cls[s]].push_back(s);
+  // Only the classes' sizes are kept, not their member lists: a class is split by the signatures of the
+  // states looked at again, and the others keep it (one allocation-free array instead of a vector per
+  // class: most classes end with one state).
+  std::vector<std::uint32_t> class_size(n_classes, 0);
+  for (std::uint32_t s = 0; s < n; ++s) ++class_size[cls[s]];
   // Who reads whose class: a state's signature names the classes of its edges' targets (flat, per target).
   std::vector<std::uint32_t> reader_begin(n + 1, 0), readers(closures.edges.size());
   for (const auto& [label, target] : closures.edges) ++reader_begin[target + 1];
@@ -126,94 +128,102 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
       h = (((h ^ sig_buffer[i].first) * 0xff51afd7ed558ccdULL) ^ sig_buffer[i].second) * 0xc4ceb9fe1a85ec53ULL;
     return h ^ (h >> 31);
   };
+  // Each class's signature (of the partition it was computed on), in one arena: a class that gets a new
+  // one appends it.
+  std::vector<Edge> sig_arena;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> class_sig(n_classes, {0, 0});  // (begin, size) in sig_arena
+  auto keep_sig = [&](std::size_t b, std::size_t size) {
+    const auto at = static_cast<std::uint32_t>(sig_arena.size());
+    sig_arena.insert(sig_arena.end(), sig_buffer.begin() + static_cast<std::ptrdiff_t>(b),
+                     sig_buffer.begin() + static_cast<std::ptrdiff_t>(b + size));
+    return std::pair<std::uint32_t, std::uint32_t>{at, static_cast<std::uint32_t>(size)};
+  };
   // Moore's refinement, Hopcroft-style: round k splits classes by the signatures of round k-1's partition,
   // but only the states that read a state which changed class in round k-1 are looked at again (the
   // others' signatures are unchanged: they keep their class, whose signature is remembered). New class
   // ids are assigned after the round, so every signature of a round reads the same partition. Stops when
   // nothing moves (the bisimulation) or after `horizon` rounds (equal futures up to `horizon` bytes).
-  std::vector<std::uint32_t> pos(n);  // index of each state in members[cls[s]]
-  for (auto& m : members)
-    for (std::size_t i = 0; i < m.size(); ++i) pos[m[i]] = static_cast<std::uint32_t>(i);
-  std::vector<std::vector<Edge>> class_sig(members.size());
   std::vector<std::pair<std::uint32_t, std::uint32_t>> assign;  // (state, new class) of this round
-  auto take_out = [&](std::uint32_t s, std::uint32_t c) {
-    auto& m = members[c];
-    const std::uint32_t last = m.back();
-    m[pos[s]] = last;
-    pos[last] = pos[s];
-    m.pop_back();
-  };
-  auto new_class = [&](std::vector<std::uint32_t> part, std::vector<Edge> sig, std::uint32_t from) {
-    const auto id = static_cast<std::uint32_t>(members.size());
-    for (std::uint32_t s : part) {
-      take_out(s, from);
-      assign.emplace_back(s, id);
-    }
-    for (std::size_t i = 0; i < part.size(); ++i) pos[part[i]] = static_cast<std::uint32_t>(i);
-    members.push_back(std::move(part));
-    class_sig.push_back(std::move(sig));
-  };
-  // One part per distinct signature among the states refined, in order of first appearance.
+  // One part per distinct signature among the states refined, in order of first appearance; its states
+  // linked through next_in_part (by index in the list). Parts are found by hash in an open-addressing
+  // table sized to the list and cleared slot by slot (a small class costs only its own states).
   struct Part {
     std::size_t begin, size;  // the signature, in sig_buffer
-    std::vector<std::uint32_t> states;
+    std::uint64_t hash;
+    std::uint32_t first, last, count;
+    std::size_t slot;
   };
   std::vector<Part> parts;
-  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> parts_by_hash;
-  auto same = [&](std::size_t b1, std::size_t n1, std::size_t b2, std::size_t n2) {
-    return n1 == n2 && std::equal(sig_buffer.begin() + static_cast<std::ptrdiff_t>(b1),
-                                  sig_buffer.begin() + static_cast<std::ptrdiff_t>(b1 + n1),
-                                  sig_buffer.begin() + static_cast<std::ptrdiff_t>(b2));
+  std::vector<std::uint32_t> next_in_part;
+  std::vector<std::uint32_t> slots;  // part index + 1, 0 = empty
+  auto same = [&](const Part& p, std::size_t b, std::size_t size) {
+    return p.size == size && std::equal(sig_buffer.begin() + static_cast<std::ptrdiff_t>(p.begin),
+                                        sig_buffer.begin() + static_cast<std::ptrdiff_t>(p.begin + p.size),
+                                        sig_buffer.begin() + static_cast<std::ptrdiff_t>(b));
   };
   // Splits class c by the signatures of `list`, its members looked at again: when that is all of them, the
   // largest part keeps the class; otherwise the members not looked at keep it (and its signature), with
   // those of `list` whose signature is still the class's.
-  auto refine = [&](std::uint32_t c, const std::vector<std::uint32_t>& list) {
-    if (members[c].size() < 2) return;
+  auto refine = [&](std::uint32_t c, std::span<const std::uint32_t> list) {
+    if (class_size[c] < 2) return;
     sig_buffer.clear();
     parts.clear();
-    parts_by_hash.clear();
-    for (std::uint32_t s : list) {
-      const auto [b, size] = write_signature(s);
+    next_in_part.assign(list.size(), ~0u);
+    std::size_t n_slots = 4;
+    while (n_slots < 2 * list.size()) n_slots *= 2;
+    if (slots.size() < n_slots) slots.resize(n_slots, 0);
+    for (std::uint32_t i = 0; i < list.size(); ++i) {
+      const auto [b, size] = write_signature(list[i]);
       const std::uint64_t h = hash_of(b, size);
-      auto& candidates = parts_by_hash[h];
-      bool placed = false;
-      for (std::uint32_t p : candidates) {
-        if (same(parts[p].begin, parts[p].size, b, size)) {
-          parts[p].states.push_back(s);
-          sig_buffer.resize(b);  // a known signature: drop the copy
-          placed = true;
-          break;
-        }
+      std::size_t slot = h & (n_slots - 1);
+      for (; slots[slot] != 0; slot = (slot + 1) & (n_slots - 1)) {
+        Part& p = parts[slots[slot] - 1];
+        if (p.hash == h && same(p, b, size)) break;
       }
-      if (!placed) {
-        candidates.push_back(static_cast<std::uint32_t>(parts.size()));
-        parts.push_back({b, size, {s}});
+      if (slots[slot] != 0) {
+        Part& p = parts[slots[slot] - 1];
+        next_in_part[p.last] = i;
+        p.last = i;
+        ++p.count;
+        sig_buffer.resize(b);  // a known signature: drop the copy
+      } else {
+        slots[slot] = static_cast<std::uint32_t>(parts.size() + 1);
+        parts.push_back({b, size, h, i, i, 1, slot});
       }
     }
-    auto sig_of = [&](const Part& p) {
-      return std::vector<Edge>(sig_buffer.begin() + static_cast<std::ptrdiff_t>(p.begin),
-                               sig_buffer.begin() + static_cast<std::ptrdiff_t>(p.begin + p.size));
-    };
+    for (const Part& p : parts) slots[p.slot] = 0;  // each part holds one slot
     std::size_t keep = parts.size();
-    if (list.size() == members[c].size()) {
+    if (list.size() == class_size[c]) {
       keep = 0;
       for (std::size_t p = 1; p < parts.size(); ++p)
-        if (parts[p].states.size() > parts[keep].states.size()) keep = p;
-      class_sig[c] = sig_of(parts[keep]);
+        if (parts[p].count > parts[keep].count) keep = p;
+      class_sig[c] = keep_sig(parts[keep].begin, parts[keep].size);
     }
     for (std::size_t p = 0; p < parts.size(); ++p) {
       if (p == keep) continue;
-      const auto& cs = class_sig[c];
-      const bool is_class_sig = parts[p].size == cs.size() &&
-                                std::equal(cs.begin(), cs.end(), sig_buffer.begin() + static_cast<std::ptrdiff_t>(parts[p].begin));
-      if (!is_class_sig) new_class(std::move(parts[p].states), sig_of(parts[p]), c);
+      const auto [cb, cn] = class_sig[c];
+      const bool is_class_sig = parts[p].size == cn &&
+                                std::equal(sig_arena.begin() + cb, sig_arena.begin() + cb + cn,
+                                           sig_buffer.begin() + static_cast<std::ptrdiff_t>(parts[p].begin));
+      if (is_class_sig) continue;
+      const auto id = static_cast<std::uint32_t>(class_size.size());
+      class_size.push_back(parts[p].count);
+      class_size[c] -= parts[p].count;
+      class_sig.push_back(keep_sig(parts[p].begin, parts[p].size));
+      for (std::uint32_t i = parts[p].first; i != ~0u; i = next_in_part[i]) assign.emplace_back(list[i], id);
     }
   };
-  // Round 1: every class, every member.
+  // Round 1: every class, every member (the members of each class gathered by a counting sort).
   if (horizon > 0) {
-    const std::size_t n_initial = members.size();
-    for (std::uint32_t c = 0; c < n_initial; ++c) refine(c, std::vector<std::uint32_t>(members[c]));
+    std::vector<std::uint32_t> member_begin(n_classes + 1, 0), members(n);
+    for (std::uint32_t s = 0; s < n; ++s) ++member_begin[cls[s] + 1];
+    for (std::uint32_t c = 0; c < n_classes; ++c) member_begin[c + 1] += member_begin[c];
+    {
+      std::vector<std::uint32_t> fill(member_begin.begin(), member_begin.end() - 1);
+      for (std::uint32_t s = 0; s < n; ++s) members[fill[cls[s]]++] = s;
+    }
+    for (std::uint32_t c = 0; c < n_classes; ++c)
+      refine(c, std::span<const std::uint32_t>(members).subspan(member_begin[c], member_begin[c + 1] - member_begin[c]));
   }
   std::vector<std::uint32_t> stamp(n, ~0u);
   std::vector<std::pair<std::uint32_t, std::uint32_t>> touched;  // (class, reader) of this round
