@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <functional>
 #include <span>
+#include <memory_resource>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
-#include "u32_hash.h"
 
 namespace pse::detail {
 
@@ -82,17 +83,22 @@ void utf8_split(std::uint32_t lo, std::uint32_t hi, std::vector<Utf8Seq>& out) {
   out.push_back(s);
 }
 
+// A state while the automaton is built. Its edge lists live in the builder's arena (most states have one
+// or two edges: a heap allocation each was a large share of building a big automaton), freed at once
+// when the builder goes.
 struct RawState {
+  explicit RawState(std::pmr::memory_resource* arena) : bytes(arena), calls(arena), eps(arena) {}
   std::uint32_t rule = 0;
-  std::vector<ByteEdge> bytes;
-  std::vector<CallEdge> calls;
-  std::vector<std::uint32_t> eps;
+  std::pmr::vector<ByteEdge> bytes;
+  std::pmr::vector<CallEdge> calls;
+  std::pmr::vector<std::uint32_t> eps;
 };
 
 class Builder {
  public:
   Builder(const Grammar& g, const AutomatonLimits& limits) : g_(g), limits_(limits) {}
 
+  std::pmr::monotonic_buffer_resource arena{std::size_t{1} << 16};  // the states' edge lists (before them: outlives them)
   std::vector<RawState> states;
   std::vector<std::uint32_t> rule_start, rule_final;
 
@@ -354,7 +360,7 @@ class Builder {
                                    "the automaton ({} states)",
                                    rule_name(rule_), states.size()));
     }
-    states.emplace_back();
+    states.emplace_back(&arena);
     states.back().rule = rule_;
     return static_cast<std::uint32_t>(states.size() - 1);
   }
@@ -363,6 +369,15 @@ class Builder {
     std::uint32_t s = new_state();
     states[from].eps.push_back(s);
     return s;
+  }
+
+  // A character class's UTF-8 byte sequences, computed once per expression (a JSON string's character
+  // classes are emitted at every position of a bounded string).
+  const std::vector<Utf8Seq>& utf8_seqs_of(ExprId id) {
+    if (utf8_seqs_.size() <= id) utf8_seqs_.resize(g_.exprs().size());
+    auto& slot = utf8_seqs_[id];
+    if (!slot.has_value()) slot = utf8_seqs(g_.expr(id));
+    return *slot;
   }
 
   static std::vector<Utf8Seq> utf8_seqs(const Expr& e) {
@@ -393,17 +408,17 @@ class Builder {
   // The state that reads the byte ranges [k, n) of `ranges` and then is at `exit`, one per such suffix
   // (up to kMaxSharedSuffix ranges long) and exit: the continuation bytes of every character class, and
   // the ends of literals, that lead to the same state are read by the same states. Built from the end,
-  // without recursion (a literal may be megabytes long).
+  // without recursion (a literal may be megabytes long). Each shared state is keyed by its one edge
+  // (range, next state): the next state is itself the one state of the shorter suffix, so this names
+  // the whole suffix and its exit.
   static constexpr std::size_t kMaxSharedSuffix = 8;
   std::uint32_t suffix_state(std::span<const std::pair<std::uint8_t, std::uint8_t>> ranges, std::size_t k,
                              std::uint32_t exit) {
     std::uint32_t next = exit;
-    std::vector<std::uint32_t> key;
     for (std::size_t i = ranges.size(); i-- > k;) {
       const bool shared = ranges.size() - i <= kMaxSharedSuffix;
+      const std::uint64_t key = std::uint64_t{next} << 16 | std::uint64_t{ranges[i].first} << 8 | ranges[i].second;
       if (shared) {
-        key.assign(1, exit);
-        for (std::size_t r = i; r < ranges.size(); ++r) key.push_back(std::uint32_t{ranges[r].first} << 8 | ranges[r].second);
         if (auto it = suffix_states_.find(key); it != suffix_states_.end()) {
           next = it->second;
           continue;
@@ -436,7 +451,7 @@ class Builder {
       return;
     }
     if (here && e.kind == ExprKind::kCharClass) {
-      for (const Utf8Seq& seq : utf8_seqs(e)) {
+      for (const Utf8Seq& seq : utf8_seqs_of(id)) {
         ranges.clear();
         for (int i = 0; i < seq.n; ++i) ranges.emplace_back(seq.lo[i], seq.hi[i]);
         const std::uint32_t next = suffix_state(ranges, 1, exit);  // may grow `states`: index after
@@ -598,7 +613,8 @@ class Builder {
   std::vector<ExprId> chunk_body_;       // per chunk rule (numbered after the shared ones): the repeated child
   // emit_into's shared parts, keyed by their exit (states of the rule being built: exits are never
   // shared between rules).
-  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> suffix_states_;
+  std::unordered_map<std::uint64_t, std::uint32_t> suffix_states_;
+  std::vector<std::optional<std::vector<Utf8Seq>>> utf8_seqs_;  // per expression, computed on first use
   std::unordered_map<std::uint64_t, std::uint32_t> fragments_;
 };
 
@@ -688,14 +704,24 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   // a call edge counts once both the callee's start and the return state are productive.
   const std::size_t n_raw = st.size();
   std::vector<std::uint8_t> prod(n_raw, 0);
-  std::vector<std::vector<std::uint32_t>> rev(n_raw);
-  for (std::uint32_t s = 0; s < n_raw; ++s) {
-    for (const ByteEdge& e : st[s].bytes) rev[e.target].push_back(s);
-    for (std::uint32_t t : st[s].eps) rev[t].push_back(s);
-    for (const CallEdge& c : st[s].calls) {
-      rev[c.target].push_back(s);
-      rev[b.rule_start[c.rule]].push_back(s);
+  // Reverse edges, grouped by target (a counting sort: one array, not a vector per state).
+  std::vector<std::uint32_t> rev_begin(n_raw + 1, 0), rev;
+  auto for_each_edge = [&](auto&& f) {
+    for (std::uint32_t s = 0; s < n_raw; ++s) {
+      for (const ByteEdge& e : st[s].bytes) f(s, e.target);
+      for (std::uint32_t t : st[s].eps) f(s, t);
+      for (const CallEdge& c : st[s].calls) {
+        f(s, c.target);
+        f(s, b.rule_start[c.rule]);
+      }
     }
+  };
+  for_each_edge([&](std::uint32_t, std::uint32_t t) { ++rev_begin[t + 1]; });
+  for (std::size_t t = 0; t < n_raw; ++t) rev_begin[t + 1] += rev_begin[t];
+  rev.resize(rev_begin[n_raw]);
+  {
+    std::vector<std::uint32_t> fill(rev_begin.begin(), rev_begin.end() - 1);
+    for_each_edge([&](std::uint32_t s, std::uint32_t t) { rev[fill[t]++] = s; });
   }
   auto qualifies = [&](std::uint32_t s) {
     if (b.rule_final[st[s].rule] == s) return true;
@@ -715,15 +741,15 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   while (!work.empty()) {
     std::uint32_t t = work.back();
     work.pop_back();
-    for (std::uint32_t s : rev[t]) {
+    for (std::uint32_t i = rev_begin[t]; i < rev_begin[t + 1]; ++i) {
+      const std::uint32_t s = rev[i];
       if (!prod[s] && qualifies(s)) {
         prod[s] = 1;
         work.push_back(s);
       }
     }
   }
-  rev.clear();
-  rev.shrink_to_fit();
+  std::vector<std::uint32_t>().swap(rev);
   const std::uint32_t root = grammar.root();
   if (!prod[b.rule_start[root]]) {
     throw GrammarError(fmt::format("[compile] the grammar's language is empty: rule '{}' matches no "
@@ -747,6 +773,18 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   a.byte_begin.assign(n + 1, 0);
   a.call_begin.assign(n + 1, 0);
   a.eps_begin.assign(n + 1, 0);
+  {
+    std::size_t n_bytes = 0, n_calls = 0, n_eps = 0;
+    for (std::uint32_t s = 0; s < n_raw; ++s) {
+      if (!prod[s]) continue;
+      n_bytes += st[s].bytes.size();
+      n_calls += st[s].calls.size();
+      n_eps += st[s].eps.size();
+    }
+    a.byte_edges.reserve(n_bytes);
+    a.call_edges.reserve(n_calls);
+    a.eps_edges.reserve(n_eps);
+  }
   for (std::uint32_t s = 0; s < n_raw; ++s) {
     if (id[s] == ~0u) continue;
     const std::uint32_t i = id[s];
@@ -762,7 +800,6 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
       for (std::uint32_t t : st[s].eps)
         if (prod[t]) a.eps_edges.push_back(id[t]);
     }
-    RawState().bytes.swap(st[s].bytes);  // free as we go
   }
   a.byte_begin[n] = static_cast<std::uint32_t>(a.byte_edges.size());
   a.call_begin[n] = static_cast<std::uint32_t>(a.call_edges.size());
