@@ -24,9 +24,14 @@ struct CompiledGrammar::Impl {
   std::vector<std::uint32_t> scan_index;  // [n_states] index into tables, or kNoTable
   static constexpr std::uint32_t kNoTable = ~0u;
   std::vector<std::uint32_t> table_state;  // [n_tables] the state a table is built from
-  // [n_tables] where a table is shared with other grammars (its rule's entry in the TableCache), or null.
-  std::vector<std::shared_ptr<detail::TableCache::RuleTables>> table_shared;
+  // Tables shared with other grammars (CompileOptions::shared_tables): per rule, its entry in the
+  // TableCache, looked up at the first table built in the rule (identifying a rule writes out its
+  // closure: only for the rules masks reach when tables are built on first use); null when its closure
+  // is too large to identify.
+  bool share_tables = false;
   std::uint64_t vocabulary_hash = 0;
+  mutable std::vector<std::shared_ptr<detail::TableCache::RuleTables>> rule_shared;
+  mutable std::unique_ptr<std::once_flag[]> rule_shared_once;
   // Built once each (eagerly in compile, or lazily under the once flags).
   mutable std::vector<detail::TokenTable> tables;
   mutable std::unique_ptr<std::once_flag[]> table_once;
@@ -47,11 +52,22 @@ struct CompiledGrammar::Impl {
     return tables[i];
   }
 
+  // The TableCache entry of rule r, or null when not shared.
+  detail::TableCache::RuleTables* shared_rule(std::uint32_t r) const {
+    if (!share_tables) return nullptr;
+    std::call_once(rule_shared_once[r], [&] {
+      if (auto closure = detail::rule_closure(automaton, r)) {
+        rule_shared[r] = detail::TableCache::instance().rule(vocabulary_hash, closure);
+      }
+    });
+    return rule_shared[r].get();
+  }
+
   // Fills tables[i]: from the shared cache when its rule is shared and another grammar built it, else
   // built here (and added to the cache when shared). Returns whether it came from the cache.
   bool build_table(std::size_t i, const std::chrono::steady_clock::time_point* deadline) const {
     const std::uint32_t s = table_state[i];
-    detail::TableCache::RuleTables* shared = table_shared[i].get();
+    detail::TableCache::RuleTables* shared = shared_rule(automaton.state_rule[s]);
     const std::uint32_t offset = s - automaton.rule_start[automaton.state_rule[s]];
     std::shared_ptr<const detail::TokenTable> cached;
     if (shared != nullptr) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -92,40 +91,40 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     }
   }
   st.classes_ms = ms_since(t_classes);
+  // Class ids are dense from 0: per class, its first state and its table.
+  constexpr std::uint32_t kNone = ~0u;
+  std::vector<std::uint32_t> class_table;
   if (!classes.empty()) {
-    std::unordered_map<std::uint32_t, std::uint32_t> representative;
+    const std::uint32_t n_classes = *std::max_element(classes.begin(), classes.end()) + 1;
+    std::vector<std::uint32_t> representative(n_classes, kNone);
     impl->canonical_states.resize(a.n_states());
-    for (std::uint32_t s = 0; s < a.n_states(); ++s)
-      impl->canonical_states[s] = representative.emplace(classes[s], s).first->second;
+    for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+      if (representative[classes[s]] == kNone) representative[classes[s]] = s;
+      impl->canonical_states[s] = representative[classes[s]];
+    }
+    class_table.assign(n_classes, kNone);
   }
-  std::unordered_map<std::uint32_t, std::uint32_t> class_table;
   for (std::uint32_t s = 0; s < a.n_states(); ++s) {
     if (!a.reachable[s] || !a.has_bytes(s)) continue;
     if (!classes.empty()) {
-      auto [it, fresh] = class_table.emplace(classes[s], static_cast<std::uint32_t>(impl->table_state.size()));
-      if (!fresh) {
-        impl->scan_index[s] = it->second;
+      std::uint32_t& t = class_table[classes[s]];
+      if (t != kNone) {
+        impl->scan_index[s] = t;
         continue;
       }
+      t = static_cast<std::uint32_t>(impl->table_state.size());
     }
     impl->scan_index[s] = static_cast<std::uint32_t>(impl->table_state.size());
     impl->table_state.push_back(s);
   }
   const std::size_t n_tables = impl->table_state.size();
-  // Tables of rules small enough to be identified exactly are shared with other grammars.
+  // Tables of rules small enough to be identified exactly are shared with other grammars: each rule
+  // is identified at its first table build (all of them here when every table is built ahead).
   impl->vocabulary_hash = impl->vocabulary->hash();
-  impl->table_shared.assign(n_tables, nullptr);
+  impl->share_tables = options.shared_tables;
   if (options.shared_tables) {
-    const auto t_closures = std::chrono::steady_clock::now();
-    const auto closures = detail::rule_closures(a);
-    st.closures_ms = ms_since(t_closures);
-    std::vector<std::shared_ptr<detail::TableCache::RuleTables>> by_rule(closures.size());
-    for (std::size_t i = 0; i < n_tables; ++i) {
-      const std::uint32_t r = a.state_rule[impl->table_state[i]];
-      if (closures[r] == nullptr) continue;
-      if (by_rule[r] == nullptr) by_rule[r] = detail::TableCache::instance().rule(impl->vocabulary_hash, closures[r]);
-      impl->table_shared[i] = by_rule[r];
-    }
+    impl->rule_shared.resize(a.rule_start.size());
+    impl->rule_shared_once = std::make_unique<std::once_flag[]>(a.rule_start.size());
   }
   st.n_scan_states = static_cast<std::size_t>(std::count_if(
       impl->scan_index.begin(), impl->scan_index.end(), [](std::uint32_t i) { return i != CompiledGrammar::Impl::kNoTable; }));
@@ -151,6 +150,9 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
         std::min(t1 + std::chrono::microseconds(static_cast<std::int64_t>(options.eager_table_ms * 1000)),
                  t1 + (deadline - t1) / 2);
     st.precomputed = true;
+    const auto t_closures = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < n_tables; ++i) (void)impl->shared_rule(a.state_rule[impl->table_state[i]]);
+    st.closures_ms = ms_since(t_closures);
     for (std::size_t i = 0; i < n_tables; ++i) {
       if (std::chrono::steady_clock::now() > eager_deadline) {
         st.precomputed = false;  // the rest on first use

@@ -6,63 +6,47 @@
 
 namespace pse::detail {
 
-std::vector<std::shared_ptr<const RuleClosure>> rule_closures(const Automaton& a, std::size_t max_states,
-                                                              std::size_t max_work) {
-  const std::size_t n_rules = a.rule_start.size();
-  std::vector<std::shared_ptr<const RuleClosure>> out(n_rules);
-  std::vector<std::uint32_t> index(n_rules, ~0u);
-  std::size_t work = 0;
-  for (std::uint32_t r = 0; r < n_rules && work < max_work; ++r) {
-    // Discover the closure's rules in order of first call, bounded by its number of states.
-    std::vector<std::uint32_t> order{r};
-    index[r] = 0;
-    std::size_t n_states = 0;
-    bool too_big = false;
-    for (std::size_t i = 0; i < order.size() && !too_big; ++i) {
-      const std::uint32_t q = order[i];
-      n_states += a.rule_final[q] - a.rule_start[q] + 1;
-      too_big = n_states > max_states;
-      for (std::uint32_t s = a.rule_start[q]; s <= a.rule_final[q] && !too_big; ++s) {
-        for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e) {
-          const std::uint32_t callee = a.call_edges[e].rule;
-          if (index[callee] == ~0u) {
-            index[callee] = static_cast<std::uint32_t>(order.size());
-            order.push_back(callee);
-          }
-        }
+std::shared_ptr<const RuleClosure> rule_closure(const Automaton& a, std::uint32_t r, std::size_t max_states) {
+  // Discover the closure's rules in order of first call, bounded by its number of states.
+  std::unordered_map<std::uint32_t, std::uint32_t> index{{r, 0}};
+  std::vector<std::uint32_t> order{r};
+  std::size_t n_states = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::uint32_t q = order[i];
+    n_states += a.rule_final[q] - a.rule_start[q] + 1;
+    if (n_states > max_states) return nullptr;
+    for (std::uint32_t s = a.rule_start[q]; s <= a.rule_final[q]; ++s) {
+      for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e) {
+        const std::uint32_t callee = a.call_edges[e].rule;
+        if (index.try_emplace(callee, static_cast<std::uint32_t>(order.size())).second) order.push_back(callee);
       }
     }
-    work += n_states;
-    if (!too_big) {
-      auto c = std::make_shared<RuleClosure>();
-      c->reserve(n_states * 6);
-      for (const std::uint32_t q : order) {
-        const std::uint32_t base = a.rule_start[q];
-        c->push_back(a.rule_final[q] - base + 1);
-        for (std::uint32_t s = base; s <= a.rule_final[q]; ++s) {
-          c->push_back(a.byte_begin[s + 1] - a.byte_begin[s]);
-          for (std::uint32_t e = a.byte_begin[s]; e < a.byte_begin[s + 1]; ++e) {
-            c->push_back(std::uint32_t{a.byte_edges[e].lo} << 8 | a.byte_edges[e].hi);
-            c->push_back(a.byte_edges[e].target - base);
-          }
-          c->push_back(a.eps_begin[s + 1] - a.eps_begin[s]);
-          for (std::uint32_t e = a.eps_begin[s]; e < a.eps_begin[s + 1]; ++e) c->push_back(a.eps_edges[e] - base);
-          c->push_back(a.call_begin[s + 1] - a.call_begin[s]);
-          for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e) {
-            c->push_back(index[a.call_edges[e].rule]);
-            c->push_back(a.call_edges[e].target - base);
-          }
-        }
-      }
-      for (const std::uint64_t w : a.rule_follow[r]) {  // the bytes that may follow it (FollowFilter::kBytes)
-        c->push_back(static_cast<std::uint32_t>(w));
-        c->push_back(static_cast<std::uint32_t>(w >> 32));
-      }
-      out[r] = std::move(c);
-    }
-    for (const std::uint32_t q : order) index[q] = ~0u;
   }
-  return out;
+  auto c = std::make_shared<RuleClosure>();
+  c->reserve(n_states * 6);
+  for (const std::uint32_t q : order) {
+    const std::uint32_t base = a.rule_start[q];
+    c->push_back(a.rule_final[q] - base + 1);
+    for (std::uint32_t s = base; s <= a.rule_final[q]; ++s) {
+      c->push_back(a.byte_begin[s + 1] - a.byte_begin[s]);
+      for (std::uint32_t e = a.byte_begin[s]; e < a.byte_begin[s + 1]; ++e) {
+        c->push_back(std::uint32_t{a.byte_edges[e].lo} << 8 | a.byte_edges[e].hi);
+        c->push_back(a.byte_edges[e].target - base);
+      }
+      c->push_back(a.eps_begin[s + 1] - a.eps_begin[s]);
+      for (std::uint32_t e = a.eps_begin[s]; e < a.eps_begin[s + 1]; ++e) c->push_back(a.eps_edges[e] - base);
+      c->push_back(a.call_begin[s + 1] - a.call_begin[s]);
+      for (std::uint32_t e = a.call_begin[s]; e < a.call_begin[s + 1]; ++e) {
+        c->push_back(index.at(a.call_edges[e].rule));
+        c->push_back(a.call_edges[e].target - base);
+      }
+    }
+  }
+  for (const std::uint64_t w : a.rule_follow[r]) {  // the bytes that may follow it (FollowFilter::kBytes)
+    c->push_back(static_cast<std::uint32_t>(w));
+    c->push_back(static_cast<std::uint32_t>(w >> 32));
+  }
+  return c;
 }
 
 TableCache& TableCache::instance() {

@@ -25,10 +25,8 @@ namespace pse::detail {
 // Equal vectors, equal tables.
 using RuleClosure = std::vector<std::uint32_t>;
 
-// Per rule of `a`: its canonical closure, or nullptr when the closure has more than `max_states` states
-// (or the total work passes `max_work`: later rules get nullptr).
-std::vector<std::shared_ptr<const RuleClosure>> rule_closures(const Automaton& a, std::size_t max_states = 4096,
-                                                              std::size_t max_work = 4'000'000);
+// The canonical closure of `rule` in `a`, or nullptr when the closure has more than `max_states` states.
+std::shared_ptr<const RuleClosure> rule_closure(const Automaton& a, std::uint32_t rule, std::size_t max_states = 4096);
 
 class TableCache {
  public:
