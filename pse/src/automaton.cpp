@@ -89,6 +89,7 @@ void utf8_split(std::uint32_t lo, std::uint32_t hi, std::vector<Utf8Seq>& out) {
 struct RawState {
   explicit RawState(std::pmr::memory_resource* arena) : bytes(arena), calls(arena), eps(arena) {}
   std::uint32_t rule = 0;
+  bool distinct = false;  // see Automaton::distinct
   std::pmr::vector<ByteEdge> bytes;
   std::pmr::vector<CallEdge> calls;
   std::pmr::vector<std::uint32_t> eps;
@@ -555,6 +556,7 @@ class Builder {
         std::vector<std::uint32_t> at(e.graph_states);
         at[0] = fresh_from(entry);
         for (std::uint32_t i = 1; i < e.graph_states; ++i) at[i] = new_state();
+        if (e.distinct_states) mark_distinct(id, at);
         for (const GraphEdge& edge : e.edges) emit_into(e.children[edge.label], at[edge.from], at[edge.to], depth + 1);
         const std::uint32_t exit = new_state();
         for (std::uint32_t a : e.accepting) states[at[a]].eps.push_back(exit);
@@ -605,6 +607,19 @@ class Builder {
   const Grammar& g_;
   const AutomatonLimits& limits_;
   std::uint32_t rule_ = 0;
+  // Marks the states of a graph with distinct states (Expr::distinct_states) as such, while it is
+  // emitted in one place only: at a second copy the first one's marks are cleared (copies of one state
+  // at two places may have the same future, and share a table).
+  void mark_distinct(ExprId id, const std::vector<std::uint32_t>& at) {
+    auto [it, first] = distinct_copy_.try_emplace(id, at);
+    if (first) {
+      for (std::uint32_t s : at) states[s].distinct = true;
+    } else {
+      for (std::uint32_t s : it->second) states[s].distinct = false;
+      it->second.clear();
+    }
+  }
+
   std::vector<std::uint32_t> promoted_;  // per expression: its shared rule, or kNotShared
   static constexpr std::uint64_t kNotInlined = ~std::uint64_t{0};
   std::vector<std::uint64_t> inline_size_;  // per rule: its states when inlined, or kNotInlined
@@ -616,6 +631,7 @@ class Builder {
   std::unordered_map<std::uint64_t, std::uint32_t> suffix_states_;
   std::vector<std::optional<std::vector<Utf8Seq>>> utf8_seqs_;  // per expression, computed on first use
   std::unordered_map<std::uint64_t, std::uint32_t> fragments_;
+  std::unordered_map<ExprId, std::vector<std::uint32_t>> distinct_copy_;  // see mark_distinct
 };
 
 // Bypasses the states whose only edge is one empty move (the joints the construction leaves between
@@ -688,7 +704,7 @@ std::size_t Automaton::memory_bytes() const {
   return (byte_begin.size() + call_begin.size() + eps_begin.size() + state_rule.size() +
           eps_edges.size()) * 4 +
          byte_edges.size() * sizeof(ByteEdge) + call_edges.size() * sizeof(CallEdge) +
-         reachable.size() + rule_follow.size() * sizeof(ByteSet);
+         reachable.size() + distinct.size() + rule_follow.size() * sizeof(ByteSet);
 }
 
 Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits) {
@@ -770,6 +786,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
     a.rule_final.push_back(id[b.rule_final[r]]);
   }
   a.state_rule.resize(n);
+  a.distinct.assign(n, 0);
   a.byte_begin.assign(n + 1, 0);
   a.call_begin.assign(n + 1, 0);
   a.eps_begin.assign(n + 1, 0);
@@ -789,6 +806,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
     if (id[s] == ~0u) continue;
     const std::uint32_t i = id[s];
     a.state_rule[i] = st[s].rule;
+    a.distinct[i] = st[s].distinct ? 1 : 0;
     a.byte_begin[i] = static_cast<std::uint32_t>(a.byte_edges.size());
     a.call_begin[i] = static_cast<std::uint32_t>(a.call_edges.size());
     a.eps_begin[i] = static_cast<std::uint32_t>(a.eps_edges.size());

@@ -41,6 +41,9 @@ struct Automaton {
   std::vector<std::uint32_t> eps_edges;
   std::vector<std::uint32_t> state_rule;  // [n_states]
   std::vector<std::uint8_t> reachable;    // [n_states] from the root's start, through live edges
+  // [n_states] states of a graph with distinct states (Expr::distinct_states), emitted once: each keeps
+  // a token table of its own (state_classes.h).
+  std::vector<std::uint8_t> distinct;
   // Per rule: start and final state, whether it derives the empty string, the bytes that may follow it.
   std::vector<std::uint32_t> rule_start, rule_final;
   std::vector<std::uint8_t> rule_nullable;

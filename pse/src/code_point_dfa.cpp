@@ -566,7 +566,7 @@ std::optional<std::pair<std::uint32_t, std::uint32_t>> length_range(const CodePo
 }
 
 ExprId dfa_to_expr(const CodePointDfa& dfa, Grammar& g,
-                   const std::function<ExprId(const std::vector<CharRange>&)>& chars) {
+                   const std::function<ExprId(const std::vector<CharRange>&)>& chars, bool minimal) {
   std::map<std::vector<std::pair<std::uint32_t, std::uint32_t>>, std::uint32_t> label_of;
   std::vector<ExprId> labels;
   std::vector<GraphEdge> edges;
@@ -587,7 +587,7 @@ ExprId dfa_to_expr(const CodePointDfa& dfa, Grammar& g,
     }
   }
   return g.add_graph(static_cast<std::uint32_t>(dfa.n_states()), std::move(edges), std::move(accepting),
-                     std::move(labels));
+                     std::move(labels), minimal);
 }
 
 }  // namespace pse::detail

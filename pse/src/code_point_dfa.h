@@ -66,8 +66,8 @@ std::optional<std::pair<std::uint32_t, std::uint32_t>> length_range(const CodePo
 
 // Adds the language of a trimmed, non-empty `dfa` to `g` as one kGraph expression, each edge's label
 // `chars(ranges)`: the caller's encoding of one code point of the edge's ranges (edges to the same target
-// share one label).
+// share one label). `minimal`: `dfa` is minimal (Expr::distinct_states).
 ExprId dfa_to_expr(const CodePointDfa& dfa, Grammar& g,
-                   const std::function<ExprId(const std::vector<CharRange>&)>& chars);
+                   const std::function<ExprId(const std::vector<CharRange>&)>& chars, bool minimal = false);
 
 }  // namespace pse::detail

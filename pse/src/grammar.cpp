@@ -216,7 +216,7 @@ ExprId Grammar::add_rule_ref(RuleId rule) {
 }
 
 ExprId Grammar::add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, std::vector<std::uint32_t> accepting,
-                          std::vector<ExprId> labels) {
+                          std::vector<ExprId> labels, bool distinct_states) {
   if (n_states == 0) throw GrammarError("[grammar] add_graph: a graph needs at least one state");
   for (ExprId c : labels) {
     if (c >= exprs_.size()) {
@@ -243,6 +243,7 @@ ExprId Grammar::add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, 
   e.graph_states = n_states;
   e.edges = std::move(edges);
   e.accepting = std::move(accepting);
+  e.distinct_states = distinct_states;
   exprs_.push_back(std::move(e));
   return static_cast<ExprId>(exprs_.size() - 1);
 }
@@ -510,6 +511,7 @@ std::uint64_t Grammar::hash() const {
         }
         h.u32(static_cast<std::uint32_t>(e.accepting.size()));
         for (std::uint32_t a : e.accepting) h.u32(a);
+        h.byte(e.distinct_states ? 1 : 0);
         break;
     }
   }

@@ -427,7 +427,8 @@ ExprId Converter::format_expr(const std::string& format, const std::string& poin
   }
   ExprId body;
   if (const detail::CodePointDfa* dfa = minimal_format_dfa(format)) {
-    body = detail::dfa_to_expr(*dfa, g_, [&](const std::vector<CharRange>& ranges) { return json_chars(ranges); });
+    body = detail::dfa_to_expr(*dfa, g_, [&](const std::vector<CharRange>& ranges) { return json_chars(ranges); },
+                               /*minimal=*/true);
   } else {
     Grammar scratch;
     body = copy_regex_as_string_body(scratch, add_regex(scratch, it->second, RegexOptions{}), pointer, "format");

@@ -34,6 +34,10 @@ Closures closures_of(const Automaton& a, std::size_t max_closure, const std::fun
   for (std::uint32_t s = 0; s < n; ++s) {
     check_deadline();
     c.begin.push_back(static_cast<std::uint32_t>(c.edges.size()));
+    if (!a.distinct.empty() && a.distinct[s]) {  // its own class, not compared (Automaton::distinct)
+      c.alone[s] = 1;
+      continue;
+    }
     work.assign(1, s);
     seen[s] = s;
     std::size_t visited = 0;
@@ -64,6 +68,9 @@ Closures closures_of(const Automaton& a, std::size_t max_closure, const std::fun
       }
     }
     if (c.alone[s]) c.edges.resize(c.begin.back());  // a lone state's signature is empty
+    // Sorted by label, then target: a signature (labels with their targets' classes) is then sorted
+    // but for targets of one label, and an insertion sort puts it in order in about one pass.
+    std::sort(c.edges.begin() + c.begin.back(), c.edges.end());
     c.final[s] = final ? 1 : 0;
   }
   c.begin.push_back(static_cast<std::uint32_t>(c.edges.size()));
@@ -116,9 +123,13 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
   auto write_signature = [&](std::uint32_t s) -> std::pair<std::size_t, std::size_t> {  // (begin, size)
     check_deadline();
     const std::size_t b = sig_buffer.size();
-    for (std::uint32_t i = closures.begin[s]; i < closures.begin[s + 1]; ++i)
-      sig_buffer.emplace_back(closures.edges[i].first, cls[closures.edges[i].second]);
-    std::sort(sig_buffer.begin() + static_cast<std::ptrdiff_t>(b), sig_buffer.end());
+    for (std::uint32_t i = closures.begin[s]; i < closures.begin[s + 1]; ++i) {
+      Edge e{closures.edges[i].first, cls[closures.edges[i].second]};
+      std::size_t j = sig_buffer.size();
+      sig_buffer.push_back(e);
+      for (; j > b && e < sig_buffer[j - 1]; --j) sig_buffer[j] = sig_buffer[j - 1];
+      sig_buffer[j] = e;
+    }
     sig_buffer.erase(std::unique(sig_buffer.begin() + static_cast<std::ptrdiff_t>(b), sig_buffer.end()), sig_buffer.end());
     return {b, sig_buffer.size() - b};
   };

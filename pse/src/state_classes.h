@@ -17,7 +17,8 @@ namespace pse::detail {
 // and, for every byte string of at most `horizon` bytes, reading it from either reaches the rule's end at
 // the same depths and dies (or not) at the same byte, with the same calls on the way (Moore's partition
 // refinement, stopped at `horizon` rounds or when stable). States whose epsilon closure is larger than
-// `max_closure` stay alone in their class (the refinement would cost more than it saves).
+// `max_closure` stay alone in their class (the refinement would cost more than it saves), and so do the
+// states marked distinct (Automaton::distinct: a minimal DFA's, already known apart).
 // Throws LimitError when `deadline` (if given) passes.
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure = 256,
                                           const std::chrono::steady_clock::time_point* deadline = nullptr);

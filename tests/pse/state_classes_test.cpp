@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -146,6 +147,43 @@ TEST(StateClasses, PartitionEqualsPlainMooreRefinement) {
           << name << " after " << rounds << " rounds";
     }
   }
+}
+
+// A graph marked as having distinct states (a minimal DFA's, Expr::distinct_states) keeps each of its
+// states in a class of its own, without comparing them: here two of them are in fact equivalent (each
+// reads "c" and ends), and the hint keeps them apart. Two copies of the graph drop the marks.
+TEST(StateClasses, DistinctGraphStatesKeepTheirOwnClassWhenEmittedOnce) {
+  auto states_reading_c = [](bool hint, bool twice, std::vector<std::uint32_t>& classes, std::size_t& n_distinct) {
+    pse::testing::G g;
+    const pse::RuleId r = g.rule("root");
+    const pse::ExprId a = g.cls('a', 'a'), b = g.cls('b', 'b'), c = g.cls('c', 'c');
+    const pse::ExprId graph =
+        g.g.add_graph(4, {{0, 1, 0}, {0, 2, 1}, {1, 3, 2}, {2, 3, 2}}, {3}, {a, b, c}, /*distinct_states=*/hint);
+    g.define(r, twice ? g.seq({graph, g.lit("!"), graph}) : g.seq({graph, g.lit("!")}));
+    const Automaton at = build_automaton(g.done(r), AutomatonLimits{});
+    const std::vector<std::uint32_t> cls = future_classes(at, 16);
+    n_distinct = static_cast<std::size_t>(std::count(at.distinct.begin(), at.distinct.end(), 1));
+    classes.clear();
+    for (std::uint32_t s = 0; s < at.n_states(); ++s)
+      for (std::uint32_t e = at.byte_begin[s]; e < at.byte_begin[s + 1]; ++e)
+        if (at.byte_edges[e].lo == 'c') classes.push_back(cls[s]);
+  };
+  std::vector<std::uint32_t> classes;
+  std::size_t n_distinct = 0;
+  states_reading_c(/*hint=*/false, /*twice=*/false, classes, n_distinct);
+  ASSERT_EQ(classes.size(), 2u);
+  EXPECT_EQ(classes[0], classes[1]) << "equivalent states share a class";
+  EXPECT_EQ(n_distinct, 0u);
+  states_reading_c(/*hint=*/true, /*twice=*/false, classes, n_distinct);
+  ASSERT_EQ(classes.size(), 2u);
+  EXPECT_NE(classes[0], classes[1]) << "states of a distinct graph keep their own class";
+  EXPECT_GE(n_distinct, 2u);
+  states_reading_c(/*hint=*/true, /*twice=*/true, classes, n_distinct);
+  EXPECT_EQ(n_distinct, 0u) << "two copies of a graph: its marks are dropped";
+  // The JSON Schema formats are minimal DFAs: a date-time's states are marked.
+  const Automaton dt = build_automaton(pse::json_schema_to_grammar(std::string_view(R"({"type":"string","format":"date-time"})")),
+                                       AutomatonLimits{});
+  EXPECT_GT(std::count(dt.distinct.begin(), dt.distinct.end(), 1), 10'000);
 }
 
 TEST(StateClasses, DeadlineIsALimitError) {

@@ -64,6 +64,9 @@ struct Expr {
   std::uint32_t graph_states = 0;       // kGraph
   std::vector<GraphEdge> edges;         // kGraph
   std::vector<std::uint32_t> accepting; // kGraph: sorted, distinct
+  // kGraph: no two states accept the same strings (a minimal DFA's). A hint: the compiler then gives
+  // each of their automaton states its own token table without comparing their futures.
+  bool distinct_states = false;
 };
 
 struct Rule {
@@ -89,8 +92,9 @@ class Grammar {
   ExprId add_rule_ref(RuleId rule);
   // Throws GrammarError when n_states is 0, an edge names a state past n_states or a label past
   // `labels`, or an accepting state is past n_states. `accepting` is sorted and deduplicated.
+  // `distinct_states`: see Expr::distinct_states.
   ExprId add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, std::vector<std::uint32_t> accepting,
-                   std::vector<ExprId> labels);
+                   std::vector<ExprId> labels, bool distinct_states = false);
 
   // Rules: declare first (for forward references), define once. declare_rule of an existing name
   // returns its id. Throws GrammarError on a duplicate definition or an empty name. find_rule
