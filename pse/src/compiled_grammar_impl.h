@@ -32,6 +32,10 @@ struct CompiledGrammar::Impl {
   std::uint64_t vocabulary_hash = 0;
   mutable std::vector<std::shared_ptr<detail::TableCache::RuleTables>> rule_shared;
   mutable std::unique_ptr<std::once_flag[]> rule_shared_once;
+  // Words of closures written out so far; past the bound, further rules are not shared (a grammar of
+  // many large rules would otherwise spend more on identifying them than sharing saves).
+  static constexpr std::size_t kMaxClosureWords = std::size_t{24} << 20;
+  mutable std::atomic<std::size_t> closure_words{0};
   // Built once each (eagerly in compile, or lazily under the once flags).
   mutable std::vector<detail::TokenTable> tables;
   mutable std::unique_ptr<std::once_flag[]> table_once;
@@ -56,7 +60,9 @@ struct CompiledGrammar::Impl {
   detail::TableCache::RuleTables* shared_rule(std::uint32_t r) const {
     if (!share_tables) return nullptr;
     std::call_once(rule_shared_once[r], [&] {
+      if (closure_words.load(std::memory_order_relaxed) >= kMaxClosureWords) return;
       if (auto closure = detail::rule_closure(automaton, r)) {
+        closure_words.fetch_add(closure->size(), std::memory_order_relaxed);
         rule_shared[r] = detail::TableCache::instance().rule(vocabulary_hash, closure);
       }
     });
