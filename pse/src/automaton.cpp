@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <functional>
-#include <span>
 #include <memory_resource>
 #include <optional>
+#include <span>
 #include <unordered_map>
 
 #include <fmt/format.h>
-
 
 namespace pse::detail {
 
@@ -626,8 +625,8 @@ class Builder {
   std::vector<ExprId> shared_body_;      // per shared rule (numbered after the grammar's)
   std::vector<std::uint32_t> chunk_of_;  // per expression: its chunk (a repetition written with one), or kNotShared
   std::vector<ExprId> chunk_body_;       // per chunk rule (numbered after the shared ones): the repeated child
-  // emit_into's shared parts, keyed by their exit (states of the rule being built: exits are never
-  // shared between rules).
+  // emit_into's shared parts (states of the rule being built: exits are never shared between rules):
+  // suffix states by their one edge (next state, byte range), fragments by (expression, exit).
   std::unordered_map<std::uint64_t, std::uint32_t> suffix_states_;
   std::vector<std::optional<std::vector<Utf8Seq>>> utf8_seqs_;  // per expression, computed on first use
   std::unordered_map<std::uint64_t, std::uint32_t> fragments_;
