@@ -19,7 +19,7 @@ struct Closures {
   static constexpr std::uint32_t kCall = 1u << 31;  // marks a call edge's label (a rule id) in `edges`
   std::vector<std::uint32_t> begin;                 // per state, into edges; n + 1 entries
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;  // (label, target): bytes lo << 8 | hi, or kCall | rule
-  std::vector<std::uint8_t> alone;                  // over the size bound: never merged
+  std::vector<std::uint8_t> alone;                  // over the size bound, or distinct: never merged
   std::vector<std::uint8_t> final;
 };
 
