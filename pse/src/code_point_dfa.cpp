@@ -202,23 +202,31 @@ std::optional<CodePointDfa> dfa_from_expr(const Grammar& g, ExprId root, std::si
     return std::nullopt;
   }
   const std::size_t n = nfa.eps.size();
-  // Subset construction; each DFA state is the epsilon closure of a set of NFA states.
+  // Subset construction; each DFA state is the epsilon closure of a set of NFA states, kept as the
+  // members that matter: those with moves, and the final state (the rest of a closure changes neither
+  // where the set goes nor whether it accepts). Sets equal on those are one DFA state.
   std::vector<std::uint8_t> in_set(n, 0);
-  auto closure = [&](std::vector<std::uint32_t> set) {
-    std::vector<std::uint32_t> stack = set;
-    for (std::uint32_t s : set) in_set[s] = 1;
+  std::vector<std::uint32_t> stack, reached;
+  auto closure = [&](const std::vector<std::uint32_t>& from) {
+    reached.assign(from.begin(), from.end());
+    stack.assign(from.begin(), from.end());
+    for (std::uint32_t s : from) in_set[s] = 1;
     while (!stack.empty()) {
       const std::uint32_t s = stack.back();
       stack.pop_back();
       for (std::uint32_t t : nfa.eps[s]) {
         if (!in_set[t]) {
           in_set[t] = 1;
-          set.push_back(t);
+          reached.push_back(t);
           stack.push_back(t);
         }
       }
     }
-    for (std::uint32_t s : set) in_set[s] = 0;
+    std::vector<std::uint32_t> set;
+    for (std::uint32_t s : reached) {
+      in_set[s] = 0;
+      if (!nfa.moves[s].empty() || s == nfa.final) set.push_back(s);
+    }
     std::sort(set.begin(), set.end());
     return set;
   };
@@ -236,14 +244,20 @@ std::optional<CodePointDfa> dfa_from_expr(const Grammar& g, ExprId root, std::si
   };
   (void)id_of(closure({nfa.start}));
   std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> moved;  // raw target set -> DFA state
+  // Sweep the members' ranges: each stretch of code points with the same set of NFA targets. Targets
+  // are counted (count[t] > 0: active); the active ones are listed once each, the list compacted when
+  // read.
+  struct Event {
+    std::uint32_t at;
+    int delta;
+    std::uint32_t target;
+  };
+  std::vector<Event> events;
+  std::vector<int> count(n, 0);
+  std::vector<std::uint32_t> listed, targets;
+  std::vector<std::uint8_t> is_listed(n, 0);
   for (std::size_t d = 0; d < sets.size(); ++d) {
-    // Sweep the members' ranges: each stretch of code points with the same set of NFA targets.
-    struct Event {
-      std::uint32_t at;
-      int delta;
-      std::uint32_t target;
-    };
-    std::vector<Event> events;
+    events.clear();
     for (std::uint32_t s : sets[d]) {
       for (const auto& m : nfa.moves[s]) {
         events.push_back({m.lo, +1, m.target});
@@ -251,29 +265,50 @@ std::optional<CodePointDfa> dfa_from_expr(const Grammar& g, ExprId root, std::si
       }
     }
     std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.at < b.at; });
-    std::map<std::uint32_t, int> active;
     std::vector<CodePointDfa::Edge> out;
+    std::size_t n_active = 0;
     for (std::size_t i = 0; i < events.size();) {
       const std::uint32_t at = events[i].at;
       for (; i < events.size() && events[i].at == at; ++i) {
-        int& count = active[events[i].target];
-        count += events[i].delta;
-        if (count == 0) active.erase(events[i].target);
+        const std::uint32_t t = events[i].target;
+        const int before = count[t];
+        count[t] += events[i].delta;
+        if (before == 0 && count[t] > 0) {
+          ++n_active;
+          if (!is_listed[t]) {
+            is_listed[t] = 1;
+            listed.push_back(t);
+          }
+        } else if (before > 0 && count[t] == 0) {
+          --n_active;
+        }
       }
-      if (active.empty() || i == events.size()) continue;
-      std::vector<std::uint32_t> targets;
-      for (const auto& [t, count] : active) targets.push_back(t);
+      if (n_active == 0 || i == events.size()) continue;
+      targets.clear();
+      std::size_t kept = 0;
+      for (std::uint32_t t : listed) {
+        if (count[t] > 0) {
+          listed[kept++] = t;
+          targets.push_back(t);
+        } else {
+          is_listed[t] = 0;
+        }
+      }
+      listed.resize(kept);
+      std::sort(targets.begin(), targets.end());
       std::uint32_t target = 0;
       if (auto it = moved.find(targets); it != moved.end()) {
         target = it->second;
       } else {
         const auto id = id_of(closure(targets));
         if (!id) return std::nullopt;
-        moved.emplace(std::move(targets), *id);
+        moved.emplace(targets, *id);
         target = *id;
       }
       append_edge(out, {at, events[i].at - 1, target});
     }
+    for (std::uint32_t t : listed) is_listed[t] = 0;  // every count is back to 0 at the last event
+    listed.clear();
     dfa.edges.push_back(std::move(out));
   }
   for (const auto& set : sets) dfa.accepting.push_back(std::binary_search(set.begin(), set.end(), nfa.final) ? 1 : 0);
@@ -482,26 +517,44 @@ CodePointDfa minimize(const CodePointDfa& dfa) {
       for (; i < k && cuts[i] <= e.hi; ++i) target[s * k + i] = e.target;
     }
   }
-  // Moore: split classes by (class, class of each interval's target) until no class splits.
+  // Moore: split classes by (class, class of each interval's target) until no class splits. A state's
+  // signature is read in place (never copied): states are grouped by its hash, and a state joins the
+  // class of the first state in its group with an equal signature.
   std::vector<std::uint32_t> cls(n);
   for (std::uint32_t s = 0; s < n; ++s) cls[s] = dfa.accepting[s] ? 1 : 0;
+  auto sig_at = [&](std::uint32_t s, std::size_t i) {  // i = 0: the class; i > 0: interval i - 1's target's
+    if (i == 0) return cls[s];
+    const std::uint32_t t = target[s * k + i - 1];
+    return t == kDead ? kDead : cls[t];
+  };
   std::size_t n_classes = 0;
+  std::vector<std::uint32_t> next(n), later(n);  // later: the next state of the same hash group
+  std::unordered_map<std::uint64_t, std::uint32_t> group;  // signature hash -> its group's first state
+  group.reserve(n);
   for (;;) {
-    std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> ids;
-    ids.reserve(n);
-    std::vector<std::uint32_t> next(n);
-    std::vector<std::uint32_t> signature(k + 1);
+    group.clear();
+    std::uint32_t ids = 0;
     for (std::uint32_t s = 0; s < n; ++s) {
-      signature[0] = cls[s];
-      for (std::size_t i = 0; i < k; ++i) {
-        const std::uint32_t t = target[s * k + i];
-        signature[i + 1] = t == kDead ? kDead : cls[t];
+      std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+      for (std::size_t i = 0; i <= k; ++i) h = (h ^ sig_at(s, i)) * 0xff51afd7ed558ccdULL;
+      later[s] = kDead;
+      auto [it, fresh] = group.try_emplace(h ^ (h >> 31), s);
+      std::uint32_t q = it->second, last = q;
+      for (; !fresh && q != kDead; last = q, q = later[q]) {
+        std::size_t i = 0;
+        while (i <= k && sig_at(q, i) == sig_at(s, i)) ++i;
+        if (i > k) break;
       }
-      next[s] = ids.emplace(signature, static_cast<std::uint32_t>(ids.size())).first->second;
+      if (!fresh && q != kDead) {
+        next[s] = next[q];
+      } else {
+        next[s] = ids++;
+        if (!fresh) later[last] = s;
+      }
     }
-    cls = std::move(next);
-    if (ids.size() == n_classes) break;
-    n_classes = ids.size();
+    cls.swap(next);
+    if (ids == n_classes) break;
+    n_classes = ids;
   }
   // Number the classes in order of first appearance from state 0, so the start stays state 0.
   std::vector<std::uint32_t> number(n_classes, kDead);
