@@ -2,11 +2,11 @@
 """MaskBench with llguidance and xgrammar (and Orchard), the same files, protocol and tokenizer in one run.
 
   maskbench_peers.py [--sample-every N] [--time-limit S] [--mem-limit GB] [--peers llguidance,xgrammar]
-                     [--orchard BIN] [--jsonl DIR] [-t TOKENIZER_DIR] DIR|FILE...
+                     [--orchard BIN [--orchard-lazy]] [--jsonl DIR] [-t TOKENIZER_DIR] DIR|FILE...
 
   e.g. (from the repository root)
   flock /tmp/orchard-cpu-bench.lock .venv-bench/bin/python tests/bench/peers/maskbench_peers.py \\
-      --sample-every 40 --orchard build/pie/orchard ../shared/data/maskbench-dev
+      --sample-every 40 --orchard build/pie/orchard --orchard-lazy ../shared/data/maskbench-dev
 
 Files: each FILE as given, each DIR as its *.json files; the whole list sorted by path (byte order) and,
 with --sample-every N, every Nth file from the first (`ls *.json | sort | awk 'NR%N==1'`). Every file is
@@ -492,11 +492,11 @@ def parse_summary(text):
     return s
 
 
-def run_orchard(binary, files, args, jsonl_path):
+def run_orchard(binary, files, args, jsonl_path, extra=()):
     with tempfile.TemporaryDirectory() as tmp:
         out_path = jsonl_path or os.path.join(tmp, "orchard.jsonl")
         cmd = [binary, "grammar", "bench", "--maskbench", *files, "-t", args.tokenizer,
-               "--time-limit", f"{args.time_limit:g}", "--jsonl", out_path]
+               "--time-limit", f"{args.time_limit:g}", "--jsonl", out_path, *extra]
         print(f"[orchard] {len(files)} schemas", file=sys.stderr)
         r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -537,6 +537,8 @@ def parse_args(argv):
     ap.add_argument("--peers", default=",".join(PEERS), metavar="LIST",
                     help="comma-separated peers to run (default llguidance,xgrammar; '' for none)")
     ap.add_argument("--orchard", metavar="BIN", help="also run BIN grammar bench --maskbench on the same files")
+    ap.add_argument("--orchard-lazy", action="store_true",
+                    help="with --orchard: run it a second time with --lazy-tables (tables built at first use)")
     ap.add_argument("--jsonl", metavar="DIR", help="write DIR/<engine>.jsonl, one status line per schema")
     a = ap.parse_args(argv)
     if a.sample_every < 1:
@@ -555,6 +557,8 @@ def parse_args(argv):
         ap.error(f"--orchard: {a.orchard}: not an executable file")
     if not a.peers and not a.orchard:
         ap.error("nothing to run: no --peers and no --orchard")
+    if a.orchard_lazy and not a.orchard:
+        ap.error("--orchard-lazy needs --orchard")
     return a
 
 
@@ -591,14 +595,15 @@ def main(argv):
                 jsonl.close()
         results.append((peer, version, summary))
         print(f"== {peer} {version}", *summary_lines(summary), sep="\n", flush=True)
-    if args.orchard:
+    orchard_runs = [("orchard", ())] + ([("orchard-lazy", ("--lazy-tables",))] if args.orchard_lazy else [])
+    for name, extra in orchard_runs if args.orchard else []:
         try:
             version, summary = run_orchard(args.orchard, files, args,
-                                           os.path.join(args.jsonl, "orchard.jsonl") if args.jsonl else None)
-            results.append(("orchard", version, summary))
-            print(f"== orchard {version}", *summary_lines(summary), sep="\n", flush=True)
+                                           os.path.join(args.jsonl, f"{name}.jsonl") if args.jsonl else None, extra)
+            results.append((name, version, summary))
+            print(f"== {name} {version}", *summary_lines(summary), sep="\n", flush=True)
         except (RuntimeError, ValueError, OSError) as e:
-            print(f"== orchard: not run: {e}", flush=True)
+            print(f"== {name}: not run: {e}", flush=True)
     if len(results) > 1:
         print(f"== side by side ({len(files)} schemas, Llama 3.1 vocabulary, one thread, "
               f"time limit {args.time_limit:g} s)")
