@@ -40,8 +40,8 @@ bool last_can_stop(const detail::Automaton& a, const detail::Chart& c) {
 // mask[w] |= src[w] for w < n, in the direction that keeps the loads of `src` from false dependencies
 // on the stores to `mask` just before them: a load whose address equals a pending store's in its low
 // 12 bits waits for it (4K aliasing). Going forwards, that happens when `src` sits just below `mask`
-// modulo 4 KiB; going backwards, just above. Where the two buffers land is up to the allocator, and a
-// table used by most masks landing badly slowed the median mask by a fifth.
+// modulo 4 KiB; going backwards, just above. Where the two buffers land is up to the allocator (a
+// binary that differed only in heap layout had a median mask a fifth slower; this was the likely cause).
 void or_into(std::uint32_t* mask, const std::uint32_t* src, std::size_t n) {
   const auto d = (reinterpret_cast<std::uintptr_t>(src) - reinterpret_cast<std::uintptr_t>(mask)) & 4095;
   if (d < 2048) {
