@@ -481,6 +481,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     std::size_t loop_depth = SIZE_MAX;
     const std::vector<std::uint32_t>* loop_from = nullptr;
     std::array<std::uint64_t, 2> loop_bytes{};
+    std::shared_ptr<const Vocabulary::AsciiSetIndex> loop_set;  // loop_bytes' index, once built
     bool loop_multibyte = false;  // and on every multi-byte character
     auto note_loop = [&](std::size_t d) {
       if constexpr (std::is_same_v<Cursor, DfaCursor>) {
@@ -499,33 +500,58 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           loop_from = &plain_class.member_from;
         } else {
           loop_from = nullptr;
+          if (bytes != loop_bytes) loop_set = vocab.ascii_set_index(bytes);
           loop_bytes = bytes;
           loop_multibyte = chart.dfa()->multibyte_step(c) == c;
         }
         loop_depth = d;
       }
     };
-    auto rest_read_whole = [&](std::uint32_t p, std::string_view tok) {
-      // The rest of a class member from member_from on, when it starts at a character boundary (a loop
-      // entered after a lone lead byte does not read the continuation bytes that follow it).
-      if (loop_from != nullptr) {
-        return (*loop_from)[p] <= loop_depth &&
-               (loop_depth == tok.size() || (static_cast<unsigned char>(tok[loop_depth]) & 0xC0) != 0x80);
+    auto rest_read_whole = [&](std::uint32_t p) {
+      // The rest from loop_depth on must be in the loop's class or set; the bytes before it need not
+      // (" foo" enters an identifier loop after "f"). It starts at a character boundary (a loop entered
+      // after a lone lead byte does not read the continuation bytes that follow it).
+      auto at_boundary = [&] {
+        return loop_depth == vocab.sorted_token_size(p) ||
+               (static_cast<unsigned char>(vocab.sorted_token(p)[loop_depth]) & 0xC0) != 0x80;
+      };
+      if (loop_from != nullptr) return (*loop_from)[p] <= loop_depth && at_boundary();
+      // The set's index answers for ASCII rests (a boundary); else the bytes are read.
+      if (loop_set != nullptr && loop_set->member_from[p] < 255) {
+        if (loop_set->member_from[p] <= loop_depth) return true;
+        if (vocab.non_ascii(p) == Vocabulary::NonAscii::kNone) return false;  // an ASCII byte not in the set
       }
+      if (!at_boundary()) return false;
       const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
-      if ((used[0] & ~loop_bytes[0]) != 0 || (used[1] & ~loop_bytes[1]) != 0) return false;
-      switch (vocab.non_ascii(p)) {
-        case Vocabulary::NonAscii::kNone:
-          return true;
-        case Vocabulary::NonAscii::kCharacters:
-          return loop_multibyte &&
-                 (loop_depth == tok.size() || (static_cast<unsigned char>(tok[loop_depth]) & 0xC0) != 0x80);
-        case Vocabulary::NonAscii::kOther:
-          break;
+      if ((used[0] & ~loop_bytes[0]) == 0 && (used[1] & ~loop_bytes[1]) == 0) {  // every ASCII byte in the set
+        return vocab.non_ascii(p) == Vocabulary::NonAscii::kNone ||
+               (loop_multibyte && vocab.non_ascii(p) == Vocabulary::NonAscii::kCharacters);
       }
-      return false;
+      const std::string_view tok = vocab.sorted_token(p);
+      for (std::size_t i = loop_depth; i < tok.size(); ++i) {
+        const unsigned c = static_cast<unsigned char>(tok[i]);
+        if (c < 0x80 ? ((loop_bytes[c >> 6] >> (c & 63)) & 1) == 0
+                     : !loop_multibyte || vocab.non_ascii(p) != Vocabulary::NonAscii::kCharacters)
+          return false;
+      }
+      return true;
     };
+    // Positions below loop_end share the first loop_depth bytes with the last token walked (its subtree
+    // at that depth): those read whole from the loop are accepted in a tight run, without the checks
+    // below (inside an identifier after a space, tens of thousands of tokens).
+    std::uint32_t loop_end = 0;
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
+      if (p < loop_end) {
+        while (p < loop_end) {
+          if (whole != nullptr && whole->member[p]) {  // accepted with the group's class already
+            p = whole->next_out[p];
+            continue;
+          }
+          if (!rest_read_whole(p)) break;
+          accept(p++);
+        }
+        if (p >= fb[b + 1]) break;
+      }
       if (whole != nullptr && whole->member[p]) {
         p = whole->next_out[p];
         if (p >= fb[b + 1]) break;
@@ -573,7 +599,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       // The bytes shared with the last token walked (tokens read whole may lie between them).
       std::size_t l = 0;
       for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
-      if (l >= loop_depth && rest_read_whole(p, tok)) {
+      if (l >= loop_depth && rest_read_whole(p)) {
         accept(p);
         continue;
       }
@@ -593,7 +619,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       depth_dead = SIZE_MAX;
       bool read_whole = false;  // the rest is of the class a configuration on the path loops on
       for (std::size_t j = depth; j < tok.size(); ++j) {
-        if (loop_depth <= j && rest_read_whole(p, tok)) {
+        if (loop_depth <= j && rest_read_whole(p)) {
           read_whole = true;
           break;
         }
@@ -604,6 +630,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         if (chart.last_has_final(rule, 0)) ends.push_back(static_cast<std::uint32_t>(j + 1));
         note_loop(j + 1);
       }
+      loop_end = loop_depth == SIZE_MAX ? 0 : vocab.subtree_end(p, loop_depth - 1);
       if (read_whole || depth_dead == SIZE_MAX) {
         accept(p);
       } else {

@@ -256,7 +256,9 @@ struct Vocabulary::AsciiSetIndexes {
   std::vector<std::shared_ptr<const AsciiSetIndex>> built;
 };
 
-std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(const std::array<std::uint64_t, 2>& set) const {
+std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(const std::array<std::uint64_t, 2>& asked) const {
+  std::array<std::uint64_t, 2> set = asked;
+  set[0] &= ~std::uint64_t{1};  // NUL is never a member byte: a set with or without it is one index
   std::lock_guard<std::mutex> lock(ascii_set_indexes_->mutex);
   std::vector<std::shared_ptr<const AsciiSetIndex>>& built = ascii_set_indexes_->built;
   for (const auto& index : built)
@@ -270,8 +272,17 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
   requests.erase(set);
   auto index = std::make_shared<AsciiSetIndex>();
   index->set = set;
-  index->set[0] &= ~std::uint64_t{1};  // NUL
   index->length.assign(sorted_.size(), 0);
+  index->member_from.resize(sorted_.size());
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    std::size_t i = sorted_offset_[p + 1];
+    while (i > sorted_offset_[p]) {
+      const auto c = static_cast<unsigned char>(sorted_bytes_[i - 1]);
+      if (c >= 0x80 || ((index->set[c >> 6] >> (c & 63)) & 1) == 0) break;
+      --i;
+    }
+    index->member_from[p] = static_cast<std::uint8_t>(std::min<std::size_t>(i - sorted_offset_[p], 255));
+  }
   std::vector<std::vector<TokenId>> by_length(kMaxSetRunBytes + 1);
   index->all.assign(n_mask_words(), 0);
   for (std::size_t p = 0; p < sorted_.size(); ++p) {

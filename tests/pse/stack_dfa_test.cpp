@@ -229,6 +229,39 @@ TEST(StackDfa, TablesEqualEarleyWithByteSetLoopsAndRunsInAnyOrder) {
   }
 }
 
+// A loop over a set of ASCII bytes entered part-way into tokens (after " a" in " ab0_"): the rests
+// read whole from there, prefixes outside the set, rests that leave the set or hold multi-byte
+// characters, before and after the set's index is built: the tables equal the chart's.
+TEST(StackDfa, TablesEqualEarleyWhenASetLoopStartsPartWayIntoTokens) {
+  std::vector<std::string> t;
+  for (int b = 1; b < 128; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  for (const char first : {' ', '\t', 'a'}) {
+    for (const std::string& x : pse::testing::strings_over(first, "ab0_; -", 4)) t.push_back(x);
+    for (const char* extra : {"a\xc3\xa9", "\xc3\xa9", "a\xc3", "ab\xe4\xb8\xad", "a!", "aZZZZZZZZ"}) t.push_back(std::string(1, first) + extra);
+  }
+  const Vocabulary vocab(std::move(t), {}, {});
+  // An identifier after spaces, with and without multi-byte characters in its loop; the loop's set
+  // large enough (16 bytes or more) for the walks to read rests whole.
+  for (const std::string& pattern : {"([ \\t]+[a-z_][a-z0-9_]*;)+", "( [a-zA-Z][a-z0-9_\\u00e0-\\u4e2d]*-)+",
+                                     "(x?[ab ][a-z0-9_ ]{0,5};)+"}) {
+    const Grammar g = pse::parse_regex(pattern);
+    const Automaton a = build_automaton(g, AutomatonLimits{});
+    for (int round = 0; round < 3; ++round) {  // the set's index is built after a few requests
+      StackDfa shared(a);
+      std::size_t n = 0;
+      for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+        if (!a.reachable[s] || !a.has_bytes(s)) continue;
+        const std::string where = pattern + " state " + std::to_string(s) + " round " + std::to_string(round);
+        const TokenTable earley = build_token_table(a, vocab, s, nullptr, nullptr, Walker::kEarley);
+        expect_same(build_token_table(a, vocab, s, nullptr, &shared), earley, where);
+        expect_same(build_token_table(a, vocab, s, nullptr), earley, where + " (fresh)");
+        ++n;
+      }
+      EXPECT_GT(n, 2u) << pattern;
+    }
+  }
+}
+
 std::uint32_t root_start(const Automaton& a) { return a.rule_start[a.root]; }
 
 // A chain table needs caller return states, all in one rule.
