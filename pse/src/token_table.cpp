@@ -538,7 +538,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     };
     // Positions below loop_end share the first loop_depth bytes with the last token walked (its subtree
     // at that depth): those read whole from the loop are accepted in a tight run, without the checks
-    // below (inside an identifier after a space, tens of thousands of tokens).
+    // below (inside an identifier after a space, tens of thousands of tokens). Not when the start's
+    // masks accept tokens already: the checks below jump over those.
+    const bool loop_runs = start_set_length == 0 && text_run == 0;
     std::uint32_t loop_end = 0;
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
       if (p < loop_end) {
@@ -564,8 +566,11 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       if (start_set != nullptr && start_set->length[p] != 0 && start_set->length[p] <= start_set_length) {
         // Accepted (in the mask already; the group's record has them too: they are accepted from the
         // configuration after the first byte, whatever table reaches it).
-        if (start_set_length != SIZE_MAX) {
-          if (memo && after != StackDfa::kDead) record.accepted[(p - fb[b]) >> 6] |= std::uint64_t{1} << ((p - fb[b]) & 63);
+        if (start_set_length != SIZE_MAX) {  // the run of members that fit: one tight scan
+          std::uint32_t q = p + 1;
+          while (q < fb[b + 1] && start_set->length[q] != 0 && start_set->length[q] <= start_set_length) ++q;
+          if (memo && after != StackDfa::kDead) set_bits(record.accepted, p - fb[b], q - fb[b]);
+          p = q - 1;
           continue;
         }
         const std::uint32_t q = std::min(start_set->next_out[p], fb[b + 1]);  // every member: jump past them
@@ -630,7 +635,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         if (chart.last_has_final(rule, 0)) ends.push_back(static_cast<std::uint32_t>(j + 1));
         note_loop(j + 1);
       }
-      loop_end = loop_depth == SIZE_MAX ? 0 : vocab.subtree_end(p, loop_depth - 1);
+      loop_end = loop_depth == SIZE_MAX || !loop_runs ? 0 : vocab.subtree_end(p, loop_depth - 1);
       if (read_whole || depth_dead == SIZE_MAX) {
         accept(p);
       } else {

@@ -120,7 +120,7 @@ class Vocabulary {
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
   std::size_t sorted_token_size(std::size_t p) const { return sorted_offset_[p + 1] - sorted_offset_[p]; }
   std::string_view sorted_token(std::size_t p) const {
-    return std::string_view(sorted_bytes_).substr(sorted_offset_[p], sorted_offset_[p + 1] - sorted_offset_[p]);
+    return {sorted_bytes_.data() + sorted_offset_[p], sorted_offset_[p + 1] - sorted_offset_[p]};  // no range check: hot
   }
   // The first position after p whose token does not start with the first d + 1 bytes of
   // text_tokens()[p] (d < its length): a walk that fails at byte d skips the whole run in one step.
