@@ -274,25 +274,18 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
   index->set = set;
   index->length.assign(sorted_.size(), 0);
   index->member_from.resize(sorted_.size());
-  for (std::size_t p = 0; p < sorted_.size(); ++p) {
-    std::size_t i = sorted_offset_[p + 1];
-    while (i > sorted_offset_[p]) {
-      const auto c = static_cast<unsigned char>(sorted_bytes_[i - 1]);
-      if (c >= 0x80 || ((index->set[c >> 6] >> (c & 63)) & 1) == 0) break;
-      --i;
-    }
-    index->member_from[p] = static_cast<std::uint8_t>(std::min<std::size_t>(i - sorted_offset_[p], 255));
-  }
+  std::array<bool, 256> in_set{};
+  for (unsigned c = 1; c < 0x80; ++c) in_set[c] = ((set[c >> 6] >> (c & 63)) & 1) != 0;
   std::vector<std::vector<TokenId>> by_length(kMaxSetRunBytes + 1);
   index->all.assign(n_mask_words(), 0);
+  // One pass from each token's end: where its rest in the set begins; a member when that is 0.
   for (std::size_t p = 0; p < sorted_.size(); ++p) {
-    const auto first = static_cast<unsigned char>(sorted_bytes_[sorted_offset_[p]]);
-    if (first >= 0x80 || ((index->set[first >> 6] >> (first & 63)) & 1) == 0) {
-      p = first_byte_begin_[first + 1] - 1;  // no member starts with this byte
-      continue;
-    }
-    if (!made_of(p, index->set)) continue;
-    const std::size_t n = sorted_offset_[p + 1] - sorted_offset_[p];
+    const std::size_t begin = sorted_offset_[p];
+    std::size_t i = sorted_offset_[p + 1];
+    while (i > begin && in_set[static_cast<unsigned char>(sorted_bytes_[i - 1])]) --i;
+    const std::size_t from = i - begin, n = sorted_offset_[p + 1] - begin;
+    index->member_from[p] = static_cast<std::uint8_t>(std::min<std::size_t>(from, 255));
+    if (from != 0) continue;
     index->length[p] = static_cast<std::uint8_t>(std::min<std::size_t>(n, 255));
     index->max_length = std::max(index->max_length, n);
     const TokenId id = sorted_[p];

@@ -123,9 +123,11 @@ TEST(Vocabulary, AsciiBytesAndNonAsciiKinds) {
 }
 
 // A set's index: nothing until it is asked for the kAsciiSetIndexAfter-th time, then each token's length
-// when made only of the set (ASCII only), the jump past members, the member masks (all, and by length).
+// when made only of the set (ASCII only), where its rest in the set begins, the jump past members, the
+// member masks (all, and by length).
 TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
-  const std::vector<std::string> tokens = {"ab", "abc", "a", "b!", "ba", "\xc3\xa9", "a\xc3\xa9", "abcabc", "c", "!"};
+  const std::vector<std::string> tokens = {"ab", "abc", "a", "b!", "ba", "\xc3\xa9", "a\xc3\xa9", "abcabc", "c", "!",
+                                           " ab", "!a!bc", "\xc3\xa9ab"};
   Vocabulary v(tokens, {}, {});
   std::array<std::uint64_t, 2> set{};
   for (const char c : std::string("abc")) set[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
@@ -139,6 +141,8 @@ TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
     const std::string& t = tokens[static_cast<std::size_t>(v.text_tokens()[p])];
     const bool member = t.find_first_not_of("abc") == std::string::npos;
     EXPECT_EQ(index->length[p], member ? t.size() : 0u) << t;
+    const std::size_t last_out = t.find_last_not_of("abc");
+    EXPECT_EQ(index->member_from[p], last_out == std::string::npos ? 0u : last_out + 1) << t;
     if (member) members.insert(v.text_tokens()[p]);
     std::size_t q = p;
     while (q < v.text_tokens().size() &&
@@ -154,6 +158,10 @@ TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
     for (std::uint32_t i = 0; i < Vocabulary::kAsciiSetIndexAfter; ++i) got = v.ascii_set_index(other);
     EXPECT_EQ(got == nullptr, k == Vocabulary::kMaxAsciiSetIndexes) << k;
   }
+  // NUL is never a member byte: the set asked with it is the same index.
+  std::array<std::uint64_t, 2> with_nul = set;
+  with_nul[0] |= 1;
+  EXPECT_EQ(v.ascii_set_index(with_nul), index);
   ASSERT_EQ(index->up_to.size(), 7u);  // lengths 0..6
   for (TokenId id = 0; id < static_cast<TokenId>(tokens.size()); ++id) {
     EXPECT_EQ((index->all[0] >> id) & 1, members.count(id)) << tokens[static_cast<std::size_t>(id)];
