@@ -156,6 +156,9 @@ ByteSet first_bytes(const Automaton& a, const Chart& chart) {
 
 ByteSet first_bytes(const Automaton& /*a*/, const DfaCursor& cursor) { return cursor.first_bytes(); }
 
+// A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
+constexpr int kMinLoopBytes = 16;
+
 // The walks below run on either cursor: a DfaCursor (memoized steps) or, when the stack automaton
 // overflows its bounds, the Earley Chart. Both answer the same questions identically.
 // Whether the rests of tokens after the current rule's end can continue in some caller context (a
@@ -254,6 +257,29 @@ class EveryContextReads {
     bool started = false, have_prev = false;
     std::string_view prev;
     std::size_t prev_dead = SIZE_MAX;  // where the previous rest died; SIZE_MAX: read whole
+    // The depth of prev's path at which it reached a configuration looping on a set of ASCII bytes
+    // (an identifier's characters), if it did: a rest sharing that many bytes whose other bytes are in
+    // the set is read whole without stepping through them.
+    std::size_t loop_depth = SIZE_MAX;
+    std::array<std::uint64_t, 2> loop_bytes{};
+
+    bool in_loop_set(std::string_view rest, std::size_t from) const {
+      for (std::size_t i = from; i < rest.size(); ++i) {
+        const auto c = static_cast<unsigned char>(rest[i]);
+        if (c >= 0x80 || ((loop_bytes[c >> 6] >> (c & 63)) & 1) == 0) return false;
+      }
+      return true;
+    }
+    void note_loop(std::size_t d) {
+      if constexpr (std::is_same_v<Cursor, DfaCursor>) {
+        const std::int32_t c = cursor.last_config();
+        if (!cursor.dfa()->has_ascii_self_loop(c)) return;
+        const std::array<std::uint64_t, 2>& bytes = cursor.dfa()->ascii_loops(c);
+        if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
+        loop_depth = d;
+        loop_bytes = bytes;
+      }
+    }
 
     bool reads(std::string_view rest) {
       if (!started) {
@@ -268,15 +294,20 @@ class EveryContextReads {
           prev = rest;
           return false;
         }
+        // (prev stays the rest the cursor walked: the next rest resumes from its path.)
+        if (loop_depth <= l && in_loop_set(rest, loop_depth)) return true;
       }
       const std::size_t depth = std::min(l, cursor.n_sets() - 2);
       cursor.truncate(depth + 2);
+      if (loop_depth > depth) loop_depth = SIZE_MAX;
       std::size_t dead = SIZE_MAX;
       for (std::size_t i = depth; i < rest.size(); ++i) {
+        if (loop_depth <= i && in_loop_set(rest, i)) break;  // the rest loops in the set: read whole
         if (!cursor.push(static_cast<std::uint8_t>(rest[i]))) {
           dead = i;
           break;
         }
+        if (loop_depth == SIZE_MAX) note_loop(i + 1);
       }
       have_prev = true;
       prev = rest;
@@ -292,8 +323,6 @@ class EveryContextReads {
 // Groups of at least this many tokens (by first byte) are kept for reuse by other tables.
 constexpr std::uint32_t kMinMemoGroup = 64;
 
-// A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
-constexpr int kMinLoopBytes = 16;
 // First-byte groups smaller than this are walked without looking for a bounded ASCII run after the
 // first byte (finding one computes the steps of every ASCII byte along it).
 constexpr std::uint32_t kMinRunGroup = 128;

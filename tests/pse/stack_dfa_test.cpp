@@ -262,6 +262,27 @@ TEST(StackDfa, TablesEqualEarleyWhenASetLoopStartsPartWayIntoTokens) {
   }
 }
 
+// A rule whose callers all go on into an identifier (c.gbnf's dataType before its names): the tokens
+// whose rest after the rule's end is read by every caller are accepted, also when a caller's walk reads
+// the rest whole from its identifier loop; rests that leave the loop's set ("ab(", "a;b") or that some
+// caller does not read are not; nor are those that leave the identifier before its loop (" ~a" after
+// " ab": "~" starts a number in one caller, a word in the other). The tables equal the chart's.
+TEST(StackDfa, TablesEqualEarleyWhenEveryCallerReadsTheRestInALoop) {
+  std::vector<std::string> t;
+  for (int b = 1; b < 128; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  for (const char first : {' ', 't', 'a'}) {
+    for (const std::string& x : pse::testing::strings_over(first, "ab0(; ~", 4)) t.push_back(x);
+  }
+  for (const char* extra : {"int", "int ", "int a", "int ab_0", "char", "char ", "char a(", " \xc3\xa9", " a\xc3\xa9"}) t.push_back(extra);
+  const Vocabulary vocab(std::move(t), {}, {});
+  const Grammar g = pse::parse_gbnf(
+      "root ::= (decl | call)+\n"
+      "decl ::= type ([a-zA-Z_] [a-zA-Z0-9_]* | \"~\" [a-z0-9]*) \";\"\n"
+      "call ::= type ([a-zA-Z_] [a-zA-Z0-9_]* | \"~\" [0-9]*) \"(\" \")\" \";\"\n"
+      "type ::= (\"int\" | \"char\" | \"float\" | \"double\" | \"long\" | \"short\" | \"signed\") \" \"+\n");
+  EXPECT_GT(check_walks(g, vocab, "every caller"), 0u);
+}
+
 std::uint32_t root_start(const Automaton& a) { return a.rule_start[a.root]; }
 
 // A chain table needs caller return states, all in one rule.
