@@ -510,7 +510,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     std::size_t loop_depth = SIZE_MAX;
     const std::vector<std::uint32_t>* loop_from = nullptr;
     std::array<std::uint64_t, 2> loop_bytes{};
-    std::shared_ptr<const Vocabulary::AsciiSetIndex> loop_set;  // loop_bytes' index, once built
+    // loop_bytes' index, asked for at the first token whose bytes before the loop are not all in the set
+    std::shared_ptr<const Vocabulary::AsciiSetIndex> loop_set;
+    bool loop_set_asked = false;
     bool loop_multibyte = false;  // and on every multi-byte character
     auto note_loop = [&](std::size_t d) {
       if constexpr (std::is_same_v<Cursor, DfaCursor>) {
@@ -529,7 +531,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           loop_from = &plain_class.member_from;
         } else {
           loop_from = nullptr;
-          if (bytes != loop_bytes) loop_set = vocab.ascii_set_index(bytes);
+          if (bytes != loop_bytes) loop_set_asked = false;
           loop_bytes = bytes;
           loop_multibyte = chart.dfa()->multibyte_step(c) == c;
         }
@@ -545,17 +547,19 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
                (static_cast<unsigned char>(vocab.sorted_token(p)[loop_depth]) & 0xC0) != 0x80;
       };
       if (loop_from != nullptr) return (*loop_from)[p] <= loop_depth && at_boundary();
-      // The set's index answers for ASCII rests (a boundary); else the bytes are read.
-      if (loop_set != nullptr && loop_set->member_from[p] < 255) {
-        if (loop_set->member_from[p] <= loop_depth) return true;
-        if (vocab.non_ascii(p) == Vocabulary::NonAscii::kNone) return false;  // an ASCII byte not in the set
-      }
       if (!at_boundary()) return false;
       const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
       if ((used[0] & ~loop_bytes[0]) == 0 && (used[1] & ~loop_bytes[1]) == 0) {  // every ASCII byte in the set
         return vocab.non_ascii(p) == Vocabulary::NonAscii::kNone ||
                (loop_multibyte && vocab.non_ascii(p) == Vocabulary::NonAscii::kCharacters);
       }
+      // Some byte is not in the set: the set's index answers for ASCII tokens; else the rest is read.
+      if (!loop_set_asked) {
+        loop_set = vocab.ascii_set_index(loop_bytes);
+        loop_set_asked = true;
+      }
+      if (loop_set != nullptr && loop_set->member_from[p] < 255 && vocab.non_ascii(p) == Vocabulary::NonAscii::kNone)
+        return loop_set->member_from[p] <= loop_depth;
       const std::string_view tok = vocab.sorted_token(p);
       for (std::size_t i = loop_depth; i < tok.size(); ++i) {
         const unsigned c = static_cast<unsigned char>(tok[i]);
