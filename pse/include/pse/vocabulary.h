@@ -101,8 +101,8 @@ class Vocabulary {
     std::vector<std::uint8_t> length;     // [text_tokens().size()] a member's length (at most 255); 0 for others
     std::vector<std::uint32_t> next_out;  // [text_tokens().size()] the first position >= p not a member
     // [text_tokens().size()] the first byte from which the rest of the token is made of the set (the
-    // token's length when its last byte is not; at most 255): a walk that reaches a configuration
-    // looping on the set at that depth or later accepts the token without reading on.
+    // token's length when its last byte is not; 255 stands for 255 or more): a walk that reaches a
+    // configuration looping on the set at that depth or later accepts the token without reading on.
     std::vector<std::uint8_t> member_from;
     std::size_t max_length = 0;           // the longest member's length
     std::vector<std::uint32_t> all;       // [n_mask_words()] every member
