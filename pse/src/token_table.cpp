@@ -433,6 +433,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
     }
   }
+  // The tight runs over a loop's subtree (below), only where no start mask accepts tokens already: the
+  // walk's checks jump over those.
+  const bool loop_runs = start_set_length == 0 && text_run == 0;
   for (unsigned b = 0; b < 256; ++b) {
     if (!byte_set_has(first, b)) continue;
     std::size_t depth_dead = SIZE_MAX;  // byte index at which the previous token died, if it did
@@ -571,9 +574,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     };
     // Positions below loop_end share the first loop_depth bytes with the last token walked (its subtree
     // at that depth): those read whole from the loop are accepted in a tight run, without the checks
-    // below (inside an identifier after a space, tens of thousands of tokens). Not when the start's
-    // masks accept tokens already: the checks below jump over those.
-    const bool loop_runs = start_set_length == 0 && text_run == 0;
+    // below (inside an identifier after a space, tens of thousands of tokens).
     std::uint32_t loop_end = 0;
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
       if (p < loop_end) {
