@@ -683,8 +683,13 @@ bool bypass_forwarders(std::vector<RawState>& st, const std::vector<std::uint32_
   return true;
 }
 
+// A word at a time: a UTF-8 continuation range is 64 bytes; bit by bit, this was 7% of a large
+// automaton's build.
 void byte_set_add_range(ByteSet& s, unsigned lo, unsigned hi) {
-  for (unsigned b = lo; b <= hi; ++b) s[b >> 6] |= 1ULL << (b & 63);
+  for (unsigned w = lo >> 6; w <= hi >> 6; ++w) {
+    const unsigned from = std::max(lo, w * 64) & 63, to = std::min(hi, w * 64 + 63) & 63;
+    s[w] |= (~0ULL >> (63 - to)) & (~0ULL << from);
+  }
 }
 
 bool byte_set_merge(ByteSet& into, const ByteSet& from) {
