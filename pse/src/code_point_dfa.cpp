@@ -1,6 +1,7 @@
 #include "code_point_dfa.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <unordered_map>
 
@@ -624,11 +625,17 @@ ExprId dfa_to_expr(const CodePointDfa& dfa, Grammar& g,
   std::vector<ExprId> labels;
   std::vector<GraphEdge> edges;
   std::vector<std::uint32_t> accepting;
+  std::vector<std::array<std::uint32_t, 3>> by_target;  // (target, lo, hi) of one state's edges, sorted
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges;
   for (std::uint32_t s = 0; s < dfa.n_states(); ++s) {
     if (dfa.accepting[s]) accepting.push_back(s);
-    std::map<std::uint32_t, std::vector<std::pair<std::uint32_t, std::uint32_t>>> by_target;
-    for (const auto& e : dfa.edges[s]) by_target[e.target].push_back({e.lo, e.hi});
-    for (const auto& [target, ranges] : by_target) {
+    by_target.clear();
+    for (const auto& e : dfa.edges[s]) by_target.push_back({e.target, e.lo, e.hi});
+    std::sort(by_target.begin(), by_target.end());
+    for (std::size_t i = 0; i < by_target.size();) {
+      const std::uint32_t target = by_target[i][0];
+      ranges.clear();
+      for (; i < by_target.size() && by_target[i][0] == target; ++i) ranges.push_back({by_target[i][1], by_target[i][2]});
       auto it = label_of.find(ranges);
       if (it == label_of.end()) {
         std::vector<CharRange> cr;

@@ -266,6 +266,8 @@ class Converter {
   std::unordered_map<std::uint64_t, std::vector<std::pair<const json*, std::size_t>>> content_classes_;
   std::unordered_map<const json*, std::size_t> content_class_;
   std::map<std::string, ExprId> cache_;            // shared fragments (json_char, ws, ...)
+  // json_chars by its ranges (8 bytes each): a trie of excluded keys asks for the same sets at many nodes.
+  std::unordered_map<std::string, ExprId> chars_cache_;
   std::map<std::string, detail::CodePointDfa> string_dfas_;  // string_satisfies: by constraint signature
   int n_rules_ = 0;
   int negate_depth_ = 0;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -460,7 +461,13 @@ std::vector<std::pair<std::string, std::string>> distinct_formats(const std::vec
 
 }  // namespace
 
-ExprId Converter::json_chars(const std::vector<CharRange>& ranges) { return encode_ranges(g_, cache_, ranges); }
+ExprId Converter::json_chars(const std::vector<CharRange>& ranges) {
+  std::string key(ranges.size() * sizeof(CharRange), '\0');
+  if (!ranges.empty()) std::memcpy(key.data(), ranges.data(), key.size());
+  auto [it, fresh] = chars_cache_.try_emplace(std::move(key), 0);
+  if (fresh) it->second = encode_ranges(g_, cache_, ranges);
+  return it->second;
+}
 
 detail::CodePointDfa Converter::key_pattern_dfa(const std::string& pattern, const std::string& pointer) {
   Grammar scratch;
