@@ -188,7 +188,8 @@ int grammar_bench(std::span<const std::string> args) {
   if (wants_maskbench(args)) return grammar_maskbench(args);
   GrammarSource src;
   std::optional<std::string> tokenizer_path, docs_path, repeat_text, save_tokens, json_out;
-  ArgParser p(fmt::format("orchard grammar bench -t TOKENIZER {} --docs FILE [--repeat N] [--save-tokens FILE]",
+  bool lazy_tables = false;
+  ArgParser p(fmt::format("orchard grammar bench -t TOKENIZER {} --docs FILE [--repeat N] [--save-tokens FILE] [--lazy-tables]",
                           kGrammarSynopsis),
               "Times the grammar's compile (median of 5, cold: no compile cache, no shared token tables;\n"
               "and again with the shared tables of earlier compiles) and the next-token mask at\n"
@@ -201,7 +202,11 @@ int grammar_bench(std::span<const std::string> args) {
       .option("docs", 0, "FILE", "JSON array of documents (required)", &docs_path)
       .option("repeat", 'r', "N", "passes over the documents (default 3)", &repeat_text)
       .option("save-tokens", 0, "FILE", "write the token ids of the documents here", &save_tokens)
-      .option("json", 0, "FILE", "also write the figures as JSON here", &json_out);
+      .option("json", 0, "FILE", "also write the figures as JSON here", &json_out)
+      .flag("lazy-tables", 0,
+            "build each token table at its first mask instead of in compile (the masks of the first pass "
+            "pay for the builds)",
+            &lazy_tables);
   if (!p.parse(args)) return 0;
   if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
   if (!docs_path) throw UsageError("missing option --docs FILE");
@@ -227,16 +232,19 @@ int grammar_bench(std::span<const std::string> args) {
   std::vector<double> compile_ms, shared_compile_ms;
   pse::CompileOptions cold;
   cold.shared_tables = false;
+  cold.precompute = !lazy_tables;
+  pse::CompileOptions shared;
+  shared.precompute = !lazy_tables;
   pse::CompiledGrammar cg = pse::compile_grammar(g, vocab, cold);
   for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     cg = pse::compile_grammar(g, vocab, cold);
     compile_ms.push_back(ms_since(t0));
   }
-  (void)pse::compile_grammar(g, vocab);
+  (void)pse::compile_grammar(g, vocab, shared);
   for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    (void)pse::compile_grammar(g, vocab);
+    (void)pse::compile_grammar(g, vocab, shared);
     shared_compile_ms.push_back(ms_since(t0));
   }
   const pse::TokenId eos = vocab->eos_ids().empty() ? -1 : vocab->eos_ids()[0];

@@ -329,6 +329,22 @@ constexpr std::uint32_t kMinRunGroup = 128;
 // A run's tokens are taken from the set index's masks by length.
 static_assert(StackDfa::kMaxAsciiRun <= Vocabulary::kMaxSetRunBytes);
 
+// Whether a bounded run of `length` text characters from `config` (StackDfa::text_run) ends closed: no
+// configuration on the way lets the rule end (a token of text characters is then never uncertain), and
+// after the last one no text character can be read. A token of more text characters then dies inside
+// the rule: rejected whatever the stack holds.
+bool run_ends_closed(StackDfa& dfa, std::int32_t config, std::size_t length) {
+  for (std::size_t i = 0; i < length; ++i) {
+    config = dfa.text_step(config);
+    if (config == StackDfa::kDead || dfa.outer_final(config)) return false;
+  }
+  for (unsigned b = 0x20; b < 0x100; ++b) {
+    const bool starts_text = Vocabulary::is_plain_byte(b) || (b >= 0xC2 && b <= 0xF4);
+    if (starts_text && dfa.step(config, static_cast<std::uint8_t>(b)) != StackDfa::kDead) return false;
+  }
+  return true;
+}
+
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                   const std::chrono::steady_clock::time_point* deadline, FollowFilter filter,
@@ -396,6 +412,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   // are accepted at once (a mask) and the walk visits only the others.
   bool start_loops_on_text = false;
   std::size_t text_run = 0;
+  // And the text tokens of more characters are rejected without a walk when the run ends closed (a
+  // string at its maxLength: a walk of each was most of such a table, tens of thousands of tokens).
+  bool reject_longer_text = false;
   // Else, tokens made only of a set of ASCII bytes that the start configuration loops on (all of them)
   // or starts a bounded run over (those of at most start_set_length bytes): accepted at once too.
   // Without the set's index (not built yet), each token is checked as the walk meets it.
@@ -410,6 +429,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     } else if (!text_class.up_to.empty()) {
       text_run = chart.dfa()->text_run(chart.last_config(), text_class.up_to.size() - 1);
       if (text_run > 0) accepted_ids.add_mask(text_class.up_to[text_run]);
+      if (text_run > 0 && text_run + 1 < text_class.up_to.size())
+        reject_longer_text = run_ends_closed(*chart.dfa(), chart.last_config(), text_run);
     }
     // (Only when the start reads enough ASCII bytes: the tests compute every ASCII step.)
     if (!start_loops_on_text && text_run == 0 && std::popcount(first[0]) + std::popcount(first[1]) >= kMinLoopBytes) {
@@ -620,8 +641,12 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         accept(p);
         continue;
       }
-      if (text_run > 0 && text_class.chars[p] != 0 && text_class.chars[p] <= text_run) {  // accepted
-        if (text_run + 1 == text_class.up_to.size()) {
+      if (text_run > 0 && text_class.chars[p] != 0 && (reject_longer_text || text_class.chars[p] <= text_run)) {
+        // Accepted (in the mask already), or rejected (longer than a closed run): no walk.
+        if (reject_longer_text) {
+          p = text_class.next_out[p];  // every member is one or the other: jump past them
+          if (p >= fb[b + 1]) break;
+        } else if (text_run + 1 == text_class.up_to.size()) {
           p = text_class.next_out_of_run[p];  // every member that fits: jump past them
           if (p >= fb[b + 1]) break;
         } else {

@@ -184,7 +184,8 @@ TEST(StackDfa, TablesEqualEarleyOnStringRuns) {
   const auto base = vocabulary_with_runs();
   for (std::size_t i = 0; i < base->n_tokens(); ++i) t.push_back(base->token_bytes(static_cast<pse::TokenId>(i)));
   for (const char* text : {"a", "ab", "abc", "abcdefgh", "\xc3\xa9", "\xc3\xa9t\xc3\xa9", " \xe4\xb8\xad", "\xf0\x9f\x98\x80x", "\"", "a\"",
-                           "\",", "\"}", "\\n", "\\u00e9", "0a", "Fx y", "x\xc3", "\xa9z", "\x7f", "\ta"}) {
+                           "\",", "\"}", "\\n", "\\u00e9", "0a", "Fx y", "x\xc3", "\xa9z", "\x7f", "\ta", "abcx", "ax]", "abxy",
+                           "abcd\""}) {
     t.push_back(text);
   }
   t.push_back(std::string(40, 'q'));          // longer than the longest run a walk accepts whole
@@ -194,6 +195,12 @@ TEST(StackDfa, TablesEqualEarleyOnStringRuns) {
   for (const std::string& pattern : {"\"" + ch + "*\",", "\"" + ch + "{0,3}\"}", "\"" + ch + "{2,40}\"",
                                     "\"[0-9a-f]" + ch + "{0,6}\"", "x" + ch + "{0,45}y"}) {
     EXPECT_GT(check_walks(pse::parse_regex(pattern), vocab, pattern), 0u) << pattern;
+  }
+  // A run in a rule that may end part-way (its caller reads on: "abcx" is uncertain in `s`, not
+  // rejected), and one whose end reads on with text characters ("ab" then "x").
+  for (const std::string& gbnf : {"root ::= \"\\\"\" s \"\\\"\" | \"[\" s \"x\" s \"]\"\ns ::= [^\"\\\\\\x00-\\x1f]{0,3}\n",
+                                  "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,2} \"x\" [a-z]* \"\\\"\"\n"}) {
+    EXPECT_GT(check_walks(pse::parse_gbnf(gbnf), vocab, gbnf), 0u) << gbnf;
   }
 }
 
