@@ -189,7 +189,8 @@ int grammar_bench(std::span<const std::string> args) {
   GrammarSource src;
   std::optional<std::string> tokenizer_path, docs_path, repeat_text, save_tokens, json_out;
   bool lazy_tables = false;
-  ArgParser p(fmt::format("orchard grammar bench -t TOKENIZER {} --docs FILE [--repeat N] [--save-tokens FILE] [--lazy-tables]",
+  ArgParser p(fmt::format("orchard grammar bench -t TOKENIZER {} --docs FILE [--repeat N] [--save-tokens FILE] "
+                          "[--lazy-tables]",
                           kGrammarSynopsis),
               "Times the grammar's compile (median of 5, cold: no compile cache, no shared token tables;\n"
               "and again with the shared tables of earlier compiles) and the next-token mask at\n"

@@ -110,9 +110,10 @@ static ExprId encode_ranges(Grammar& g, std::map<std::string, ExprId>& cache, co
   }
   if (!escaped.empty()) {
     // Keyed by which of the 35 escapable code points are in (a bit each): a key spelled code point by code
-    // point took a tenth of a large schema's conversion, on strings that exclude keys.
+    // point with fmt::format took about a third of a large schema's conversion (strings excluding keys).
     std::uint64_t bits = 0;
-    for (std::uint32_t cp : escaped) bits |= std::uint64_t{1} << (cp < 0x20 ? cp : cp == '"' ? 32 : cp == '/' ? 33 : 34);
+    for (std::uint32_t cp : escaped)
+      bits |= std::uint64_t{1} << (cp < 0x20 ? cp : cp == '"' ? 32 : cp == '/' ? 33 : 34);
     const std::string key = fmt::format("escapes {:x}", bits);
     auto it = cache.find(key);
     if (it == cache.end()) {

@@ -249,7 +249,8 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
   // count, then its slice of `grouped`.
   std::vector<std::uint32_t> touched;        // readers of this round, in the order found
   std::vector<std::uint32_t> round_classes;  // the classes of this round's readers, each once
-  std::vector<std::uint32_t> class_round, class_fill;  // per class: the last round that touched it; its count, then fill
+  // Per class: the last round that touched it; its count of readers, then where its slice fills.
+  std::vector<std::uint32_t> class_round, class_fill;
   std::vector<std::uint32_t> grouped;
   for (std::size_t round = 1;; ++round) {
     for (const auto& [s, id] : assign) cls[s] = id;
