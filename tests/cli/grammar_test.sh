@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One case of the `orchard grammar compile|check|mask` command-line tests (run by CTest): the exit statuses
+# One case of the `orchard grammar compile|check|mask|bench` command-line tests (run by CTest): the exit statuses
 # of the interface (0 accepted, 1 rejected with the token and byte, 2 bad grammar or arguments) and the
 # JSON Schema keyword modes.
 # usage: grammar_test.sh CASE   with ORCHARD (the built binary) in the environment, and ORCHARD_SHARED_DATA
@@ -52,7 +52,9 @@ case $case_name in
   grammar_check_bad_arguments)
     run grammar check --regex a; expect_rc 2
     run grammar check -t "$llama3" --regex a --gbnf "$tmp/a.gbnf"; expect_rc 2
-    run grammar frobnicate; expect_rc 2 ;;
+    run grammar frobnicate; expect_rc 2
+    run grammar bench -t x --regex a --docs d --eager-tables --lazy-tables; expect_rc 2
+    [[ "$err" == *"--eager-tables and --lazy-tables exclude each other"* ]] || fail "bench flags: '$err'" ;;
   grammar_compile_stats)
     need "$llama3/encoder.json"
     run grammar compile -t "$llama3" --schema "$tmp/month.json"; expect_rc 0

@@ -2,11 +2,11 @@
 """MaskBench with llguidance and xgrammar (and Orchard), the same files, protocol and tokenizer in one run.
 
   maskbench_peers.py [--sample-every N] [--time-limit S] [--mem-limit GB] [--peers llguidance,xgrammar]
-                     [--orchard BIN [--orchard-lazy]] [--jsonl DIR] [-t TOKENIZER_DIR] DIR|FILE...
+                     [--orchard BIN [--orchard-both]] [--jsonl DIR] [-t TOKENIZER_DIR] DIR|FILE...
 
   e.g. (from the repository root)
   flock /tmp/orchard-cpu-bench.lock .venv-bench/bin/python tests/bench/peers/maskbench_peers.py \\
-      --sample-every 40 --orchard build/pie/orchard --orchard-lazy ../shared/data/maskbench-dev
+      --sample-every 40 --orchard build/pie/orchard --orchard-both ../shared/data/maskbench-dev
 
 Files: each FILE as given, each DIR as its *.json files; the whole list sorted by path (byte order) and,
 with --sample-every N, every Nth file from the first (`ls *.json | sort | awk 'NR%N==1'`). Every file is
@@ -44,7 +44,8 @@ single call hangs (a fresh worker takes the next schema). A worker whose residen
 Output: per engine Orchard's summary lines (schemas, passing, compile errors, validation errors,
 invalidation errors, timeouts, crashes; TBM in us and TTFM in ms at p25 p50 p75 p90 p95 p99 p99.9 max,
 nearest rank), then the engines side by side. --orchard BIN runs `BIN grammar bench --maskbench` on the same
-file list, tokenizer and time limit and reads its summary. --jsonl DIR writes DIR/<engine>.jsonl, one
+file list, tokenizer and time limit and reads its summary, with the engine's default (token tables built at
+first use); --orchard-both runs it twice instead, with --eager-tables and with --lazy-tables. --jsonl DIR writes DIR/<engine>.jsonl, one
 MaskBench status line per schema (id, ttfm_us, max_ttfm_us, masks_us, max_mask_us, num_tokens, num_tests,
 all_mask_us, num_valid_tests, num_invalid_tests, compile_error / validation_error / timeout / crash, passed).
 """
@@ -537,8 +538,9 @@ def parse_args(argv):
     ap.add_argument("--peers", default=",".join(PEERS), metavar="LIST",
                     help="comma-separated peers to run (default llguidance,xgrammar; '' for none)")
     ap.add_argument("--orchard", metavar="BIN", help="also run BIN grammar bench --maskbench on the same files")
-    ap.add_argument("--orchard-lazy", action="store_true",
-                    help="with --orchard: run it a second time with --lazy-tables (tables built at first use)")
+    ap.add_argument("--orchard-both", "--orchard-lazy", action="store_true", dest="orchard_both",
+                    help="with --orchard: run it twice, with --eager-tables (every token table built in compile) "
+                         "and with --lazy-tables (each built at first use, the default)")
     ap.add_argument("--jsonl", metavar="DIR", help="write DIR/<engine>.jsonl, one status line per schema")
     a = ap.parse_args(argv)
     if a.sample_every < 1:
@@ -557,8 +559,8 @@ def parse_args(argv):
         ap.error(f"--orchard: {a.orchard}: not an executable file")
     if not a.peers and not a.orchard:
         ap.error("nothing to run: no --peers and no --orchard")
-    if a.orchard_lazy and not a.orchard:
-        ap.error("--orchard-lazy needs --orchard")
+    if a.orchard_both and not a.orchard:
+        ap.error("--orchard-both needs --orchard")
     return a
 
 
@@ -595,7 +597,8 @@ def main(argv):
                 jsonl.close()
         results.append((peer, version, summary))
         print(f"== {peer} {version}", *summary_lines(summary), sep="\n", flush=True)
-    orchard_runs = [("orchard", ())] + ([("orchard-lazy", ("--lazy-tables",))] if args.orchard_lazy else [])
+    orchard_runs = ([("orchard-eager", ("--eager-tables",)), ("orchard-lazy", ("--lazy-tables",))]
+                    if args.orchard_both else [("orchard", ())])
     for name, extra in orchard_runs if args.orchard else []:
         try:
             version, summary = run_orchard(args.orchard, files, args,

@@ -175,6 +175,38 @@ TEST(EngineConstrained, SharedJsonGbnf) {
   }
 }
 
+// Token tables built at first use (the default) or all in compile: the same masks, so the same seeded
+// outputs, token for token.
+TEST(EngineConstrained, TablesAheadOrAtFirstUseGiveTheSameOutputs) {
+  const pse::Grammar g = pse::json_schema_to_grammar(std::string_view(
+      R"({"type":"object","properties":{"id":{"type":"integer","minimum":1,"maximum":9999},
+          "name":{"type":"string","maxLength":10},"tags":{"type":"array","items":{"enum":["a","b","c"]}}},
+          "required":["id","name"]})"));
+  std::vector<std::vector<std::vector<std::int32_t>>> tokens_by_mode;
+  for (const bool ahead : {false, true}) {
+    EngineOptions o = options();
+    o.grammar_tables_ahead = ahead;
+    Engine engine(default_model(), o);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int seed = 0; seed < 4; ++seed) {
+      GenerateRequest r;
+      r.prompt = {*engine.model().tokenizer->special_tokens().bos, 65, 66};
+      r.grammar = g;
+      r.max_tokens = 300;
+      r.sampling.seed = static_cast<std::uint64_t>(seed);
+      streams.push_back(engine.submit(std::move(r)));
+    }
+    auto& outputs = tokens_by_mode.emplace_back();
+    for (auto& stream : streams) {
+      RunResult res = testing::collect(*stream);
+      ASSERT_EQ(res.samples.size(), 1u);
+      EXPECT_EQ(res.samples[0].finish, FinishReason::stop) << res.samples[0].error;
+      outputs.push_back(res.samples[0].tokens);
+    }
+  }
+  EXPECT_EQ(tokens_by_mode[0], tokens_by_mode[1]);
+}
+
 TEST(EngineConstrained, MixedWithUnconstrainedAndSamples) {
   Engine engine(default_model(), options());
   const pse::Grammar g = pse::json_schema_to_grammar(std::string_view(
