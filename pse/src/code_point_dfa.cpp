@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <span>
 #include <unordered_map>
 
 #include "u32_hash.h"
@@ -378,10 +379,39 @@ std::optional<CodePointDfa> dfa_excluding(const std::vector<std::string>& exclud
   return dfa;
 }
 
-std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std::size_t max_states) {
+namespace {
+
+// The states of `dfa` reachable from its start, numbered in the order the product construction meets
+// them (breadth first, edges in order), so that one DFA and a product of one number alike. nullopt past
+// max_states.
+std::optional<CodePointDfa> reachable_part(const CodePointDfa& dfa, std::size_t max_states) {
+  constexpr std::uint32_t kNew = ~0u;
+  std::vector<std::uint32_t> number(dfa.n_states(), kNew), order{0};
+  number[0] = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    for (const auto& e : dfa.edges[order[i]]) {
+      if (number[e.target] != kNew) continue;
+      if (order.size() >= max_states) return std::nullopt;
+      number[e.target] = static_cast<std::uint32_t>(order.size());
+      order.push_back(e.target);
+    }
+  }
   CodePointDfa out;
-  for (const auto& d : dfas)
-    if (d.empty()) return out;
+  out.edges.resize(order.size());
+  out.accepting.resize(order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto& edges = dfa.edges[order[i]];
+    out.edges[i].reserve(edges.size());
+    for (const auto& e : edges) append_edge(out.edges[i], {e.lo, e.hi, number[e.target]});
+    out.accepting[i] = dfa.accepting[order[i]];
+  }
+  return out;
+}
+
+// The product of the DFAs, from the tuple of their starts: every state reachable, not trimmed. nullopt
+// past max_states.
+std::optional<CodePointDfa> product_of(const std::vector<CodePointDfa>& dfas, std::size_t max_states) {
+  CodePointDfa out;
   std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> ids;
   std::vector<std::vector<std::uint32_t>> tuples;
   auto id_of = [&](const std::vector<std::uint32_t>& t) -> std::optional<std::uint32_t> {
@@ -434,11 +464,23 @@ std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std
     out.edges.push_back(std::move(edges));
     out.accepting.push_back(accepting ? 1 : 0);
   }
-  // Trim: keep the states from which acceptance is reachable (all are reachable from the start).
+  return out;
+}
+
+// The states from which acceptance is reachable (all are reachable from the start).
+CodePointDfa trim(const CodePointDfa& out) {
+  // The predecessors in one flat array (a vector per state was an allocation per state).
   const std::size_t n = out.n_states();
-  std::vector<std::vector<std::uint32_t>> preds(n);
+  std::vector<std::uint32_t> pred_begin(n + 1, 0), preds;
   for (std::uint32_t s = 0; s < n; ++s)
-    for (const auto& e : out.edges[s]) preds[e.target].push_back(s);
+    for (const auto& e : out.edges[s]) ++pred_begin[e.target + 1];
+  for (std::size_t s = 0; s < n; ++s) pred_begin[s + 1] += pred_begin[s];
+  preds.resize(pred_begin[n]);
+  {
+    std::vector<std::uint32_t> fill(pred_begin.begin(), pred_begin.end() - 1);
+    for (std::uint32_t s = 0; s < n; ++s)
+      for (const auto& e : out.edges[s]) preds[fill[e.target]++] = s;
+  }
   std::vector<std::uint8_t> live(n, 0);
   std::vector<std::uint32_t> stack;
   for (std::uint32_t s = 0; s < n; ++s)
@@ -446,8 +488,8 @@ std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std
   while (!stack.empty()) {
     const std::uint32_t s = stack.back();
     stack.pop_back();
-    for (std::uint32_t p : preds[s])
-      if (!live[p]) live[p] = 1, stack.push_back(p);
+    for (std::uint32_t i = pred_begin[s]; i < pred_begin[s + 1]; ++i)
+      if (const std::uint32_t p = preds[i]; !live[p]) live[p] = 1, stack.push_back(p);
   }
   if (!live[0]) return CodePointDfa{};
   std::vector<std::uint32_t> renumber(n, 0);
@@ -464,6 +506,18 @@ std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std
     trimmed.accepting.push_back(out.accepting[s]);
   }
   return trimmed;
+}
+
+}  // namespace
+
+std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std::size_t max_states) {
+  for (const auto& d : dfas)
+    if (d.empty()) return CodePointDfa{};
+  // One DFA is only trimmed: the product's tuples of one component cost an allocation per edge (a fifth
+  // of building a date-time format's DFA).
+  auto reached = dfas.size() == 1 ? reachable_part(dfas[0], max_states) : product_of(dfas, max_states);
+  if (!reached) return std::nullopt;
+  return trim(*reached);
 }
 
 std::optional<CodePointDfa> complement(const CodePointDfa& dfa, std::size_t max_states) {
@@ -498,53 +552,51 @@ std::optional<CodePointDfa> complement(const CodePointDfa& dfa, std::size_t max_
 CodePointDfa minimize(const CodePointDfa& dfa) {
   const std::size_t n = dfa.n_states();
   if (n == 0) return dfa;
-  // The intervals of code points that every edge either holds whole or misses.
-  std::vector<std::uint32_t> cuts;
-  for (const auto& out : dfa.edges) {
-    for (const auto& e : out) {
-      cuts.push_back(e.lo);
-      if (e.hi < kMaxCodePoint) cuts.push_back(e.hi + 1);
-    }
-  }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  const std::size_t k = cuts.size();
   constexpr std::uint32_t kDead = ~0u;
-  // target[s * k + i]: where state s goes on interval i (kDead: nowhere).
-  std::vector<std::uint32_t> target(n * k, kDead);
-  for (std::uint32_t s = 0; s < n; ++s) {
-    for (const auto& e : dfa.edges[s]) {
-      auto i = static_cast<std::size_t>(std::lower_bound(cuts.begin(), cuts.end(), e.lo) - cuts.begin());
-      for (; i < k && cuts[i] <= e.hi; ++i) target[s * k + i] = e.target;
-    }
-  }
-  // Moore: split classes by (class, class of each interval's target) until no class splits. A state's
-  // signature is read in place (never copied): states are grouped by its hash, and a state joins the
-  // class of the first state in its group with an equal signature.
+  // Moore: split classes by (class, the class each code point leads to) until no class splits. A
+  // state's signature is its class, then its edges as (lo, hi, target's class) with neighbours of one
+  // class merged: the same for two states exactly when their moves agree class-wise on every code
+  // point, and as long as the state's edges (not the DFA's count of distinct intervals). States are
+  // grouped by the signature's hash, and a state joins the class of the first state of its group with
+  // an equal signature.
   std::vector<std::uint32_t> cls(n);
   for (std::uint32_t s = 0; s < n; ++s) cls[s] = dfa.accepting[s] ? 1 : 0;
-  auto sig_at = [&](std::uint32_t s, std::size_t i) {  // i = 0: the class; i > 0: interval i - 1's target's
-    if (i == 0) return cls[s];
-    const std::uint32_t t = target[s * k + i - 1];
-    return t == kDead ? kDead : cls[t];
+  std::vector<std::uint32_t> sig, sig_begin(n + 1);
+  auto sig_of = [&](std::uint32_t s) {
+    return std::span<const std::uint32_t>(sig.data() + sig_begin[s], sig_begin[s + 1] - sig_begin[s]);
   };
   std::size_t n_classes = 0;
   std::vector<std::uint32_t> next(n), later(n);  // later: the next state of the same hash group
   std::unordered_map<std::uint64_t, std::uint32_t> group;  // signature hash -> its group's first state
   group.reserve(n);
   for (;;) {
+    sig.clear();
+    for (std::uint32_t s = 0; s < n; ++s) {
+      sig_begin[s] = static_cast<std::uint32_t>(sig.size());
+      sig.push_back(cls[s]);
+      for (const auto& e : dfa.edges[s]) {
+        const std::uint32_t c = cls[e.target];
+        const std::size_t m = sig.size();
+        if (m - sig_begin[s] > 1 && sig[m - 1] == c && sig[m - 2] + 1 == e.lo) {
+          sig[m - 2] = e.hi;
+        } else {
+          sig.insert(sig.end(), {e.lo, e.hi, c});
+        }
+      }
+    }
+    sig_begin[n] = static_cast<std::uint32_t>(sig.size());
     group.clear();
     std::uint32_t ids = 0;
     for (std::uint32_t s = 0; s < n; ++s) {
-      std::uint64_t h = 0x9e3779b97f4a7c15ULL;
-      for (std::size_t i = 0; i <= k; ++i) h = (h ^ sig_at(s, i)) * 0xff51afd7ed558ccdULL;
+      const auto mine = sig_of(s);
+      std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ mine.size();
+      for (const std::uint32_t v : mine) h = (h ^ v) * 0xff51afd7ed558ccdULL;
       later[s] = kDead;
       auto [it, fresh] = group.try_emplace(h ^ (h >> 31), s);
       std::uint32_t q = it->second, last = q;
       for (; !fresh && q != kDead; last = q, q = later[q]) {
-        std::size_t i = 0;
-        while (i <= k && sig_at(q, i) == sig_at(s, i)) ++i;
-        if (i > k) break;
+        const auto theirs = sig_of(q);
+        if (std::equal(mine.begin(), mine.end(), theirs.begin(), theirs.end())) break;
       }
       if (!fresh && q != kDead) {
         next[s] = next[q];

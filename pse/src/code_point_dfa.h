@@ -56,8 +56,8 @@ std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std
 // The strings `dfa` rejects (scalar values only), trimmed; nullopt past max_states.
 std::optional<CodePointDfa> complement(const CodePointDfa& dfa, std::size_t max_states);
 
-// The minimal DFA of the same language (Moore's partition refinement over the code point intervals that
-// no edge of `dfa` splits). `dfa` must be trimmed, as every builder here leaves it.
+// The minimal DFA of the same language (Moore's partition refinement, each state's moves compared as
+// code point ranges and the classes they lead to). `dfa` must be trimmed, as every builder here leaves it.
 CodePointDfa minimize(const CodePointDfa& dfa);
 
 // The shortest and longest accepted length (longest == kUnbounded when a cycle can be taken on the way

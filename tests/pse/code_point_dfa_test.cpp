@@ -155,6 +155,44 @@ TEST(CodePointDfa, BoundsAreReported) {
   const ExprId ok = add_regex(g, "[ab]{100}");
   EXPECT_TRUE(dfa_from_expr(g, ok, 200).has_value());
   EXPECT_FALSE(intersect({regex_dfa("[\\s\\S]*"), *dfa_of_length(0, 300, 400)}, 200).has_value());
+  // One DFA is only trimmed, under the same bound: 11 states reachable.
+  EXPECT_FALSE(intersect({*dfa_of_length(0, 10, 20)}, 5).has_value());
+  EXPECT_EQ(intersect({*dfa_of_length(0, 10, 20)}, 11)->n_states(), 11u);
+}
+
+// A product of one DFA keeps the states that reach acceptance, numbered breadth first from the start:
+// the same DFA as a product of it with a DFA accepting everything.
+TEST(CodePointDfa, IntersectionOfOneIsTheTrimmedDfa) {
+  for (const char* pattern : {"ab|cb", "[0-9]{2,4}|x[0-9]{1,3}", "(a|b)*c(d|e)?", "\\d+(\\.\\d+)?"}) {
+    const CodePointDfa dfa = regex_dfa(pattern);
+    // The states but the start renumbered backwards, plus a state that never accepts (trimmed away).
+    const auto n = static_cast<std::uint32_t>(dfa.n_states());
+    auto renumber = [&](std::uint32_t s) { return s == 0 ? 0 : n - s; };
+    CodePointDfa with_sink;
+    with_sink.edges.resize(n + 1);
+    with_sink.accepting.resize(n + 1, 0);
+    for (std::uint32_t s = 0; s < n; ++s) {
+      for (const auto& e : dfa.edges[s]) with_sink.edges[renumber(s)].push_back({e.lo, e.hi, renumber(e.target)});
+      with_sink.accepting[renumber(s)] = dfa.accepting[s];
+    }
+    const std::uint32_t sink = n;
+    with_sink.edges[sink].push_back({'z', 'z', sink});
+    with_sink.edges[0].push_back({0x10FFFF, 0x10FFFF, sink});
+    const auto alone = intersect({with_sink}, 4096);
+    const auto product = intersect({with_sink, *dfa_of_length(0, kUnbounded, 4)}, 4096);
+    ASSERT_TRUE(alone && product) << pattern;
+    EXPECT_EQ(alone->n_states(), dfa.n_states()) << pattern;
+    EXPECT_EQ(alone->accepting, product->accepting) << pattern;
+    ASSERT_EQ(alone->edges.size(), product->edges.size()) << pattern;
+    for (std::size_t s = 0; s < alone->edges.size(); ++s) {
+      ASSERT_EQ(alone->edges[s].size(), product->edges[s].size()) << pattern << " state " << s;
+      for (std::size_t i = 0; i < alone->edges[s].size(); ++i) {
+        EXPECT_EQ(alone->edges[s][i].lo, product->edges[s][i].lo) << pattern;
+        EXPECT_EQ(alone->edges[s][i].hi, product->edges[s][i].hi) << pattern;
+        EXPECT_EQ(alone->edges[s][i].target, product->edges[s][i].target) << pattern;
+      }
+    }
+  }
 }
 
 TEST(CodePointDfa, LengthRange) {
