@@ -78,7 +78,8 @@ PY
     grep -q "^token tables built in compile$" "$tmp/out" || fail "--eager-tables: $(cat "$tmp/out")"
     python3 - "$tmp/out.jsonl" "$tmp/eager.jsonl" <<'PY' || fail "eager and lazy outcomes differ (above)"
 import json, sys
-outcome = lambda path: [(l["id"], l["passed"], "compile_error" in l, l["num_tokens"]) for l in map(json.loads, open(path))]
+def outcome(path):
+    return [(l["id"], l["passed"], "compile_error" in l, l["num_tokens"]) for l in map(json.loads, open(path))]
 assert outcome(sys.argv[1]) == outcome(sys.argv[2]), (outcome(sys.argv[1]), outcome(sys.argv[2]))
 PY
     ;;

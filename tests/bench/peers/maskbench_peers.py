@@ -46,8 +46,9 @@ invalidation errors, timeouts, crashes; TBM in us and TTFM in ms at p25 p50 p75 
 nearest rank), then the engines side by side. --orchard BIN runs `BIN grammar bench --maskbench` on the same
 file list, tokenizer and time limit and reads its summary, with the engine's default (token tables built at
 first use); --orchard-both runs it twice instead, with --eager-tables and with --lazy-tables. --jsonl DIR
-writes DIR/<engine>.jsonl, one MaskBench status line per schema (id, ttfm_us, max_ttfm_us, masks_us, max_mask_us, num_tokens, num_tests,
-all_mask_us, num_valid_tests, num_invalid_tests, compile_error / validation_error / timeout / crash, passed).
+writes DIR/<engine>.jsonl, one MaskBench status line per schema (id, ttfm_us, max_ttfm_us, masks_us,
+max_mask_us, num_tokens, num_tests, all_mask_us, num_valid_tests, num_invalid_tests, compile_error /
+validation_error / timeout / crash, passed).
 """
 import argparse
 import gc
