@@ -129,13 +129,17 @@ Grammar Converter::run() {
   return std::move(g_);
 }
 
-Constraints Converter::collect(const Conj& conj_in, int depth) {
-  work_ += conj_in.size() + 1;
+void Converter::charge_work(std::size_t n, const Conj& where) {
+  work_ += n;
   if (work_ > options_.max_expansion_work) {
     throw LimitError(fmt::format("[json_schema] {}: expanding the schema took more than {} steps (nested anyOf / "
-                                 "oneOf / if that multiply out)", conj_in.empty() ? "/" : conj_in[0].pointer,
+                                 "oneOf / if that multiply out)", where.empty() ? "/" : where[0].pointer,
                                  options_.max_expansion_work));
   }
+}
+
+Constraints Converter::collect(const Conj& conj_in, int depth) {
+  charge_work(conj_in.size() + 1, conj_in);
   Conj all = conj_in;
   Constraints c;
   std::set<std::string> seen;
@@ -172,8 +176,11 @@ Constraints Converter::collect(const Conj& conj_in, int depth) {
   // of a pseudo-disjunction would be awkward, so store it in the constraints' carrier below.
   for (auto& d : c.disjunctions) {
     d.n_base = all.size();
-    // Rebase each branch on the full conjunction, with the disjunction marked expanded.
+    // Rebase each branch on the full conjunction, with the disjunction marked expanded. Each copy is
+    // charged before it is made: ifs and anyOfs in one allOf multiply out here, and the copies, not the
+    // visits, are what grows (a schema store entry with 125 ifs reached gigabytes before any bound).
     for (auto& branch : d.branches) {
+      charge_work(all.size() + branch.size(), all);
       Conj full = all;
       full[d.node_index].skip.push_back(d.skip_token);
       for (auto& n : branch) full.push_back(std::move(n));

@@ -55,7 +55,7 @@ struct JsonSchemaOptions {
   // Bounds that keep conversion finite on hostile input (LimitError past them).
   std::uint32_t max_depth = 200;            // nesting of schemas and $ref chains being expanded
   std::uint32_t max_grammar_exprs = 2000000;  // size of the grammar produced
-  std::uint64_t max_expansion_work = 1000000;  // schemas visited while merging and distributing combinators
+  std::uint64_t max_expansion_work = 1000000;  // schemas visited or copied while merging and distributing combinators
 };
 
 // Converts a schema (an object or a boolean) to a Grammar whose root rule is the JSON text of a valid value.
