@@ -409,57 +409,85 @@ std::optional<CodePointDfa> reachable_part(const CodePointDfa& dfa, std::size_t 
 }
 
 // The product of the DFAs, from the tuple of their starts: every state reachable, not trimmed. nullopt
-// past max_states.
+// past max_states. Tuples, their index and the ranges being merged live in flat arrays (a vector per
+// tuple and per range was most of the cost of intersecting key patterns).
 std::optional<CodePointDfa> product_of(const std::vector<CodePointDfa>& dfas, std::size_t max_states) {
+  const std::size_t k = dfas.size();
   CodePointDfa out;
-  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, U32VectorHash> ids;
-  std::vector<std::vector<std::uint32_t>> tuples;
-  auto id_of = [&](const std::vector<std::uint32_t>& t) -> std::optional<std::uint32_t> {
-    auto it = ids.find(t);
-    if (it != ids.end()) return it->second;
-    if (tuples.size() >= max_states) return std::nullopt;
-    const auto id = static_cast<std::uint32_t>(tuples.size());
-    ids.emplace(t, id);
-    tuples.push_back(t);
-    return id;
+  std::vector<std::uint32_t> tuples;      // state s's tuple: tuples[s * k .. s * k + k)
+  std::vector<std::uint32_t> slots(64, 0);  // open addressing over the tuples: state + 1, 0 = empty
+  auto tuple_hash = [&](const std::uint32_t* t) { return hash_u32s(std::span<const std::uint32_t>(t, k)); };
+  // The id of tuple t (not a pointer into `tuples`, which grows here), added when new.
+  auto id_of = [&](const std::uint32_t* t) -> std::optional<std::uint32_t> {
+    std::size_t mask = slots.size() - 1;
+    std::size_t slot = tuple_hash(t) & mask;
+    for (; slots[slot] != 0; slot = (slot + 1) & mask) {
+      if (std::equal(t, t + k, tuples.begin() + static_cast<std::ptrdiff_t>((slots[slot] - 1) * k))) return slots[slot] - 1;
+    }
+    const std::size_t n = tuples.size() / k;
+    if (n >= max_states) return std::nullopt;
+    tuples.insert(tuples.end(), t, t + k);
+    slots[slot] = static_cast<std::uint32_t>(n + 1);
+    if (2 * (n + 1) > slots.size()) {  // at most half full
+      slots.assign(slots.size() * 2, 0);
+      mask = slots.size() - 1;
+      for (std::size_t i = 0; i <= n; ++i) {
+        std::size_t j = tuple_hash(tuples.data() + i * k) & mask;
+        while (slots[j] != 0) j = (j + 1) & mask;
+        slots[j] = static_cast<std::uint32_t>(i + 1);
+      }
+    }
+    return static_cast<std::uint32_t>(n);
   };
-  (void)id_of(std::vector<std::uint32_t>(dfas.size(), 0));
-  struct Part {
+  const std::vector<std::uint32_t> start(k, 0);
+  (void)id_of(start.data());
+  // The ranges where every component so far moves, with their targets (width k, filled up to the
+  // component merged); two-pointer merges from one buffer into the other.
+  struct Range {
     std::uint32_t lo, hi;
-    std::vector<std::uint32_t> tuple;
   };
-  for (std::size_t s = 0; s < tuples.size(); ++s) {
-    const std::vector<std::uint32_t> tuple = tuples[s];
+  std::vector<Range> ranges, next;
+  std::vector<std::uint32_t> targets, next_targets, here(k);
+  for (std::size_t s = 0; s < tuples.size() / k; ++s) {
+    std::copy_n(tuples.begin() + static_cast<std::ptrdiff_t>(s * k), k, here.begin());
     bool accepting = true;
-    for (std::size_t k = 0; k < dfas.size(); ++k) accepting = accepting && dfas[k].accepting[tuple[k]] != 0;
-    // The ranges where every component moves, with the tuple of their targets (two-pointer merges).
-    std::vector<Part> parts;
-    for (const auto& e : dfas[0].edges[tuple[0]]) parts.push_back({e.lo, e.hi, {e.target}});
-    for (std::size_t k = 1; k < dfas.size() && !parts.empty(); ++k) {
-      const auto& edges = dfas[k].edges[tuple[k]];
-      std::vector<Part> next;
+    for (std::size_t c = 0; c < k; ++c) accepting = accepting && dfas[c].accepting[here[c]] != 0;
+    ranges.clear();
+    targets.clear();
+    for (const auto& e : dfas[0].edges[here[0]]) {
+      ranges.push_back({e.lo, e.hi});
+      targets.push_back(e.target);
+      targets.resize(targets.size() + k - 1);
+    }
+    for (std::size_t c = 1; c < k && !ranges.empty(); ++c) {
+      const auto& edges = dfas[c].edges[here[c]];
+      next.clear();
+      next_targets.clear();
       std::size_t i = 0, j = 0;
-      while (i < parts.size() && j < edges.size()) {
-        const std::uint32_t lo = std::max(parts[i].lo, edges[j].lo);
-        const std::uint32_t hi = std::min(parts[i].hi, edges[j].hi);
+      while (i < ranges.size() && j < edges.size()) {
+        const std::uint32_t lo = std::max(ranges[i].lo, edges[j].lo);
+        const std::uint32_t hi = std::min(ranges[i].hi, edges[j].hi);
         if (lo <= hi) {
-          Part p{lo, hi, parts[i].tuple};
-          p.tuple.push_back(edges[j].target);
-          next.push_back(std::move(p));
+          next.push_back({lo, hi});
+          next_targets.insert(next_targets.end(), targets.begin() + static_cast<std::ptrdiff_t>(i * k),
+                              targets.begin() + static_cast<std::ptrdiff_t>(i * k + k));
+          next_targets[(next.size() - 1) * k + c] = edges[j].target;
         }
-        if (parts[i].hi < edges[j].hi) {
+        if (ranges[i].hi < edges[j].hi) {
           ++i;
         } else {
           ++j;
         }
       }
-      parts = std::move(next);
+      ranges.swap(next);
+      targets.swap(next_targets);
     }
     std::vector<CodePointDfa::Edge> edges;
-    for (const Part& p : parts) {
-      const auto id = id_of(p.tuple);
+    edges.reserve(ranges.size());
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      const auto id = id_of(targets.data() + i * k);
       if (!id) return std::nullopt;
-      append_edge(edges, {p.lo, p.hi, *id});
+      append_edge(edges, {ranges[i].lo, ranges[i].hi, *id});
     }
     out.edges.push_back(std::move(edges));
     out.accepting.push_back(accepting ? 1 : 0);
