@@ -70,8 +70,30 @@ std::shared_ptr<TableCache::RuleTables> TableCache::rule(std::uint64_t vocabular
     if (*r->closure == *closure) return r;  // equal closures only: a hash collision never shares tables
   auto r = std::make_shared<RuleTables>();
   r->closure = closure;
+  // The closure is held as long as the entry: counted like its tables (closures of large rules weigh
+  // more than their tables; uncounted, a MaskBench run held twice the bound).
+  r->bytes = entry_bytes(*closure);
+  bytes_ += r->bytes;
   slot.rules.push_back(r);
+  evict_past_bound();
   return r;
+}
+
+std::size_t TableCache::entry_bytes(const RuleClosure& closure) {
+  return closure.capacity() * sizeof(std::uint32_t) + sizeof(RuleClosure) + sizeof(RuleTables);
+}
+
+void TableCache::evict_past_bound() {
+  while (bytes_ > max_bytes_ && !lru_.empty()) {
+    auto oldest = slots_.find(lru_.back());
+    for (const auto& r : oldest->second.rules) {
+      std::lock_guard<std::mutex> rule_lock(r->mutex);
+      bytes_ -= std::min(bytes_, r->bytes);
+      r->evicted = true;
+    }
+    slots_.erase(oldest);  // grammars compiled from these entries keep their own copies
+    lru_.pop_back();
+  }
 }
 
 std::shared_ptr<const TokenTable> TableCache::add(RuleTables& rule, std::uint32_t offset, TokenTable table) {
@@ -88,16 +110,7 @@ std::shared_ptr<const TokenTable> TableCache::add(RuleTables& rule, std::uint32_
   std::lock_guard<std::mutex> lock(mutex_);
   if (rule.evicted) return kept;  // the grammar keeps it; the cache no longer counts the rule
   bytes_ += bytes;
-  while (bytes_ > max_bytes_ && !lru_.empty()) {
-    auto oldest = slots_.find(lru_.back());
-    for (const auto& r : oldest->second.rules) {
-      std::lock_guard<std::mutex> rule_lock(r->mutex);
-      bytes_ -= std::min(bytes_, r->bytes);
-      r->evicted = true;
-    }
-    slots_.erase(oldest);  // grammars compiled from these entries keep their own copies
-    lru_.pop_back();
-  }
+  evict_past_bound();
   return kept;
 }
 

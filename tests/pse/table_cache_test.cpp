@@ -1,5 +1,5 @@
 // TableCache (pse/src/table_cache.h): the process-wide store of token tables shared between grammars.
-// Bounded in memory: past the bound the least recently used rules go first, in constant time each (a
+// Bounded in memory (tables and the closures that identify their rules): past the bound the least recently used rules go first, in constant time each (a
 // linear scan per eviction once took 12% of a MaskBench run), and tables added to an evicted rule's
 // entry (a grammar still holds it) are no longer counted.
 #include "table_cache.h"
@@ -21,8 +21,9 @@ TokenTable table_of(std::size_t words) {
 }
 
 TEST(TableCache, EvictsTheLeastRecentlyUsedRulesPastItsBound) {
-  const std::size_t one = table_of(1000).memory_bytes() + sizeof(TokenTable);
-  TableCache cache(3 * one);  // room for three tables
+  // An entry with one table: its closure and the table.
+  const std::size_t one = TableCache::entry_bytes(*closure(0)) + table_of(1000).memory_bytes() + sizeof(TokenTable);
+  TableCache cache(3 * one);  // room for three such entries
   auto a = cache.rule(7, closure(1));
   auto b = cache.rule(7, closure(2));
   auto c = cache.rule(7, closure(3));
@@ -39,15 +40,33 @@ TEST(TableCache, EvictsTheLeastRecentlyUsedRulesPastItsBound) {
   auto b2 = cache.rule(7, closure(2));
   EXPECT_NE(b2, b);                          // a fresh, empty entry
   EXPECT_TRUE(b2->by_offset.empty());
+  // Its closure counts: over the bound again, the least recent (c) goes.
+  const std::size_t entry = TableCache::entry_bytes(*closure(0));
+  EXPECT_TRUE(c->evicted);
+  EXPECT_EQ(cache.bytes(), 2 * one + entry);
   // The evicted entry still works for the grammar holding it, outside the cache's count.
   EXPECT_NE(cache.add(*b, 1, table_of(1000)), nullptr);
-  EXPECT_EQ(cache.bytes(), 3 * one);
+  EXPECT_EQ(cache.bytes(), 2 * one + entry);
   // The same closure under another vocabulary is another entry; equal closures share one.
   EXPECT_NE(cache.rule(8, closure(1)), cache.rule(7, closure(1)));
-  EXPECT_EQ(cache.rule(7, closure(3)), c);
+  EXPECT_EQ(cache.rule(7, closure(4)), d);
   cache.clear();
   EXPECT_EQ(cache.bytes(), 0u);
-  EXPECT_TRUE(a->evicted && c->evicted && d->evicted);
+  EXPECT_TRUE(a->evicted && d->evicted && b2->evicted);
+}
+
+// Closures count too: entries without tables (a rule met, its tables not yet built) are bounded.
+TEST(TableCache, ClosuresCountTowardTheBound) {
+  const std::size_t entry = TableCache::entry_bytes(*closure(0));
+  EXPECT_GT(entry, 3 * sizeof(std::uint32_t));
+  TableCache cache(2 * entry);
+  auto a = cache.rule(7, closure(1));
+  auto b = cache.rule(7, closure(2));
+  EXPECT_EQ(cache.bytes(), 2 * entry);
+  auto c = cache.rule(7, closure(3));  // a third entry: the oldest goes
+  EXPECT_EQ(cache.bytes(), 2 * entry);
+  EXPECT_TRUE(a->evicted);
+  EXPECT_FALSE(b->evicted || c->evicted);
 }
 
 TEST(TableCache, AnEntryKeepsTheFirstTableAddedAtAnOffset) {

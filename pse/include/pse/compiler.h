@@ -32,7 +32,8 @@ struct CompileOptions {
   double eager_table_ms = 10'000;
   // Share token tables with other grammars compiled against the same vocabulary (a process-wide cache
   // keyed by the exact structure of a rule, the rules it calls and the bytes that may follow it;
-  // bounded at 256 MiB). Each grammar applies its own full follow filter to a table it takes.
+  // bounded at 512 MiB, tables and the closures that identify them). Each grammar applies its own full
+  // follow filter to a table it takes.
   bool shared_tables = true;
 };
 
