@@ -474,6 +474,19 @@ TEST(JsonSchema, BoundsStopDeepInput) {
   JsonSchemaOptions small;
   small.max_expansion_work = 20000;
   EXPECT_THROW((void)json_schema_to_grammar(std::string_view(wide), small), LimitError);
+  // Conditionals in one allOf multiply out in the copies of the rebased branches far more than in the
+  // schemas visited: the copies are charged too, before they are made (a JSON Schema Store entry with
+  // 125 ifs reached 3.5 GB before its error, when only visits were counted).
+  std::string ifs = R"({"allOf":[)";
+  for (int i = 0; i < 10; ++i) {
+    const std::string n = std::to_string(i);
+    ifs += std::string(i ? "," : "") + R"({"if":{"required":["p)" + n + R"("]},"then":{"required":["q)" + n +
+           R"("]},"else":{"required":["r)" + n + R"("]}})";
+  }
+  ifs += "]}";
+  JsonSchemaOptions copies;
+  copies.max_expansion_work = 400000;  // the visits alone need about 270,000, with the copies 670,000
+  EXPECT_THROW((void)json_schema_to_grammar(std::string_view(ifs), copies), LimitError);
   // The trie of the keys another member may not take is bounded like the grammar: an error that names
   // the object, not a silent cut.
   std::string keys = R"({"type":"object","properties":{")" + std::string(300, 'k') + R"(":{"type":"integer"}}})";
