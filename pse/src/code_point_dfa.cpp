@@ -422,7 +422,8 @@ std::optional<CodePointDfa> product_of(const std::vector<CodePointDfa>& dfas, st
     std::size_t mask = slots.size() - 1;
     std::size_t slot = tuple_hash(t) & mask;
     for (; slots[slot] != 0; slot = (slot + 1) & mask) {
-      if (std::equal(t, t + k, tuples.begin() + static_cast<std::ptrdiff_t>((slots[slot] - 1) * k))) return slots[slot] - 1;
+      const auto at = tuples.begin() + static_cast<std::ptrdiff_t>((slots[slot] - 1) * k);
+      if (std::equal(t, t + k, at)) return slots[slot] - 1;
     }
     const std::size_t n = tuples.size() / k;
     if (n >= max_states) return std::nullopt;

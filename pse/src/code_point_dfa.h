@@ -49,8 +49,8 @@ std::optional<CodePointDfa> dfa_of_length(std::uint32_t min, std::uint32_t max, 
 // Every string but the listed ones (UTF-8; nullopt when one is not valid UTF-8 or past max_states).
 std::optional<CodePointDfa> dfa_excluding(const std::vector<std::string>& excluded, std::size_t max_states);
 
-// The strings every DFA accepts, with only the states that can still reach acceptance (no states when
-// none is left). nullopt past max_states.
+// The strings every DFA accepts (at least one DFA), with only the states that can still reach acceptance
+// (no states when none is left). nullopt past max_states.
 std::optional<CodePointDfa> intersect(const std::vector<CodePointDfa>& dfas, std::size_t max_states);
 
 // The strings `dfa` rejects (scalar values only), trimmed; nullopt past max_states.

@@ -1,7 +1,8 @@
 // TableCache (pse/src/table_cache.h): the process-wide store of token tables shared between grammars.
-// Bounded in memory (tables and the closures that identify their rules): past the bound the least recently used rules go first, in constant time each (a
-// linear scan per eviction once took 12% of a MaskBench run), and tables added to an evicted rule's
-// entry (a grammar still holds it) are no longer counted.
+// Bounded in memory (tables and the closures that identify their rules): past the bound the least
+// recently used rules go first, in constant time each (a linear scan per eviction once took 12% of a
+// MaskBench run), and tables added to an evicted rule's entry (a grammar still holds it) are no longer
+// counted.
 #include "table_cache.h"
 
 #include <gtest/gtest.h>
