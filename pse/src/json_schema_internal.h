@@ -272,7 +272,7 @@ class Converter {
   int n_rules_ = 0;
   int negate_depth_ = 0;
   std::uint64_t next_lineage_ = 0;
-  std::uint64_t work_ = 0;  // schemas visited while collecting, against options_.max_expansion_work
+  std::uint64_t work_ = 0;  // schemas visited and copied while collecting, against options_.max_expansion_work
   // Adds n to work_; LimitError (naming where's first schema) past options_.max_expansion_work.
   void charge_work(std::size_t n, const Conj& where);
   std::map<std::string, json*> canonical_;

@@ -54,7 +54,8 @@ class TableCache {
   void clear();
   std::size_t bytes() const;  // of the tables and closures of the rules in the cache
 
-  // Tables and closures together (a MaskBench dev run fills it: half as much cost masks 10% at p99).
+  // Tables and closures together (a MaskBench dev run fills it; 256 MiB read a few percent slower at p99,
+  // within the VM's noise).
   static constexpr std::size_t kMaxBytes = std::size_t{512} << 20;
 
  private:
