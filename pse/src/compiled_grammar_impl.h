@@ -2,6 +2,7 @@
 // table (built in compile() or on first use). Shared read-only by every matcher of the grammar.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "automaton.h"
 #include "pse/compiler.h"
 #include "stack_dfa.h"
+#include "state_classes.h"
 #include "table_cache.h"
 #include "token_table.h"
 #include "u32_hash.h"
@@ -21,7 +23,9 @@ namespace pse {
 struct CompiledGrammar::Impl {
   std::shared_ptr<const Vocabulary> vocabulary;
   detail::Automaton automaton;
-  std::vector<std::uint32_t> scan_index;  // [n_states] index into tables, or kNoTable
+  // [n_states] index into tables, or kNoTable. With classes found rule by rule, a rule's entries change
+  // once, under its once flag, before any table of the rule is asked for.
+  mutable std::vector<std::uint32_t> scan_index;
   static constexpr std::uint32_t kNoTable = ~0u;
   std::vector<std::uint32_t> table_state;  // [n_tables] the state a table is built from
   // Tables shared with other grammars (CompileOptions::shared_tables): per rule, its entry in the
@@ -47,10 +51,45 @@ struct CompiledGrammar::Impl {
   static constexpr std::size_t kMaxSharedGroupBytes = std::size_t{4} << 20;  // group results kept afterwards
   mutable std::mutex dfa_mutex;
   mutable std::unique_ptr<detail::StackDfa> dfa;
-  std::vector<std::uint32_t> canonical_states;  // [n_states] the class representative (see StackDfa); or empty
+  // [n_states] the class representative (see StackDfa); or empty. With classes found rule by rule, the
+  // identity until the state's rule is classified (written under dfa_mutex: the walks read it).
+  mutable std::vector<std::uint32_t> canonical_states;
+  // Classes found rule by rule (large automata whose tables are built on first use; compiler.cpp): each
+  // rule at its first table, under its once flag.
+  bool classes_by_rule = false;
+  std::size_t class_horizon = 0;
+  mutable std::unique_ptr<std::once_flag[]> rule_classes_once;
+
+  // Finds rule r's classes and points its states at their class's first state (canonical_states) and
+  // at the table of its first state that reads bytes (scan_index). Throws LimitError past `deadline`.
+  void classify_rule(std::uint32_t r, const std::chrono::steady_clock::time_point* deadline) const {
+    const std::uint32_t lo = automaton.rule_start[r];
+    const std::vector<std::uint32_t> cls =
+        detail::future_classes(automaton, lo, automaton.rule_final[r] + 1, class_horizon, 256, deadline);
+    if (cls.empty()) return;
+    const std::uint32_t n_classes = *std::max_element(cls.begin(), cls.end()) + 1;
+    std::vector<std::uint32_t> first_state(n_classes, kNoTable), first_table(n_classes, kNoTable);
+    std::lock_guard<std::mutex> lock(dfa_mutex);
+    for (std::uint32_t k = 0; k < cls.size(); ++k) {
+      const std::uint32_t s = lo + k, c = cls[k];
+      if (first_state[c] == kNoTable) first_state[c] = s;
+      canonical_states[s] = first_state[c];
+      if (scan_index[s] == kNoTable) continue;
+      if (first_table[c] == kNoTable) {
+        first_table[c] = scan_index[s];
+      } else {
+        scan_index[s] = first_table[c];
+      }
+    }
+  }
 
   // The token table of a state that reads bytes; builds it on first use when not precomputed.
   const detail::TokenTable& table(std::uint32_t state) const {
+    if (classes_by_rule) {
+      const std::uint32_t r = automaton.state_rule[state];
+      // (The rules too large to classify at a first table were classified, or left alone, in compile.)
+      std::call_once(rule_classes_once[r], [&] { classify_rule(r, nullptr); });
+    }
     const std::uint32_t i = scan_index[state];
     std::call_once(table_once[i], [&] { build_table(i, nullptr); });
     return tables[i];

@@ -13,14 +13,19 @@ namespace pse {
 
 namespace {
 
-// Past this many automaton states the tables are not shared between equivalent states (the partition
-// refinement's cost grows with the automaton, about 0.4 us a state). Below it, a large counted
-// repetition's copies share their tables: a 558,000-state schema (a pattern of up to 100 words in 300
-// characters) classified in 222 ms and then built 208,000 tables instead of 548,000, its masks over
-// 0.5 ms 182 -> 66.
+// Past this many states (an automaton's, or with classes found rule by rule, a rule's) the tables are not
+// shared between equivalent states (the partition refinement's cost grows with the automaton, 0.2-0.4 us
+// a state). Below it, a large counted repetition's copies share their tables: a 558,000-state
+// schema (a pattern of up to 100 words in 300 characters) classified in 222 ms and then built 208,000
+// tables instead of 548,000, its masks over 0.5 ms 182 -> 66.
 constexpr std::size_t kMaxStatesToClassify = 1'048'576;
-// With tables built on first use, smaller automata go without the classes.
+// With tables built on first use, smaller automata go without the classes; larger ones find them rule by
+// rule (a state's class depends on its rule alone), each rule at its first table, but for the rules of at
+// least kMinRuleStatesToClassifyInCompile states, classified in compile so that no mask waits for long.
+// A Kubernetes schema of 41,000 states in 511 rules (at most 1,760 states each) spent 7 ms of its 19 ms
+// compile on classes that saved 9% of its tables; counted repetitions concentrate in large rules.
 constexpr std::size_t kMinStatesToClassifyLazily = 8'192;
+constexpr std::size_t kMinRuleStatesToClassifyInCompile = 4'096;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -77,12 +82,13 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   impl->scan_index.assign(a.n_states(), CompiledGrammar::Impl::kNoTable);
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
-  // Classes save table builds but cost a pass over the whole automaton: worth it when every table is
-  // built ahead, or in a large automaton (a counted repetition's copies would each build their tables
-  // at first use). For a small one built on first use, tables of states reaching the same configuration
-  // after a first byte already share their walks (StackDfa's group memo), and compile stays short.
-  const bool classify = (options.precompute || a.n_states() > kMinStatesToClassifyLazily) &&
-                        a.n_states() <= kMaxStatesToClassify;
+  // Classes save table builds but cost a pass over the automaton: worth it when every table is built
+  // ahead (all rules at once, here), or in a large automaton (a counted repetition's copies would each
+  // build their tables at first use; rule by rule, below). For a small one built on first use, tables
+  // of states reaching the same configuration after a first byte already share their walks (StackDfa's
+  // group memo), and compile stays short.
+  const bool classify = options.precompute && a.n_states() <= kMaxStatesToClassify;
+  const bool lazy_classes = !options.precompute && a.n_states() > kMinStatesToClassifyLazily;
   if (classify) {
     // Optional: past a quarter of the time left, go without them.
     const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
@@ -92,7 +98,6 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
       classes.clear();
     }
   }
-  st.classes_ms = ms_since(t_classes);
   // Class ids are dense from 0: per class, its first state and its table.
   constexpr std::uint32_t kNone = ~0u;
   std::vector<std::uint32_t> class_table;
@@ -119,6 +124,28 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     impl->scan_index[s] = static_cast<std::uint32_t>(impl->table_state.size());
     impl->table_state.push_back(s);
   }
+  if (lazy_classes) {
+    // A table slot per state for now; each rule's classes point its states at their class's first table.
+    impl->classes_by_rule = true;
+    impl->class_horizon = impl->vocabulary->max_token_length();
+    impl->canonical_states.resize(a.n_states());
+    for (std::uint32_t s = 0; s < a.n_states(); ++s) impl->canonical_states[s] = s;
+    impl->rule_classes_once = std::make_unique<std::once_flag[]>(a.rule_start.size());
+    const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
+    for (std::uint32_t r = 0; r < a.rule_start.size(); ++r) {
+      if (a.rule_final[r] >= a.n_states()) continue;  // unproductive: no table
+      const std::size_t size = std::size_t{a.rule_final[r]} + 1 - a.rule_start[r];
+      if (size < kMinRuleStatesToClassifyInCompile) continue;
+      std::call_once(impl->rule_classes_once[r], [&] {
+        if (size > kMaxStatesToClassify || std::chrono::steady_clock::now() > classes_deadline) return;
+        try {
+          impl->classify_rule(r, &classes_deadline);
+        } catch (const LimitError&) {  // optional: the rule goes without
+        }
+      });
+    }
+  }
+  st.classes_ms = ms_since(t_classes);
   const std::size_t n_tables = impl->table_state.size();
   // Tables of rules small enough to be identified exactly are shared with other grammars: each rule
   // is identified at its first table build (all of them here when every table is built ahead).

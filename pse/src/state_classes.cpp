@@ -4,8 +4,11 @@
 #include <bit>
 #include <functional>
 #include <span>
+#include <stdexcept>
 #include <unordered_map>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "pse/error.h"
 
@@ -25,8 +28,9 @@ struct Closures {
   std::vector<std::uint8_t> final;
 };
 
-Closures closures_of(const Automaton& a, std::size_t max_closure, const std::function<void()>& check_deadline) {
-  const std::size_t n = a.n_states();
+// Of the states [lo, lo + n) (whole rules: every edge stays inside), numbered from 0.
+Closures closures_of(const Automaton& a, std::uint32_t lo, std::size_t n, std::size_t max_closure,
+                     const std::function<void()>& check_deadline) {
   Closures c;
   c.begin.reserve(n + 1);
   c.alone.assign(n, 0);
@@ -36,11 +40,11 @@ Closures closures_of(const Automaton& a, std::size_t max_closure, const std::fun
   for (std::uint32_t s = 0; s < n; ++s) {
     check_deadline();
     c.begin.push_back(static_cast<std::uint32_t>(c.edges.size()));
-    if (!a.distinct.empty() && a.distinct[s]) {  // its own class, not compared (Automaton::distinct)
+    if (!a.distinct.empty() && a.distinct[lo + s]) {  // its own class, not compared (Automaton::distinct)
       c.alone[s] = 1;
       continue;
     }
-    work.assign(1, s);
+    work.assign(1, lo + s);
     seen[s] = s;
     std::size_t visited = 0;
     bool final = false;
@@ -54,18 +58,18 @@ Closures closures_of(const Automaton& a, std::size_t max_closure, const std::fun
       final = final || a.is_final(t);
       for (std::uint32_t i = a.byte_begin[t]; i < a.byte_begin[t + 1]; ++i) {
         const ByteEdge& e = a.byte_edges[i];
-        c.edges.emplace_back(std::uint32_t{e.lo} << 8 | e.hi, e.target);
+        c.edges.emplace_back(std::uint32_t{e.lo} << 8 | e.hi, e.target - lo);
       }
       auto visit = [&](std::uint32_t u) {
-        if (seen[u] != s) {
-          seen[u] = s;
+        if (seen[u - lo] != s) {
+          seen[u - lo] = s;
           work.push_back(u);
         }
       };
       for (std::uint32_t i = a.eps_begin[t]; i < a.eps_begin[t + 1]; ++i) visit(a.eps_edges[i]);
       for (std::uint32_t i = a.call_begin[t]; i < a.call_begin[t + 1]; ++i) {
         const CallEdge& e = a.call_edges[i];
-        c.edges.emplace_back(Closures::kCall | e.rule, e.target);
+        c.edges.emplace_back(Closures::kCall | e.rule, e.target - lo);
         if (a.rule_nullable[e.rule]) visit(e.target);
       }
     }
@@ -83,14 +87,25 @@ Closures closures_of(const Automaton& a, std::size_t max_closure, const std::fun
 
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure,
                                           const std::chrono::steady_clock::time_point* deadline) {
+  return future_classes(a, 0, static_cast<std::uint32_t>(a.n_states()), horizon, max_closure, deadline);
+}
+
+std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, std::uint32_t hi, std::size_t horizon,
+                                          std::size_t max_closure,
+                                          const std::chrono::steady_clock::time_point* deadline) {
+  if (lo >= hi) return {};
+  const bool whole = lo == 0 && hi == a.n_states();
+  if (!whole && (hi > a.n_states() || a.rule_start[a.state_rule[lo]] != lo ||
+                 a.rule_final[a.state_rule[hi - 1]] != hi - 1))
+    throw std::logic_error(fmt::format("future_classes: states [{}, {}) are not whole rules", lo, hi));
+  const std::size_t n = hi - lo;
   std::size_t work = 0;
   const std::function<void()> check_deadline = [&] {
     if (deadline != nullptr && (++work & 0xFFF) == 0 && std::chrono::steady_clock::now() > *deadline) {
       throw LimitError("[compile] compile time limit exceeded finding the states with the same future");
     }
   };
-  const std::size_t n = a.n_states();
-  const Closures closures = closures_of(a, max_closure, check_deadline);
+  const Closures closures = closures_of(a, lo, n, max_closure, check_deadline);
 
   // Round 0: the rule and whether its end is reached without input (lone states keep their own class).
   std::vector<std::uint32_t> cls(n);
@@ -98,7 +113,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
     std::unordered_map<std::uint64_t, std::uint32_t> ids;
     for (std::uint32_t s = 0; s < n; ++s) {
       const std::uint64_t kind = closures.alone[s] ? 2u : closures.final[s];
-      const std::uint64_t key = kind << 32 | (closures.alone[s] ? s : a.state_rule[s]);
+      const std::uint64_t key = kind << 32 | (closures.alone[s] ? s : a.state_rule[lo + s]);
       cls[s] = ids.try_emplace(key, static_cast<std::uint32_t>(ids.size())).first->second;
     }
   }

@@ -23,4 +23,11 @@ namespace pse::detail {
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure = 256,
                                           const std::chrono::steady_clock::time_point* deadline = nullptr);
 
+// The same for the states [lo, hi) only, which must be whole rules (each rule's states are contiguous,
+// and no edge leaves its rule, so the classes of a rule depend on it alone): class ids dense from 0,
+// per state from lo. Classes can then be found rule by rule, as the rules are needed.
+std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, std::uint32_t hi, std::size_t horizon,
+                                          std::size_t max_closure = 256,
+                                          const std::chrono::steady_clock::time_point* deadline = nullptr);
+
 }  // namespace pse::detail

@@ -346,6 +346,75 @@ TEST(Compiler, LongLiteralInAChoiceBuilds) {
   EXPECT_LT(a.n_states(), text.size() + 16);
 }
 
+// A large automaton whose tables are built on first use finds its classes rule by rule: a rule of at
+// least 4,096 states in compile, the others at their first table. The classes are the whole automaton's
+// (the representatives agree with an eager compile's), a rule's equivalent states share a table, and the
+// masks are brute force's.
+TEST(Compiler, ClassesFoundRuleByRuleAreTheWholeAutomatons) {
+  G g;
+  const RuleId root = g.rule("root"), big = g.rule("big");
+  std::vector<RuleId> small;
+  std::vector<ExprId> choices{g.seq({g.lit("<"), g.ref(big), g.lit(">")})};
+  // (Sequences, not counted repetitions: those are built in chunks of a few states.)
+  std::vector<ExprId> letters(5000, g.cls('a', 'z'));
+  letters.push_back(g.lit(";"));
+  g.define(big, g.seq(letters));
+  for (int i = 0; i < 8; ++i) {
+    small.push_back(g.rule("digits" + std::to_string(i)));
+    std::vector<ExprId> digits(700, g.cls('0', '9'));
+    digits.push_back(g.lit(std::string(1, static_cast<char>('A' + i))));
+    g.define(small[i], g.seq(digits));
+    choices.push_back(g.seq({g.lit(std::string(1, static_cast<char>('a' + i))), g.ref(small[i])}));
+  }
+  g.define(root, g.plus(g.alt(choices)));
+  const Grammar grammar = g.done(root);
+  auto vocab = small_vocabulary();
+  CompileOptions first_use;
+  first_use.precompute = false;
+  const CompiledGrammar lazy = compile_grammar(grammar, vocab, first_use);
+  const CompiledGrammar eager = compile_grammar(grammar, vocab);
+  const CompiledGrammar::Impl& li = *lazy.impl();
+  const CompiledGrammar::Impl& ei = *eager.impl();
+  const detail::Automaton& a = li.automaton;
+  ASSERT_GT(a.n_states(), 8192u);
+  ASSERT_TRUE(li.classes_by_rule);
+  ASSERT_EQ(ei.canonical_states.size(), a.n_states());
+  auto states_of = [&](RuleId r) {
+    const std::uint32_t lo = a.rule_start[r], hi = a.rule_final[r] + 1;
+    return std::pair{lo, hi};
+  };
+  // Shares tables like the eager compile: as many distinct tables among the rule's states that read bytes,
+  // and fewer than those states.
+  auto expect_as_eager = [&](RuleId r, const char* when) {
+    const auto [lo, hi] = states_of(r);
+    std::set<std::uint32_t> lazy_tables, eager_tables;
+    std::size_t n_scan = 0, n_merged = 0;
+    for (std::uint32_t s = lo; s < hi; ++s) {
+      EXPECT_EQ(li.canonical_states[s], ei.canonical_states[s]) << when << ", state " << s;
+      n_merged += li.canonical_states[s] != s ? 1 : 0;
+      if (li.scan_index[s] == CompiledGrammar::Impl::kNoTable) continue;
+      ++n_scan;
+      lazy_tables.insert(li.scan_index[s]);
+      eager_tables.insert(ei.scan_index[s]);
+    }
+    EXPECT_GT(n_merged, 0u) << when;
+    EXPECT_EQ(lazy_tables.size(), eager_tables.size()) << when;
+    EXPECT_LT(lazy_tables.size(), n_scan) << when;
+  };
+  ASSERT_GE(states_of(big).second - states_of(big).first, 4096u);
+  expect_as_eager(big, "the large rule, classified in compile");
+  const auto [lo3, hi3] = states_of(small[3]);
+  ASSERT_LT(hi3 - lo3, 4096u);
+  for (std::uint32_t s = lo3; s < hi3; ++s)
+    ASSERT_EQ(li.canonical_states[s], s) << "not classified before its first table";
+  Matcher m(lazy);
+  ASSERT_TRUE(m.accept_bytes("d12"));  // in digits3
+  std::vector<std::uint32_t> mask(m.mask_words());
+  m.fill_next_token_bitmask(mask);
+  expect_as_eager(small[3], "a small rule, classified at its first table");
+  expect_masks_are_brute_force(lazy, 300, 17);
+}
+
 // Tables past the eager time budget are built on first use: compile() succeeds, the masks are the same.
 TEST(Compiler, TablesPastTheEagerBudgetAreBuiltOnFirstUse) {
   const Grammar g = json_schema_to_grammar(std::string_view(R"({"type":"object","properties":{"s":{"type":"string","maxLength":20},"n":{"type":"integer"}}})"));

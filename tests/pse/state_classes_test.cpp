@@ -149,6 +149,36 @@ TEST(StateClasses, PartitionEqualsPlainMooreRefinement) {
   }
 }
 
+// Classes found rule by rule (the compiler's way with large automata built on first use) are the whole
+// automaton's: no class spans two rules, and each rule's refinement reads its own states only.
+TEST(StateClasses, RuleByRuleEqualsTheWholeAutomaton) {
+  std::vector<std::pair<std::string, Grammar>> grammars = pse::testing::all_small_grammars();
+  grammars.emplace_back("object", pse::json_schema_to_grammar(std::string_view(
+      R"({"type":"object","properties":{"a":{"type":"string","maxLength":9},)"
+      R"("b":{"type":"array","items":{"type":"string","maxLength":5}}}})")));
+  for (const auto& [name, g] : grammars) {
+    const Automaton a = build_automaton(g, AutomatonLimits{});
+    for (std::size_t rounds : {2, 64}) {
+      const std::vector<std::uint32_t> whole = future_classes(a, rounds);
+      std::size_t n_rules = 0;
+      for (std::uint32_t r = 0; r < a.rule_start.size(); ++r) {
+        if (a.rule_final[r] >= a.n_states()) continue;  // unproductive
+        ++n_rules;
+        const std::uint32_t lo = a.rule_start[r], hi = a.rule_final[r] + 1;
+        const std::vector<std::uint32_t> part(whole.begin() + lo, whole.begin() + hi);
+        EXPECT_EQ(canonical(future_classes(a, lo, hi, rounds)), canonical(part)) << name << ", rule " << r;
+      }
+      EXPECT_GT(n_rules, 0u) << name;
+    }
+  }
+  // A range that cuts a rule is refused (its edges would leave it).
+  const Automaton a = build_automaton(grammars.back().second, AutomatonLimits{});
+  const std::uint32_t r = a.state_rule[a.n_states() - 1];
+  ASSERT_GT(a.rule_final[r], a.rule_start[r]);
+  EXPECT_THROW((void)future_classes(a, a.rule_start[r] + 1, a.rule_final[r] + 1, 8), std::logic_error);
+  EXPECT_THROW((void)future_classes(a, a.rule_start[r], a.rule_final[r], 8), std::logic_error);
+}
+
 // A graph marked as having distinct states (a minimal DFA's, Expr::distinct_states) keeps each of its
 // states in a class of its own, without comparing them: here two of them are in fact equivalent (each
 // reads "c" and ends), and the hint keeps them apart. Two copies of the graph drop the marks.

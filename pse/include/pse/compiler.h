@@ -45,7 +45,9 @@ struct CompileStats {
   std::size_t n_rules = 0;
   std::size_t n_states = 0;        // automaton states after pruning
   std::size_t n_scan_states = 0;   // reachable states that read bytes
-  std::size_t n_tables = 0;        // token tables: one per class of those states with the same future
+  // Token tables: one per class of those states with the same future; when the classes are found rule by
+  // rule at first use (large automata, tables built on first use), one per state, shared once classified.
+  std::size_t n_tables = 0;
   std::size_t n_shared_tables = 0; // of those, taken from the shared cache (built by an earlier compile)
   std::size_t n_uncertain = 0;     // tokens left to run-time checks, summed over built tables
   std::size_t memory_bytes = 0;    // automaton + built token tables
