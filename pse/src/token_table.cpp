@@ -518,9 +518,13 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     }
     if (start_loops_on_text) whole = &text_class;
     if (memo && after != StackDfa::kDead) record.accepted.assign((fb[b + 1] - fb[b] + 63) / 64, 0);
+    // (The group's record bits as a plain pointer: accept runs once per accepted token, often 40,000 times
+    // a table.)
+    std::uint64_t* const record_bits = memo && after != StackDfa::kDead ? record.accepted.data() : nullptr;
+    const std::uint32_t group_begin = fb[b];
     auto accept = [&](std::uint32_t p) {  // a position in the group
       accepted_ids.add(sorted[p]);
-      if (memo && after != StackDfa::kDead) record.accepted[(p - fb[b]) >> 6] |= std::uint64_t{1} << ((p - fb[b]) & 63);
+      if (record_bits != nullptr) record_bits[(p - group_begin) >> 6] |= std::uint64_t{1} << ((p - group_begin) & 63);
     };
     if (whole != nullptr && !start_loops_on_text) {
       accept_whole(whole_class, b);
@@ -571,13 +575,23 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
                (static_cast<unsigned char>(vocab.sorted_token(p)[loop_depth]) & 0xC0) != 0x80;
       };
       if (loop_from != nullptr) return (*loop_from)[p] <= loop_depth && at_boundary();
+      // The set's index, once asked for (below), answers most tokens at once: the rest from loop_depth is
+      // made of the set exactly when the token's last byte outside it comes before (an ASCII byte then
+      // starts the rest: a character boundary). An ASCII token with a byte outside the set in its rest is
+      // not read whole; a longer token, or one with other bytes there (the loop may read multi-byte
+      // characters), is checked below.
+      if (loop_set_asked && loop_set != nullptr && loop_set->member_from[p] < 255) {
+        if (loop_set->member_from[p] <= loop_depth) return true;
+        if (vocab.non_ascii(p) == Vocabulary::NonAscii::kNone) return false;
+      }
       if (!at_boundary()) return false;
       const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
       if ((used[0] & ~loop_bytes[0]) == 0 && (used[1] & ~loop_bytes[1]) == 0) {  // every ASCII byte in the set
         return vocab.non_ascii(p) == Vocabulary::NonAscii::kNone ||
                (loop_multibyte && vocab.non_ascii(p) == Vocabulary::NonAscii::kCharacters);
       }
-      // Some byte is not in the set: the set's index answers for ASCII tokens; else the rest is read.
+      // Some byte is not in the set: the set's index answers for ASCII tokens (asked for only now: a
+      // loop whose tokens are all made of the set never needs it); else the rest is read.
       if (!loop_set_asked) {
         loop_set = vocab.ascii_set_index(loop_bytes);
         loop_set_asked = true;
