@@ -9,6 +9,7 @@
 #include "compiled_grammar_impl.h"
 #include "engine_test_util.h"
 #include "pse/json_schema.h"
+#include "pse/thread_pool.h"
 
 namespace pse::testing {
 namespace {
@@ -413,6 +414,25 @@ TEST(Compiler, ClassesFoundRuleByRuleAreTheWholeAutomatons) {
   m.fill_next_token_bitmask(mask);
   expect_as_eager(small[3], "a small rule, classified at its first table");
   expect_masks_are_brute_force(lazy, 300, 17);
+  // Rules classified by several threads at once (each matcher's first table in another rule): the same
+  // masks as one thread on a fresh compile.
+  std::vector<std::string> prefixes{"<ab", "<abc", "a0", "a01"};
+  for (int i = 1; i < 8; ++i) prefixes.push_back(std::string(1, static_cast<char>('a' + i)) + "12");
+  auto masks_of = [&](ThreadPool* pool) {
+    const CompiledGrammar fresh = compile_grammar(grammar, vocab, first_use);
+    std::vector<Matcher> matchers;
+    std::vector<Matcher*> ptrs;
+    for (const std::string& p : prefixes) {
+      matchers.emplace_back(fresh);
+      EXPECT_TRUE(matchers.back().accept_bytes(p)) << p;
+    }
+    for (Matcher& x : matchers) ptrs.push_back(&x);
+    std::vector<std::uint32_t> out(ptrs.size() * matchers[0].mask_words());
+    fill_next_token_bitmasks(ptrs, out, pool);
+    return out;
+  };
+  ThreadPool pool(4);
+  EXPECT_EQ(masks_of(&pool), masks_of(nullptr));
 }
 
 // Tables past the eager time budget are built on first use: compile() succeeds, the masks are the same.
