@@ -24,7 +24,7 @@ struct CompiledGrammar::Impl {
   std::shared_ptr<const Vocabulary> vocabulary;
   detail::Automaton automaton;
   // [n_states] index into tables, or kNoTable. With classes found rule by rule, a rule's entries change
-  // once, under its once flag, before any table of the rule is asked for.
+  // once, under dfa_mutex, before its flag in rule_classified is set (and read only after it is).
   mutable std::vector<std::uint32_t> scan_index;
   static constexpr std::uint32_t kNoTable = ~0u;
   std::vector<std::uint32_t> table_state;  // [n_tables] the state a table is built from
@@ -52,24 +52,32 @@ struct CompiledGrammar::Impl {
   mutable std::mutex dfa_mutex;
   mutable std::unique_ptr<detail::StackDfa> dfa;
   // [n_states] the class representative (see StackDfa); or empty. With classes found rule by rule, the
-  // identity until the state's rule is classified (written under dfa_mutex: the walks read it).
+  // identity on a rule's states until it is classified (written under dfa_mutex: the walks read it).
   mutable std::vector<std::uint32_t> canonical_states;
-  // Classes found rule by rule (large automata whose tables are built on first use; compiler.cpp): each
-  // rule at its first table, under its once flag.
+  // Classes found rule by rule (large automata whose tables are built on first use; compiler.cpp): a rule
+  // is classified before its first table, and before a walk meets one of its states (StackDfa calls
+  // classify_rule_locked), each once; rule_classified[r] is set when it is done (or left without).
   bool classes_by_rule = false;
   std::size_t class_horizon = 0;
-  mutable std::unique_ptr<std::once_flag[]> rule_classes_once;
+  mutable std::unique_ptr<std::atomic<std::uint8_t>[]> rule_classified;
 
-  // Finds rule r's classes and points its states at their class's first state (canonical_states) and
-  // at the table of its first state that reads bytes (scan_index). Throws LimitError past `deadline`.
-  void classify_rule(std::uint32_t r, const std::chrono::steady_clock::time_point* deadline) const {
+  // Finds rule r's classes, unless known, and points its states at their class's first state
+  // (canonical_states) and at the table of its first state that reads bytes (scan_index). Holding
+  // dfa_mutex. With a deadline, a rule whose classes take longer goes without them.
+  void classify_rule_locked(std::uint32_t r, const std::chrono::steady_clock::time_point* deadline) const {
+    if (rule_classified[r].load(std::memory_order_relaxed) != 0) return;
     const std::uint32_t lo = automaton.rule_start[r];
-    const std::vector<std::uint32_t> cls =
-        detail::future_classes(automaton, lo, automaton.rule_final[r] + 1, class_horizon, 256, deadline);
-    if (cls.empty()) return;
-    const std::uint32_t n_classes = *std::max_element(cls.begin(), cls.end()) + 1;
+    std::vector<std::uint32_t> cls;
+    if (automaton.rule_final[r] < automaton.n_states()) {  // (an unproductive rule has no table)
+      try {
+        cls = detail::future_classes(automaton, lo, automaton.rule_final[r] + 1, class_horizon, 256, deadline);
+      } catch (const LimitError&) {
+        if (deadline == nullptr) throw;
+        cls.clear();
+      }
+    }
+    const std::uint32_t n_classes = cls.empty() ? 0 : *std::max_element(cls.begin(), cls.end()) + 1;
     std::vector<std::uint32_t> first_state(n_classes, kNoTable), first_table(n_classes, kNoTable);
-    std::lock_guard<std::mutex> lock(dfa_mutex);
     for (std::uint32_t k = 0; k < cls.size(); ++k) {
       const std::uint32_t s = lo + k, c = cls[k];
       if (first_state[c] == kNoTable) first_state[c] = s;
@@ -81,14 +89,19 @@ struct CompiledGrammar::Impl {
         scan_index[s] = first_table[c];
       }
     }
+    rule_classified[r].store(1, std::memory_order_release);
   }
+  void mark_classified(std::uint32_t r) const { rule_classified[r].store(1, std::memory_order_release); }
 
   // The token table of a state that reads bytes; builds it on first use when not precomputed.
   const detail::TokenTable& table(std::uint32_t state) const {
     if (classes_by_rule) {
+      // (The rules too large to classify here were classified, or left alone, in compile.)
       const std::uint32_t r = automaton.state_rule[state];
-      // (The rules too large to classify at a first table were classified, or left alone, in compile.)
-      std::call_once(rule_classes_once[r], [&] { classify_rule(r, nullptr); });
+      if (rule_classified[r].load(std::memory_order_acquire) == 0) {
+        std::lock_guard<std::mutex> lock(dfa_mutex);
+        classify_rule_locked(r, nullptr);
+      }
     }
     const std::uint32_t i = scan_index[state];
     std::call_once(table_once[i], [&] { build_table(i, nullptr); });

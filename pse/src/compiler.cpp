@@ -20,8 +20,9 @@ namespace {
 // tables instead of 548,000, its masks over 0.5 ms 182 -> 66.
 constexpr std::size_t kMaxStatesToClassify = 1'048'576;
 // With tables built on first use, smaller automata go without the classes; larger ones find them rule by
-// rule (a state's class depends on its rule alone), each rule at its first table, but for the rules of at
-// least kMinRuleStatesToClassifyInCompile states, classified in compile so that no mask waits for long.
+// rule (a state's class depends on its rule alone), each rule when first needed (its first table, or a
+// walk that meets its states), but for the rules of at least kMinRuleStatesToClassifyInCompile states,
+// classified in compile so that no mask waits for long.
 // A Kubernetes schema of 41,000 states in 511 rules (at most 1,760 states each) spent 7 ms of its 19 ms
 // compile on classes that saved 9% of its tables; counted repetitions concentrate in large rules.
 constexpr std::size_t kMinStatesToClassifyLazily = 8'192;
@@ -130,19 +131,18 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     impl->class_horizon = impl->vocabulary->max_token_length();
     impl->canonical_states.resize(a.n_states());
     for (std::uint32_t s = 0; s < a.n_states(); ++s) impl->canonical_states[s] = s;
-    impl->rule_classes_once = std::make_unique<std::once_flag[]>(a.rule_start.size());
+    impl->rule_classified = std::make_unique<std::atomic<std::uint8_t>[]>(a.rule_start.size());
     const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
+    std::lock_guard<std::mutex> lock(impl->dfa_mutex);
     for (std::uint32_t r = 0; r < a.rule_start.size(); ++r) {
       if (a.rule_final[r] >= a.n_states()) continue;  // unproductive: no table
       const std::size_t size = std::size_t{a.rule_final[r]} + 1 - a.rule_start[r];
       if (size < kMinRuleStatesToClassifyInCompile) continue;
-      std::call_once(impl->rule_classes_once[r], [&] {
-        if (size > kMaxStatesToClassify || std::chrono::steady_clock::now() > classes_deadline) return;
-        try {
-          impl->classify_rule(r, &classes_deadline);
-        } catch (const LimitError&) {  // optional: the rule goes without
-        }
-      });
+      if (size > kMaxStatesToClassify || std::chrono::steady_clock::now() > classes_deadline) {
+        impl->mark_classified(r);  // goes without
+      } else {
+        impl->classify_rule_locked(r, &classes_deadline);
+      }
     }
   }
   st.classes_ms = ms_since(t_classes);
@@ -173,7 +173,14 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   // Larger while compile() builds every table (configurations met by one walk serve the next ones);
   // cut back to the bound kept with the grammar afterwards.
   impl->dfa = std::make_unique<detail::StackDfa>(a, CompiledGrammar::Impl::kMaxCompileConfigs);
-  if (!impl->canonical_states.empty()) impl->dfa->set_canonical_states(&impl->canonical_states);
+  if (impl->classes_by_rule) {
+    const CompiledGrammar::Impl* self = impl.get();  // (owns the stack automaton: outlives it)
+    impl->dfa->set_canonical_states(
+        &impl->canonical_states, [self](std::uint32_t r) { self->classify_rule_locked(r, nullptr); },
+        impl->rule_classified.get());
+  } else if (!impl->canonical_states.empty()) {
+    impl->dfa->set_canonical_states(&impl->canonical_states);
+  }
   if (options.precompute && n_tables <= options.eager_state_limit) {
     const auto eager_deadline =
         std::min(t1 + std::chrono::microseconds(static_cast<std::int64_t>(options.eager_table_ms * 1000)),

@@ -1,8 +1,8 @@
 #include "state_classes.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
-#include <functional>
 #include <span>
 #include <stdexcept>
 #include <unordered_map>
@@ -29,10 +29,12 @@ struct Closures {
 };
 
 // Of the states [lo, lo + n) (whole rules: every edge stays inside), numbered from 0.
+template <class CheckDeadline>
 Closures closures_of(const Automaton& a, std::uint32_t lo, std::size_t n, std::size_t max_closure,
-                     const std::function<void()>& check_deadline) {
+                     const CheckDeadline& check_deadline) {
   Closures c;
   c.begin.reserve(n + 1);
+  c.edges.reserve(2 * (a.byte_begin[lo + n] - a.byte_begin[lo] + a.call_begin[lo + n] - a.call_begin[lo]));
   c.alone.assign(n, 0);
   c.final.assign(n, 0);
   std::vector<std::uint32_t> seen(n, ~0u);
@@ -100,7 +102,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, 
     throw std::logic_error(fmt::format("future_classes: states [{}, {}) are not whole rules", lo, hi));
   const std::size_t n = hi - lo;
   std::size_t work = 0;
-  const std::function<void()> check_deadline = [&] {
+  const auto check_deadline = [&] {
     if (deadline != nullptr && (++work & 0xFFF) == 0 && std::chrono::steady_clock::now() > *deadline) {
       throw LimitError("[compile] compile time limit exceeded finding the states with the same future");
     }
@@ -109,7 +111,20 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, 
 
   // Round 0: the rule and whether its end is reached without input (lone states keep their own class).
   std::vector<std::uint32_t> cls(n);
-  {
+  if (a.state_rule[lo] == a.state_rule[hi - 1] && a.rule_start[a.state_rule[lo]] == lo) {
+    // One rule (classes found rule by rule): its two kinds of states that are compared, then the lone ones.
+    std::array<std::uint32_t, 2> kind_id{~0u, ~0u};
+    std::uint32_t next = 0;
+    for (std::uint32_t s = 0; s < n; ++s) {
+      if (closures.alone[s]) {
+        cls[s] = next++;
+      } else {
+        std::uint32_t& id = kind_id[closures.final[s]];
+        if (id == ~0u) id = next++;
+        cls[s] = id;
+      }
+    }
+  } else {
     std::unordered_map<std::uint64_t, std::uint32_t> ids;
     for (std::uint32_t s = 0; s < n; ++s) {
       const std::uint64_t kind = closures.alone[s] ? 2u : closures.final[s];
