@@ -52,11 +52,12 @@ struct CompiledGrammar::Impl {
   mutable std::mutex dfa_mutex;
   mutable std::unique_ptr<detail::StackDfa> dfa;
   // [n_states] the class representative (see StackDfa); or empty. With classes found rule by rule, the
-  // identity on a rule's states until it is classified (written under dfa_mutex: the walks read it).
+  // identity on a rule's states until it is classified (written under dfa_mutex: the walks read it; a
+  // representative is equivalent to the state, so walks may meet either).
   mutable std::vector<std::uint32_t> canonical_states;
   // Classes found rule by rule (large automata whose tables are built on first use; compiler.cpp): a rule
-  // is classified before its first table, and before a walk meets one of its states (StackDfa calls
-  // classify_rule_locked), each once; rule_classified[r] is set when it is done (or left without).
+  // is classified once, before its first table; rule_classified[r] is set when it is done (or left
+  // without).
   bool classes_by_rule = false;
   std::size_t class_horizon = 0;
   mutable std::unique_ptr<std::atomic<std::uint8_t>[]> rule_classified;

@@ -20,9 +20,10 @@ namespace {
 // tables instead of 548,000, its masks over 0.5 ms 182 -> 66.
 constexpr std::size_t kMaxStatesToClassify = 1'048'576;
 // With tables built on first use, smaller automata go without the classes; larger ones find them rule by
-// rule (a state's class depends on its rule alone), each rule when first needed (its first table, or a
-// walk that meets its states), but for the rules of at least kMinRuleStatesToClassifyInCompile states,
-// classified in compile so that no mask waits for long.
+// rule (a state's class depends on its rule alone), each rule at its first table, but for the rules of at
+// least kMinRuleStatesToClassifyInCompile states, classified in compile so that no mask waits for long.
+// (Classifying also the rules whose states a table's walks meet, so that they share configurations as
+// in an eager compile, cost 5% more mask instructions on the dev schemas over 8,192 states.)
 // A Kubernetes schema of 41,000 states in 511 rules (at most 1,760 states each) spent 7 ms of its 19 ms
 // compile on classes that saved 9% of its tables; counted repetitions concentrate in large rules.
 constexpr std::size_t kMinStatesToClassifyLazily = 8'192;
@@ -173,14 +174,9 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   // Larger while compile() builds every table (configurations met by one walk serve the next ones);
   // cut back to the bound kept with the grammar afterwards.
   impl->dfa = std::make_unique<detail::StackDfa>(a, CompiledGrammar::Impl::kMaxCompileConfigs);
-  if (impl->classes_by_rule) {
-    const CompiledGrammar::Impl* self = impl.get();  // (owns the stack automaton: outlives it)
-    impl->dfa->set_canonical_states(
-        &impl->canonical_states, [self](std::uint32_t r) { self->classify_rule_locked(r, nullptr); },
-        impl->rule_classified.get());
-  } else if (!impl->canonical_states.empty()) {
-    impl->dfa->set_canonical_states(&impl->canonical_states);
-  }
+  // (With classes found rule by rule, a rule's states are their own representatives until it is
+  // classified: walks that meet them then share less, never wrongly.)
+  if (!impl->canonical_states.empty()) impl->dfa->set_canonical_states(&impl->canonical_states);
   if (options.precompute && n_tables <= options.eager_state_limit) {
     const auto eager_deadline =
         std::min(t1 + std::chrono::microseconds(static_cast<std::int64_t>(options.eager_table_ms * 1000)),

@@ -102,7 +102,7 @@ std::int32_t StackDfa::close_and_intern() {
   for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1) {
     const std::size_t offset = arena_.size();
     for (std::size_t k = 1; k <= seeds_[i]; ++k)
-      arena_.push_back(canonical(seeds_[i + k]));
+      arena_.push_back(canonical_ != nullptr ? (*canonical_)[seeds_[i + k]] : seeds_[i + k]);
     add_last_stack(offset, max_height);
   }
   bool outer = false;
@@ -128,7 +128,7 @@ std::int32_t StackDfa::close_and_intern() {
       // The return state with its class representative, as in the seeds: a loop through a call then
       // closes at once (the configuration after one character of a string is the one after two).
       const std::size_t offset = copy(st.length);
-      arena_.back() = canonical(c.target);
+      arena_.back() = canonical_ != nullptr ? (*canonical_)[c.target] : c.target;
       arena_.push_back(a_.rule_start[c.rule]);
       add_last_stack(offset, max_height);
     }

@@ -11,9 +11,7 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -138,17 +136,8 @@ class StackDfa {
   // states are replaced by their class representatives, canonical[state] (and so are the return states
   // its calls push), so that walks from equivalent states meet the same configurations (and share their
   // steps and group results). nullptr: as they are.
-  // Set before the first configuration is built. With classes found rule by rule, `classified[rule]` is
-  // zero while a rule's classes are unknown (canonical is then the identity on its states), and
-  // `classify(rule)` finds them before a state of the rule enters a configuration: walks that meet
-  // equivalent states share their configurations whichever rule asked for the walk.
-  void set_canonical_states(const std::vector<std::uint32_t>* canonical,
-                            std::function<void(std::uint32_t)> classify = {},
-                            const std::atomic<std::uint8_t>* classified = nullptr) {
-    canonical_ = canonical;
-    classify_ = std::move(classify);
-    classified_ = classified;
-  }
+  // Set before the first configuration is built.
+  void set_canonical_states(const std::vector<std::uint32_t>* canonical) { canonical_ = canonical; }
 
   // Forgets every configuration (keeping the allocations), so that walks start afresh; configuration
   // ids from before are invalid. set_max_configs changes the bound for later configurations.
@@ -202,17 +191,6 @@ class StackDfa {
   template <class Fn>
   bool each_byte_interval(std::int32_t config, unsigned lo, unsigned hi, Fn fn);
   const std::vector<std::uint32_t>* canonical_ = nullptr;
-  std::function<void(std::uint32_t)> classify_;
-  const std::atomic<std::uint8_t>* classified_ = nullptr;
-  // The class representative of a state (itself without classes).
-  std::uint32_t canonical(std::uint32_t state) {
-    if (canonical_ == nullptr) return state;
-    if (classified_ != nullptr) {
-      const std::uint32_t r = a_.state_rule[state];
-      if (classified_[r].load(std::memory_order_relaxed) == 0) classify_(r);  // (the walks' lock orders it)
-    }
-    return (*canonical_)[state];
-  }
   struct GroupKey {
     std::int32_t after;
     std::uint8_t byte;
