@@ -454,9 +454,11 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
     }
   }
-  // The tight runs over a loop's subtree (below), only where no start mask accepts tokens already: the
-  // walk's checks jump over those.
-  const bool loop_runs = start_set_length == 0 && text_run == 0;
+  // The tight runs over a loop's subtree (below), where no text run accepts tokens already (the walk's
+  // checks jump over those). A start set's member met in a run is accepted again (it is in the mask
+  // already) or ends the run. (With a start set, runs measured 12% fewer instructions in c.gbnf's
+  // compile: after `int ` the tables start in an identifier yet accept " foo" after a space.)
+  const bool loop_runs = text_run == 0;
   for (unsigned b = 0; b < 256; ++b) {
     if (!byte_set_has(first, b)) continue;
     std::size_t depth_dead = SIZE_MAX;  // byte index at which the previous token died, if it did
