@@ -615,9 +615,16 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     std::uint32_t loop_end = 0;
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
       if (p < loop_end) {
+        // (rest_read_whole's first answer, from the set's index, inline: most tokens of a run take it.)
+        const std::uint8_t* const member_from =
+            loop_from == nullptr && loop_set_asked && loop_set != nullptr ? loop_set->member_from.data() : nullptr;
         while (p < loop_end) {
           if (whole != nullptr && whole->member[p]) {  // accepted with the group's class already
             p = whole->next_out[p];
+            continue;
+          }
+          if (member_from != nullptr && member_from[p] <= loop_depth && member_from[p] < 255) {
+            accept(p++);
             continue;
           }
           if (!rest_read_whole(p)) break;
