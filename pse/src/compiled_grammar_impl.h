@@ -78,10 +78,11 @@ struct CompiledGrammar::Impl {
       }
     }
     const std::uint32_t n_classes = cls.empty() ? 0 : *std::max_element(cls.begin(), cls.end()) + 1;
-    std::vector<std::uint32_t> first_state(n_classes, kNoTable), first_table(n_classes, kNoTable);
+    constexpr std::uint32_t kNoState = ~0u;
+    std::vector<std::uint32_t> first_state(n_classes, kNoState), first_table(n_classes, kNoTable);
     for (std::uint32_t k = 0; k < cls.size(); ++k) {
       const std::uint32_t s = lo + k, c = cls[k];
-      if (first_state[c] == kNoTable) first_state[c] = s;
+      if (first_state[c] == kNoState) first_state[c] = s;
       canonical_states[s] = first_state[c];
       if (scan_index[s] == kNoTable) continue;
       if (first_table[c] == kNoTable) {
