@@ -18,36 +18,42 @@ namespace pse::detail {
 
 namespace {
 
-// A table's accepted ids (each once, in any order) as a bitset over the mask words when there are
-// more ids than words, else as an ascending list (many ids: marked in a scratch bitset and read back in
-// order, cheaper than sorting them).
+// A table's accepted ids (in any order, duplicates allowed) as a bitset over the mask words when there
+// are more distinct ids than words, else as an ascending list (many ids: marked in a scratch bitset and
+// read back in order, cheaper than sorting them).
 void set_accepted(std::vector<TokenId>& ids, std::size_t n_mask_words, std::vector<std::uint32_t>& bits,
                   std::vector<TokenId>& list) {
-  if (ids.size() > n_mask_words) {
-    bits.assign(n_mask_words, 0);
-    for (const TokenId id : ids) bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-  } else if (ids.size() < 256) {
+  if (ids.size() < 256 && ids.size() <= n_mask_words) {
     std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     list = std::move(ids);
     list.shrink_to_fit();
+    return;
+  }
+  thread_local std::vector<std::uint32_t> scratch;  // all zero between calls
+  if (scratch.size() < n_mask_words) scratch.resize(n_mask_words, 0);
+  std::size_t lo = n_mask_words, hi = 0;
+  for (const TokenId id : ids) {
+    const std::size_t w = static_cast<std::uint32_t>(id) >> 5;
+    scratch[w] |= 1u << (id & 31);
+    lo = std::min(lo, w);
+    hi = std::max(hi, w);
+  }
+  std::size_t n = 0;
+  for (std::size_t w = lo; w <= hi && w < n_mask_words; ++w) n += static_cast<std::size_t>(std::popcount(scratch[w]));
+  bits.clear();
+  list.clear();
+  if (n > n_mask_words) {
+    bits.assign(n_mask_words, 0);
+    std::copy(scratch.begin() + static_cast<std::ptrdiff_t>(lo), scratch.begin() + static_cast<std::ptrdiff_t>(hi) + 1,
+              bits.begin() + static_cast<std::ptrdiff_t>(lo));
   } else {
-    thread_local std::vector<std::uint32_t> scratch;  // all zero between calls
-    if (scratch.size() < n_mask_words) scratch.resize(n_mask_words, 0);
-    std::size_t lo = n_mask_words, hi = 0;
-    for (const TokenId id : ids) {
-      const std::size_t w = static_cast<std::uint32_t>(id) >> 5;
-      scratch[w] |= 1u << (id & 31);
-      lo = std::min(lo, w);
-      hi = std::max(hi, w);
-    }
-    list.clear();
-    list.reserve(ids.size());
-    for (std::size_t w = lo; w <= hi; ++w) {
+    list.reserve(n);
+    for (std::size_t w = lo; w <= hi && w < n_mask_words; ++w)
       for (std::uint32_t x = scratch[w]; x != 0; x &= x - 1)
         list.push_back(static_cast<TokenId>(w * 32 + static_cast<std::size_t>(__builtin_ctz(x))));
-      scratch[w] = 0;
-    }
   }
+  for (std::size_t w = lo; w <= hi && w < n_mask_words; ++w) scratch[w] = 0;
 }
 
 // A token table's accepted ids while it is built: a list while short (most tables accept few tokens:
@@ -75,6 +81,26 @@ class AcceptedIds {
       ids_.insert(ids_.end(), ids.begin(), ids.end());
     } else {
       for (const TokenId id : ids) bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    }
+  }
+  // The ids at the set bits of a group's bitset over consecutive sorted positions (`ids[i]` for bit i),
+  // clearing the words as it goes.
+  void add_and_clear_group(std::uint64_t* words, std::size_t n_words, const TokenId* ids) {
+    if (bits_ == nullptr) {
+      std::size_t n = ids_.size();
+      for (std::size_t w = 0; w < n_words && n <= kMaxList; ++w) n += static_cast<std::size_t>(std::popcount(words[w]));
+      if (n > kMaxList) to_bits();
+    }
+    for (std::size_t w = 0; w < n_words; ++w) {
+      for (std::uint64_t x = words[w]; x != 0; x &= x - 1) {
+        const TokenId id = ids[w * 64 + static_cast<std::size_t>(std::countr_zero(x))];
+        if (bits_ != nullptr) {
+          bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+        } else {
+          ids_.push_back(id);
+        }
+      }
+      words[w] = 0;
     }
   }
   void add_mask(std::span<const std::uint32_t> mask) {
@@ -136,7 +162,7 @@ class AcceptedIds {
 };
 
 // Sets bits [lo, hi) of a bitset, a word at a time.
-void set_bits(std::vector<std::uint64_t>& bits, std::uint32_t lo, std::uint32_t hi) {
+void set_bits(std::uint64_t* bits, std::uint32_t lo, std::uint32_t hi) {
   while (lo < hi) {
     const std::uint32_t w = lo >> 6, from = lo & 63, n = std::min<std::uint32_t>(64 - from, hi - lo);
     bits[w] |= (n == 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << n) - 1)) << from;
@@ -155,6 +181,17 @@ ByteSet first_bytes(const Automaton& a, const Chart& chart) {
 }
 
 ByteSet first_bytes(const Automaton& /*a*/, const DfaCursor& cursor) { return cursor.first_bytes(); }
+
+// The first position in [p, end) whose bit is clear, or end.
+std::uint32_t next_clear(const std::uint64_t* bits, std::uint32_t p, std::uint32_t end) {
+  std::size_t w = p >> 6;
+  std::uint64_t x = ~bits[w] & (~std::uint64_t{0} << (p & 63));
+  while (x == 0) {
+    if (++w * 64 >= end) return end;
+    x = ~bits[w];
+  }
+  return std::min<std::uint32_t>(end, static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(std::countr_zero(x))));
+}
 
 // A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
 constexpr int kMinLoopBytes = 16;
@@ -233,7 +270,8 @@ class EveryContextReads {
   static constexpr std::size_t kMaxContexts = 16;
 
   template <class MakeCursor>
-  EveryContextReads(std::span<const std::uint32_t> contexts, bool enabled, MakeCursor make) {
+  EveryContextReads(const Vocabulary& vocab, std::span<const std::uint32_t> contexts, bool enabled, MakeCursor make)
+      : vocab_(vocab) {
     if (!enabled || contexts.empty() || contexts.size() > kMaxContexts) return;
     walks_.resize(contexts.size());
     for (std::size_t i = 0; i < contexts.size(); ++i) {
@@ -242,10 +280,12 @@ class EveryContextReads {
     }
   }
 
-  bool all(std::string_view rest) {
-    if (walks_.empty() || rest.empty()) return false;
+  // The rest of the token at sorted position p after its first `offset` bytes.
+  bool all(std::uint32_t p, std::size_t offset) {
+    const std::string_view tok = vocab_.sorted_token(p);
+    if (walks_.empty() || offset >= tok.size()) return false;
     for (Walk& w : walks_) {
-      if (!w.reads(rest)) return false;
+      if (!w.reads(vocab_, p, offset, tok.substr(offset))) return false;
     }
     return true;
   }
@@ -262,26 +302,31 @@ class EveryContextReads {
     // the set is read whole without stepping through them.
     std::size_t loop_depth = SIZE_MAX;
     std::array<std::uint64_t, 2> loop_bytes{};
+    // loop_bytes' index, once the vocabulary has built it: one lookup per rest instead of its bytes.
+    std::shared_ptr<const Vocabulary::AsciiSetIndex> loop_set;
 
-    bool in_loop_set(std::string_view rest, std::size_t from) const {
+    // Whether the rest from `from` on (token p's bytes from offset + from) is made of the loop's set.
+    bool in_loop_set(std::uint32_t p, std::size_t offset, std::string_view rest, std::size_t from) const {
+      if (loop_set != nullptr && loop_set->member_from[p] < 255) return loop_set->member_from[p] <= offset + from;
       for (std::size_t i = from; i < rest.size(); ++i) {
         const auto c = static_cast<unsigned char>(rest[i]);
         if (c >= 0x80 || ((loop_bytes[c >> 6] >> (c & 63)) & 1) == 0) return false;
       }
       return true;
     }
-    void note_loop(std::size_t d) {
+    void note_loop(const Vocabulary& vocab, std::size_t d) {
       if constexpr (std::is_same_v<Cursor, DfaCursor>) {
         const std::int32_t c = cursor.last_config();
         if (!cursor.dfa()->has_ascii_self_loop(c)) return;
         const std::array<std::uint64_t, 2>& bytes = cursor.dfa()->ascii_loops(c);
         if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
         loop_depth = d;
+        if (loop_set == nullptr || bytes != loop_bytes) loop_set = vocab.ascii_set_index(bytes);
         loop_bytes = bytes;
       }
     }
 
-    bool reads(std::string_view rest) {
+    bool reads(const Vocabulary& vocab, std::uint32_t p, std::size_t offset, std::string_view rest) {
       if (!started) {
         cursor.reset_detached({&context, 1});
         started = true;
@@ -295,19 +340,19 @@ class EveryContextReads {
           return false;
         }
         // (prev stays the rest the cursor walked: the next rest resumes from its path.)
-        if (loop_depth <= l && in_loop_set(rest, loop_depth)) return true;
+        if (loop_depth <= l && in_loop_set(p, offset, rest, loop_depth)) return true;
       }
       const std::size_t depth = std::min(l, cursor.n_sets() - 2);
       cursor.truncate(depth + 2);
       if (loop_depth > depth) loop_depth = SIZE_MAX;
       std::size_t dead = SIZE_MAX;
       for (std::size_t i = depth; i < rest.size(); ++i) {
-        if (loop_depth <= i && in_loop_set(rest, i)) break;  // the rest loops in the set: read whole
+        if (loop_depth <= i && in_loop_set(p, offset, rest, i)) break;  // the rest loops in the set: read whole
         if (!cursor.push(static_cast<std::uint8_t>(rest[i]))) {
           dead = i;
           break;
         }
-        if (loop_depth == SIZE_MAX) note_loop(i + 1);
+        if (loop_depth == SIZE_MAX) note_loop(vocab, i + 1);
       }
       have_prev = true;
       prev = rest;
@@ -315,6 +360,7 @@ class EveryContextReads {
       return dead == SIZE_MAX;
     }
   };
+  const Vocabulary& vocab_;
   std::vector<Walk> walks_;
 };
 
@@ -326,6 +372,8 @@ constexpr std::uint32_t kMinMemoGroup = 64;
 // First-byte groups smaller than this are walked without looking for a bounded ASCII run after the
 // first byte (finding one computes the steps of every ASCII byte along it).
 constexpr std::uint32_t kMinRunGroup = 128;
+// A tight run over a loop's subtree at least this long asks for the loop set's index.
+constexpr std::uint32_t kMinIndexedRun = 64;
 // A run's tokens are taken from the set index's masks by length.
 static_assert(StackDfa::kMaxAsciiRun <= Vocabulary::kMaxSetRunBytes);
 
@@ -360,9 +408,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   const ByteSet first = first_bytes(a, chart);
   static const std::vector<std::uint32_t> kNoContexts;  // an empty context list skips the check
   FollowCheck<Cursor> follow_check(filter == FollowFilter::kFull ? a.rule_contexts[rule] : kNoContexts, make);
-  EveryContextReads<Cursor> every_context(a.rule_contexts[rule], filter == FollowFilter::kFull && rule != a.root, make);
+  EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule], filter == FollowFilter::kFull && rule != a.root, make);
 
   AcceptedIds accepted_ids(vocab.n_mask_words());
+  std::vector<std::uint64_t> group_accepted;  // zero between groups (see accept below)
   auto accept_whole = [&](Vocabulary::TokenClass c, unsigned b) {
     const Vocabulary::TokenClassIndex& index = vocab.token_class(c);
     if (!index.group_bits[b].empty()) {
@@ -387,12 +436,13 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       if (j > died_at || j >= tok.size()) break;
       if (!byte_set_has(follow, static_cast<unsigned char>(tok[j]))) continue;
       some_follow_byte = true;
-      if (!follow_check.viable(tok.substr(j), j)) continue;
-      if (every_context.all(tok.substr(j))) {
+      // (Every caller reading the rest implies that some caller may: the follow check is not needed.)
+      if (every_context.all(p, j)) {
         table.end_depths.resize(before);
         accepted = true;
         return true;
       }
+      if (!follow_check.viable(tok.substr(j), j)) continue;
       table.end_depths.push_back(j);
     }
     if (table.end_depths.size() != before) {
@@ -519,14 +569,15 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
     }
     if (start_loops_on_text) whole = &text_class;
-    if (memo && after != StackDfa::kDead) record.accepted.assign((fb[b + 1] - fb[b] + 63) / 64, 0);
-    // (The group's record bits as a plain pointer: accept runs once per accepted token, often 40,000 times
-    // a table.)
-    std::uint64_t* const record_bits = memo && after != StackDfa::kDead ? record.accepted.data() : nullptr;
+    const std::size_t group_words = (fb[b + 1] - fb[b] + 63) / 64;
+    if (memo && after != StackDfa::kDead) record.accepted.assign(group_words, 0);
+    // The tokens the walk accepts, a bit per position in the group: one bit set per token (often 40,000 a
+    // table), read into the table's ids and the group's record at the end of the group.
+    if (group_accepted.size() < group_words) group_accepted.resize(group_words, 0);
+    std::uint64_t* const group_bits = group_accepted.data();
     const std::uint32_t group_begin = fb[b];
     auto accept = [&](std::uint32_t p) {  // a position in the group
-      accepted_ids.add(sorted[p]);
-      if (record_bits != nullptr) record_bits[(p - group_begin) >> 6] |= std::uint64_t{1} << ((p - group_begin) & 63);
+      group_bits[(p - group_begin) >> 6] |= std::uint64_t{1} << ((p - group_begin) & 63);
     };
     if (whole != nullptr && !start_loops_on_text) {
       accept_whole(whole_class, b);
@@ -615,10 +666,35 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     std::uint32_t loop_end = 0;
     for (std::uint32_t p = fb[b]; p < fb[b + 1]; ++p) {
       if (p < loop_end) {
-        // (rest_read_whole's first answer, from the set's index, inline: most tokens of a run take it.)
-        const std::uint8_t* const member_from =
-            loop_from == nullptr && loop_set_asked && loop_set != nullptr ? loop_set->member_from.data() : nullptr;
+        // The tokens rest_read_whole accepts, a word at a time, when the loop's depth is one the indexes
+        // keep bits for (a clear bit is left to rest_read_whole); else its first answer, from the set's
+        // index, inline: most tokens of a run take it. (A long run asks for the index: its tokens may all
+        // be made of the set, which rest_read_whole answers without it, a token at a time.)
+        if (loop_from == nullptr && !loop_set_asked && loop_end - p >= kMinIndexedRun) {
+          loop_set = vocab.ascii_set_index(loop_bytes);
+          loop_set_asked = true;
+        }
+        const bool indexed = loop_from == nullptr && loop_set_asked && loop_set != nullptr;
+        const std::uint64_t* read_whole_bits = nullptr;
+        if (loop_depth < Vocabulary::kReadWholeDepths) {
+          if (loop_from == &text_class.member_from) {
+            read_whole_bits = text_class.from_depth[loop_depth].data();
+          } else if (loop_from == &plain_class.member_from) {
+            read_whole_bits = plain_class.from_depth[loop_depth].data();
+          } else if (indexed) {
+            read_whole_bits = (loop_multibyte ? loop_set->from_depth_chars : loop_set->from_depth)[loop_depth].data();
+          }
+        }
+        const std::uint8_t* const member_from = indexed && read_whole_bits == nullptr ? loop_set->member_from.data() : nullptr;
         while (p < loop_end) {
+          if (read_whole_bits != nullptr) {
+            const std::uint32_t q = next_clear(read_whole_bits, p, loop_end);
+            if (q > p) {
+              set_bits(group_bits, p - group_begin, q - group_begin);
+              p = q;
+              continue;
+            }
+          }
           if (whole != nullptr && whole->member[p]) {  // accepted with the group's class already
             p = whole->next_out[p];
             continue;
@@ -647,12 +723,12 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         if (start_set_length != SIZE_MAX) {  // the run of members that fit: one tight scan
           std::uint32_t q = p + 1;
           while (q < fb[b + 1] && start_set->length[q] != 0 && start_set->length[q] <= start_set_length) ++q;
-          if (memo && after != StackDfa::kDead) set_bits(record.accepted, p - fb[b], q - fb[b]);
+          if (memo && after != StackDfa::kDead) set_bits(record.accepted.data(), p - fb[b], q - fb[b]);
           p = q - 1;
           continue;
         }
         const std::uint32_t q = std::min(start_set->next_out[p], fb[b + 1]);  // every member: jump past them
-        if (memo && after != StackDfa::kDead) set_bits(record.accepted, p - fb[b], q - fb[b]);
+        if (memo && after != StackDfa::kDead) set_bits(record.accepted.data(), p - fb[b], q - fb[b]);
         p = q;
         if (p >= fb[b + 1]) break;
       }
@@ -731,6 +807,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         }
       }
     }
+    if (memo && after != StackDfa::kDead)
+      for (std::size_t w = 0; w < group_words; ++w) record.accepted[w] |= group_bits[w];
+    accepted_ids.add_and_clear_group(group_bits, group_words, sorted.data() + group_begin);
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
       if (memo && after != StackDfa::kDead) {
         for (std::size_t k = uncertain_before; k < table.uncertain.size(); ++k) {
@@ -837,7 +916,7 @@ void apply_follow_filter_with(const Automaton& a, const Vocabulary& vocab, std::
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
   FollowCheck<Cursor> follow_check(a.rule_contexts[rule], make);
-  EveryContextReads<Cursor> every_context(a.rule_contexts[rule], rule != a.root, make);
+  EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule], rule != a.root, make);
   TokenTable out;
   std::vector<TokenId> accepted;  // uncertain tokens that every caller reads on
   for (std::size_t k = 0; k < table.uncertain.size(); ++k) {
@@ -848,7 +927,7 @@ void apply_follow_filter_with(const Automaton& a, const Vocabulary& vocab, std::
     for (std::uint32_t e = table.end_begin[k]; e < table.end_begin[k + 1] && !accept; ++e) {
       const std::uint32_t j = table.end_depths[e];
       if (byte_set_has(follow, static_cast<unsigned char>(tok[j])) && follow_check.viable(tok.substr(j), j)) {
-        accept = every_context.all(tok.substr(j));
+        accept = every_context.all(p, j);
         out.end_depths.push_back(j);
       }
     }

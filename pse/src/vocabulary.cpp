@@ -220,6 +220,14 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
       if (!c.member[p]) out = static_cast<std::uint32_t>(p);
       c.next_out[p] = out;
     }
+    c.from_depth.assign(kReadWholeDepths, std::vector<std::uint64_t>((sorted_.size() + 63) / 64, 0));
+    for (std::size_t p = 0; p < sorted_.size(); ++p) {
+      const std::string_view t = sorted_token(p);
+      for (std::size_t d = c.member_from[p]; d < kReadWholeDepths && d <= t.size(); ++d) {
+        if (d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80)
+          c.from_depth[d][p >> 6] |= std::uint64_t{1} << (p & 63);
+      }
+    }
   };
   index_class(plain_, plain_from);
   std::vector<std::uint8_t> ok;
@@ -291,6 +299,25 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
     const TokenId id = sorted_[p];
     index->all[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
     if (n <= kMaxSetRunBytes) by_length[n].push_back(id);
+  }
+  const std::size_t n_words = (sorted_.size() + 63) / 64;
+  index->from_depth.assign(kReadWholeDepths, std::vector<std::uint64_t>(n_words, 0));
+  index->from_depth_chars.assign(kReadWholeDepths, std::vector<std::uint64_t>(n_words, 0));
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    const std::uint64_t bit = std::uint64_t{1} << (p & 63);
+    for (std::size_t d = index->member_from[p]; d < kReadWholeDepths; ++d) {
+      index->from_depth[d][p >> 6] |= bit;
+      index->from_depth_chars[d][p >> 6] |= bit;
+    }
+    if (non_ascii_[p] != NonAscii::kCharacters) continue;
+    // From the last ASCII byte outside the set on, its rest (from a character's start) is read.
+    const std::string_view t = sorted_token(p);
+    std::size_t from = t.size();
+    while (from > 0 && (static_cast<unsigned char>(t[from - 1]) >= 0x80 || in_set[static_cast<unsigned char>(t[from - 1])]))
+      --from;
+    for (std::size_t d = from; d < kReadWholeDepths && d <= t.size(); ++d) {
+      if (d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80) index->from_depth_chars[d][p >> 6] |= bit;
+    }
   }
   index->next_out.resize(sorted_.size());
   auto out = static_cast<std::uint32_t>(sorted_.size());

@@ -73,7 +73,13 @@ class Vocabulary {
     // member (0 for members; the token's length when no non-empty rest is): a walk that reaches a
     // configuration looping on the class at that depth or later accepts the token without reading on.
     std::vector<std::uint32_t> member_from;
+    // from_depth[d], d < kReadWholeDepths: bit p % 64 of word p / 64 set when member_from[p] <= d and byte d
+    // starts a character (or ends the token): the tokens a loop on the class reached at depth d reads
+    // whole, found a word at a time.
+    std::vector<std::vector<std::uint64_t>> from_depth;
   };
+  // The loop depths for which the indexes below keep bitsets of the tokens read whole.
+  static constexpr std::size_t kReadWholeDepths = 8;
   static constexpr std::size_t kMaxRunChars = 32;
   // Plain bytes: printable ASCII other than '"' and '\\' (DEL, which JSON strings allow but grammars often
   // exclude, is not: the few tokens with it are walked).
@@ -104,6 +110,12 @@ class Vocabulary {
     // token's length when its last byte is not; 255 stands for 255 or more): a walk that reaches a
     // configuration looping on the set at that depth or later accepts the token without reading on.
     std::vector<std::uint8_t> member_from;
+    // from_depth[d], d < kReadWholeDepths: bit p % 64 of word p / 64 set when member_from[p] <= d, so that
+    // a walk finds a run of tokens read whole from a loop on the set at depth d a word at a time; and
+    // from_depth_chars[d], for a loop on the set and every multi-byte character: also the tokens of whole
+    // characters (Vocabulary::non_ascii) whose rest from byte d starts a character and has its ASCII bytes
+    // in the set.
+    std::vector<std::vector<std::uint64_t>> from_depth, from_depth_chars;
     std::size_t max_length = 0;           // the longest member's length
     std::vector<std::uint32_t> all;       // [n_mask_words()] every member
     // up_to[n]: the members of at most n bytes, for n up to min(max_length, kMaxSetRunBytes).
