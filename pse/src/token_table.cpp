@@ -18,6 +18,14 @@ namespace pse::detail {
 
 namespace {
 
+// The set bits of a word, inline (std::popcount is a library call on baseline x86-64, where builds stay
+// portable; the counts below run over 4,000-word bitsets per table).
+inline std::size_t count_bits(std::uint32_t x) {
+  x = x - ((x >> 1) & 0x55555555u);
+  x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+  return static_cast<std::size_t>((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
+}
+
 // A table's accepted ids (in any order, duplicates allowed) as a bitset over the mask words when there
 // are more distinct ids than words, else as an ascending list (many ids: marked in a scratch bitset and
 // read back in order, cheaper than sorting them).
@@ -40,7 +48,7 @@ void set_accepted(std::vector<TokenId>& ids, std::size_t n_mask_words, std::vect
     hi = std::max(hi, w);
   }
   std::size_t n = 0;
-  for (std::size_t w = lo; w <= hi && w < n_mask_words; ++w) n += static_cast<std::size_t>(std::popcount(scratch[w]));
+  for (std::size_t w = lo; w <= hi && w < n_mask_words; ++w) n += count_bits(scratch[w]);
   bits.clear();
   list.clear();
   if (n > n_mask_words) {
@@ -86,21 +94,20 @@ class AcceptedIds {
   // The ids at the set bits of a group's bitset over consecutive sorted positions (`ids[i]` for bit i),
   // clearing the words as it goes.
   void add_and_clear_group(std::uint64_t* words, std::size_t n_words, const TokenId* ids) {
-    if (bits_ == nullptr) {
-      std::size_t n = ids_.size();
-      for (std::size_t w = 0; w < n_words && n <= kMaxList; ++w) n += static_cast<std::size_t>(std::popcount(words[w]));
-      if (n > kMaxList) to_bits();
-    }
     for (std::size_t w = 0; w < n_words; ++w) {
-      for (std::uint64_t x = words[w]; x != 0; x &= x - 1) {
-        const TokenId id = ids[w * 64 + static_cast<std::size_t>(std::countr_zero(x))];
-        if (bits_ != nullptr) {
-          bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-        } else {
-          ids_.push_back(id);
-        }
-      }
+      std::uint64_t x = words[w];
+      if (x == 0) continue;
       words[w] = 0;
+      if (bits_ == nullptr && ids_.size() + 64 > kMaxList) to_bits();
+      const TokenId* const base = ids + w * 64;
+      if (bits_ != nullptr) {
+        for (; x != 0; x &= x - 1) {
+          const TokenId id = base[std::countr_zero(x)];
+          bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+        }
+      } else {
+        for (; x != 0; x &= x - 1) ids_.push_back(base[std::countr_zero(x)]);
+      }
     }
   }
   void add_mask(std::span<const std::uint32_t> mask) {
@@ -115,7 +122,7 @@ class AcceptedIds {
     // A bitset when there are more ids than words: counted until past that (a class of tokens or-ed in
     // is past it within its first words), not over the whole bitset.
     std::size_t n = 0;
-    for (std::size_t w = 0; w < n_words_ && n <= n_words_; ++w) n += static_cast<std::size_t>(std::popcount(bits_[w]));
+    for (std::size_t w = 0; w < n_words_ && n <= n_words_; ++w) n += count_bits(bits_[w]);
     if (n > n_words_) {
       bits.assign(bits_, bits_ + n_words_);
     } else {

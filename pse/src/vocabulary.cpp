@@ -290,7 +290,11 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
   for (std::size_t p = 0; p < sorted_.size(); ++p) {
     const std::size_t begin = sorted_offset_[p];
     std::size_t i = sorted_offset_[p + 1];
-    while (i > begin && in_set[static_cast<unsigned char>(sorted_bytes_[i - 1])]) --i;
+    if (made_of(p, set)) {
+      i = begin;  // (most tokens, for a set of most bytes: no scan)
+    } else {
+      while (i > begin && in_set[static_cast<unsigned char>(sorted_bytes_[i - 1])]) --i;
+    }
     const std::size_t from = i - begin, n = sorted_offset_[p + 1] - begin;
     index->member_from[p] = static_cast<std::uint8_t>(std::min<std::size_t>(from, 255));
     if (from != 0) continue;
@@ -303,18 +307,26 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
   const std::size_t n_words = (sorted_.size() + 63) / 64;
   index->from_depth.assign(kReadWholeDepths, std::vector<std::uint64_t>(n_words, 0));
   index->from_depth_chars.assign(kReadWholeDepths, std::vector<std::uint64_t>(n_words, 0));
+  // Each token's bit at its own depth, then or-ed into the deeper ones a word at a time.
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    if (index->member_from[p] < kReadWholeDepths)
+      index->from_depth[index->member_from[p]][p >> 6] |= std::uint64_t{1} << (p & 63);
+  }
+  for (std::size_t d = 1; d < kReadWholeDepths; ++d)
+    for (std::size_t w = 0; w < n_words; ++w) index->from_depth[d][w] |= index->from_depth[d - 1][w];
+  for (std::size_t d = 0; d < kReadWholeDepths; ++d) index->from_depth_chars[d] = index->from_depth[d];
   for (std::size_t p = 0; p < sorted_.size(); ++p) {
     const std::uint64_t bit = std::uint64_t{1} << (p & 63);
-    for (std::size_t d = index->member_from[p]; d < kReadWholeDepths; ++d) {
-      index->from_depth[d][p >> 6] |= bit;
-      index->from_depth_chars[d][p >> 6] |= bit;
-    }
     if (non_ascii_[p] != NonAscii::kCharacters) continue;
     // From the last ASCII byte outside the set on, its rest (from a character's start) is read.
     const std::string_view t = sorted_token(p);
-    std::size_t from = t.size();
-    while (from > 0 && (static_cast<unsigned char>(t[from - 1]) >= 0x80 || in_set[static_cast<unsigned char>(t[from - 1])]))
-      --from;
+    std::size_t from = 0;  // (when every ASCII byte is in the set: most tokens, for a set of most bytes)
+    const std::array<std::uint64_t, 2>& used = ascii_bytes_[p];
+    if ((used[0] & ~set[0]) != 0 || (used[1] & ~set[1]) != 0) {
+      from = t.size();
+      while (from > 0 && (static_cast<unsigned char>(t[from - 1]) >= 0x80 || in_set[static_cast<unsigned char>(t[from - 1])]))
+        --from;
+    }
     for (std::size_t d = from; d < kReadWholeDepths && d <= t.size(); ++d) {
       if (d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80) index->from_depth_chars[d][p >> 6] |= bit;
     }

@@ -127,7 +127,7 @@ TEST(Vocabulary, AsciiBytesAndNonAsciiKinds) {
 // member masks (all, and by length).
 TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
   const std::vector<std::string> tokens = {"ab", "abc", "a", "b!", "ba", "\xc3\xa9", "a\xc3\xa9", "abcabc", "c", "!",
-                                           " ab", "!a!bc", "\xc3\xa9ab"};
+                                           " ab", "!a!bc", "\xc3\xa9" "ab"};
   Vocabulary v(tokens, {}, {});
   std::array<std::uint64_t, 2> set{};
   for (const char c : std::string("abc")) set[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
@@ -167,6 +167,47 @@ TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
     EXPECT_EQ((index->all[0] >> id) & 1, members.count(id)) << tokens[static_cast<std::size_t>(id)];
     EXPECT_EQ((index->up_to[2][0] >> id) & 1, members.count(id) && tokens[static_cast<std::size_t>(id)].size() <= 2)
         << tokens[static_cast<std::size_t>(id)];
+  }
+}
+
+// The per-depth bitsets that let a walk accept a run of tokens read whole from a loop a word at a time:
+// each bit is compared with its definition, token by token, at every depth kept.
+TEST(Vocabulary, ReadWholeBitsByDepthFollowTheirDefinitions) {
+  const std::vector<std::string> tokens = {"ab", "abc", "a", "b!", "ba", "\xc3\xa9", "a\xc3\xa9", "abcabc", "c", "!",
+                                           " ab", "!a!bc", "\xc3\xa9" "ab", "!\xc3\xa9" "b", "a\xc3", "\xa9" "ab", "x\"y",
+                                           "!!!!!!!!ab", "\x01" "ab", " \xe2\x82\xac!"};
+  Vocabulary v(tokens, {}, {});
+  std::array<std::uint64_t, 2> set{};
+  for (const char c : std::string("abc")) set[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
+  std::shared_ptr<const Vocabulary::AsciiSetIndex> index;
+  for (std::uint32_t i = 0; i < Vocabulary::kAsciiSetIndexAfter; ++i) index = v.ascii_set_index(set);
+  ASSERT_NE(index, nullptr);
+  ASSERT_EQ(index->from_depth.size(), Vocabulary::kReadWholeDepths);
+  ASSERT_EQ(index->from_depth_chars.size(), Vocabulary::kReadWholeDepths);
+  auto bit = [](const std::vector<std::uint64_t>& bits, std::size_t p) { return ((bits[p >> 6] >> (p & 63)) & 1) != 0; };
+  auto starts_char = [](std::string_view t, std::size_t d) {
+    return d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80;
+  };
+  const Vocabulary::TokenClassIndex& text = v.token_class(Vocabulary::TokenClass::kText);
+  const Vocabulary::TokenClassIndex& plain = v.token_class(Vocabulary::TokenClass::kPlain);
+  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+    const std::string& t = tokens[static_cast<std::size_t>(v.text_tokens()[p])];
+    for (std::size_t d = 0; d < Vocabulary::kReadWholeDepths; ++d) {
+      // (Past the token's end the rest is empty: made of the set. A run's tokens are never that short.)
+      const std::string rest = d <= t.size() ? t.substr(d) : std::string();
+      const bool in_set = rest.find_first_not_of("abc") == std::string::npos;
+      EXPECT_EQ(bit(index->from_depth[d], p), in_set) << t << " at " << d;
+      // Whole characters: the rest starts one, its ASCII bytes are in the set and the token is of
+      // whole characters (Vocabulary::NonAscii::kCharacters), or the rest is in the set alone.
+      bool chars = d <= t.size() && starts_char(t, d) && v.non_ascii(p) == Vocabulary::NonAscii::kCharacters;
+      for (std::size_t i = d; chars && i < t.size(); ++i) {
+        const auto c = static_cast<unsigned char>(t[i]);
+        chars = c >= 0x80 || (c == 'a' || c == 'b' || c == 'c');
+      }
+      EXPECT_EQ(bit(index->from_depth_chars[d], p), in_set || chars) << t << " at " << d;
+      EXPECT_EQ(bit(text.from_depth[d], p), text.member_from[p] <= d && d <= t.size() && starts_char(t, d)) << t << " at " << d;
+      EXPECT_EQ(bit(plain.from_depth[d], p), plain.member_from[p] <= d && d <= t.size()) << t << " at " << d;
+    }
   }
 }
 
