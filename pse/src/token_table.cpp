@@ -435,6 +435,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   // sets `accepted` instead when every caller reads the rest after one of the ends.
   // Returns whether some end is followed by a byte that may follow the rule: when none is, neither is
   // it in any token with the same bytes up to died_at (the ends and the bytes after them are the same).
+  bool every_first = false;
   auto uncertain = [&](std::uint32_t p, std::string_view tok, std::size_t died_at, bool& accepted) {
     const std::size_t before = table.end_depths.size();
     bool some_follow_byte = false;
@@ -443,13 +444,25 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       if (j > died_at || j >= tok.size()) break;
       if (!byte_set_has(follow, static_cast<unsigned char>(tok[j]))) continue;
       some_follow_byte = true;
-      // (Every caller reading the rest implies that some caller may: the follow check is not needed.)
-      if (every_context.all(p, j)) {
+      // Every caller reading the rest implies that some caller may, so the follow check is not needed
+      // then. Which check comes first follows the last token's answer (sorted tokens come in runs alike:
+      // after `int ` in c.gbnf, 44,000 tokens that every caller reads; in json.gbnf, runs that no caller
+      // may read).
+      if (every_first && every_context.all(p, j)) {
         table.end_depths.resize(before);
         accepted = true;
         return true;
       }
-      if (!follow_check.viable(tok.substr(j), j)) continue;
+      if (!follow_check.viable(tok.substr(j), j)) {
+        every_first = false;
+        continue;
+      }
+      if (!every_first && every_context.all(p, j)) {
+        table.end_depths.resize(before);
+        accepted = every_first = true;
+        return true;
+      }
+      every_first = false;
       table.end_depths.push_back(j);
     }
     if (table.end_depths.size() != before) {
