@@ -20,6 +20,7 @@ std::size_t StackDfa::memory_bytes() const {
   std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + text_steps_.capacity() * 4 +
                   ascii_self_loop_.capacity() + ascii_loops_.capacity() * 16 + ascii_loops_known_.capacity();
   for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
+  n += seed_words_ * 4 + seed_index_.size() * (sizeof(std::vector<std::uint32_t>) + 16);
   return n + group_bytes_;
 }
 
@@ -89,6 +90,23 @@ std::int32_t StackDfa::close_and_intern() {
   // completion. Between two bytes a stack can grow by at most one frame per rule unless some rule
   // calls itself without reading a byte (left recursion): that closure would never end, so it
   // overflows at once.
+  // Seeds written with class representatives: equivalent states close to configurations with the same
+  // stacks (a closure's own states are then the representative's, so first_bytes and steps stay exact).
+  if (canonical_ != nullptr) {
+    for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1)
+      for (std::size_t k = 1; k <= seeds_[i]; ++k) seeds_[i + k] = (*canonical_)[seeds_[i + k]];
+  }
+  // Seeds closed before close to the same configuration: many steps (from configurations that differ in
+  // stacks the byte does not move) lead to seeds met already, and the closure (through every rule a
+  // stack may call) costs far more than the lookup.
+  if (auto it = seed_index_.find(seeds_); it != seed_index_.end()) return it->second;
+  const std::int32_t id = close_seeds();
+  seed_index_.emplace(seeds_, id);
+  seed_words_ += seeds_.size();
+  return id;
+}
+
+std::int32_t StackDfa::close_seeds() {
   std::size_t base = kMaxDepth;
   for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1) base = std::min<std::size_t>(base, seeds_[i]);
   const std::size_t max_height = std::min(kMaxDepth, base + a_.rule_start.size() + 1);
@@ -97,12 +115,9 @@ std::int32_t StackDfa::close_and_intern() {
   work_.clear();
   kept_.clear();
   slots_.assign(64, -1);
-  // Seeds written with class representatives: equivalent states close to configurations with the same
-  // stacks (a closure's own states are then the representative's, so first_bytes and steps stay exact).
   for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1) {
     const std::size_t offset = arena_.size();
-    for (std::size_t k = 1; k <= seeds_[i]; ++k)
-      arena_.push_back(canonical_ != nullptr ? (*canonical_)[seeds_[i + k]] : seeds_[i + k]);
+    for (std::size_t k = 1; k <= seeds_[i]; ++k) arena_.push_back(seeds_[i + k]);
     add_last_stack(offset, max_height);
   }
   bool outer = false;
@@ -374,6 +389,8 @@ void StackDfa::clear() {
   outer_final_.clear();
   trans_.clear();
   index_.clear();
+  seed_index_.clear();
+  seed_words_ = 0;
   text_steps_.clear();
   multibyte_steps_.clear();
   ascii_self_loop_.clear();

@@ -153,6 +153,7 @@ class StackDfa {
   // interns the result (only stacks whose state reads bytes are kept, plus whether an outer rule is
   // complete).
   std::int32_t close_and_intern();
+  std::int32_t close_seeds();  // close_and_intern's closure, for seeds not met before
 
   // Scratch of close_and_intern, kept between calls so that a step allocates nothing: the stacks met
   // (spans of arena_), an open-addressing set over them, the work list and the kept ones.
@@ -208,6 +209,9 @@ class StackDfa {
   std::size_t group_bytes_ = 0;
   std::size_t max_group_bytes_ = std::size_t{64} << 20;
   std::unordered_map<std::vector<std::uint32_t>, std::int32_t, U32VectorHash> index_;
+  // The configuration each seed set met so far closed to (close_and_intern).
+  std::unordered_map<std::vector<std::uint32_t>, std::int32_t, U32VectorHash> seed_index_;
+  std::size_t seed_words_ = 0;
 };
 
 // The walking interface of Chart (detached use only) over a StackDfa: one configuration per byte

@@ -197,7 +197,8 @@ std::uint32_t next_clear(const std::uint64_t* bits, std::uint32_t p, std::uint32
     if (++w * 64 >= end) return end;
     x = ~bits[w];
   }
-  return std::min<std::uint32_t>(end, static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(std::countr_zero(x))));
+  const std::size_t q = w * 64 + static_cast<std::size_t>(std::countr_zero(x));
+  return std::min<std::uint32_t>(end, static_cast<std::uint32_t>(q));
 }
 
 // A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
@@ -415,7 +416,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   const ByteSet first = first_bytes(a, chart);
   static const std::vector<std::uint32_t> kNoContexts;  // an empty context list skips the check
   FollowCheck<Cursor> follow_check(filter == FollowFilter::kFull ? a.rule_contexts[rule] : kNoContexts, make);
-  EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule], filter == FollowFilter::kFull && rule != a.root, make);
+  EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule],
+                                          filter == FollowFilter::kFull && rule != a.root, make);
 
   AcceptedIds accepted_ids(vocab.n_mask_words());
   std::vector<std::uint64_t> group_accepted;  // zero between groups (see accept below)
@@ -596,8 +598,14 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     if (group_accepted.size() < group_words) group_accepted.resize(group_words, 0);
     std::uint64_t* const group_bits = group_accepted.data();
     const std::uint32_t group_begin = fb[b];
+    // The words set (most tables accept few tokens of a group: only those words are read back). The walk
+    // accepts positions in ascending order: the last one's word ends the range.
+    std::size_t words_lo = group_words, words_hi = 0;
     auto accept = [&](std::uint32_t p) {  // a position in the group
-      group_bits[(p - group_begin) >> 6] |= std::uint64_t{1} << ((p - group_begin) & 63);
+      const std::size_t w = (p - group_begin) >> 6;
+      group_bits[w] |= std::uint64_t{1} << ((p - group_begin) & 63);
+      if (words_lo == group_words) words_lo = w;
+      words_hi = w + 1;
     };
     if (whole != nullptr && !start_loops_on_text) {
       accept_whole(whole_class, b);
@@ -695,8 +703,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           loop_set_asked = true;
         }
         const bool indexed = loop_from == nullptr && loop_set_asked && loop_set != nullptr;
+        // (Not when the group's class is accepted already: its members, most of such a run, are skipped
+        // below instead of being accepted twice.)
         const std::uint64_t* read_whole_bits = nullptr;
-        if (loop_depth < Vocabulary::kReadWholeDepths) {
+        if (loop_depth < Vocabulary::kReadWholeDepths && whole == nullptr) {
           if (loop_from == &text_class.member_from) {
             read_whole_bits = text_class.from_depth[loop_depth].data();
           } else if (loop_from == &plain_class.member_from) {
@@ -705,12 +715,15 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
             read_whole_bits = (loop_multibyte ? loop_set->from_depth_chars : loop_set->from_depth)[loop_depth].data();
           }
         }
-        const std::uint8_t* const member_from = indexed && read_whole_bits == nullptr ? loop_set->member_from.data() : nullptr;
+        const std::uint8_t* const member_from =
+            indexed && read_whole_bits == nullptr ? loop_set->member_from.data() : nullptr;
         while (p < loop_end) {
           if (read_whole_bits != nullptr) {
             const std::uint32_t q = next_clear(read_whole_bits, p, loop_end);
             if (q > p) {
               set_bits(group_bits, p - group_begin, q - group_begin);
+              if (words_lo == group_words) words_lo = (p - group_begin) >> 6;
+              words_hi = ((q - 1 - group_begin) >> 6) + 1;
               p = q;
               continue;
             }
@@ -828,8 +841,11 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
     }
     if (memo && after != StackDfa::kDead)
-      for (std::size_t w = 0; w < group_words; ++w) record.accepted[w] |= group_bits[w];
-    accepted_ids.add_and_clear_group(group_bits, group_words, sorted.data() + group_begin);
+      for (std::size_t w = words_lo; w < words_hi; ++w) record.accepted[w] |= group_bits[w];
+    if (words_lo < words_hi) {
+      accepted_ids.add_and_clear_group(group_bits + words_lo, words_hi - words_lo,
+                                       sorted.data() + group_begin + words_lo * 64);
+    }
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
       if (memo && after != StackDfa::kDead) {
         for (std::size_t k = uncertain_before; k < table.uncertain.size(); ++k) {

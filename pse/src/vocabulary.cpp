@@ -324,8 +324,11 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
     const std::array<std::uint64_t, 2>& used = ascii_bytes_[p];
     if ((used[0] & ~set[0]) != 0 || (used[1] & ~set[1]) != 0) {
       from = t.size();
-      while (from > 0 && (static_cast<unsigned char>(t[from - 1]) >= 0x80 || in_set[static_cast<unsigned char>(t[from - 1])]))
-        --from;
+      auto rest_byte = [&](std::size_t i) {
+        const auto c = static_cast<unsigned char>(t[i]);
+        return c >= 0x80 || in_set[c];
+      };
+      while (from > 0 && rest_byte(from - 1)) --from;
     }
     for (std::size_t d = from; d < kReadWholeDepths && d <= t.size(); ++d) {
       if (d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80) index->from_depth_chars[d][p >> 6] |= bit;

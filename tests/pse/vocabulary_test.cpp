@@ -173,9 +173,11 @@ TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
 // The per-depth bitsets that let a walk accept a run of tokens read whole from a loop a word at a time:
 // each bit is compared with its definition, token by token, at every depth kept.
 TEST(Vocabulary, ReadWholeBitsByDepthFollowTheirDefinitions) {
-  const std::vector<std::string> tokens = {"ab", "abc", "a", "b!", "ba", "\xc3\xa9", "a\xc3\xa9", "abcabc", "c", "!",
-                                           " ab", "!a!bc", "\xc3\xa9" "ab", "!\xc3\xa9" "b", "a\xc3", "\xa9" "ab", "x\"y",
-                                           "!!!!!!!!ab", "\x01" "ab", " \xe2\x82\xac!"};
+  const std::vector<std::string> tokens = {"ab",         "abc",        "a",      "b!",     "ba",
+                                           "\xc3\xa9",   "a\xc3\xa9",  "abcabc", "c",      "!",
+                                           " ab",        "!a!bc",      "\xc3\xa9" "ab", "!\xc3\xa9" "b",
+                                           "a\xc3",      "\xa9" "ab",   "x\"y",   "!!!!!!!!ab",
+                                           "\x01" "ab",   " \xe2\x82\xac!"};
   Vocabulary v(tokens, {}, {});
   std::array<std::uint64_t, 2> set{};
   for (const char c : std::string("abc")) set[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
@@ -184,7 +186,9 @@ TEST(Vocabulary, ReadWholeBitsByDepthFollowTheirDefinitions) {
   ASSERT_NE(index, nullptr);
   ASSERT_EQ(index->from_depth.size(), Vocabulary::kReadWholeDepths);
   ASSERT_EQ(index->from_depth_chars.size(), Vocabulary::kReadWholeDepths);
-  auto bit = [](const std::vector<std::uint64_t>& bits, std::size_t p) { return ((bits[p >> 6] >> (p & 63)) & 1) != 0; };
+  auto bit = [](const std::vector<std::uint64_t>& bits, std::size_t p) {
+    return ((bits[p >> 6] >> (p & 63)) & 1) != 0;
+  };
   auto starts_char = [](std::string_view t, std::size_t d) {
     return d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80;
   };
@@ -205,7 +209,8 @@ TEST(Vocabulary, ReadWholeBitsByDepthFollowTheirDefinitions) {
         chars = c >= 0x80 || (c == 'a' || c == 'b' || c == 'c');
       }
       EXPECT_EQ(bit(index->from_depth_chars[d], p), in_set || chars) << t << " at " << d;
-      EXPECT_EQ(bit(text.from_depth[d], p), text.member_from[p] <= d && d <= t.size() && starts_char(t, d)) << t << " at " << d;
+      EXPECT_EQ(bit(text.from_depth[d], p), text.member_from[p] <= d && d <= t.size() && starts_char(t, d))
+          << t << " at " << d;
       EXPECT_EQ(bit(plain.from_depth[d], p), plain.member_from[p] <= d && d <= t.size()) << t << " at " << d;
     }
   }
