@@ -191,6 +191,7 @@ ByteSet first_bytes(const Automaton& /*a*/, const DfaCursor& cursor) { return cu
 
 // The first position in [p, end) whose bit is clear, or end.
 std::uint32_t next_clear(const std::uint64_t* bits, std::uint32_t p, std::uint32_t end) {
+  if (p >= end) return end;
   std::size_t w = p >> 6;
   std::uint64_t x = ~bits[w] & (~std::uint64_t{0} << (p & 63));
   while (x == 0) {
@@ -754,8 +755,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         // Accepted (in the mask already; the group's record has them too: they are accepted from the
         // configuration after the first byte, whatever table reaches it).
         if (start_set_length != SIZE_MAX) {  // the run of members that fit: one tight scan
-          std::uint32_t q = p + 1;
-          while (q < fb[b + 1] && start_set->length[q] != 0 && start_set->length[q] <= start_set_length) ++q;
+          const std::uint32_t q = next_clear(start_set->fits[start_set_length].data(), p + 1, fb[b + 1]);
           if (memo && after != StackDfa::kDead) set_bits(record.accepted.data(), p - fb[b], q - fb[b]);
           p = q - 1;
           continue;

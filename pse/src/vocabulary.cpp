@@ -341,6 +341,13 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
     index->next_out[p] = out;
   }
   const std::size_t n_masks = std::min(index->max_length, kMaxSetRunBytes) + 1;
+  index->fits.assign(n_masks, std::vector<std::uint64_t>(n_words, 0));
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    if (index->length[p] != 0 && index->length[p] < n_masks)
+      index->fits[index->length[p]][p >> 6] |= std::uint64_t{1} << (p & 63);
+  }
+  for (std::size_t n = 1; n < n_masks; ++n)
+    for (std::size_t w = 0; w < n_words; ++w) index->fits[n][w] |= index->fits[n - 1][w];
   index->up_to.assign(n_masks, std::vector<std::uint32_t>(n_mask_words(), 0));
   for (std::size_t n = 1; n < n_masks; ++n) {
     index->up_to[n] = index->up_to[n - 1];

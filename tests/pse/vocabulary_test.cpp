@@ -163,6 +163,13 @@ TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
   with_nul[0] |= 1;
   EXPECT_EQ(v.ascii_set_index(with_nul), index);
   ASSERT_EQ(index->up_to.size(), 7u);  // lengths 0..6
+  ASSERT_EQ(index->fits.size(), 7u);
+  for (std::size_t n = 0; n < index->fits.size(); ++n) {
+    for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+      EXPECT_EQ((index->fits[n][p >> 6] >> (p & 63)) & 1, index->length[p] != 0 && index->length[p] <= n ? 1u : 0u)
+          << "position " << p << ", length " << n;
+    }
+  }
   for (TokenId id = 0; id < static_cast<TokenId>(tokens.size()); ++id) {
     EXPECT_EQ((index->all[0] >> id) & 1, members.count(id)) << tokens[static_cast<std::size_t>(id)];
     EXPECT_EQ((index->up_to[2][0] >> id) & 1, members.count(id) && tokens[static_cast<std::size_t>(id)].size() <= 2)

@@ -118,8 +118,10 @@ class Vocabulary {
     std::vector<std::vector<std::uint64_t>> from_depth, from_depth_chars;
     std::size_t max_length = 0;           // the longest member's length
     std::vector<std::uint32_t> all;       // [n_mask_words()] every member
-    // up_to[n]: the members of at most n bytes, for n up to min(max_length, kMaxSetRunBytes).
+    // up_to[n]: the members of at most n bytes, for n up to min(max_length, kMaxSetRunBytes); and fits[n]
+    // the same by position (bit p % 64 of word p / 64), where a walk finds the end of a run of them.
     std::vector<std::vector<std::uint32_t>> up_to;
+    std::vector<std::vector<std::uint64_t>> fits;
   };
   static constexpr std::size_t kMaxSetRunBytes = 32;
   // The index of `set` (bit b of word b / 64; NUL is never a member byte), built when it is asked for
