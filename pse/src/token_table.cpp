@@ -330,7 +330,8 @@ class EveryContextReads {
         const std::array<std::uint64_t, 2>& bytes = cursor.dfa()->ascii_loops(c);
         if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
         loop_depth = d;
-        if (loop_set == nullptr || bytes != loop_bytes) loop_set = vocab.ascii_set_index(bytes);
+        // (Only an index built already: the rests checked here are few next to the walks that build it.)
+        if (loop_set == nullptr || bytes != loop_bytes) loop_set = vocab.ascii_set_index(bytes, false);
         loop_bytes = bytes;
       }
     }

@@ -264,14 +264,15 @@ struct Vocabulary::AsciiSetIndexes {
   std::vector<std::shared_ptr<const AsciiSetIndex>> built;
 };
 
-std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(const std::array<std::uint64_t, 2>& asked) const {
+std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(const std::array<std::uint64_t, 2>& asked,
+                                                                             bool count) const {
   std::array<std::uint64_t, 2> set = asked;
   set[0] &= ~std::uint64_t{1};  // NUL is never a member byte: a set with or without it is one index
   std::lock_guard<std::mutex> lock(ascii_set_indexes_->mutex);
   std::vector<std::shared_ptr<const AsciiSetIndex>>& built = ascii_set_indexes_->built;
   for (const auto& index : built)
     if (index->set == set) return index;
-  if (built.size() >= kMaxAsciiSetIndexes) return nullptr;
+  if (built.size() >= kMaxAsciiSetIndexes || !count) return nullptr;
   // An index costs a pass over the vocabulary (a few milliseconds): a set's first few tables walk
   // without it.
   auto& requests = ascii_set_indexes_->requests;

@@ -131,10 +131,13 @@ TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
   Vocabulary v(tokens, {}, {});
   std::array<std::uint64_t, 2> set{};
   for (const char c : std::string("abc")) set[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
+  // Questions that do not count build nothing, and leave the count as it was.
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(v.ascii_set_index(set, false), nullptr) << i;
   for (std::uint32_t i = 1; i < Vocabulary::kAsciiSetIndexAfter; ++i) EXPECT_EQ(v.ascii_set_index(set), nullptr) << i;
   const auto index = v.ascii_set_index(set);
   ASSERT_NE(index, nullptr);
   EXPECT_EQ(v.ascii_set_index(set), index);  // kept
+  EXPECT_EQ(v.ascii_set_index(set, false), index);
   EXPECT_EQ(index->max_length, 6u);
   std::set<TokenId> members;
   for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {

@@ -127,10 +127,12 @@ class Vocabulary {
   // The index of `set` (bit b of word b / 64; NUL is never a member byte), built when it is asked for
   // the kAsciiSetIndexAfter-th time and kept for the vocabulary's lifetime, for up to
   // kMaxAsciiSetIndexes sets; nullptr before, and past them (the walk checks each token instead).
-  // Thread-safe.
+  // Thread-safe. With `count` false, only an index built already is returned, and the question does
+  // not count towards building one (for walks that gain little from it).
   static constexpr std::size_t kMaxAsciiSetIndexes = 32;
   static constexpr std::uint32_t kAsciiSetIndexAfter = 4;
-  std::shared_ptr<const AsciiSetIndex> ascii_set_index(const std::array<std::uint64_t, 2>& set) const;
+  std::shared_ptr<const AsciiSetIndex> ascii_set_index(const std::array<std::uint64_t, 2>& set,
+                                                       bool count = true) const;
   // The bytes of text_tokens()[p], stored contiguously in sorted order (walks touch memory in order).
   std::size_t sorted_token_size(std::size_t p) const { return sorted_offset_[p + 1] - sorted_offset_[p]; }
   std::string_view sorted_token(std::size_t p) const {
