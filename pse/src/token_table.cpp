@@ -709,6 +709,22 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       }
       return true;
     };
+    // After token p, accepted because every caller reads its rest (with the same bytes up to depth_dead,
+    // where the walk failed): the following tokens with those bytes have the same ends. When every caller
+    // read the rest into a loop on one set, those whose rest shares the loops' depths and is in the set
+    // from there are accepted too, a word at a time (after `int ` in c.gbnf, 44,000 identifiers after a
+    // space). Returns the last position accepted. (Out of line: the walk's loop is hot.)
+    auto every_caller_run = [&](std::uint32_t p, std::size_t dead_at) __attribute__((noinline)) {
+      std::size_t loop_at = 0;
+      const Vocabulary::AsciiSetIndex* const set = every_context.common_loop(loop_at);
+      const std::size_t depth = accepted_end + loop_at;
+      if (set == nullptr || depth > dead_at + 1 || depth >= Vocabulary::kReadWholeDepths) return p;
+      const std::uint32_t q = next_clear(set->from_depth[depth].data(), p + 1, vocab.subtree_end(p, dead_at));
+      if (q == p + 1) return p;
+      set_bits(group_bits, p + 1 - group_begin, q - group_begin);
+      words_hi = ((q - 1 - group_begin) >> 6) + 1;
+      return q - 1;
+    };
     // Positions below loop_end share the first loop_depth bytes with the last token walked (its subtree
     // at that depth): those read whole from the loop are accepted in a tight run, without the checks
     // below (inside an identifier after a space, tens of thousands of tokens).
@@ -824,23 +840,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         // Same bytes up to the one that failed: same chart, but the suffixes after an end differ.
         bool accepted = false;
         uncertain(p, tok, depth_dead, accepted);
-        if (!accepted) continue;
-        accept(p);
-        // The tokens after it with the same bytes up to the failing one have the same ends; when every
-        // caller read its rest into a loop on one set, those whose rest shares the loops' depths and is
-        // in the set from there are accepted too, a word at a time (after `int ` in c.gbnf, 44,000
-        // identifiers after a space).
-        std::size_t loop_at = 0;
-        const Vocabulary::AsciiSetIndex* const set = every_context.common_loop(loop_at);
-        if (set == nullptr || accepted_end + loop_at > depth_dead + 1 ||
-            accepted_end + loop_at >= Vocabulary::kReadWholeDepths)
-          continue;
-        const std::uint32_t end = vocab.subtree_end(p, depth_dead);
-        const std::uint32_t q = next_clear(set->from_depth[accepted_end + loop_at].data(), p + 1, end);
-        if (q > p + 1) {
-          set_bits(group_bits, p + 1 - group_begin, q - group_begin);
-          words_hi = ((q - 1 - group_begin) >> 6) + 1;
-          p = q - 1;
+        if (accepted) {
+          accept(p);
+          p = every_caller_run(p, depth_dead);
         }
         continue;
       }
