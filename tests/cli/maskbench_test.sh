@@ -91,7 +91,8 @@ PY
     [ "$(grep -c '^{"id":' "$tmp/out")" -eq 2 ] || fail "expected 2 status lines: $(cat "$tmp/out")"
     head -1 "$tmp/out" | grep -q '^{"id":"a.json",' || fail "first line is not a.json: $(head -1 "$tmp/out")"
     grep -q "^maskbench: 2 schemas, 2 passing, 0 compile errors" "$tmp/out" || fail "summary: $(cat "$tmp/out")" ;;
-  maskbench_timeout)  # a time limit far below the compile time (10 us; this schema takes under 1 ms at times): recorded as a timeout
+  maskbench_timeout)  # a time limit far below the compile time: recorded as a timeout, the run goes on
+    # (10 us: at 1 ms this schema finished in time in about 5% of runs)
     need "$mb/${files[0]}"; need "$llama3/encoder.json"
     run grammar bench --maskbench "$mb/${files[2]}" -t "$llama3" --time-limit 0.00001; expect_rc 0
     grep -q '"timeout":' "$tmp/out" || fail "no timeout field: $(cat "$tmp/out")"
