@@ -27,6 +27,18 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 // Whether the UTF-8 sequence that starts at t[d] (a byte >= 0x80) is well-formed (Unicode's table:
 // the length by the lead byte, the range of the second byte), or its first bytes when t ends first;
 // *n receives its length.
+// Whether byte d of t starts a UTF-8 character, or ends t.
+bool starts_character(std::string_view t, std::size_t d) {
+  return d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80;
+}
+
+// Bitsets by level, each holding only its own level's bits, made cumulative: level n also holds the bits of
+// every level below it.
+void accumulate_levels(std::vector<std::vector<std::uint64_t>>& levels) {
+  for (std::size_t n = 1; n < levels.size(); ++n)
+    for (std::size_t w = 0; w < levels[n].size(); ++w) levels[n][w] |= levels[n - 1][w];
+}
+
 bool good_sequence_at(std::string_view t, std::size_t d, std::size_t* n) {
   const unsigned char c = static_cast<unsigned char>(t[d]);
   unsigned char lo = 0x80, hi = 0xBF;
@@ -224,8 +236,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     for (std::size_t p = 0; p < sorted_.size(); ++p) {
       const std::string_view t = sorted_token(p);
       for (std::size_t d = c.member_from[p]; d < kReadWholeDepths && d <= t.size(); ++d) {
-        if (d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80)
-          c.from_depth[d][p >> 6] |= std::uint64_t{1} << (p & 63);
+        if (starts_character(t, d)) c.from_depth[d][p >> 6] |= std::uint64_t{1} << (p & 63);
       }
     }
   };
@@ -287,6 +298,11 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
   for (unsigned c = 1; c < 0x80; ++c) in_set[c] = ((set[c >> 6] >> (c & 63)) & 1) != 0;
   std::vector<std::vector<TokenId>> by_length(kMaxSetRunBytes + 1);
   index->all.assign(n_mask_words(), 0);
+  // The position bitsets by depth and by length: each token's bit at its own level in the pass below,
+  // then made cumulative a word at a time.
+  const std::size_t n_words = (sorted_.size() + 63) / 64;
+  index->from_depth.assign(kReadWholeDepths, std::vector<std::uint64_t>(n_words, 0));
+  index->fits.assign(kMaxSetRunBytes + 1, std::vector<std::uint64_t>(n_words, 0));
   // One pass from each token's end: where its rest in the set begins; a member when that is 0.
   for (std::size_t p = 0; p < sorted_.size(); ++p) {
     const std::size_t begin = sorted_offset_[p];
@@ -297,27 +313,20 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
       while (i > begin && in_set[static_cast<unsigned char>(sorted_bytes_[i - 1])]) --i;
     }
     const std::size_t from = i - begin, n = sorted_offset_[p + 1] - begin;
+    const std::uint64_t bit = std::uint64_t{1} << (p & 63);
     index->member_from[p] = static_cast<std::uint8_t>(std::min<std::size_t>(from, 255));
+    if (from < kReadWholeDepths) index->from_depth[from][p >> 6] |= bit;
     if (from != 0) continue;
+    if (n <= kMaxSetRunBytes) index->fits[n][p >> 6] |= bit;
     index->length[p] = static_cast<std::uint8_t>(std::min<std::size_t>(n, 255));
     index->max_length = std::max(index->max_length, n);
     const TokenId id = sorted_[p];
     index->all[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
     if (n <= kMaxSetRunBytes) by_length[n].push_back(id);
   }
-  const std::size_t n_words = (sorted_.size() + 63) / 64;
-  index->from_depth.assign(kReadWholeDepths, std::vector<std::uint64_t>(n_words, 0));
-  index->from_depth_chars.assign(kReadWholeDepths, std::vector<std::uint64_t>(n_words, 0));
-  // Each token's bit at its own depth, then or-ed into the deeper ones a word at a time.
+  accumulate_levels(index->from_depth);
+  index->from_depth_chars = index->from_depth;
   for (std::size_t p = 0; p < sorted_.size(); ++p) {
-    if (index->member_from[p] < kReadWholeDepths)
-      index->from_depth[index->member_from[p]][p >> 6] |= std::uint64_t{1} << (p & 63);
-  }
-  for (std::size_t d = 1; d < kReadWholeDepths; ++d)
-    for (std::size_t w = 0; w < n_words; ++w) index->from_depth[d][w] |= index->from_depth[d - 1][w];
-  for (std::size_t d = 0; d < kReadWholeDepths; ++d) index->from_depth_chars[d] = index->from_depth[d];
-  for (std::size_t p = 0; p < sorted_.size(); ++p) {
-    const std::uint64_t bit = std::uint64_t{1} << (p & 63);
     if (non_ascii_[p] != NonAscii::kCharacters) continue;
     // From the last ASCII byte outside the set on, its rest (from a character's start) is read.
     const std::string_view t = sorted_token(p);
@@ -332,7 +341,7 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
       while (from > 0 && rest_byte(from - 1)) --from;
     }
     for (std::size_t d = from; d < kReadWholeDepths && d <= t.size(); ++d) {
-      if (d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80) index->from_depth_chars[d][p >> 6] |= bit;
+      if (starts_character(t, d)) index->from_depth_chars[d][p >> 6] |= std::uint64_t{1} << (p & 63);
     }
   }
   index->next_out.resize(sorted_.size());
@@ -342,13 +351,8 @@ std::shared_ptr<const Vocabulary::AsciiSetIndex> Vocabulary::ascii_set_index(con
     index->next_out[p] = out;
   }
   const std::size_t n_masks = std::min(index->max_length, kMaxSetRunBytes) + 1;
-  index->fits.assign(n_masks, std::vector<std::uint64_t>(n_words, 0));
-  for (std::size_t p = 0; p < sorted_.size(); ++p) {
-    if (index->length[p] != 0 && index->length[p] < n_masks)
-      index->fits[index->length[p]][p >> 6] |= std::uint64_t{1} << (p & 63);
-  }
-  for (std::size_t n = 1; n < n_masks; ++n)
-    for (std::size_t w = 0; w < n_words; ++w) index->fits[n][w] |= index->fits[n - 1][w];
+  index->fits.resize(n_masks);  // (no member is longer)
+  accumulate_levels(index->fits);
   index->up_to.assign(n_masks, std::vector<std::uint32_t>(n_mask_words(), 0));
   for (std::size_t n = 1; n < n_masks; ++n) {
     index->up_to[n] = index->up_to[n - 1];
