@@ -298,7 +298,7 @@ const std::array<std::uint64_t, 2>& StackDfa::ascii_loops(std::int32_t config) {
   if (!ascii_loops_known_[c]) {
     std::array<std::uint64_t, 2> loops{};
     each_byte_interval(config, 1, 0x7F, [&](unsigned b, unsigned last) {
-      if (step(config, static_cast<std::uint8_t>(b)) == config)
+      if (may_loop(config, static_cast<std::uint8_t>(b)) && step(config, static_cast<std::uint8_t>(b)) == config)
         for (unsigned x = b; x <= last; ++x) loops[x >> 6] |= std::uint64_t{1} << (x & 63);
       return true;
     });
@@ -309,6 +309,35 @@ const std::array<std::uint64_t, 2>& StackDfa::ascii_loops(std::int32_t config) {
     ascii_loops_known_[c] = 1;
   }
   return ascii_loops_[c];
+}
+
+bool StackDfa::may_loop(std::int32_t config, std::uint8_t byte) const {
+  const std::int32_t known = trans_[static_cast<std::size_t>(config) * 256 + byte];
+  if (known != kUnknown) return known == config;
+  // A step's seeds whose state reads bytes are kept by its closure as they are: each must be a stack
+  // of the configuration for the step to lead back to it.
+  const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
+  auto canonical = [&](std::uint32_t s) { return canonical_ != nullptr ? (*canonical_)[s] : s; };
+  auto holds = [&](std::size_t from, std::uint32_t height, std::uint32_t top) {
+    for (std::size_t j = 0; j < flat.size(); j += flat[j] + 1) {
+      if (flat[j] != height || flat[j + height] != top) continue;
+      bool same = true;
+      for (std::uint32_t k = 1; k < height && same; ++k) same = flat[j + k] == canonical(flat[from + k]);
+      if (same) return true;
+    }
+    return false;
+  };
+  for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
+    const std::uint32_t height = flat[i];
+    const std::uint32_t s = flat[i + height];
+    for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
+      const ByteEdge& be = a_.byte_edges[e];
+      if (byte < be.lo || byte > be.hi) continue;
+      const std::uint32_t t = canonical(be.target);
+      if (a_.has_bytes(t) && !holds(i, height, t)) return false;
+    }
+  }
+  return true;
 }
 
 StackDfa::AsciiRun StackDfa::ascii_run(std::int32_t config) {

@@ -149,6 +149,9 @@ class StackDfa {
   static constexpr std::int32_t kUnknown = -2;
 
   std::int32_t compute_step(std::int32_t config, std::uint8_t byte);
+  // False when reading `byte` cannot lead from the configuration back to itself (checked without the
+  // step's closure: ascii_loops asks it for bytes the walks may never read there).
+  bool may_loop(std::int32_t config, std::uint8_t byte) const;
   // Closes seeds_ (stacks flattened as (height, return states from the bottom..., current state)) and
   // interns the result (only stacks whose state reads bytes are kept, plus whether an outer rule is
   // complete).

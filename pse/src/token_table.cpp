@@ -25,6 +25,13 @@ inline std::size_t count_bits(std::uint32_t x) {
   x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
   return static_cast<std::size_t>((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
 }
+// The bytes of a set of ASCII bytes (bit b of word b / 64), as count_bits (asked at every byte a walk
+// pushes into a configuration that loops).
+inline std::size_t count_bytes(const std::array<std::uint64_t, 2>& set) {
+  std::size_t n = 0;
+  for (const std::uint64_t w : set) n += count_bits(static_cast<std::uint32_t>(w)) + count_bits(static_cast<std::uint32_t>(w >> 32));
+  return n;
+}
 
 // A table's accepted ids (in any order, duplicates allowed) as a bitset over the mask words when there
 // are more distinct ids than words, else as an ascending list (many ids: marked in a scratch bitset and
@@ -92,23 +99,12 @@ class AcceptedIds {
     }
   }
   // The ids at the set bits of a group's bitset over consecutive sorted positions (`ids[i]` for bit i),
-  // clearing the words as it goes.
+  // clearing the words as it goes; add_group leaves them (a group result kept for other tables).
   void add_and_clear_group(std::uint64_t* words, std::size_t n_words, const TokenId* ids) {
-    for (std::size_t w = 0; w < n_words; ++w) {
-      std::uint64_t x = words[w];
-      if (x == 0) continue;
-      words[w] = 0;
-      if (bits_ == nullptr && ids_.size() + 64 > kMaxList) to_bits();
-      const TokenId* const base = ids + w * 64;
-      if (bits_ != nullptr) {
-        for (; x != 0; x &= x - 1) {
-          const TokenId id = base[std::countr_zero(x)];
-          bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
-        }
-      } else {
-        for (; x != 0; x &= x - 1) ids_.push_back(base[std::countr_zero(x)]);
-      }
-    }
+    add_words<true>(words, n_words, ids);
+  }
+  void add_group(const std::uint64_t* words, std::size_t n_words, const TokenId* ids) {
+    add_words<false>(words, n_words, ids);
   }
   void add_mask(std::span<const std::uint32_t> mask) {
     to_bits();
@@ -137,6 +133,24 @@ class AcceptedIds {
 
  private:
   static constexpr std::size_t kMaxList = 1024;
+  template <bool kClear, class Word>
+  void add_words(Word* words, std::size_t n_words, const TokenId* ids) {
+    for (std::size_t w = 0; w < n_words; ++w) {
+      std::uint64_t x = words[w];
+      if (x == 0) continue;
+      if constexpr (kClear) words[w] = 0;
+      if (bits_ == nullptr && ids_.size() + 64 > kMaxList) to_bits();
+      const TokenId* const base = ids + w * 64;
+      if (bits_ != nullptr) {
+        for (; x != 0; x &= x - 1) {
+          const TokenId id = base[std::countr_zero(x)];
+          bits_[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+        }
+      } else {
+        for (; x != 0; x &= x - 1) ids_.push_back(base[std::countr_zero(x)]);
+      }
+    }
+  }
   void to_bits() {
     if (bits_ != nullptr) return;
     thread_local std::vector<std::uint32_t> scratch;  // all zero while not in use
@@ -344,7 +358,7 @@ class EveryContextReads {
         const std::int32_t c = cursor.last_config();
         if (!cursor.dfa()->has_ascii_self_loop(c)) return;
         const std::array<std::uint64_t, 2>& bytes = cursor.dfa()->ascii_loops(c);
-        if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
+        if (count_bytes(bytes) < kMinLoopBytes) return;
         loop_depth = d;
         // (Only an index built already: the rests checked here are few next to the walks that build it.)
         if (loop_set == nullptr || bytes != loop_bytes) loop_set = vocab.ascii_set_index(bytes, false);
@@ -526,10 +540,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         reject_longer_text = run_ends_closed(*chart.dfa(), chart.last_config(), text_run);
     }
     // (Only when the start reads enough ASCII bytes: the tests compute every ASCII step.)
-    if (!start_loops_on_text && text_run == 0 && std::popcount(first[0]) + std::popcount(first[1]) >= kMinLoopBytes) {
+    if (!start_loops_on_text && text_run == 0 && count_bytes({first[0], first[1]}) >= kMinLoopBytes) {
       const std::int32_t c0 = chart.last_config();
       const std::array<std::uint64_t, 2> loops = chart.dfa()->ascii_loops(c0);
-      if (std::popcount(loops[0]) + std::popcount(loops[1]) >= kMinLoopBytes) {
+      if (count_bytes(loops) >= kMinLoopBytes) {
         start_bytes = loops;
         start_set_length = SIZE_MAX;
       } else if (const StackDfa::AsciiRun start_run = chart.dfa()->ascii_run(c0); start_run.length > 0) {
@@ -581,9 +595,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         after = chart.last_config();
         if (memo) {
           if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), filter_id)) {
-            for (std::size_t w = 0; w < g->accepted.size(); ++w)
-              for (std::uint64_t x = g->accepted[w]; x != 0; x &= x - 1)
-                accepted_ids.add(sorted[fb[b] + w * 64 + static_cast<std::size_t>(std::countr_zero(x))]);
+            accepted_ids.add_group(g->accepted.data(), g->accepted.size(), sorted.data() + fb[b]);
             if (g->whole >= 0) accept_whole(static_cast<Vocabulary::TokenClass>(g->whole), b);
             for (std::size_t k = 0, e = 0; k < g->uncertain.size(); ++k) {
               table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
@@ -654,7 +666,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         if (!chart.dfa()->has_ascii_self_loop(c)) return;
         // A small set (digits, spaces) reads few tokens whole: leave the depth to a larger loop.
         const std::array<std::uint64_t, 2>& bytes = chart.dfa()->ascii_loops(c);
-        if (std::popcount(bytes[0]) + std::popcount(bytes[1]) < kMinLoopBytes) return;
+        if (count_bytes(bytes) < kMinLoopBytes) return;
         if (chart.last_loops_on(Vocabulary::TokenClass::kText)) {
           loop_from = &text_class.member_from;
         } else if (chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {  // from the same set

@@ -8,10 +8,18 @@
 
 namespace pse::detail {
 
+// Two ids per multiply (configurations and seeds of the stack automaton run to hundreds of ids, hashed
+// at every step): a multiply carries its input's upper half only upwards, so the end folds the upper
+// half down before a last multiply, and every id reaches the low bits that tables index by.
 inline std::uint64_t hash_u32s(std::span<const std::uint32_t> v) {
+  constexpr std::uint64_t kMul = 0xff51afd7ed558ccdULL;
   std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ v.size();
-  for (std::uint32_t x : v) h = (h ^ x) * 0xff51afd7ed558ccdULL;
-  return h ^ (h >> 31);
+  const std::size_t n = v.size();
+  std::size_t i = 0;
+  for (; i + 2 <= n; i += 2) h = (h ^ (v[i] | std::uint64_t{v[i + 1]} << 32)) * kMul;
+  if (i < n) h = (h ^ v[i]) * kMul;
+  h = (h ^ (h >> 32)) * kMul;
+  return h ^ (h >> 29);
 }
 
 struct U32VectorHash {
