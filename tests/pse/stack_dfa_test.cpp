@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <fstream>
 #include <map>
 #include <set>
@@ -17,6 +19,7 @@
 #include "pse/gbnf.h"
 #include "pse/regex.h"
 #include "shared_data.h"
+#include "state_classes.h"
 #include "token_table.h"
 
 namespace {
@@ -357,6 +360,49 @@ TEST(StackDfa, StepsAreMemoized) {
   EXPECT_TRUE(byte_set_has(first, '('));
   EXPECT_TRUE(byte_set_has(first, '7'));
   EXPECT_FALSE(byte_set_has(first, '+'));
+}
+
+// ascii_loops (which rejects most bytes without computing their step) against every ASCII step computed:
+// on the configurations met from the start (breadth first), with states as they are and with class
+// representatives, over the shared grammars and a regex with bounded runs.
+TEST(StackDfa, AsciiLoopsAreTheBytesWhoseStepLeadsBack) {
+  ORCHARD_REQUIRE_SHARED_DATA("grammars/c.gbnf");
+  std::vector<std::pair<std::string, Grammar>> grammars;
+  for (const char* name : {"json", "arithmetic", "c", "list", "chess"}) {
+    grammars.emplace_back(name, pse::parse_gbnf(read_file(
+                                    orchard::testing::shared_data(std::string("grammars/") + name + ".gbnf"))));
+  }
+  grammars.emplace_back("regex", pse::parse_regex(R"([a-z0-9._]{1,12}@([a-z]{1,9}\.){1,3}(com|org) *x*)"));
+  std::size_t n_loops = 0;
+  for (const auto& [name, g] : grammars) {
+    const Automaton a = build_automaton(g, AutomatonLimits{});
+    std::vector<std::uint32_t> canonical(a.n_states());
+    const std::vector<std::uint32_t> classes = future_classes(a, 16);
+    std::vector<std::uint32_t> representative(a.n_states(), UINT32_MAX);
+    for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+      if (representative[classes[s]] == UINT32_MAX) representative[classes[s]] = s;
+      canonical[s] = representative[classes[s]];
+    }
+    for (const bool use_classes : {false, true}) {
+      StackDfa dfa(a);
+      if (use_classes) dfa.set_canonical_states(&canonical);
+      const std::uint32_t s = root_start(a);
+      std::vector<std::int32_t> queue{dfa.start({&s, 1})};
+      for (std::size_t i = 0; i < queue.size() && i < 300; ++i) {
+        const std::int32_t c = queue[i];
+        const std::array<std::uint64_t, 2> loops = dfa.ascii_loops(c);  // before any step of c
+        std::array<std::uint64_t, 2> stepped{};
+        for (unsigned b = 1; b < 0x80; ++b) {
+          const std::int32_t t = dfa.step(c, static_cast<std::uint8_t>(b));
+          if (t == c) stepped[b >> 6] |= std::uint64_t{1} << (b & 63);
+          if (t != StackDfa::kDead && std::find(queue.begin(), queue.end(), t) == queue.end()) queue.push_back(t);
+        }
+        EXPECT_EQ(loops, stepped) << name << " configuration " << c << (use_classes ? " (classes)" : "");
+        n_loops += static_cast<std::size_t>(std::popcount(stepped[0]) + std::popcount(stepped[1]));
+      }
+    }
+  }
+  EXPECT_GT(n_loops, 100u) << "too few loops met for the check to mean much";
 }
 
 }  // namespace
