@@ -386,6 +386,11 @@ StackDfa::AsciiRun StackDfa::ascii_run(std::int32_t config) {
     c = next;
   }
   // The run after the last of the chain: known, or cut short (the bound, a cycle, no run: length 0).
+  // Cut by the bound, the chain's later runs come out shorter than they are (the last one 1): only the
+  // first one, the bound itself, is kept, and the others are found again when asked for (their steps are
+  // known by then), so that a table starting part-way along a long run accepts its tokens at once too.
+  const bool bounded = !known(c) && !no_run_at_end && chain.size() == kMaxAsciiRun &&
+                       std::find(chain.begin(), chain.end(), c) == chain.end();
   const std::size_t n = runs.size();
   AsciiRun after = known(c) && !no_run_at_end ? ascii_runs_[static_cast<std::size_t>(c)] : AsciiRun{};
   for (std::size_t i = n; i-- > 0;) {
@@ -396,7 +401,7 @@ StackDfa::AsciiRun StackDfa::ascii_run(std::int32_t config) {
   // Steps may add configurations.
   ascii_runs_known_.resize(std::max(ascii_runs_known_.size(), n_configs()), 0);
   ascii_runs_.resize(ascii_runs_known_.size());
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < (bounded ? 1 : n); ++i) {
     ascii_runs_[static_cast<std::size_t>(chain[i])] = runs[i];
     ascii_runs_known_[static_cast<std::size_t>(chain[i])] = 1;
   }

@@ -886,6 +886,21 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           // No end before the failing byte, or none followed by a byte that may follow the rule: every
           // token under this prefix is rejected; skip them all.
           p = vocab.subtree_end(p, depth_dead) - 1;
+          // With no end on the way, so are the next subtrees with the same bytes before it and a byte
+          // there that dies too: each costs one step looked up (a bounded run's table meets thousands,
+          // "aB", "a-", ... after each letter).
+          if (ends.empty()) {
+            const std::uint32_t siblings_end = depth_dead == 0 ? fb[b + 1] : vocab.subtree_end(p, depth_dead - 1);
+            std::uint32_t q = p + 1;
+            while (q < siblings_end) {
+              if (chart.push(static_cast<unsigned char>(vocab.sorted_token(q)[depth_dead]))) {
+                chart.truncate(depth_dead + 2);
+                break;
+              }
+              q = vocab.subtree_end(q, depth_dead);
+            }
+            p = q - 1;
+          }
         } else if (accepted) {
           accept(p);
         }

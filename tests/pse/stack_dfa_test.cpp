@@ -405,6 +405,26 @@ TEST(StackDfa, AsciiLoopsAreTheBytesWhoseStepLeadsBack) {
   EXPECT_GT(n_loops, 100u) << "too few loops met for the check to mean much";
 }
 
+// A bounded run's length from each position along it (capped at kMaxAsciiRun), whichever position is
+// asked first: a chain cut by the bound must not leave shorter runs behind for the positions after
+// the first (the table of a state part-way along would then walk the tokens a run accepts at once).
+TEST(StackDfa, AsciiRunsAlongABoundedRepetitionDoNotDependOnOrder) {
+  const Automaton a = build_automaton(pse::parse_regex("[a-z0-9]{1,64}@x"), AutomatonLimits{});
+  for (const bool ascending : {true, false}) {
+    StackDfa dfa(a);
+    const std::uint32_t s = root_start(a);
+    std::vector<std::int32_t> at{dfa.start({&s, 1})};  // at[k]: after k characters
+    for (int k = 1; k <= 64; ++k) at.push_back(dfa.step(at.back(), 'a'));
+    ASSERT_NE(at.back(), StackDfa::kDead);
+    for (int i = 0; i <= 64; ++i) {
+      const int k = ascending ? i : 64 - i;
+      const StackDfa::AsciiRun run = dfa.ascii_run(at[static_cast<std::size_t>(k)]);
+      const auto expected = static_cast<std::uint32_t>(std::min<int>(k == 0 ? 64 : 64 - k, StackDfa::kMaxAsciiRun));
+      EXPECT_EQ(run.length, expected) << "after " << k << " characters, " << (ascending ? "ascending" : "descending");
+    }
+  }
+}
+
 }  // namespace
 
 // Which token classes a configuration reads whole (StackDfa::loops_on): JSON string characters loop on
