@@ -349,13 +349,13 @@ StackDfa::AsciiRun StackDfa::ascii_run(std::int32_t config) {
     return (inner[0] & ~outer[0]) == 0 && (inner[1] & ~outer[1]) == 0;
   };
   // Follows the configurations that the largest byte group leads to while their runs are unknown
-  // (up to kMaxAsciiRun of them, stopping at one met before), then fills the runs in from the last: a
+  // (up to kMaxChain of them, stopping at one met before), then fills the runs in from the last: a
   // run goes on into the next configuration's when that one's set holds it.
   std::vector<std::int32_t> chain;
   std::vector<AsciiRun> runs;
   bool no_run_at_end = false;  // the last of the chain has no run (fewer bytes than the minimum)
   std::int32_t c = config;
-  while (!known(c) && chain.size() < kMaxAsciiRun && std::find(chain.begin(), chain.end(), c) == chain.end()) {
+  while (!known(c) && chain.size() < kMaxChain && std::find(chain.begin(), chain.end(), c) == chain.end()) {
     std::vector<std::pair<std::int32_t, std::array<std::uint64_t, 2>>> targets;
     each_byte_interval(c, 1, 0x7F, [&](unsigned b, unsigned last) {
       const std::int32_t t = step(c, static_cast<std::uint8_t>(b));
@@ -386,22 +386,27 @@ StackDfa::AsciiRun StackDfa::ascii_run(std::int32_t config) {
     c = next;
   }
   // The run after the last of the chain: known, or cut short (the bound, a cycle, no run: length 0).
-  // Cut by the bound, the chain's later runs come out shorter than they are (the last one 1): only the
-  // first one, the bound itself, is kept, and the others are found again when asked for (their steps are
-  // known by then), so that a table starting part-way along a long run accepts its tokens at once too.
-  const bool bounded = !known(c) && !no_run_at_end && chain.size() == kMaxAsciiRun &&
+  // Cut by the bound, the chain's last runs come out shorter than they are (the last one 1): those are
+  // not kept but found again when asked for (their steps are known by then), so that a table starting
+  // part-way along a long run accepts its tokens at once too. A run is exact once it reaches
+  // kMaxAsciiRun or stops short of the chain's end; then so are those before it.
+  const bool bounded = !known(c) && !no_run_at_end && chain.size() == kMaxChain &&
                        std::find(chain.begin(), chain.end(), c) == chain.end();
   const std::size_t n = runs.size();
+  std::size_t n_exact = bounded ? 0 : n;  // chain[0, n_exact) are kept
   AsciiRun after = known(c) && !no_run_at_end ? ascii_runs_[static_cast<std::size_t>(c)] : AsciiRun{};
   for (std::size_t i = n; i-- > 0;) {
     if (i + 1 == n && no_run_at_end) continue;
-    runs[i].length = 1 + (holds(after.bytes, runs[i].bytes) ? std::min(after.length, kMaxAsciiRun - 1) : 0);
+    const bool goes_on = holds(after.bytes, runs[i].bytes);
+    runs[i].length = 1 + (goes_on ? std::min(after.length, kMaxAsciiRun - 1) : 0);
+    if (n_exact == 0 && (!goes_on || runs[i].length == kMaxAsciiRun)) n_exact = i + 1;
     after = runs[i];
   }
   // Steps may add configurations.
   ascii_runs_known_.resize(std::max(ascii_runs_known_.size(), n_configs()), 0);
   ascii_runs_.resize(ascii_runs_known_.size());
-  for (std::size_t i = 0; i < (bounded ? 1 : n); ++i) {
+  // (The first is kept whatever: a run found shorter than it is only walks more tokens.)
+  for (std::size_t i = 0; i < std::min(n, std::max<std::size_t>(n_exact, 1)); ++i) {
     ascii_runs_[static_cast<std::size_t>(chain[i])] = runs[i];
     ascii_runs_known_[static_cast<std::size_t>(chain[i])] = 1;
   }

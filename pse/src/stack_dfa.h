@@ -84,6 +84,7 @@ class StackDfa {
     std::uint32_t length = 0;
   };
   static constexpr std::uint32_t kMaxAsciiRun = 32;
+  static constexpr std::size_t kMaxChain = 2 * kMaxAsciiRun;  // configurations ascii_run follows at once
   static constexpr int kMinAsciiRunBytes = 16;
   AsciiRun ascii_run(std::int32_t config);
   // How many text characters in a row, up to `limit`, step this way from `config`.
