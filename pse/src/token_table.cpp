@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstring>
 #include <stdexcept>
 #include <string_view>
 #include <type_traits>
@@ -25,11 +26,16 @@ inline std::size_t count_bits(std::uint32_t x) {
   x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
   return static_cast<std::size_t>((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
 }
+inline std::size_t count_bits64(std::uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  return static_cast<std::size_t>((((x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full) * 0x0101010101010101ull) >> 56);
+}
 // The bytes of a set of ASCII bytes (bit b of word b / 64), as count_bits (asked at every byte a walk
 // pushes into a configuration that loops).
 inline std::size_t count_bytes(const std::array<std::uint64_t, 2>& set) {
   std::size_t n = 0;
-  for (const std::uint64_t w : set) n += count_bits(static_cast<std::uint32_t>(w)) + count_bits(static_cast<std::uint32_t>(w >> 32));
+  for (const std::uint64_t w : set) n += count_bits64(w);
   return n;
 }
 
@@ -118,7 +124,13 @@ class AcceptedIds {
     // A bitset when there are more ids than words: counted until past that (a class of tokens or-ed in
     // is past it within its first words), not over the whole bitset.
     std::size_t n = 0;
-    for (std::size_t w = 0; w < n_words_ && n <= n_words_; ++w) n += count_bits(bits_[w]);
+    std::size_t w = 0;
+    for (; w + 1 < n_words_ && n <= n_words_; w += 2) {  // two words per count
+      std::uint64_t x;
+      std::memcpy(&x, bits_ + w, sizeof x);
+      n += count_bits64(x);
+    }
+    if (w < n_words_ && n <= n_words_) n += count_bits(bits_[w]);
     if (n > n_words_) {
       bits.assign(bits_, bits_ + n_words_);
     } else {
