@@ -10,9 +10,50 @@
 namespace pse::detail {
 
 
+namespace {
+std::size_t node_hash(std::uint32_t parent, std::uint32_t state) {
+  std::uint64_t h = ((std::uint64_t{parent} << 32) | state) * 0x9e3779b97f4a7c15ULL;
+  return static_cast<std::size_t>(h ^ (h >> 32));  // the upper half (the parent's part) folded down
+}
+}  // namespace
+
+std::uint32_t StackDfa::node(std::uint32_t parent, std::uint32_t state) {
+  std::size_t mask = node_slots_.size() - 1;
+  std::size_t slot = node_hash(parent, state) & mask;
+  for (; node_slots_[slot] >= 0; slot = (slot + 1) & mask) {
+    const Node& n = nodes_[static_cast<std::size_t>(node_slots_[slot])];
+    if (n.parent == parent && n.state == state) return static_cast<std::uint32_t>(node_slots_[slot]);
+  }
+  const std::uint32_t height = parent == kNoNode ? 1 : nodes_[parent].height + 1;
+  if (height > kMaxDepth) throw Overflow{};
+  const auto id = static_cast<std::uint32_t>(nodes_.size());
+  nodes_.push_back({parent, state, height});
+  node_slots_[slot] = static_cast<std::int32_t>(id);
+  if (nodes_.size() * 2 > node_slots_.size()) {  // keep the table at most half full
+    node_slots_.assign(node_slots_.size() * 2, -1);
+    mask = node_slots_.size() - 1;
+    for (std::size_t k = 0; k < nodes_.size(); ++k) {
+      std::size_t t = node_hash(nodes_[k].parent, nodes_[k].state) & mask;
+      while (node_slots_[t] >= 0) t = (t + 1) & mask;
+      node_slots_[t] = static_cast<std::int32_t>(k);
+    }
+  }
+  return id;
+}
+
+std::int32_t StackDfa::find_node(std::uint32_t parent, std::uint32_t state) const {
+  const std::size_t mask = node_slots_.size() - 1;
+  for (std::size_t slot = node_hash(parent, state) & mask; node_slots_[slot] >= 0;
+       slot = (slot + 1) & mask) {
+    const Node& n = nodes_[static_cast<std::size_t>(node_slots_[slot])];
+    if (n.parent == parent && n.state == state) return node_slots_[slot];
+  }
+  return -1;
+}
+
 std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
   seeds_.clear();
-  for (std::uint32_t s : states) seeds_.insert(seeds_.end(), {1u, s});
+  for (std::uint32_t s : states) seeds_.push_back(node(kNoNode, canonical(s)));
   return close_and_intern();
 }
 
@@ -20,15 +61,15 @@ std::size_t StackDfa::memory_bytes() const {
   std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + text_steps_.capacity() * 4 +
                   ascii_self_loop_.capacity() + ascii_loops_.capacity() * 16 + ascii_loops_known_.capacity();
   for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
+  n += nodes_.capacity() * sizeof(Node) + node_slots_.capacity() * 4 + closure_mark_.capacity() * 4;
   n += seed_words_ * 4 + seed_index_.size() * (sizeof(std::vector<std::uint32_t>) + 16);
   return n + group_bytes_;
 }
 
 ByteSet StackDfa::first_bytes(std::int32_t config) const {
   ByteSet out{};
-  const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
-  for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
-    const std::uint32_t s = flat[i + flat[i]];
+  for (const std::uint32_t n : configs_[static_cast<std::size_t>(config)]) {
+    const std::uint32_t s = nodes_[n].state;
     for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
       for (unsigned b = a_.byte_edges[e].lo; b <= a_.byte_edges[e].hi; ++b)
         out[b >> 6] |= 1ULL << (b & 63);
@@ -39,66 +80,26 @@ ByteSet StackDfa::first_bytes(std::int32_t config) const {
 
 std::int32_t StackDfa::compute_step(std::int32_t config, std::uint8_t byte) {
   seeds_.clear();
-  const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
-  for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
-    const std::uint32_t height = flat[i];
-    const std::uint32_t s = flat[i + height];
+  // (configs_ may grow below: index it again each time.)
+  for (std::size_t i = 0; i < configs_[static_cast<std::size_t>(config)].size(); ++i) {
+    const std::uint32_t n = configs_[static_cast<std::size_t>(config)][i];
+    const std::uint32_t s = nodes_[n].state;
     for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
       const ByteEdge& be = a_.byte_edges[e];
       if (byte < be.lo || byte > be.hi) continue;
-      seeds_.insert(seeds_.end(), flat.begin() + static_cast<std::ptrdiff_t>(i),
-                    flat.begin() + static_cast<std::ptrdiff_t>(i + height) + 1);
-      seeds_.back() = be.target;
+      seeds_.push_back(node(nodes_[n].parent, canonical(be.target)));
     }
   }
   if (seeds_.empty()) return kDead;
   return close_and_intern();
 }
 
-void StackDfa::add_last_stack(std::size_t offset, std::size_t max_height) {
-  const std::size_t length = arena_.size() - offset;
-  if (length > max_height) throw Overflow{};
-  const std::span<const std::uint32_t> stack(arena_.data() + offset, length);
-  const std::size_t mask = slots_.size() - 1;
-  std::size_t slot = static_cast<std::size_t>(hash_u32s(stack)) & mask;
-  for (; slots_[slot] >= 0; slot = (slot + 1) & mask) {
-    const Span& other = spans_[static_cast<std::size_t>(slots_[slot])];
-    if (other.length == length && std::equal(stack.begin(), stack.end(), arena_.begin() + other.offset)) {
-      arena_.resize(offset);  // met before
-      return;
-    }
-  }
-  if (spans_.size() >= kMaxElements * 8) throw Overflow{};
-  slots_[slot] = static_cast<std::int32_t>(spans_.size());
-  spans_.push_back({static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(length)});
-  work_.push_back(static_cast<std::uint32_t>(spans_.size() - 1));
-  if (spans_.size() * 2 > slots_.size()) {  // keep the set at most half full
-    slots_.assign(slots_.size() * 2, -1);
-    const std::size_t m = slots_.size() - 1;
-    for (std::size_t k = 0; k < spans_.size(); ++k) {
-      const std::span<const std::uint32_t> st(arena_.data() + spans_[k].offset, spans_[k].length);
-      std::size_t t = static_cast<std::size_t>(hash_u32s(st)) & m;
-      while (slots_[t] >= 0) t = (t + 1) & m;
-      slots_[t] = static_cast<std::int32_t>(k);
-    }
-  }
-}
-
 std::int32_t StackDfa::close_and_intern() {
-  // Closure: epsilon moves, calls (push the return state, enter the callee) and completions of a
-  // called rule (pop: continue at the return state). A completed stack of height one is an outer
-  // completion. Between two bytes a stack can grow by at most one frame per rule unless some rule
-  // calls itself without reading a byte (left recursion): that closure would never end, so it
-  // overflows at once.
-  // Seeds written with class representatives: equivalent states close to configurations with the same
-  // stacks (a closure's own states are then the representative's, so first_bytes and steps stay exact).
-  if (canonical_ != nullptr) {
-    for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1)
-      for (std::size_t k = 1; k <= seeds_[i]; ++k) seeds_[i + k] = (*canonical_)[seeds_[i + k]];
-  }
   // Seeds closed before close to the same configuration: many steps (from configurations that differ in
   // stacks the byte does not move) lead to seeds met already, and the closure (through every rule a
-  // stack may call) costs far more than the lookup.
+  // stack may call) costs far more than the lookup. A seed set is its nodes, sorted.
+  std::sort(seeds_.begin(), seeds_.end());
+  seeds_.erase(std::unique(seeds_.begin(), seeds_.end()), seeds_.end());
   if (auto it = seed_index_.find(seeds_); it != seed_index_.end()) return it->second;
   const std::int32_t id = close_seeds();
   seed_index_.emplace(seeds_, id);
@@ -107,73 +108,58 @@ std::int32_t StackDfa::close_and_intern() {
 }
 
 std::int32_t StackDfa::close_seeds() {
-  std::size_t base = kMaxDepth;
-  for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1) base = std::min<std::size_t>(base, seeds_[i]);
-  const std::size_t max_height = std::min(kMaxDepth, base + a_.rule_start.size() + 1);
-  arena_.clear();
-  spans_.clear();
+  // Closure: epsilon moves, calls (push the return state, enter the callee) and completions of a
+  // called rule (pop: continue at the return state). A completed stack of height one is an outer
+  // completion. Between two bytes a stack can grow by at most one frame per rule unless some rule
+  // calls itself without reading a byte (left recursion): that closure would never end, so it
+  // overflows at once. A stack is a node (its top state over the node of the stack below), so a move
+  // makes one node whatever the stack's height.
+  std::uint32_t base = kMaxDepth;
+  for (const std::uint32_t n : seeds_) base = std::min(base, nodes_[n].height);
+  const std::size_t max_height = std::min<std::size_t>(kMaxDepth, base + a_.rule_start.size() + 1);
+  if (++closure_epoch_ == 0) {  // wrapped: forget every mark
+    std::fill(closure_mark_.begin(), closure_mark_.end(), 0u);
+    closure_epoch_ = 1;
+  }
   work_.clear();
   kept_.clear();
-  slots_.assign(64, -1);
-  for (std::size_t i = 0; i < seeds_.size(); i += seeds_[i] + 1) {
-    const std::size_t offset = arena_.size();
-    for (std::size_t k = 1; k <= seeds_[i]; ++k) arena_.push_back(seeds_[i + k]);
-    add_last_stack(offset, max_height);
-  }
+  std::size_t n_met = 0;
+  auto add = [&](std::uint32_t n) {
+    if (closure_mark_.size() <= n) closure_mark_.resize(std::max<std::size_t>(nodes_.size(), 2 * closure_mark_.size()), 0);
+    if (closure_mark_[n] == closure_epoch_) return;
+    closure_mark_[n] = closure_epoch_;
+    if (nodes_[n].height > max_height || ++n_met > kMaxElements * 8) throw Overflow{};
+    work_.push_back(n);
+  };
+  for (const std::uint32_t n : seeds_) add(n);
   bool outer = false;
   while (!work_.empty()) {
-    const Span st = spans_[work_.back()];
-    const std::uint32_t index = work_.back();
+    const std::uint32_t n = work_.back();
     work_.pop_back();
-    const std::uint32_t s = arena_[st.offset + st.length - 1];
-    // A copy of the stack at the end of the arena (reserved first: the source is in the arena too).
-    auto copy = [&](std::size_t length) {
-      const std::size_t offset = arena_.size();
-      arena_.reserve(offset + length + 1);  // no reallocation below: the source stays valid
-      for (std::size_t k = 0; k < length; ++k) arena_.push_back(arena_[st.offset + k]);
-      return offset;
-    };
-    for (std::uint32_t e = a_.eps_begin[s]; e < a_.eps_begin[s + 1]; ++e) {
-      const std::size_t offset = copy(st.length);
-      arena_.back() = a_.eps_edges[e];
-      add_last_stack(offset, max_height);
-    }
+    const std::uint32_t s = nodes_[n].state, below = nodes_[n].parent;
+    for (std::uint32_t e = a_.eps_begin[s]; e < a_.eps_begin[s + 1]; ++e) add(node(below, a_.eps_edges[e]));
     for (std::uint32_t e = a_.call_begin[s]; e < a_.call_begin[s + 1]; ++e) {
       const CallEdge& c = a_.call_edges[e];
       // The return state with its class representative, as in the seeds: a loop through a call then
       // closes at once (the configuration after one character of a string is the one after two).
-      const std::size_t offset = copy(st.length);
-      arena_.back() = canonical_ != nullptr ? (*canonical_)[c.target] : c.target;
-      arena_.push_back(a_.rule_start[c.rule]);
-      add_last_stack(offset, max_height);
+      add(node(node(below, canonical(c.target)), a_.rule_start[c.rule]));
     }
     if (a_.is_final(s)) {
-      if (st.length == 1) {
+      if (below == kNoNode) {
         outer = true;
       } else {
-        add_last_stack(copy(st.length - 1), max_height);
+        add(below);
       }
     }
     if (a_.has_bytes(s)) {
       if (kept_.size() >= kMaxElements) throw Overflow{};
-      kept_.push_back(index);
+      kept_.push_back(n);
     }
   }
-  auto stack_of = [&](std::uint32_t k) {
-    return std::span<const std::uint32_t>(arena_.data() + spans_[k].offset, spans_[k].length);
-  };
-  std::sort(kept_.begin(), kept_.end(), [&](std::uint32_t x, std::uint32_t y) {
-    const auto sx = stack_of(x), sy = stack_of(y);
-    return std::lexicographical_compare(sx.begin(), sx.end(), sy.begin(), sy.end());
-  });
-
+  std::sort(kept_.begin(), kept_.end());
   key_.clear();
   key_.push_back(outer ? 1 : 0);
-  for (const std::uint32_t k : kept_) {
-    const auto st = stack_of(k);
-    key_.push_back(static_cast<std::uint32_t>(st.size()));
-    key_.insert(key_.end(), st.begin(), st.end());
-  }
+  key_.insert(key_.end(), kept_.begin(), kept_.end());
   auto it = index_.find(key_);
   if (it != index_.end()) return it->second;
   if (configs_.size() >= max_configs_) throw Overflow{};
@@ -189,9 +175,8 @@ template <class Fn>
 bool StackDfa::each_byte_interval(std::int32_t config, unsigned lo, unsigned hi, Fn fn) {
   // A step depends only on which byte edges of the configuration's states match the byte.
   std::vector<unsigned> cuts;
-  const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
-  for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
-    const std::uint32_t s = flat[i + flat[i]];
+  for (const std::uint32_t n : configs_[static_cast<std::size_t>(config)]) {
+    const std::uint32_t s = nodes_[n].state;
     for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
       cuts.push_back(a_.byte_edges[e].lo);
       cuts.push_back(a_.byte_edges[e].hi + 1u);
@@ -315,26 +300,17 @@ bool StackDfa::may_loop(std::int32_t config, std::uint8_t byte) const {
   const std::int32_t known = trans_[static_cast<std::size_t>(config) * 256 + byte];
   if (known != kUnknown) return known == config;
   // A step's seeds whose state reads bytes are kept by its closure as they are: each must be a stack
-  // of the configuration for the step to lead back to it.
-  const std::vector<std::uint32_t>& flat = configs_[static_cast<std::size_t>(config)];
-  auto canonical = [&](std::uint32_t s) { return canonical_ != nullptr ? (*canonical_)[s] : s; };
-  auto holds = [&](std::size_t from, std::uint32_t height, std::uint32_t top) {
-    for (std::size_t j = 0; j < flat.size(); j += flat[j] + 1) {
-      if (flat[j] != height || flat[j + height] != top) continue;
-      bool same = true;
-      for (std::uint32_t k = 1; k < height && same; ++k) same = flat[j + k] == canonical(flat[from + k]);
-      if (same) return true;
-    }
-    return false;
-  };
-  for (std::size_t i = 0; i < flat.size(); i += flat[i] + 1) {
-    const std::uint32_t height = flat[i];
-    const std::uint32_t s = flat[i + height];
+  // of the configuration (its sorted nodes) for the step to lead back to it.
+  const std::vector<std::uint32_t>& stacks = configs_[static_cast<std::size_t>(config)];
+  for (const std::uint32_t n : stacks) {
+    const std::uint32_t s = nodes_[n].state;
     for (std::uint32_t e = a_.byte_begin[s]; e < a_.byte_begin[s + 1]; ++e) {
       const ByteEdge& be = a_.byte_edges[e];
       if (byte < be.lo || byte > be.hi) continue;
       const std::uint32_t t = canonical(be.target);
-      if (a_.has_bytes(t) && !holds(i, height, t)) return false;
+      if (!a_.has_bytes(t)) continue;
+      const std::int32_t seed = find_node(nodes_[n].parent, t);
+      if (seed < 0 || !std::binary_search(stacks.begin(), stacks.end(), static_cast<std::uint32_t>(seed))) return false;
     }
   }
   return true;
@@ -425,6 +401,10 @@ std::uint32_t StackDfa::follow_set_id(std::uint32_t rule) {
 
 void StackDfa::clear() {
   configs_.clear();
+  nodes_.clear();
+  node_slots_.assign(kMinNodeSlots, -1);
+  std::fill(closure_mark_.begin(), closure_mark_.end(), 0u);
+  closure_epoch_ = 0;
   outer_final_.clear();
   trans_.clear();
   index_.clear();

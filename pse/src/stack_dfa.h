@@ -153,28 +153,36 @@ class StackDfa {
   // False when reading `byte` cannot lead from the configuration back to itself (checked without the
   // step's closure: ascii_loops asks it for bytes the walks may never read there).
   bool may_loop(std::int32_t config, std::uint8_t byte) const;
-  // Closes seeds_ (stacks flattened as (height, return states from the bottom..., current state)) and
-  // interns the result (only stacks whose state reads bytes are kept, plus whether an outer rule is
-  // complete).
+  // Closes seeds_ (stack nodes) and interns the result (only stacks whose state reads bytes are kept,
+  // plus whether an outer rule is complete).
   std::int32_t close_and_intern();
   std::int32_t close_seeds();  // close_and_intern's closure, for seeds not met before
 
-  // Scratch of close_and_intern, kept between calls so that a step allocates nothing: the stacks met
-  // (spans of arena_), an open-addressing set over them, the work list and the kept ones.
-  struct Span {
-    std::uint32_t offset, length;
+  // A stack is an interned node: its top state over the node of the stack below it (kNoNode at the
+  // bottom), so that stacks share what lies below them, a move makes one node whatever the height, and
+  // a set of stacks is a set of node ids. Every state below a top is a class representative (seeds and
+  // pushed return states are written with them).
+  static constexpr std::uint32_t kNoNode = ~0u;
+  static constexpr std::size_t kMinNodeSlots = 1024;
+  struct Node {
+    std::uint32_t parent, state, height;
   };
-  std::vector<std::uint32_t> seeds_, arena_, key_;
-  std::vector<Span> spans_;
-  std::vector<std::int32_t> slots_;
-  std::vector<std::uint32_t> work_, kept_;
-  // Adds the stack at the end of arena_ (from `offset`) to the set unless it is there already (then
-  // drops it from the arena).
-  void add_last_stack(std::size_t offset, std::size_t max_height);
+  std::vector<Node> nodes_;
+  // open addressing over (parent, state), at most half full
+  std::vector<std::int32_t> node_slots_ = std::vector<std::int32_t>(kMinNodeSlots, -1);
+  std::uint32_t node(std::uint32_t parent, std::uint32_t state);  // interned; Overflow past kMaxDepth
+  std::int32_t find_node(std::uint32_t parent, std::uint32_t state) const;  // -1 when absent
+  std::uint32_t canonical(std::uint32_t s) const { return canonical_ != nullptr ? (*canonical_)[s] : s; }
+
+  // Scratch of close_and_intern, kept between calls so that a step allocates nothing: the seeds, the
+  // nodes met in this closure (closure_mark_ == closure_epoch_), the work list, the kept ones.
+  std::vector<std::uint32_t> seeds_, key_, work_, kept_;
+  std::vector<std::uint32_t> closure_mark_;
+  std::uint32_t closure_epoch_ = 0;
 
   const Automaton& a_;
   std::size_t max_configs_;
-  // Configuration c: its stacks, flattened as (height, states...) in sorted order.
+  // Configuration c: its stacks' nodes, ascending.
   std::vector<std::vector<std::uint32_t>> configs_;
   std::vector<std::uint8_t> outer_final_;
   std::vector<std::int32_t> trans_;  // [n_configs * 256]
