@@ -79,8 +79,10 @@ ByteSet StackDfa::first_bytes(std::int32_t config) const {
 }
 
 std::int32_t StackDfa::compute_step(std::int32_t config, std::uint8_t byte) {
+  // Seeds written with class representatives: equivalent states close to configurations with the same
+  // stacks (a closure's own states are then the representative's, so first_bytes and steps stay exact).
+  // The states below a top are representatives already. (configs_ may grow below: indexed each time.)
   seeds_.clear();
-  // (configs_ may grow below: index it again each time.)
   for (std::size_t i = 0; i < configs_[static_cast<std::size_t>(config)].size(); ++i) {
     const std::uint32_t n = configs_[static_cast<std::size_t>(config)][i];
     const std::uint32_t s = nodes_[n].state;

@@ -8,9 +8,9 @@
 
 namespace pse::detail {
 
-// Two ids per multiply (configurations and seeds of the stack automaton run to hundreds of ids, hashed
-// at every step): a multiply carries its input's upper half only upwards, so the end folds the upper
-// half down before a last multiply, and every id reaches the low bits that tables index by.
+// Two ids per multiply (closures and signatures run to hundreds of ids): a multiply carries its input's
+// upper half only upwards, so the end folds the upper half down before a last multiply, and every id
+// reaches the low bits that tables index by.
 inline std::uint64_t hash_u32s(std::span<const std::uint32_t> v) {
   constexpr std::uint64_t kMul = 0xff51afd7ed558ccdULL;
   std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ v.size();
