@@ -127,7 +127,9 @@ std::int32_t StackDfa::close_seeds() {
   kept_.clear();
   std::size_t n_met = 0;
   auto add = [&](std::uint32_t n) {
-    if (closure_mark_.size() <= n) closure_mark_.resize(std::max<std::size_t>(nodes_.size(), 2 * closure_mark_.size()), 0);
+    if (closure_mark_.size() <= n) {
+      closure_mark_.resize(std::max<std::size_t>(nodes_.size(), 2 * closure_mark_.size()), 0);
+    }
     if (closure_mark_[n] == closure_epoch_) return;
     closure_mark_[n] = closure_epoch_;
     if (nodes_[n].height > max_height || ++n_met > kMaxElements * 8) throw Overflow{};
