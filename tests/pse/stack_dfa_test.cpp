@@ -201,8 +201,8 @@ TEST(StackDfa, TablesEqualEarleyOnStringRuns) {
   }
   // A run in a rule that may end part-way (its caller reads on: "abcx" is uncertain in `s`, not
   // rejected), and one whose end reads on with text characters ("ab" then "x").
-  for (const std::string& gbnf : {"root ::= \"\\\"\" s \"\\\"\" | \"[\" s \"x\" s \"]\"\ns ::= [^\"\\\\\\x00-\\x1f]{0,3}\n",
-                                  "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,2} \"x\" [a-z]* \"\\\"\"\n"}) {
+  for (const char* gbnf : {"root ::= \"\\\"\" s \"\\\"\" | \"[\" s \"x\" s \"]\"\ns ::= [^\"\\\\\\x00-\\x1f]{0,3}\n",
+                          "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,2} \"x\" [a-z]* \"\\\"\"\n"}) {
     EXPECT_GT(check_walks(pse::parse_gbnf(gbnf), vocab, gbnf), 0u) << gbnf;
   }
 }
@@ -252,8 +252,8 @@ TEST(StackDfa, TablesEqualEarleyWhenASetLoopStartsPartWayIntoTokens) {
   const Vocabulary vocab(std::move(t), {}, {});
   // An identifier after spaces, with and without multi-byte characters in its loop; the loop's set
   // large enough (16 bytes or more) for the walks to read rests whole.
-  for (const std::string& pattern : {"([ \\t]+[a-z_][a-z0-9_]*;)+", "( [a-zA-Z][a-z0-9_\\u00e0-\\u4e2d]*-)+",
-                                     "(x?[ab ][a-z0-9_ ]{0,5};)+"}) {
+  for (const char* pattern : {"([ \\t]+[a-z_][a-z0-9_]*;)+", "( [a-zA-Z][a-z0-9_\\u00e0-\\u4e2d]*-)+",
+                              "(x?[ab ][a-z0-9_ ]{0,5};)+"}) {
     const Grammar g = pse::parse_regex(pattern);
     const Automaton a = build_automaton(g, AutomatonLimits{});
     for (int round = 0; round < 3; ++round) {  // the set's index is built after a few requests
@@ -261,7 +261,8 @@ TEST(StackDfa, TablesEqualEarleyWhenASetLoopStartsPartWayIntoTokens) {
       std::size_t n = 0;
       for (std::uint32_t s = 0; s < a.n_states(); ++s) {
         if (!a.reachable[s] || !a.has_bytes(s)) continue;
-        const std::string where = pattern + " state " + std::to_string(s) + " round " + std::to_string(round);
+        const std::string where =
+            std::string(pattern) + " state " + std::to_string(s) + " round " + std::to_string(round);
         const TokenTable earley = build_token_table(a, vocab, s, nullptr, nullptr, Walker::kEarley);
         expect_same(build_token_table(a, vocab, s, nullptr, &shared), earley, where);
         expect_same(build_token_table(a, vocab, s, nullptr), earley, where + " (fresh)");
