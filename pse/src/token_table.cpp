@@ -21,22 +21,15 @@ namespace {
 
 // The set bits of a word, inline (std::popcount is a library call on baseline x86-64, where builds stay
 // portable; the counts below run over 4,000-word bitsets per table).
-inline std::size_t count_bits(std::uint32_t x) {
-  x = x - ((x >> 1) & 0x55555555u);
-  x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
-  return static_cast<std::size_t>((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
-}
-inline std::size_t count_bits64(std::uint64_t x) {
+inline std::size_t count_bits(std::uint64_t x) {
   x = x - ((x >> 1) & 0x5555555555555555ull);
   x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
   return static_cast<std::size_t>((((x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full) * 0x0101010101010101ull) >> 56);
 }
-// The bytes of a set of ASCII bytes (bit b of word b / 64), as count_bits (asked at every byte a walk
-// pushes into a configuration that loops).
+// The bytes of a set of ASCII bytes (bit b of word b / 64) (asked at every byte a walk pushes into a
+// configuration that loops).
 inline std::size_t count_bytes(const std::array<std::uint64_t, 2>& set) {
-  std::size_t n = 0;
-  for (const std::uint64_t w : set) n += count_bits64(w);
-  return n;
+  return count_bits(set[0]) + count_bits(set[1]);
 }
 
 // A table's accepted ids (in any order, duplicates allowed) as a bitset over the mask words when there
@@ -128,7 +121,7 @@ class AcceptedIds {
     for (; w + 1 < n_words_ && n <= n_words_; w += 2) {  // two words per count
       std::uint64_t x;
       std::memcpy(&x, bits_ + w, sizeof x);
-      n += count_bits64(x);
+      n += count_bits(x);
     }
     if (w < n_words_ && n <= n_words_) n += count_bits(bits_[w]);
     if (n > n_words_) {
