@@ -423,6 +423,7 @@ void StackDfa::clear() {
   ascii_runs_known_.clear();
   groups_.clear();
   group_bytes_ = 0;
+  group_records_ = group_hits_ = 0;
 }
 
 }  // namespace pse::detail

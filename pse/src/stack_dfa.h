@@ -112,14 +112,25 @@ class StackDfa {
   // after: the configuration after `byte`. filter: what else the results depend on (the table's rule,
   // or its follow bytes: a configuration whose stacks have all ended is the same for every rule).
   // nullptr when absent.
-  const GroupResult* find_group(std::int32_t after, std::uint8_t byte, std::uint32_t filter) const {
+  const GroupResult* find_group(std::int32_t after, std::uint8_t byte, std::uint32_t filter) {
     auto it = groups_.find(GroupKey{after, byte, filter});
-    return it == groups_.end() ? nullptr : &it->second;
+    if (it == groups_.end()) return nullptr;
+    ++group_hits_;
+    return &it->second;
   }
   void add_group(std::int32_t after, std::uint8_t byte, std::uint32_t filter, GroupResult result) {
     if (group_bytes_ + result.bytes() > max_group_bytes_) return;
     group_bytes_ += result.bytes();
+    ++group_records_;
     groups_.emplace(GroupKey{after, byte, filter}, std::move(result));
+  }
+  // Whether a walk should record its group results: from kMinGroupRecords results on, only while at
+  // least one in kGroupHitRatio of them was found again. The positions of a bounded run each reach their
+  // own configurations: the regex grammar of scripts/bench-grammar.sh recorded 4,317 results and found 17
+  // of them again, and recording cost a fifth of its compile; c.gbnf found 767 of its 877.
+  static constexpr std::size_t kMinGroupRecords = 64, kGroupHitRatio = 8;
+  bool keeps_groups() const {
+    return group_records_ < kMinGroupRecords || group_hits_ * kGroupHitRatio >= group_records_;
   }
   // The same number for rules with the same follow bytes (Automaton::rule_follow), counted from 0.
   std::uint32_t follow_set_id(std::uint32_t rule);
@@ -129,6 +140,7 @@ class StackDfa {
   void reset_groups(std::size_t max_bytes) {
     groups_.clear();
     group_bytes_ = 0;
+    group_records_ = group_hits_ = 0;
     max_group_bytes_ = max_bytes;
   }
 
@@ -219,6 +231,7 @@ class StackDfa {
   std::unordered_map<GroupKey, GroupResult, GroupKeyHash> groups_;
   std::vector<std::uint32_t> follow_set_ids_;  // [n_rules], filled on first use
   std::size_t group_bytes_ = 0;
+  std::size_t group_records_ = 0, group_hits_ = 0;  // since the last reset_groups (or clear)
   std::size_t max_group_bytes_ = std::size_t{64} << 20;
   std::unordered_map<std::vector<std::uint32_t>, std::int32_t, U32VectorHash> index_;
   // The configuration each seed set met so far closed to (close_and_intern).

@@ -592,12 +592,15 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     // state's table reaching the same configuration) is copied, and a large group walked here is kept.
     std::int32_t after = StackDfa::kDead;
     StackDfa::GroupResult record;
-    // (Not when the text tokens are accepted apart: the group's record would lack them.)
+    // (Not when the text tokens are accepted apart: the group's record would lack them.) A group not
+    // found is recorded (`keep`) while the stack automaton's records are found again often enough.
     const bool memo = fb[b + 1] - fb[b] >= kMinMemoGroup && !start_loops_on_text && text_run == 0;
+    bool keep = false;
     const std::size_t uncertain_before = table.uncertain.size();
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
       if (chart.push(static_cast<std::uint8_t>(b))) {
         after = chart.last_config();
+        keep = memo && chart.dfa()->keeps_groups();
         if (memo) {
           if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), filter_id)) {
             accepted_ids.add_group(g->accepted.data(), g->accepted.size(), sorted.data() + fb[b]);
@@ -630,7 +633,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     }
     if (start_loops_on_text) whole = &text_class;
     const std::size_t group_words = (fb[b + 1] - fb[b] + 63) / 64;
-    if (memo && after != StackDfa::kDead) record.accepted.assign(group_words, 0);
+    if (keep) record.accepted.assign(group_words, 0);
     // The tokens the walk accepts, a bit per position in the group: one bit set per token (often 40,000 a
     // table), read into the table's ids and the group's record at the end of the group.
     if (group_accepted.size() < group_words) group_accepted.resize(group_words, 0);
@@ -809,12 +812,12 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         // configuration after the first byte, whatever table reaches it).
         if (start_set_length != SIZE_MAX) {  // the run of members that fit: one tight scan
           const std::uint32_t q = next_clear(start_set->fits[start_set_length].data(), p + 1, fb[b + 1]);
-          if (memo && after != StackDfa::kDead) set_bits(record.accepted.data(), p - fb[b], q - fb[b]);
+          if (keep) set_bits(record.accepted.data(), p - fb[b], q - fb[b]);
           p = q - 1;
           continue;
         }
         const std::uint32_t q = std::min(start_set->next_out[p], fb[b + 1]);  // every member: jump past them
-        if (memo && after != StackDfa::kDead) set_bits(record.accepted.data(), p - fb[b], q - fb[b]);
+        if (keep) set_bits(record.accepted.data(), p - fb[b], q - fb[b]);
         p = q;
         if (p >= fb[b + 1]) break;
       }
@@ -911,14 +914,14 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         }
       }
     }
-    if (memo && after != StackDfa::kDead)
+    if (keep)
       for (std::size_t w = words_lo; w < words_hi; ++w) record.accepted[w] |= group_bits[w];
     if (words_lo < words_hi) {
       accepted_ids.add_and_clear_group(group_bits + words_lo, words_hi - words_lo,
                                        sorted.data() + group_begin + words_lo * 64);
     }
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
-      if (memo && after != StackDfa::kDead) {
+      if (keep) {
         for (std::size_t k = uncertain_before; k < table.uncertain.size(); ++k) {
           record.uncertain.push_back(table.uncertain[k]);
           const std::uint32_t e1 = k + 1 < table.uncertain.size() ? table.end_begin[k + 1]

@@ -426,6 +426,62 @@ TEST(StackDfa, AsciiRunsAlongABoundedRepetitionDoNotDependOnOrder) {
   }
 }
 
+// Group results are recorded while they are found again often enough (StackDfa::keeps_groups), and the
+// tables built while nothing is recorded equal the chart's.
+TEST(StackDfa, GroupResultsAreKeptWhileFoundAgain) {
+  const Automaton a = build_automaton(pse::parse_regex("[a-z0-9._]{1,40}@([a-z]{1,30}\\.){1,3}(com|org)"),
+                                      AutomatonLimits{});
+  StackDfa dfa(a);
+  EXPECT_TRUE(dfa.keeps_groups());
+  for (std::int32_t k = 0; k < static_cast<std::int32_t>(StackDfa::kMinGroupRecords); ++k) {
+    EXPECT_TRUE(dfa.keeps_groups()) << k;
+    dfa.add_group(k, 'a', 0, StackDfa::GroupResult{});
+  }
+  EXPECT_FALSE(dfa.keeps_groups()) << "none found again";
+  for (std::size_t k = 0; k + 1 < StackDfa::kMinGroupRecords / StackDfa::kGroupHitRatio; ++k) {
+    ASSERT_NE(dfa.find_group(0, 'a', 0), nullptr);
+  }
+  EXPECT_FALSE(dfa.keeps_groups()) << "one too few found again";
+  ASSERT_NE(dfa.find_group(1, 'a', 0), nullptr);
+  EXPECT_TRUE(dfa.keeps_groups());
+  EXPECT_EQ(dfa.find_group(0, 'b', 0), nullptr);
+  dfa.reset_groups(std::size_t{64} << 20);
+  EXPECT_TRUE(dfa.keeps_groups());
+  EXPECT_EQ(dfa.find_group(0, 'a', 0), nullptr);
+  // Tables of a bounded run's positions, built one after another on one automaton: most of its group
+  // results are never found again, so it stops recording part-way; each table equals the chart's. (Every
+  // string of 1 to 3 of 9 bytes, and longer runs: first-byte groups large enough to be recorded.)
+  std::vector<std::string> tokens;
+  const std::string bytes = "abcde.1_@";
+  for (const char x : bytes) {
+    tokens.emplace_back(1, x);
+    for (const char y : bytes) {
+      tokens.push_back(std::string{x, y});
+      for (const char z : bytes) tokens.push_back(std::string{x, y, z});
+    }
+  }
+  for (std::size_t n = 4; n <= 48; n += 4) tokens.push_back(std::string(n, 'a') + "@b.com");
+  const Vocabulary vocab(std::move(tokens), {}, {});
+  // Twice over: the second time, the groups met while nothing was recorded are walked again (none of
+  // them may come back from a result recorded without its tokens).
+  StackDfa shared(a);
+  std::size_t n = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+      if (!a.reachable[s] || !a.has_bytes(s)) continue;
+      const TokenTable earley = build_token_table(a, vocab, s, nullptr, nullptr, Walker::kEarley);
+      expect_same(build_token_table(a, vocab, s, nullptr, &shared), earley,
+                  "state " + std::to_string(s) + " round " + std::to_string(round));
+      ++n;
+    }
+    // (After the first round only: the second finds the results recorded early, and recording resumes.)
+    if (round == 0) {
+      EXPECT_FALSE(shared.keeps_groups()) << "the walks kept recording: the check above did not cover that";
+    }
+  }
+  EXPECT_GT(n, 140u);
+}
+
 }  // namespace
 
 // Which token classes a configuration reads whole (StackDfa::loops_on): JSON string characters loop on
