@@ -178,6 +178,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   // classified: walks that meet them then share less, never wrongly.)
   if (!impl->canonical_states.empty()) impl->dfa->set_canonical_states(&impl->canonical_states);
   if (options.precompute && n_tables <= options.eager_state_limit) {
+    impl->dfa->set_selective_records(true);  // (StackDfa::keeps_groups)
     const auto eager_deadline =
         std::min(t1 + std::chrono::microseconds(static_cast<std::int64_t>(options.eager_table_ms * 1000)),
                  t1 + (deadline - t1) / 2);
@@ -208,6 +209,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   if (impl->dfa->n_configs() > CompiledGrammar::Impl::kMaxSharedConfigs) impl->dfa->clear();
   impl->dfa->set_max_configs(CompiledGrammar::Impl::kMaxSharedConfigs);
   impl->dfa->reset_groups(CompiledGrammar::Impl::kMaxSharedGroupBytes);
+  impl->dfa->set_selective_records(false);
   st.tables_ms = ms_since(t1);
   return CompiledGrammar(std::move(impl));
 }

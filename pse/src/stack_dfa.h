@@ -124,14 +124,19 @@ class StackDfa {
     ++group_records_;
     groups_.emplace(GroupKey{after, byte, filter}, std::move(result));
   }
-  // Whether a walk should record its group results: from kMinGroupRecords results on, only while at
-  // least one in kGroupHitRatio of them was found again. The positions of a bounded run each reach their
-  // own configurations: the regex grammar of scripts/bench-grammar.sh recorded 4,317 results and found 17
-  // of them again, and recording cost a fifth of its compile; c.gbnf found 767 of its 877.
+  // Whether a walk should record its group results: always, unless set_selective_records(true); then
+  // from kMinGroupRecords results on, only while at least one in kGroupHitRatio of them was found again.
+  // compile() sets it while it builds every table, in state order: the positions of a bounded run each
+  // reach their own configurations (the regex grammar of scripts/bench-grammar.sh recorded 4,317 results
+  // and found 17 of them again; recording cost a fifth of its compile; c.gbnf found 767 of its 877). Tables
+  // built at first use come in the order the masks need them and meet recurring configurations: there the
+  // rule cost MaskBench's sample 5% more mask instructions.
   static constexpr std::size_t kMinGroupRecords = 64, kGroupHitRatio = 8;
   bool keeps_groups() const {
-    return group_records_ < kMinGroupRecords || group_hits_ * kGroupHitRatio >= group_records_;
+    return !selective_records_ || group_records_ < kMinGroupRecords ||
+           group_hits_ * kGroupHitRatio >= group_records_;
   }
+  void set_selective_records(bool on) { selective_records_ = on; }
   // The same number for rules with the same follow bytes (Automaton::rule_follow), counted from 0.
   std::uint32_t follow_set_id(std::uint32_t rule);
 
@@ -232,6 +237,7 @@ class StackDfa {
   std::vector<std::uint32_t> follow_set_ids_;  // [n_rules], filled on first use
   std::size_t group_bytes_ = 0;
   std::size_t group_records_ = 0, group_hits_ = 0;  // since the last reset_groups (or clear)
+  bool selective_records_ = false;
   std::size_t max_group_bytes_ = std::size_t{64} << 20;
   std::unordered_map<std::vector<std::uint32_t>, std::int32_t, U32VectorHash> index_;
   // The configuration each seed set met so far closed to (close_and_intern).

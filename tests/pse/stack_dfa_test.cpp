@@ -432,11 +432,12 @@ TEST(StackDfa, GroupResultsAreKeptWhileFoundAgain) {
   const Automaton a = build_automaton(pse::parse_regex("[a-z0-9._]{1,40}@([a-z]{1,30}\\.){1,3}(com|org)"),
                                       AutomatonLimits{});
   StackDfa dfa(a);
-  EXPECT_TRUE(dfa.keeps_groups());
   for (std::int32_t k = 0; k < static_cast<std::int32_t>(StackDfa::kMinGroupRecords); ++k) {
     EXPECT_TRUE(dfa.keeps_groups()) << k;
     dfa.add_group(k, 'a', 0, StackDfa::GroupResult{});
   }
+  EXPECT_TRUE(dfa.keeps_groups()) << "records are selective only when asked";
+  dfa.set_selective_records(true);
   EXPECT_FALSE(dfa.keeps_groups()) << "none found again";
   for (std::size_t k = 0; k + 1 < StackDfa::kMinGroupRecords / StackDfa::kGroupHitRatio; ++k) {
     ASSERT_NE(dfa.find_group(0, 'a', 0), nullptr);
@@ -465,6 +466,7 @@ TEST(StackDfa, GroupResultsAreKeptWhileFoundAgain) {
   // Twice over: the second time, the groups met while nothing was recorded are walked again (none of
   // them may come back from a result recorded without its tokens).
   StackDfa shared(a);
+  shared.set_selective_records(true);
   std::size_t n = 0;
   for (int round = 0; round < 2; ++round) {
     for (std::uint32_t s = 0; s < a.n_states(); ++s) {
