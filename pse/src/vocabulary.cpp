@@ -24,9 +24,6 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   return h * 0xff51afd7ed558ccdULL;
 }
 
-// Whether the UTF-8 sequence that starts at t[d] (a byte >= 0x80) is well-formed (Unicode's table:
-// the length by the lead byte, the range of the second byte), or its first bytes when t ends first;
-// *n receives its length.
 // Whether byte d of t starts a UTF-8 character, or ends t.
 bool starts_character(std::string_view t, std::size_t d) {
   return d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80;
@@ -39,6 +36,9 @@ void accumulate_levels(std::vector<std::vector<std::uint64_t>>& levels) {
     for (std::size_t w = 0; w < levels[n].size(); ++w) levels[n][w] |= levels[n - 1][w];
 }
 
+// Whether the UTF-8 sequence that starts at t[d] (a byte >= 0x80) is well-formed (Unicode's table:
+// the length by the lead byte, the range of the second byte), or its first bytes when t ends first;
+// *n receives its length.
 bool good_sequence_at(std::string_view t, std::size_t d, std::size_t* n) {
   const unsigned char c = static_cast<unsigned char>(t[d]);
   unsigned char lo = 0x80, hi = 0xBF;

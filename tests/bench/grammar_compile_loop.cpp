@@ -1,6 +1,6 @@
-// N cold compiles of one GBNF grammar (or regex) with the Llama 3.1 vocabulary, for instruction counts under callgrind
-// (wall-clock compile figures are BM_GrammarCompile's, in grammar_mask_bench). One compile's cost, once the
-// process's one-time work (the vocabulary's set indexes) is done, is (I(8) - I(4)) / 4:
+// N cold compiles of one GBNF grammar (or regex) with the Llama 3.1 vocabulary, for instruction counts under
+// callgrind (wall-clock compile figures are BM_GrammarCompile's, in grammar_mask_bench). One compile's cost,
+// once the process's one-time work (the vocabulary's set indexes) is done, is (I(8) - I(4)) / 4:
 //   valgrind --tool=callgrind --callgrind-out-file=/dev/null build/tests/bench/grammar_compile_loop FILE 4
 //   valgrind --tool=callgrind --callgrind-out-file=/dev/null build/tests/bench/grammar_compile_loop FILE 8
 // (--regex PATTERN instead of FILE: the pattern, as `orchard grammar --regex`.)
