@@ -28,6 +28,9 @@ struct CompiledGrammar::Impl {
   mutable std::vector<std::uint32_t> scan_index;
   static constexpr std::uint32_t kNoTable = ~0u;
   std::vector<std::uint32_t> table_state;  // [n_tables] the state a table is built from
+  // [n_tables] (when every table is built in compile) an earlier table whose state reads every string of
+  // at most Vocabulary::kShortTokenBytes bytes alike (derive_token_table), or kNoTable.
+  std::vector<std::uint32_t> table_base;
   // Tables shared with other grammars (CompileOptions::shared_tables): per rule, its entry in the
   // TableCache, looked up at the first table built in the rule (identifying a rule writes out its
   // closure: only for the rules masks reach when tables are built on first use); null when its closure
@@ -123,9 +126,21 @@ struct CompiledGrammar::Impl {
     return rule_shared[r].get();
   }
 
+  // While compile builds every table in order: the tables built so far as they came out of the walk (a
+  // shared one before this grammar's follow filter; null for the others, which are in `tables`), and
+  // per base table (table_base) its long_tokens_read_far, found at its first derived table.
+  struct EagerBuild {
+    std::vector<std::shared_ptr<const detail::TokenTable>> as_built;
+    std::vector<std::vector<std::uint32_t>> read_far;
+    std::vector<std::uint8_t> read_far_known;
+    explicit EagerBuild(std::size_t n_tables) : as_built(n_tables), read_far(n_tables), read_far_known(n_tables, 0) {}
+  };
+
   // Fills tables[i]: from the shared cache when its rule is shared and another grammar built it, else
-  // built here (and added to the cache when shared). Returns whether it came from the cache.
-  bool build_table(std::size_t i, const std::chrono::steady_clock::time_point* deadline) const {
+  // built here (and added to the cache when shared). Returns whether it came from the cache. With
+  // `eager`, a table whose base (table_base) is built is derived from it.
+  bool build_table(std::size_t i, const std::chrono::steady_clock::time_point* deadline,
+                   EagerBuild* eager = nullptr) const {
     const std::uint32_t s = table_state[i];
     detail::TableCache::RuleTables* shared = shared_rule(automaton.state_rule[s]);
     const std::uint32_t offset = s - automaton.rule_start[automaton.state_rule[s]];
@@ -134,18 +149,26 @@ struct CompiledGrammar::Impl {
       std::lock_guard<std::mutex> lock(shared->mutex);
       if (auto it = shared->by_offset.find(offset); it != shared->by_offset.end()) cached = it->second;
     }
+    const std::uint32_t b = eager != nullptr && !table_base.empty() ? table_base[i] : kNoTable;
+    auto build = [&](detail::FollowFilter filter) {
+      if (b == kNoTable)
+        return detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get(), detail::Walker::kAuto, filter);
+      if (eager->read_far_known[b] == 0) {
+        eager->read_far[b] = detail::long_tokens_read_far(automaton, *vocabulary, table_state[b], dfa.get());
+        eager->read_far_known[b] = 1;
+      }
+      const detail::TokenTable& base = shared == nullptr ? tables[b] : *eager->as_built[b];
+      return detail::derive_token_table(automaton, *vocabulary, s, base, eager->read_far[b], dfa.get(),
+                                        detail::Walker::kAuto, filter);
+    };
     std::lock_guard<std::mutex> lock(dfa_mutex);
     if (shared == nullptr) {
-      tables[i] = detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get());
+      tables[i] = build(detail::FollowFilter::kFull);
       return false;
     }
     const bool from_cache = cached != nullptr;
-    if (!from_cache) {
-      cached = detail::TableCache::instance().add(
-          *shared, offset,
-          detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get(), detail::Walker::kAuto,
-                                    detail::FollowFilter::kBytes));
-    }
+    if (!from_cache) cached = detail::TableCache::instance().add(*shared, offset, build(detail::FollowFilter::kBytes));
+    if (eager != nullptr) eager->as_built[i] = cached;
     // The shared table is this grammar's once its own follow filter has dropped what cannot continue.
     tables[i] = *cached;
     detail::apply_follow_filter(automaton, *vocabulary, s, tables[i], dfa.get());

@@ -84,6 +84,9 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   impl->scan_index.assign(a.n_states(), CompiledGrammar::Impl::kNoTable);
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
+  // The classes up to the short tokens' length (Vocabulary::kShortTokenBytes), which `classes` refine:
+  // tables of one such class differ only in the long tokens (the positions of a counted repetition).
+  std::vector<std::uint32_t> short_classes;
   // Classes save table builds but cost a pass over the automaton: worth it when every table is built
   // ahead (all rules at once, here), or in a large automaton (a counted repetition's copies would each
   // build their tables at first use; rule by rule, below). For a small one built on first use, tables
@@ -95,9 +98,13 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     // Optional: past a quarter of the time left, go without them.
     const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
     try {
-      classes = detail::future_classes(a, impl->vocabulary->max_token_length(), 256, &classes_deadline);
+      const std::size_t horizon = impl->vocabulary->max_token_length();
+      const bool short_horizon = horizon > Vocabulary::kShortTokenBytes;
+      classes = detail::future_classes(a, horizon, 256, &classes_deadline, Vocabulary::kShortTokenBytes,
+                                       short_horizon ? &short_classes : nullptr);
     } catch (const LimitError&) {
       classes.clear();
+      short_classes.clear();
     }
   }
   // Class ids are dense from 0: per class, its first state and its table.
@@ -125,6 +132,19 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     }
     impl->scan_index[s] = static_cast<std::uint32_t>(impl->table_state.size());
     impl->table_state.push_back(s);
+  }
+  if (!short_classes.empty()) {
+    const std::uint32_t n_short = *std::max_element(short_classes.begin(), short_classes.end()) + 1;
+    std::vector<std::uint32_t> first_table(n_short, kNone);
+    impl->table_base.assign(impl->table_state.size(), CompiledGrammar::Impl::kNoTable);
+    for (std::uint32_t i = 0; i < impl->table_state.size(); ++i) {
+      std::uint32_t& first = first_table[short_classes[impl->table_state[i]]];
+      if (first == kNone) {
+        first = i;
+      } else {
+        impl->table_base[i] = first;
+      }
+    }
   }
   if (lazy_classes) {
     // A table slot per state for now; each rule's classes point its states at their class's first table.
@@ -186,13 +206,15 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     const auto t_closures = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < n_tables; ++i) (void)impl->shared_rule(a.state_rule[impl->table_state[i]]);
     st.closures_ms = ms_since(t_closures);
+    CompiledGrammar::Impl::EagerBuild eager(n_tables);
     for (std::size_t i = 0; i < n_tables; ++i) {
       if (std::chrono::steady_clock::now() > eager_deadline) {
         st.precomputed = false;  // the rest on first use
         break;
       }
       try {
-        std::call_once(impl->table_once[i], [&] { st.n_shared_tables += impl->build_table(i, &eager_deadline) ? 1 : 0; });
+        std::call_once(impl->table_once[i],
+                       [&] { st.n_shared_tables += impl->build_table(i, &eager_deadline, &eager) ? 1 : 0; });
       } catch (const LimitError&) {
         st.precomputed = false;  // its build passed the eager deadline: it and the rest on first use
         break;

@@ -88,13 +88,17 @@ Closures closures_of(const Automaton& a, std::uint32_t lo, std::size_t n, std::s
 }  // namespace
 
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure,
-                                          const std::chrono::steady_clock::time_point* deadline) {
-  return future_classes(a, 0, static_cast<std::uint32_t>(a.n_states()), horizon, max_closure, deadline);
+                                          const std::chrono::steady_clock::time_point* deadline,
+                                          std::size_t coarse_horizon, std::vector<std::uint32_t>* coarse) {
+  return future_classes(a, 0, static_cast<std::uint32_t>(a.n_states()), horizon, max_closure, deadline,
+                        coarse_horizon, coarse);
 }
 
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, std::uint32_t hi, std::size_t horizon,
                                           std::size_t max_closure,
-                                          const std::chrono::steady_clock::time_point* deadline) {
+                                          const std::chrono::steady_clock::time_point* deadline,
+                                          std::size_t coarse_horizon, std::vector<std::uint32_t>* coarse) {
+  if (coarse != nullptr) coarse->clear();
   if (lo >= hi) return {};
   const bool whole = lo == 0 && hi == a.n_states();
   if (!whole && (hi > a.n_states() || a.rule_start[a.state_rule[lo]] != lo ||
@@ -284,6 +288,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, 
   std::vector<std::uint32_t> grouped;
   for (std::size_t round = 1;; ++round) {
     for (const auto& [s, id] : assign) cls[s] = id;
+    if (coarse != nullptr && round == coarse_horizon) *coarse = cls;
     if (assign.empty() || round >= horizon) break;
     touched.clear();
     round_classes.clear();
@@ -320,6 +325,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, 
       begin = end;
     }
   }
+  if (coarse != nullptr && coarse->empty()) *coarse = cls;  // stable before coarse_horizon rounds
   return cls;
 }
 

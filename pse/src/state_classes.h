@@ -19,15 +19,18 @@ namespace pse::detail {
 // refinement, stopped at `horizon` rounds or when stable). States whose epsilon closure is larger than
 // `max_closure` stay alone in their class (the refinement would cost more than it saves), and so do the
 // states marked distinct (Automaton::distinct: a minimal DFA's, already known apart).
-// Throws LimitError when `deadline` (if given) passes.
+// Throws LimitError when `deadline` (if given) passes. With `coarse`, also the classes at `coarse_horizon`
+// rounds (at most `horizon`; the returned ones refine them), found on the way.
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure = 256,
-                                          const std::chrono::steady_clock::time_point* deadline = nullptr);
+                                          const std::chrono::steady_clock::time_point* deadline = nullptr,
+                                          std::size_t coarse_horizon = 0, std::vector<std::uint32_t>* coarse = nullptr);
 
 // The same for the states [lo, hi) only, which must be whole rules (each rule's states are contiguous,
 // and no edge leaves its rule, so the classes of a rule depend on it alone): class ids dense from 0,
 // per state from lo. Classes can then be found rule by rule, as the rules are needed.
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, std::uint32_t hi, std::size_t horizon,
                                           std::size_t max_closure = 256,
-                                          const std::chrono::steady_clock::time_point* deadline = nullptr);
+                                          const std::chrono::steady_clock::time_point* deadline = nullptr,
+                                          std::size_t coarse_horizon = 0, std::vector<std::uint32_t>* coarse = nullptr);
 
 }  // namespace pse::detail

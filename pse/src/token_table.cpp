@@ -6,11 +6,13 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
 
+#include "bit_ranges.h"
 #include "earley.h"
 #include "pse/error.h"
 #include "stack_dfa.h"
@@ -187,15 +189,6 @@ class AcceptedIds {
   std::vector<std::uint32_t> own_;
 };
 
-// Sets bits [lo, hi) of a bitset, a word at a time.
-void set_bits(std::uint64_t* bits, std::uint32_t lo, std::uint32_t hi) {
-  while (lo < hi) {
-    const std::uint32_t w = lo >> 6, from = lo & 63, n = std::min<std::uint32_t>(64 - from, hi - lo);
-    bits[w] |= (n == 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << n) - 1)) << from;
-    lo += n;
-  }
-}
-
 ByteSet first_bytes(const Automaton& a, const Chart& chart) {
   ByteSet first{};
   for (const Item& it : chart.last()) {
@@ -207,19 +200,6 @@ ByteSet first_bytes(const Automaton& a, const Chart& chart) {
 }
 
 ByteSet first_bytes(const Automaton& /*a*/, const DfaCursor& cursor) { return cursor.first_bytes(); }
-
-// The first position in [p, end) whose bit is clear, or end.
-std::uint32_t next_clear(const std::uint64_t* bits, std::uint32_t p, std::uint32_t end) {
-  if (p >= end) return end;
-  std::size_t w = p >> 6;
-  std::uint64_t x = ~bits[w] & (~std::uint64_t{0} << (p & 63));
-  while (x == 0) {
-    if (++w * 64 >= end) return end;
-    x = ~bits[w];
-  }
-  const std::size_t q = w * 64 + static_cast<std::size_t>(std::countr_zero(x));
-  return std::min<std::uint32_t>(end, static_cast<std::uint32_t>(q));
-}
 
 // A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
 constexpr int kMinLoopBytes = 16;
@@ -422,6 +402,24 @@ constexpr std::uint32_t kMinIndexedRun = 64;
 // A run's tokens are taken from the set index's masks by length.
 static_assert(StackDfa::kMaxAsciiRun <= Vocabulary::kMaxSetRunBytes);
 
+// Whether a bounded run of `length` bytes of `set` from `config` (StackDfa::ascii_run: each byte of the
+// set one step on, whichever it is) ends closed: no configuration on the way lets the rule end, and after
+// the last one no byte of the set can be read. A token of more bytes of the set then dies inside the
+// rule: rejected whatever the stack holds.
+bool ascii_run_ends_closed(StackDfa& dfa, std::int32_t config, const std::array<std::uint64_t, 2>& set,
+                           std::size_t length) {
+  const auto some = static_cast<std::uint8_t>(set[0] != 0 ? std::countr_zero(set[0]) : 64 + std::countr_zero(set[1]));
+  for (std::size_t i = 0; i < length; ++i) {
+    config = dfa.step(config, some);
+    if (config == StackDfa::kDead || dfa.outer_final(config)) return false;
+  }
+  for (unsigned b = 0; b < 0x80; ++b) {
+    if (((set[b >> 6] >> (b & 63)) & 1) != 0 && dfa.step(config, static_cast<std::uint8_t>(b)) != StackDfa::kDead)
+      return false;
+  }
+  return true;
+}
+
 // Whether a bounded run of `length` text characters from `config` (StackDfa::text_run) ends closed: no
 // configuration on the way lets the rule end (a token of text characters is then never uncertain), and
 // after the last one no text character can be read. A token of more text characters then dies inside
@@ -533,6 +531,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   std::shared_ptr<const Vocabulary::AsciiSetIndex> start_set;
   std::size_t start_set_length = 0;
   std::array<std::uint64_t, 2> start_bytes{};
+  // And the longer members are rejected without a walk when that run ends closed (the last positions
+  // of a counted repetition: each walked its longer members, tens of thousands of tokens).
+  bool reject_longer_members = false;
   if constexpr (std::is_same_v<Cursor, DfaCursor>) {
     filter_id = filter == FollowFilter::kFull ? 2 * (rule + 1) : 2 * chart.dfa()->follow_set_id(rule) + 1;
     start_loops_on_text = chart.last_loops_on(Vocabulary::TokenClass::kText);
@@ -562,6 +563,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           accepted_ids.add_mask(start_set->all);
         } else {
           accepted_ids.add_mask(start_set->up_to[start_set_length]);
+          reject_longer_members = ascii_run_ends_closed(*chart.dfa(), c0, start_bytes, start_set_length);
         }
       }
     }
@@ -807,6 +809,13 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         accept(p);
         continue;
       }
+      if (reject_longer_members && start_set->length[p] != 0) {
+        // Every member fits (accepted: in the mask already) or is longer (rejected): jump past them.
+        const std::uint32_t q = std::min(start_set->next_out[p], fb[b + 1]);
+        if (keep) or_bit_range(record.accepted.data(), start_set->fits[start_set_length].data(), p, q, fb[b]);
+        p = q;
+        if (p >= fb[b + 1]) break;
+      }
       if (start_set != nullptr && start_set->length[p] != 0 && start_set->length[p] <= start_set_length) {
         // Accepted (in the mask already; the group's record has them too: they are accepted from the
         // configuration after the first byte, whatever table reaches it).
@@ -935,6 +944,137 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     }
   }
   accepted_ids.finish(table.accepted_bits, table.accepted_list);
+  table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
+  table.uncertain.shrink_to_fit();
+  table.end_depths.shrink_to_fit();
+  return table;
+}
+
+// A walk from one start through tokens in sorted order, each resuming from its common prefix with the
+// last one read (the same bytes up to the one that failed: the same answer).
+template <class Cursor>
+struct ResumingWalk {
+  Cursor chart;
+  std::size_t dead = SIZE_MAX;      // where the last token read died; SIZE_MAX: read up to its limit
+  std::vector<std::uint32_t> ends;  // the depths after which the rule's end was reached (with_ends)
+  // Reads tok's bytes up to `limit`, sharing `l` bytes with the last token read; returns where it died,
+  // or SIZE_MAX.
+  std::size_t read(std::string_view tok, std::size_t l, std::size_t limit, std::uint32_t rule, bool with_ends) {
+    if (dead != SIZE_MAX && l > dead) return dead;
+    const std::size_t depth = std::min(l, chart.n_sets() - 2);
+    chart.truncate(depth + 2);
+    while (!ends.empty() && ends.back() > depth) ends.pop_back();
+    dead = SIZE_MAX;
+    for (std::size_t j = depth; j < std::min(limit, tok.size()); ++j) {
+      if (!chart.push(static_cast<unsigned char>(tok[j]))) return dead = j;
+      if (with_ends && chart.last_has_final(rule, 0)) ends.push_back(static_cast<std::uint32_t>(j + 1));
+    }
+    return dead;
+  }
+};
+
+template <class Cursor, class MakeCursor>
+std::vector<std::uint32_t> long_tokens_read_far_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
+                                                     MakeCursor make) {
+  constexpr std::size_t kShort = Vocabulary::kShortTokenBytes;
+  ResumingWalk<Cursor> walk{make()};
+  walk.chart.reset_detached({&state, 1});
+  const std::vector<std::uint32_t>& lcp = vocab.long_token_lcp();
+  std::vector<std::uint32_t> far;
+  for (std::size_t k = 0; k < vocab.long_tokens().size(); ++k) {
+    const std::uint32_t p = vocab.long_tokens()[k];
+    const std::size_t l = std::min<std::size_t>(lcp[k], kShort);
+    if (walk.read(vocab.sorted_token(p), l, kShort, a.state_rule[state], false) == SIZE_MAX) far.push_back(p);
+  }
+  return far;
+}
+
+// The table of `state` from `base` (see derive_token_table): the tokens of `read_far` are walked from
+// `state` and replace their entries in `base`. The ends and the two checks after them are
+// build_token_table_with's.
+template <class Cursor, class MakeCursor>
+TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
+                                   const TokenTable& base, std::span<const std::uint32_t> read_far,
+                                   FollowFilter filter, MakeCursor make) {
+  const std::uint32_t rule = a.state_rule[state];
+  const ByteSet& follow = a.rule_follow[rule];
+  static const std::vector<std::uint32_t> kNoContexts;
+  FollowCheck<Cursor> follow_check(filter == FollowFilter::kFull ? a.rule_contexts[rule] : kNoContexts, make);
+  EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule],
+                                          filter == FollowFilter::kFull && rule != a.root, make);
+  const std::vector<TokenId>& sorted = vocab.text_tokens();
+  ResumingWalk<Cursor> walk{make()};
+  walk.chart.reset_detached({&state, 1});
+  std::vector<TokenId> accepted, rejected;                      // of read_far
+  std::vector<std::uint32_t> uncertain, end_begin, end_depths;  // of read_far, ascending
+  std::string_view last;
+  for (const std::uint32_t p : read_far) {
+    const std::string_view tok = vocab.sorted_token(p);
+    std::size_t l = 0;
+    for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
+    last = tok;
+    const std::size_t dead = walk.read(tok, l, tok.size(), rule, true);
+    if (dead == SIZE_MAX) {
+      accepted.push_back(sorted[p]);
+      continue;
+    }
+    // Accepted when every caller reads the rest after some end (which implies the follow check);
+    // uncertain with the ends whose rest may follow the rule; else rejected.
+    const std::size_t before = end_depths.size();
+    bool every = false;
+    for (const std::uint32_t j : walk.ends) {
+      if (j > dead || j >= tok.size()) break;
+      if (!byte_set_has(follow, static_cast<unsigned char>(tok[j]))) continue;
+      if (every_context.all(p, j)) {
+        every = true;
+        break;
+      }
+      if (follow_check.viable(tok.substr(j), j)) end_depths.push_back(j);
+    }
+    if (every) {
+      end_depths.resize(before);
+      accepted.push_back(sorted[p]);
+      continue;
+    }
+    rejected.push_back(sorted[p]);  // (here, whatever the stack holds: set apart from accepted)
+    if (end_depths.size() != before) {
+      end_begin.push_back(static_cast<std::uint32_t>(before));
+      uncertain.push_back(p);
+    }
+  }
+  end_begin.push_back(static_cast<std::uint32_t>(end_depths.size()));
+
+  TokenTable table;
+  if (!base.accepted_bits.empty()) {  // a bitset still (few ids change)
+    table.accepted_bits = base.accepted_bits;
+    for (const TokenId id : rejected) table.accepted_bits[static_cast<std::uint32_t>(id) >> 5] &= ~(1u << (id & 31));
+    for (const TokenId id : accepted) table.accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+  } else {
+    std::vector<TokenId> ids;
+    ids.reserve(base.accepted_list.size() + accepted.size());
+    std::sort(rejected.begin(), rejected.end());
+    std::set_difference(base.accepted_list.begin(), base.accepted_list.end(), rejected.begin(), rejected.end(),
+                        std::back_inserter(ids));
+    ids.insert(ids.end(), accepted.begin(), accepted.end());
+    set_accepted(ids, vocab.n_mask_words(), table.accepted_bits, table.accepted_list);
+  }
+  // The base's uncertain tokens but those walked here, and the ones walked here, in position order.
+  auto append = [&](std::uint32_t p, std::span<const std::uint32_t> depths) {
+    table.uncertain.push_back(p);
+    table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
+    table.end_depths.insert(table.end_depths.end(), depths.begin(), depths.end());
+  };
+  const std::span<const std::uint32_t> base_depths(base.end_depths), depths(end_depths);
+  std::size_t k = 0, w = 0;
+  for (std::size_t i = 0; i < base.uncertain.size(); ++i) {
+    const std::uint32_t p = base.uncertain[i];
+    for (; k < uncertain.size() && uncertain[k] < p; ++k)
+      append(uncertain[k], depths.subspan(end_begin[k], end_begin[k + 1] - end_begin[k]));
+    while (w < read_far.size() && read_far[w] < p) ++w;
+    if (w < read_far.size() && read_far[w] == p) continue;
+    append(p, base_depths.subspan(base.end_begin[i], base.end_begin[i + 1] - base.end_begin[i]));
+  }
+  for (; k < uncertain.size(); ++k) append(uncertain[k], depths.subspan(end_begin[k], end_begin[k + 1] - end_begin[k]));
   table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
   table.uncertain.shrink_to_fit();
   table.end_depths.shrink_to_fit();
@@ -1098,6 +1238,21 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
                              Walker walker, FollowFilter follow) {
   return with_cursors(a, shared, walker, [&](auto make) {
     return build_token_table_with<decltype(make())>(a, vocab, state, deadline, follow, make);
+  });
+}
+
+std::vector<std::uint32_t> long_tokens_read_far(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
+                                                StackDfa* shared, Walker walker) {
+  return with_cursors(a, shared, walker, [&](auto make) {
+    return long_tokens_read_far_with<decltype(make())>(a, vocab, state, make);
+  });
+}
+
+TokenTable derive_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state, const TokenTable& base,
+                              std::span<const std::uint32_t> read_far, StackDfa* shared, Walker walker,
+                              FollowFilter follow) {
+  return with_cursors(a, shared, walker, [&](auto make) {
+    return derive_token_table_with<decltype(make())>(a, vocab, state, base, read_far, follow, make);
   });
 }
 

@@ -165,6 +165,14 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     sorted_bytes_ += tokens_[id];
   }
   sorted_offset_.push_back(static_cast<std::uint32_t>(sorted_bytes_.size()));
+  std::uint32_t lcp_since_long = 0;  // with the last long token: the least lcp since it
+  for (std::size_t p = 0; p < sorted_.size(); ++p) {
+    lcp_since_long = std::min(lcp_since_long, lcp_[p]);
+    if (sorted_token_size(p) <= kShortTokenBytes) continue;
+    long_token_lcp_.push_back(long_tokens_.empty() ? 0 : lcp_since_long);
+    long_tokens_.push_back(static_cast<std::uint32_t>(p));
+    lcp_since_long = UINT32_MAX;
+  }
   // subtree_end(p, d): position p + 1 when it shares at most d bytes with p, else (it shares more, and
   // is at least that long) the same answer as for p + 1. Right to left, one entry per byte.
   subtree_end_.resize(sorted_bytes_.size());

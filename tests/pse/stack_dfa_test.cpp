@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <fstream>
 #include <map>
@@ -423,6 +424,45 @@ TEST(StackDfa, AsciiRunsAlongABoundedRepetitionDoNotDependOnOrder) {
       const auto expected = static_cast<std::uint32_t>(std::min<int>(k == 0 ? 64 : 64 - k, StackDfa::kMaxAsciiRun));
       EXPECT_EQ(run.length, expected) << "after " << k << " characters, " << (ascending ? "ascending" : "descending");
     }
+  }
+}
+
+// The last positions of a bounded run reject the set's longer members without walking them when the
+// run ends closed (no end of the rule on the way, nothing of the set after it), and walk them when the
+// rule may end part-way (a word of at most 30 letters, followed by another word: the rest after an end
+// is read by the caller). Every table equals the chart's; twice over, so that the set's index is built.
+TEST(StackDfa, LongerMembersOfABoundedRunAreRejectedOnlyWhenItEndsClosed) {
+  std::vector<std::string> tokens;
+  const std::string letters = "abcd";  // (85 tokens start with each: groups large enough to be recorded)
+  for (const char x : letters) {
+    tokens.emplace_back(1, x);
+    for (const char y : letters) {
+      tokens.push_back(std::string{x, y});
+      for (const char z : letters) {
+        tokens.push_back(std::string{x, y, z});
+        for (const char w : letters) tokens.push_back(std::string{x, y, z, w});
+      }
+    }
+  }
+  for (std::size_t n = 5; n <= 34; n += 3) tokens.push_back(std::string(n, 'a'));
+  for (const char* t : {"@", "a@", "ab@", "aaaaa@", " ", "a b"}) tokens.emplace_back(t);
+  const Vocabulary vocab(std::move(tokens), {}, {});
+  std::array<std::uint64_t, 2> lower{};
+  for (unsigned c = 'a'; c <= 'z'; ++c) lower[c >> 6] |= std::uint64_t{1} << (c & 63);
+  for (const auto& [name, g] : std::vector<std::pair<std::string, Grammar>>{
+           {"closed", pse::parse_regex("[a-z]{1,30}@")},
+           {"words", pse::parse_gbnf("root ::= word+\nword ::= [a-z]{1,30}\n")}}) {
+    const Automaton a = build_automaton(g, AutomatonLimits{});
+    StackDfa shared(a);
+    for (int round = 0; round < 2; ++round) {
+      for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+        if (!a.reachable[s] || !a.has_bytes(s)) continue;
+        expect_same(build_token_table(a, vocab, s, nullptr, &shared),
+                    build_token_table(a, vocab, s, nullptr, nullptr, Walker::kEarley),
+                    name + ": state " + std::to_string(s) + " round " + std::to_string(round));
+      }
+    }
+    EXPECT_NE(vocab.ascii_set_index(lower, false), nullptr) << name << ": the letters' index was never built";
   }
 }
 

@@ -1,0 +1,147 @@
+// Token tables derived from the table of a state that reads every short string alike
+// (derive_token_table): each equals the table built from scratch, for every state whose class at
+// Vocabulary::kShortTokenBytes bytes has an earlier member, with both follow filters, on a small
+// vocabulary made to tell the states apart only by long tokens and on the Llama 3.1 vocabulary.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "automaton.h"
+#include "llama3_vocabulary.h"
+#include "pse/gbnf.h"
+#include "pse/regex.h"
+#include "shared_data.h"
+#include "stack_dfa.h"
+#include "state_classes.h"
+#include "token_table.h"
+
+namespace {
+
+using pse::Grammar;
+using pse::Vocabulary;
+using namespace pse::detail;
+
+// A table as sets (a derived table may keep a bitset where a full build gives a list, near the bound).
+struct TableSets {
+  std::set<std::int32_t> accepted;
+  std::map<std::uint32_t, std::vector<std::uint32_t>> uncertain;  // position -> end depths
+  bool operator==(const TableSets&) const = default;
+};
+
+TableSets sets_of(const TokenTable& t) {
+  TableSets out;
+  for (std::size_t w = 0; w < t.accepted_bits.size(); ++w)
+    for (unsigned b = 0; b < 32; ++b)
+      if ((t.accepted_bits[w] >> b) & 1) out.accepted.insert(static_cast<std::int32_t>(w * 32 + b));
+  out.accepted.insert(t.accepted_list.begin(), t.accepted_list.end());
+  EXPECT_TRUE(std::is_sorted(t.uncertain.begin(), t.uncertain.end()));
+  for (std::size_t k = 0; k < t.uncertain.size(); ++k)
+    out.uncertain[t.uncertain[k]].assign(t.end_depths.begin() + t.end_begin[k], t.end_depths.begin() + t.end_begin[k + 1]);
+  return out;
+}
+
+struct Counts {
+  std::size_t derived = 0;  // tables derived and compared
+  std::size_t differ = 0;   // of them, those whose table differs from their base's
+};
+
+// Every state with a table whose short class has an earlier state with a table: derived from that
+// state's table, with each filter, against the table built from scratch.
+Counts check_derived(const Grammar& g, const Vocabulary& vocab, const std::string& name) {
+  const Automaton a = build_automaton(g, AutomatonLimits{});
+  std::vector<std::uint32_t> short_classes;
+  future_classes(a, vocab.max_token_length(), 256, nullptr, Vocabulary::kShortTokenBytes, &short_classes);
+  EXPECT_EQ(short_classes.size(), a.n_states()) << name;
+  Counts n;
+  StackDfa dfa(a);
+  std::map<std::uint32_t, std::uint32_t> first_of_class;  // short class -> its first state with a table
+  for (std::uint32_t s = 0; s < a.n_states(); ++s) {
+    if (!a.reachable[s] || !a.has_bytes(s)) continue;
+    const auto [it, inserted] = first_of_class.emplace(short_classes[s], s);
+    if (inserted) continue;
+    const std::uint32_t b = it->second;
+    const std::vector<std::uint32_t> far = long_tokens_read_far(a, vocab, b, &dfa);
+    for (const FollowFilter filter : {FollowFilter::kFull, FollowFilter::kBytes}) {
+      const TokenTable base = build_token_table(a, vocab, b, nullptr, &dfa, Walker::kAuto, filter);
+      const TokenTable full = build_token_table(a, vocab, s, nullptr, &dfa, Walker::kAuto, filter);
+      const TokenTable derived = derive_token_table(a, vocab, s, base, far, &dfa, Walker::kAuto, filter);
+      const std::string where = name + ": state " + std::to_string(s) + " from " + std::to_string(b) +
+                                (filter == FollowFilter::kFull ? " (full filter)" : " (byte filter)");
+      EXPECT_TRUE(sets_of(derived) == sets_of(full)) << where;
+      // (Earley's walks agree: the derived table's walks run on the chart too.)
+      if (filter == FollowFilter::kFull) {
+        const TokenTable on_chart = derive_token_table(a, vocab, s, base, far, nullptr, Walker::kEarley, filter);
+        EXPECT_TRUE(sets_of(on_chart) == sets_of(full)) << where << " on the chart";
+        ++n.derived;
+        if (!(sets_of(base) == sets_of(full))) ++n.differ;
+      }
+    }
+  }
+  return n;
+}
+
+// Short tokens of a few bytes, and long ones (runs of letters, dashes, spaces, with an ending): the
+// positions of a counted repetition read the short ones alike and the long ones each their own way.
+std::shared_ptr<const Vocabulary> vocabulary_with_long_tokens() {
+  std::vector<std::string> t;
+  const std::string bytes = "ab-@ ,";
+  for (const char x : bytes) {
+    t.emplace_back(1, x);
+    for (const char y : bytes) {
+      t.push_back(std::string{x, y});
+      for (const char z : bytes) t.push_back(std::string{x, y, z});
+    }
+  }
+  for (std::size_t n = Vocabulary::kShortTokenBytes - 2; n <= 40; n += 3) {
+    t.push_back(std::string(n, 'a'));
+    t.push_back(std::string(n, 'a') + "@");
+    t.push_back(std::string(n, 'a') + ",b");
+    t.push_back("b" + std::string(n, 'a'));
+    t.push_back(std::string(n, '-'));
+    t.push_back(std::string(n, ' ') + "a");
+    t.push_back(std::string(n / 2, 'a') + std::string(n - n / 2, 'b'));
+  }
+  return std::make_shared<const Vocabulary>(std::move(t), std::vector<pse::TokenId>{}, std::vector<pse::TokenId>{});
+}
+
+TEST(DerivedTables, EqualFullBuildsOnLongTokens) {
+  const auto vocab = vocabulary_with_long_tokens();
+  ASSERT_FALSE(vocab->long_tokens().empty());
+  std::size_t differ = 0;
+  const std::vector<std::pair<std::string, Grammar>> grammars = {
+      {"letters then @", pse::parse_regex("[ab]{1,40}@[ab]{1,30}")},
+      {"dashes", pse::parse_regex("-{0,35}[ab]{2,30}")},
+      {"spaces", pse::parse_regex("( {0,30}a){1,3}")},
+      // Rule ends part-way (uncertain tokens, the follow and every-caller checks): a list of bounded words.
+      {"list", pse::parse_gbnf("root ::= item (\",\" item)*\nitem ::= [ab]{1,38} | \"-\"{2,30}\n")},
+  };
+  for (const auto& [name, g] : grammars) {
+    const Counts n = check_derived(g, *vocab, name);
+    EXPECT_GT(n.derived, 0u) << name << ": no state derived";
+    differ += n.differ;
+  }
+  EXPECT_GT(differ, 0u) << "no derived table differs from its base: the long tokens were not exercised";
+}
+
+TEST(DerivedTables, EqualFullBuildsOnLlama3) {
+  ORCHARD_REQUIRE_SHARED_DATA("tokenizers/llama3/encoder.json");
+  const auto vocab =
+      pse::testing::load_llama3_vocabulary(orchard::testing::shared_data("tokenizers/llama3/encoder.json"));
+  std::size_t differ = 0;
+  const std::vector<std::pair<std::string, Grammar>> grammars = {
+      {"email", pse::parse_regex("[a-z0-9._]{1,64}@([a-z]{1,63}\\.){1,2}(com|org)")},
+      {"indent", pse::parse_gbnf("root ::= (line \"\\n\")+\nline ::= [ ]{0,48} [a-z]{1,20} | \"-\"{3,40}\n")},
+  };
+  for (const auto& [name, g] : grammars) {
+    const Counts n = check_derived(g, *vocab, name);
+    EXPECT_GT(n.derived, 0u) << name << ": no state derived";
+    differ += n.differ;
+  }
+  EXPECT_GT(differ, 0u) << "no derived table differs from its base";
+}
+
+}  // namespace
