@@ -107,6 +107,30 @@ class AcceptedIds {
   void add_group(const std::uint64_t* words, std::size_t n_words, const TokenId* ids) {
     add_words<false>(words, n_words, ids);
   }
+  // The same for a whole group of n positions whose ids are `group_mask` (Vocabulary::first_byte_mask):
+  // when most are accepted, the mask less the ids of the rejected ones is or-ed in. Returns false (and
+  // does nothing) when setting the accepted ids one by one costs less.
+  template <class Word>
+  bool add_mostly_accepted_group(Word* words, std::size_t n, const TokenId* ids,
+                                 std::span<const std::uint32_t> group_mask) {
+    const std::size_t n_group_words = (n + 63) / 64;
+    std::size_t accepted = 0;
+    for (std::size_t w = 0; w < n_group_words; ++w) accepted += count_bits(words[w]);
+    if (accepted <= n - accepted + n_words_) return false;
+    to_bits();
+    thread_local std::vector<std::uint32_t> kept;
+    kept.assign(group_mask.begin(), group_mask.end());
+    for (std::size_t w = 0; w < n_group_words; ++w) {
+      std::uint64_t rejected = ~static_cast<std::uint64_t>(words[w]);
+      if (w + 1 == n_group_words && n % 64 != 0) rejected &= (std::uint64_t{1} << (n % 64)) - 1;
+      for (; rejected != 0; rejected &= rejected - 1) {
+        const TokenId id = ids[w * 64 + static_cast<std::size_t>(std::countr_zero(rejected))];
+        kept[static_cast<std::uint32_t>(id) >> 5] &= ~(1u << (id & 31));
+      }
+    }
+    for (std::size_t w = 0; w < n_words_; ++w) bits_[w] |= kept[w];
+    return true;
+  }
   void add_mask(std::span<const std::uint32_t> mask) {
     to_bits();
     for (std::size_t w = 0; w < n_words_; ++w) bits_[w] |= mask[w];
@@ -605,7 +629,11 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         keep = memo && chart.dfa()->keeps_groups();
         if (memo) {
           if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), filter_id)) {
-            accepted_ids.add_group(g->accepted.data(), g->accepted.size(), sorted.data() + fb[b]);
+            const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(b);
+            if (group_mask.empty() || !accepted_ids.add_mostly_accepted_group(g->accepted.data(), fb[b + 1] - fb[b],
+                                                                               sorted.data() + fb[b], group_mask)) {
+              accepted_ids.add_group(g->accepted.data(), g->accepted.size(), sorted.data() + fb[b]);
+            }
             if (g->whole >= 0) accept_whole(static_cast<Vocabulary::TokenClass>(g->whole), b);
             for (std::size_t k = 0, e = 0; k < g->uncertain.size(); ++k) {
               table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
@@ -926,8 +954,15 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     if (keep)
       for (std::size_t w = words_lo; w < words_hi; ++w) record.accepted[w] |= group_bits[w];
     if (words_lo < words_hi) {
-      accepted_ids.add_and_clear_group(group_bits + words_lo, words_hi - words_lo,
-                                       sorted.data() + group_begin + words_lo * 64);
+      const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(b);
+      if (!group_mask.empty() &&
+          accepted_ids.add_mostly_accepted_group(group_bits, fb[b + 1] - group_begin, sorted.data() + group_begin,
+                                                 group_mask)) {
+        std::fill(group_bits + words_lo, group_bits + words_hi, 0);
+      } else {
+        accepted_ids.add_and_clear_group(group_bits + words_lo, words_hi - words_lo,
+                                         sorted.data() + group_begin + words_lo * 64);
+      }
     }
     if constexpr (std::is_same_v<Cursor, DfaCursor>) {
       if (keep) {

@@ -209,6 +209,12 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
   first_byte_begin_.assign(257, 0);
   for (TokenId id : sorted_) ++first_byte_begin_[static_cast<unsigned char>(tokens_[id][0]) + 1];
   for (int b = 0; b < 256; ++b) first_byte_begin_[b + 1] += first_byte_begin_[b];
+  for (unsigned b = 0; b < 256; ++b) {
+    if (first_byte_begin_[b + 1] - first_byte_begin_[b] < kMinMaskedGroup) continue;
+    first_byte_masks_[b].assign(n_mask_words(), 0);
+    for (std::uint32_t p = first_byte_begin_[b]; p < first_byte_begin_[b + 1]; ++p)
+      first_byte_masks_[b][static_cast<std::uint32_t>(sorted_[p]) >> 5] |= 1u << (sorted_[p] & 31);
+  }
   // A token is a member when its rest from byte 0 is (member_from).
   auto index_class = [&](TokenClassIndex& c, auto member_from) {
     c.member_from.resize(sorted_.size());

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
+#include "pse/gbnf.h"
 #include "reference_recognizer.h"
 
 namespace pse::testing {
@@ -53,6 +54,36 @@ TEST_P(BruteForce, MaskAgreesWithReferenceRecognizer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SmallGrammars, BruteForce, ::testing::Range(0, 6));
+
+// A first-byte group large enough to have its ids as a mask (Vocabulary::kMinMaskedGroup): tables that
+// accept most of it take the mask less the ids they reject. Words after spaces, some with a letter the
+// grammar never reads ('t') or ending in a comma it reads only after a word.
+TEST(BruteForceLargeGroup, FastMaskEqualsBruteForce) {
+  std::vector<std::string> t;
+  for (int b = 0; b < 128; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  for (char x = 'a'; x <= 't'; ++x)
+    for (char y = 'a'; y <= 't'; ++y) {
+      t.push_back(std::string{' ', x, y});
+      for (char z = 'a'; z <= 't'; ++z) t.push_back(std::string{' ', x, y, z});
+    }
+  for (const char* s : {" ,", " (", " x,", ", ", "ab", "ab,"}) t.emplace_back(s);
+  const TokenId eos = static_cast<TokenId>(t.size());
+  t.push_back("<eos>");
+  auto vocab = std::make_shared<const Vocabulary>(std::move(t), std::vector<TokenId>{eos}, std::vector<TokenId>{eos});
+  ASSERT_FALSE(vocab->first_byte_mask(' ').empty()) << "the space group is too small to be masked";
+  const Grammar g = parse_gbnf("root ::= \"x\" (\" \" [a-s]+ \",\"?)*\n");
+  for (bool precompute : {true, false}) {
+    CompileOptions options;
+    options.precompute = precompute;
+    CompiledGrammar cg = compile_grammar(g, vocab, options);
+    std::size_t n = 0;
+    random_walk(cg, 30, 5, [&](Matcher& m, const std::string& text) {
+      ASSERT_EQ(fast_mask(m), brute_force_mask(m)) << "after \"" << text << "\"";
+      ++n;
+    });
+    EXPECT_EQ(n, 30u);
+  }
+}
 
 }  // namespace
 }  // namespace pse::testing

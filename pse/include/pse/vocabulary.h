@@ -138,6 +138,11 @@ class Vocabulary {
   std::string_view sorted_token(std::size_t p) const {
     return {sorted_bytes_.data() + sorted_offset_[p], sorted_offset_[p + 1] - sorted_offset_[p]};  // no range check: hot
   }
+  // The ids of a large first-byte group (at least kMinMaskedGroup tokens: Llama 3.1's 57,875 that start
+  // with a space) as a mask; empty for the others. A table that accepts most of such a group takes the
+  // mask less the ids it rejects (fewer ids to set one by one).
+  static constexpr std::size_t kMinMaskedGroup = 8192;
+  const std::vector<std::uint32_t>& first_byte_mask(unsigned b) const { return first_byte_masks_[b]; }
   // Tokens longer than kShortTokenBytes: few (1,312 of Llama 3.1's 128,000 text tokens). States that read
   // every string of at most that many bytes alike classify the shorter tokens alike, so their tables
   // differ only in these (derive_token_table walks only them). Their sorted positions, ascending, and
@@ -165,6 +170,7 @@ class Vocabulary {
   std::vector<std::array<std::uint64_t, 2>> ascii_bytes_;  // [text_tokens().size()]
   std::vector<NonAscii> non_ascii_;                        // [text_tokens().size()]
   std::vector<std::uint32_t> long_tokens_, long_token_lcp_;
+  std::array<std::vector<std::uint32_t>, 256> first_byte_masks_;
   TokenClassIndex plain_, text_;
   struct AsciiSetIndexes;  // ascii_set_index's (vocabulary.cpp); shared by copies
   std::shared_ptr<AsciiSetIndexes> ascii_set_indexes_;
