@@ -126,21 +126,27 @@ struct CompiledGrammar::Impl {
     return rule_shared[r].get();
   }
 
-  // While compile builds every table in order: the tables built so far as they came out of the walk (a
-  // shared one before this grammar's follow filter; null for the others, which are in `tables`), and
-  // per base table (table_base) its long_tokens_read_far, found at its first derived table.
+  // While compile builds every table ahead (over one or more threads): the tables built so far as they
+  // came out of the walk (a shared one before this grammar's follow filter; null for the others, which
+  // are in `tables`), each published by its `done` flag.
   struct EagerBuild {
     std::vector<std::shared_ptr<const detail::TokenTable>> as_built;
-    std::vector<std::vector<std::uint32_t>> read_far;
-    std::vector<std::uint8_t> read_far_known;
-    explicit EagerBuild(std::size_t n_tables) : as_built(n_tables), read_far(n_tables), read_far_known(n_tables, 0) {}
+    std::unique_ptr<std::atomic<std::uint8_t>[]> done;
+    explicit EagerBuild(std::size_t n_tables)
+        : as_built(n_tables), done(std::make_unique<std::atomic<std::uint8_t>[]>(n_tables)) {}
+  };
+  // One thread's part of it: its own stack automaton, and per base table (table_base) built, its
+  // long_tokens_read_far, found at its first derived table.
+  struct EagerWorker {
+    detail::StackDfa* dfa = nullptr;
+    std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> read_far;
   };
 
   // Fills tables[i]: from the shared cache when its rule is shared and another grammar built it, else
   // built here (and added to the cache when shared). Returns whether it came from the cache. With
-  // `eager`, a table whose base (table_base) is built is derived from it.
+  // `eager`, on the worker's automaton, a table whose base (table_base) is done is derived from it.
   bool build_table(std::size_t i, const std::chrono::steady_clock::time_point* deadline,
-                   EagerBuild* eager = nullptr) const {
+                   EagerBuild* eager = nullptr, EagerWorker* worker = nullptr) const {
     const std::uint32_t s = table_state[i];
     detail::TableCache::RuleTables* shared = shared_rule(automaton.state_rule[s]);
     const std::uint32_t offset = s - automaton.rule_start[automaton.state_rule[s]];
@@ -149,21 +155,23 @@ struct CompiledGrammar::Impl {
       std::lock_guard<std::mutex> lock(shared->mutex);
       if (auto it = shared->by_offset.find(offset); it != shared->by_offset.end()) cached = it->second;
     }
-    const std::uint32_t b = eager != nullptr && !table_base.empty() ? table_base[i] : kNoTable;
+    std::uint32_t b = eager != nullptr && !table_base.empty() ? table_base[i] : kNoTable;
+    if (b != kNoTable && eager->done[b].load(std::memory_order_acquire) == 0) b = kNoTable;
+    std::unique_lock<std::mutex> lock(dfa_mutex, std::defer_lock);  // (a worker has its own automaton)
+    detail::StackDfa* const walk_dfa = worker != nullptr ? worker->dfa : dfa.get();
+    if (worker == nullptr) lock.lock();
     auto build = [&](detail::FollowFilter filter) {
       if (b == kNoTable)
-        return detail::build_token_table(automaton, *vocabulary, s, deadline, dfa.get(), detail::Walker::kAuto, filter);
-      if (eager->read_far_known[b] == 0) {
-        eager->read_far[b] = detail::long_tokens_read_far(automaton, *vocabulary, table_state[b], dfa.get());
-        eager->read_far_known[b] = 1;
-      }
+        return detail::build_token_table(automaton, *vocabulary, s, deadline, walk_dfa, detail::Walker::kAuto, filter);
+      auto [far, found] = worker->read_far.try_emplace(b);
+      if (!found) far->second = detail::long_tokens_read_far(automaton, *vocabulary, table_state[b], walk_dfa);
       const detail::TokenTable& base = shared == nullptr ? tables[b] : *eager->as_built[b];
-      return detail::derive_token_table(automaton, *vocabulary, s, base, eager->read_far[b], dfa.get(),
+      return detail::derive_token_table(automaton, *vocabulary, s, base, far->second, walk_dfa,
                                         detail::Walker::kAuto, filter);
     };
-    std::lock_guard<std::mutex> lock(dfa_mutex);
     if (shared == nullptr) {
       tables[i] = build(detail::FollowFilter::kFull);
+      if (eager != nullptr) eager->done[i].store(1, std::memory_order_release);
       return false;
     }
     const bool from_cache = cached != nullptr;
@@ -171,7 +179,8 @@ struct CompiledGrammar::Impl {
     if (eager != nullptr) eager->as_built[i] = cached;
     // The shared table is this grammar's once its own follow filter has dropped what cannot continue.
     tables[i] = *cached;
-    detail::apply_follow_filter(automaton, *vocabulary, s, tables[i], dfa.get());
+    detail::apply_follow_filter(automaton, *vocabulary, s, tables[i], walk_dfa);
+    if (eager != nullptr) eager->done[i].store(1, std::memory_order_release);
     return from_cache;
   }
 

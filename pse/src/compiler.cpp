@@ -1,11 +1,15 @@
 #include "pse/compiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "compiled_grammar_impl.h"
+#include "pse/thread_pool.h"
 #include "stack_dfa.h"
 #include "state_classes.h"
 
@@ -39,10 +43,89 @@ std::uint64_t options_hash(const CompileOptions& o) {
                           std::uint64_t(o.max_compile_ms * 1000), std::uint64_t(o.max_memory_bytes),
                           std::uint64_t(o.precompute), std::uint64_t(o.eager_state_limit),
                           std::uint64_t(o.eager_table_ms * 1000),
-                          std::uint64_t(o.shared_tables)}) {
+                          std::uint64_t(o.shared_tables)}) {  // (not threads: the same tables)
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   }
   return h;
+}
+
+// The threads that build tables ahead (CompileOptions::threads): one pool per process, used by one
+// compile at a time; a compile that finds it busy builds on its own thread.
+constexpr std::size_t kMaxCompileThreads = 8;
+struct CompilePool {
+  std::mutex busy;
+  ThreadPool pool{std::min<std::size_t>(kMaxCompileThreads, std::max(1u, std::thread::hardware_concurrency()))};
+};
+
+CompilePool& compile_pool() {
+  static CompilePool pool;
+  return pool;
+}
+
+// Builds every table in compile(), in chunks of consecutive tables (walks of neighbouring states meet the
+// same configurations) taken in turn by the threads, each walking on its own stack automaton (the
+// first is impl.dfa, kept for the tables built later). Past the deadline, the tables not built are
+// left to first use. The tables are the same whatever the number of threads.
+void build_tables_ahead(CompiledGrammar::Impl& impl, const CompileOptions& options,
+                        std::chrono::steady_clock::time_point eager_deadline) {
+  CompileStats& st = impl.stats;
+  const std::size_t n_tables = impl.table_state.size();
+  constexpr std::size_t kChunk = 4;
+  const std::size_t n_chunks = (n_tables + kChunk - 1) / kChunk;
+  std::size_t n_threads = options.threads == 0 ? kMaxCompileThreads : options.threads;
+  n_threads = std::min(n_threads, n_chunks);
+  std::unique_lock<std::mutex> pool_lock;
+  if (n_threads > 1) {
+    pool_lock = std::unique_lock<std::mutex>(compile_pool().busy, std::try_to_lock);
+    n_threads = pool_lock.owns_lock() ? std::min(n_threads, compile_pool().pool.n_threads()) : 1;
+  }
+  std::vector<std::unique_ptr<detail::StackDfa>> dfas(n_threads);
+  dfas[0] = std::move(impl.dfa);
+  for (std::size_t w = 1; w < n_threads; ++w) {
+    dfas[w] = std::make_unique<detail::StackDfa>(impl.automaton, CompiledGrammar::Impl::kMaxCompileConfigs);
+    if (!impl.canonical_states.empty()) dfas[w]->set_canonical_states(&impl.canonical_states);
+  }
+  CompiledGrammar::Impl::EagerBuild eager(n_tables);
+  std::atomic<std::size_t> next_chunk{0};
+  std::atomic<bool> stopped{false};  // the deadline passed: the rest on first use
+  std::atomic<std::size_t> memory_bytes{st.memory_bytes}, n_uncertain{0}, n_shared{0};
+  auto work = [&](std::size_t w) {
+    CompiledGrammar::Impl::EagerWorker worker;
+    worker.dfa = dfas[w].get();
+    worker.dfa->set_selective_records(true);  // (StackDfa::keeps_groups)
+    for (std::size_t c; !stopped.load(std::memory_order_relaxed) && (c = next_chunk++) < n_chunks;) {
+      for (std::size_t i = c * kChunk; i < std::min(n_tables, (c + 1) * kChunk); ++i) {
+        if (std::chrono::steady_clock::now() > eager_deadline) {
+          stopped = true;
+          return;
+        }
+        try {
+          std::call_once(impl.table_once[i], [&] {
+            if (impl.build_table(i, &eager_deadline, &eager, &worker)) ++n_shared;
+          });
+        } catch (const LimitError&) {
+          stopped = true;  // its build passed the eager deadline: it and the rest on first use
+          return;
+        }
+        n_uncertain += impl.tables[i].uncertain.size();
+        if ((memory_bytes += impl.tables[i].memory_bytes()) > options.max_memory_bytes) {
+          stopped = true;
+          throw LimitError(fmt::format("[compile] token tables need over {} bytes, the limit (table {} of {})",
+                                       options.max_memory_bytes, i + 1, n_tables));
+        }
+      }
+    }
+  };
+  if (n_threads == 1) {
+    work(0);
+  } else {
+    compile_pool().pool.parallel_for(n_threads, work);
+  }
+  impl.dfa = std::move(dfas[0]);
+  st.precomputed = !stopped;
+  st.memory_bytes = memory_bytes;
+  st.n_uncertain = n_uncertain;
+  st.n_shared_tables = n_shared;
 }
 
 }  // namespace
@@ -198,35 +281,13 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   // classified: walks that meet them then share less, never wrongly.)
   if (!impl->canonical_states.empty()) impl->dfa->set_canonical_states(&impl->canonical_states);
   if (options.precompute && n_tables <= options.eager_state_limit) {
-    impl->dfa->set_selective_records(true);  // (StackDfa::keeps_groups)
     const auto eager_deadline =
         std::min(t1 + std::chrono::microseconds(static_cast<std::int64_t>(options.eager_table_ms * 1000)),
                  t1 + (deadline - t1) / 2);
-    st.precomputed = true;
     const auto t_closures = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < n_tables; ++i) (void)impl->shared_rule(a.state_rule[impl->table_state[i]]);
     st.closures_ms = ms_since(t_closures);
-    CompiledGrammar::Impl::EagerBuild eager(n_tables);
-    for (std::size_t i = 0; i < n_tables; ++i) {
-      if (std::chrono::steady_clock::now() > eager_deadline) {
-        st.precomputed = false;  // the rest on first use
-        break;
-      }
-      try {
-        std::call_once(impl->table_once[i],
-                       [&] { st.n_shared_tables += impl->build_table(i, &eager_deadline, &eager) ? 1 : 0; });
-      } catch (const LimitError&) {
-        st.precomputed = false;  // its build passed the eager deadline: it and the rest on first use
-        break;
-      }
-      st.memory_bytes += impl->tables[i].memory_bytes();
-      st.n_uncertain += impl->tables[i].uncertain.size();
-      if (st.memory_bytes > options.max_memory_bytes) {
-        throw LimitError(fmt::format("[compile] token tables need over {} bytes, the limit ({} of {} "
-                                     "tables built)",
-                                     options.max_memory_bytes, i + 1, n_tables));
-      }
-    }
+    build_tables_ahead(*impl, options, eager_deadline);
   }
   if (impl->dfa->n_configs() > CompiledGrammar::Impl::kMaxSharedConfigs) impl->dfa->clear();
   impl->dfa->set_max_configs(CompiledGrammar::Impl::kMaxSharedConfigs);

@@ -1,6 +1,7 @@
-// N cold compiles of one GBNF grammar (or regex) with the Llama 3.1 vocabulary, for instruction counts under
-// callgrind (wall-clock compile figures are BM_GrammarCompile's, in grammar_mask_bench). One compile's cost,
-// once the process's one-time work (the vocabulary's set indexes) is done, is (I(8) - I(4)) / 4:
+// N cold compiles of one GBNF grammar (or regex) with the Llama 3.1 vocabulary, on one thread, for
+// instruction counts under callgrind (wall-clock compile figures are BM_GrammarCompile*'s, in
+// grammar_mask_bench). One compile's cost, once the process's one-time work (the vocabulary's set indexes)
+// is done, is (I(8) - I(4)) / 4:
 //   valgrind --tool=callgrind --callgrind-out-file=/dev/null build/tests/bench/grammar_compile_loop FILE 4
 //   valgrind --tool=callgrind --callgrind-out-file=/dev/null build/tests/bench/grammar_compile_loop FILE 8
 // (--regex PATTERN instead of FILE: the pattern, as `orchard grammar --regex`.)
@@ -41,8 +42,9 @@ int main(int argc, char** argv) {
       text << in.rdbuf();
     }
     const pse::Grammar grammar = regex ? pse::parse_regex(argv[2]) : pse::parse_gbnf(text.str());
-    pse::CompileOptions cold;  // as BM_GrammarCompile: nothing shared with earlier compiles
+    pse::CompileOptions cold;  // as BM_GrammarCompileOneThread: nothing shared with earlier compiles
     cold.shared_tables = false;
+    cold.threads = 1;
     std::size_t n_tables = 0;
     for (long i = 0; i < n; ++i) n_tables = pse::compile_grammar(grammar, vocab, cold).stats().n_tables;
     std::printf("%ld compiles, %zu token tables each\n", n, n_tables);

@@ -1,5 +1,7 @@
-// Grammar engine benchmarks with the Llama 3.1 vocabulary (128,256 tokens), one thread:
-//   BM_GrammarCompile/<grammar>  cold compile (no cache): automaton + token tables
+// Grammar engine benchmarks with the Llama 3.1 vocabulary (128,256 tokens), masks on one thread:
+//   BM_GrammarCompile/<grammar>  cold compile (no cache): automaton + token tables, built over the compile
+//                                pool (one thread per core, at most 8; CompileOptions::threads = 0)
+//   BM_GrammarCompileOneThread/<grammar>  the same on the calling thread only (threads = 1)
 //   BM_GrammarMask/<grammar>     one next-token mask at the states met along tokenized valid documents
 //                                (round robin); counters p50_us / p99_us / p999_us / max_us from one
 //                                timed pass over every state
@@ -141,11 +143,12 @@ Shared& shared() {
 }
 
 // Cold: nothing shared with earlier compiles (no compile cache, no shared token tables).
-void BM_GrammarCompile(benchmark::State& state, const std::string& name) {
+void BM_GrammarCompile(benchmark::State& state, const std::string& name, std::size_t threads) {
   Shared& s = shared();
   const pse::Grammar& g = s.work.at(name).grammar;
   pse::CompileOptions cold;
   cold.shared_tables = false;
+  cold.threads = threads;
   for (auto _ : state) {
     pse::CompiledGrammar cg = pse::compile_grammar(g, s.vocab, cold);
     benchmark::DoNotOptimize(cg.stats().n_states);
@@ -228,7 +231,11 @@ BENCHMARK(BM_VocabularyPreprocessing)->Unit(benchmark::kMillisecond);
 const int kRegistered = [] {
   for (const char* name : {"json", "arithmetic", "c", "regex"}) {
     benchmark::RegisterBenchmark((std::string("BM_GrammarCompile/") + name).c_str(), BM_GrammarCompile,
-                                 std::string(name))
+                                 std::string(name), std::size_t{0})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("BM_GrammarCompileOneThread/") + name).c_str(), BM_GrammarCompile,
+                                 std::string(name), std::size_t{1})
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("BM_GrammarCompileShared/") + name).c_str(), BM_GrammarCompileShared,
                                  std::string(name))

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -716,6 +717,77 @@ TEST(Compiler, StatsAreFilled) {
   EXPECT_GT(cg.stats().n_scan_states, 0u);
   EXPECT_TRUE(cg.stats().precomputed);
   EXPECT_GT(cg.stats().memory_bytes, 0u);
+}
+
+// A table as sets: accepted ids, and uncertain positions with their end depths (a table derived from
+// another may keep a bitset where a full build gives a list).
+std::pair<std::set<TokenId>, std::vector<std::vector<std::uint32_t>>> table_sets(const detail::TokenTable& t) {
+  std::set<TokenId> accepted(t.accepted_list.begin(), t.accepted_list.end());
+  for (std::size_t w = 0; w < t.accepted_bits.size(); ++w)
+    for (unsigned b = 0; b < 32; ++b)
+      if ((t.accepted_bits[w] >> b) & 1) accepted.insert(static_cast<TokenId>(w * 32 + b));
+  std::vector<std::vector<std::uint32_t>> uncertain;
+  for (std::size_t k = 0; k < t.uncertain.size(); ++k) {
+    uncertain.push_back({t.uncertain[k]});
+    uncertain.back().insert(uncertain.back().end(), t.end_depths.begin() + t.end_begin[k],
+                            t.end_depths.begin() + t.end_begin[k + 1]);
+  }
+  return {std::move(accepted), std::move(uncertain)};
+}
+
+// Tables built ahead over the compile pool's threads equal those built on one thread, also while other
+// threads compile at the same time (a compile that finds the pool busy builds on its own thread).
+TEST(Compiler, TablesBuiltOnSeveralThreadsAreTheSame) {
+  auto vocab = small_vocabulary();
+  for (const auto& [name, grammar] : all_small_grammars()) {
+    CompileOptions one;
+    one.threads = 1;
+    one.shared_tables = false;
+    CompileOptions pool = one;
+    pool.threads = 0;
+    const CompiledGrammar reference = compile_grammar(grammar, vocab, one);
+    ASSERT_TRUE(reference.stats().precomputed) << name;
+    std::vector<CompiledGrammar> others;
+    std::mutex mutex;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t) {
+      threads.emplace_back([&] {
+        CompiledGrammar cg = compile_grammar(grammar, vocab, pool);
+        std::lock_guard<std::mutex> lock(mutex);
+        others.push_back(std::move(cg));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    others.push_back(compile_grammar(grammar, vocab, pool));
+    for (const CompiledGrammar& cg : others) {
+      ASSERT_TRUE(cg.stats().precomputed) << name;
+      EXPECT_EQ(cg.stats().n_uncertain, reference.stats().n_uncertain) << name;
+      ASSERT_EQ(cg.impl()->tables.size(), reference.impl()->tables.size()) << name;
+      for (std::size_t i = 0; i < reference.impl()->tables.size(); ++i) {
+        EXPECT_TRUE(table_sets(cg.impl()->tables[i]) == table_sets(reference.impl()->tables[i])) << name << " table " << i;
+      }
+    }
+    expect_masks_are_brute_force(others.back(), 40, 3);
+  }
+}
+
+// The bounds hold on the pool's threads: past the table time, the rest is built on first use (and
+// masks are still exact); past the memory bound, compile throws.
+TEST(Compiler, BoundsHoldWhileTablesAreBuiltOnThreads) {
+  auto vocab = small_vocabulary();
+  CompileOptions rushed;
+  rushed.threads = 0;
+  rushed.eager_table_ms = 0;
+  const CompiledGrammar cg = compile_grammar(json_like_grammar(), vocab, rushed);
+  EXPECT_FALSE(cg.stats().precomputed);
+  expect_masks_are_brute_force(cg, 60, 9);
+  CompileOptions lazy;
+  lazy.precompute = false;
+  CompileOptions tight;
+  tight.threads = 0;
+  tight.shared_tables = false;
+  tight.max_memory_bytes = compile_grammar(json_like_grammar(), vocab, lazy).stats().memory_bytes + 1;
+  EXPECT_THROW(compile_grammar(json_like_grammar(), vocab, tight), LimitError);
 }
 
 }  // namespace

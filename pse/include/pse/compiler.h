@@ -35,6 +35,10 @@ struct CompileOptions {
   // bounded at 512 MiB, tables and the closures that identify them). Each grammar applies its own full
   // follow filter to a table it takes.
   bool shared_tables = true;
+  // Threads that build the tables ahead: 0 = one per core (at most 8) from a process-wide pool that one
+  // compile uses at a time (a compile that finds it busy builds on its own thread); 1 = the calling
+  // thread only. The tables are the same whatever the number.
+  std::size_t threads = 0;
 };
 
 // Empties the process-wide cache of shared token tables (CompileOptions::shared_tables), e.g. to time
