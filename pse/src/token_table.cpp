@@ -955,7 +955,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       for (std::size_t w = words_lo; w < words_hi; ++w) record.accepted[w] |= group_bits[w];
     if (words_lo < words_hi) {
       const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(b);
-      if (!group_mask.empty() &&
+      // (Not counted when the words set hold too few bits for it.)
+      if (!group_mask.empty() && 128 * (words_hi - words_lo) > fb[b + 1] - group_begin + vocab.n_mask_words() &&
           accepted_ids.add_mostly_accepted_group(group_bits, fb[b + 1] - group_begin, sorted.data() + group_begin,
                                                  group_mask)) {
         std::fill(group_bits + words_lo, group_bits + words_hi, 0);

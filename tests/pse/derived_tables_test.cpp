@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "automaton.h"
+#include "compiled_grammar_impl.h"
 #include "llama3_vocabulary.h"
+#include "pse/compiler.h"
 #include "pse/gbnf.h"
 #include "pse/regex.h"
 #include "shared_data.h"
@@ -127,6 +129,37 @@ TEST(DerivedTables, EqualFullBuildsOnLongTokens) {
   EXPECT_GT(differ, 0u) << "no derived table differs from its base: the long tokens were not exercised";
 }
 
+// Through compile: the tables built ahead (derived where they can be, on one thread and on the pool)
+// equal the tables built at first use (never derived), table by table.
+TEST(DerivedTables, CompiledTablesEqualThoseBuiltAtFirstUse) {
+  const auto vocab = vocabulary_with_long_tokens();
+  const Grammar g = pse::parse_gbnf("root ::= item (\",\" item)*\nitem ::= [ab]{1,38} | \"-\"{2,30}\n");
+  pse::CompileOptions lazy;
+  lazy.precompute = false;
+  lazy.shared_tables = false;
+  const pse::CompiledGrammar reference = pse::compile_grammar(g, vocab, lazy);
+  std::size_t n_derived = 0;
+  for (const std::size_t threads : {std::size_t{1}, std::size_t{0}}) {
+    for (const bool shared : {false, true}) {
+      pse::clear_shared_table_cache();
+      pse::CompileOptions eager;
+      eager.threads = threads;
+      eager.shared_tables = shared;
+      const pse::CompiledGrammar cg = pse::compile_grammar(g, vocab, eager);
+      ASSERT_TRUE(cg.stats().precomputed);
+      const auto& impl = *cg.impl();
+      for (std::uint32_t s = 0; s < impl.automaton.n_states(); ++s) {
+        if (impl.scan_index[s] == pse::CompiledGrammar::Impl::kNoTable) continue;
+        const std::uint32_t i = impl.scan_index[s];
+        n_derived += !impl.table_base.empty() && impl.table_base[i] != pse::CompiledGrammar::Impl::kNoTable;
+        EXPECT_TRUE(sets_of(impl.tables[i]) == sets_of(reference.impl()->table(s)))
+            << "state " << s << " threads " << threads << (shared ? " shared" : "");
+      }
+    }
+  }
+  EXPECT_GT(n_derived, 0u) << "no table had a base to derive from";
+}
+
 TEST(DerivedTables, EqualFullBuildsOnLlama3) {
   ORCHARD_REQUIRE_SHARED_DATA("tokenizers/llama3/encoder.json");
   const auto vocab =
@@ -142,6 +175,19 @@ TEST(DerivedTables, EqualFullBuildsOnLlama3) {
     differ += n.differ;
   }
   EXPECT_GT(differ, 0u) << "no derived table differs from its base";
+  // And through compile, on the pool: every table as built at first use.
+  pse::CompileOptions lazy;
+  lazy.precompute = false;
+  lazy.shared_tables = false;
+  pse::CompileOptions eager;
+  eager.shared_tables = false;
+  const pse::CompiledGrammar built_ahead = pse::compile_grammar(grammars[0].second, vocab, eager);
+  const pse::CompiledGrammar at_first_use = pse::compile_grammar(grammars[0].second, vocab, lazy);
+  const auto& impl = *built_ahead.impl();
+  for (std::uint32_t s = 0; s < impl.automaton.n_states(); ++s) {
+    if (impl.scan_index[s] == pse::CompiledGrammar::Impl::kNoTable) continue;
+    EXPECT_TRUE(sets_of(impl.tables[impl.scan_index[s]]) == sets_of(at_first_use.impl()->table(s))) << "state " << s;
+  }
 }
 
 }  // namespace
