@@ -55,8 +55,12 @@ void set_accepted(std::vector<TokenId>& ids, std::size_t n_mask_words, std::vect
     lo = std::min(lo, w);
     hi = std::max(hi, w);
   }
-  std::size_t n = 0;
-  for (std::size_t w = lo; w <= hi && w < n_mask_words; ++w) n += count_bits(scratch[w]);
+  // (Counted only when there may be more distinct ids than words: duplicates only lower the count.)
+  std::size_t n = ids.size();
+  if (n > n_mask_words) {
+    n = 0;
+    for (std::size_t w = lo; w <= hi && w < n_mask_words; ++w) n += count_bits(scratch[w]);
+  }
   bits.clear();
   list.clear();
   if (n > n_mask_words) {
