@@ -73,7 +73,7 @@ void build_tables_ahead(CompiledGrammar::Impl& impl, const CompileOptions& optio
   constexpr std::size_t kChunk = 4;
   const std::size_t n_chunks = (n_tables + kChunk - 1) / kChunk;
   std::size_t n_threads = options.threads == 0 ? kMaxCompileThreads : options.threads;
-  n_threads = std::min(n_threads, n_chunks);
+  n_threads = std::max<std::size_t>(1, std::min(n_threads, n_chunks));  // (one, also with no table)
   std::unique_lock<std::mutex> pool_lock;
   if (n_threads > 1) {
     pool_lock = std::unique_lock<std::mutex>(compile_pool().busy, std::try_to_lock);

@@ -9,6 +9,7 @@
 #include "automaton.h"
 #include "compiled_grammar_impl.h"
 #include "engine_test_util.h"
+#include "pse/gbnf.h"
 #include "pse/json_schema.h"
 #include "pse/thread_pool.h"
 
@@ -768,6 +769,20 @@ TEST(Compiler, TablesBuiltOnSeveralThreadsAreTheSame) {
       }
     }
     expect_masks_are_brute_force(others.back(), 40, 3);
+  }
+}
+
+// A grammar whose only word is empty has no table to build: compile builds none, on any thread count.
+TEST(Compiler, GrammarWithoutTablesCompilesOnThePool) {
+  for (const std::size_t threads : {std::size_t{0}, std::size_t{1}}) {
+    CompileOptions o;
+    o.threads = threads;
+    const CompiledGrammar cg = compile_grammar(parse_gbnf("root ::= \"\"\n"), small_vocabulary(), o);
+    EXPECT_EQ(cg.stats().n_tables, 0u);
+    EXPECT_TRUE(cg.stats().precomputed);
+    Matcher m(cg);
+    EXPECT_TRUE(m.can_stop());
+    EXPECT_FALSE(m.accept_bytes("a"));
   }
 }
 
