@@ -12,6 +12,7 @@
 #include "pse/gbnf.h"
 #include "pse/json_schema.h"
 #include "pse/thread_pool.h"
+#include "token_table_sets.h"
 
 namespace pse::testing {
 namespace {
@@ -720,22 +721,6 @@ TEST(Compiler, StatsAreFilled) {
   EXPECT_GT(cg.stats().memory_bytes, 0u);
 }
 
-// A table as sets: accepted ids, and uncertain positions with their end depths (a table derived from
-// another may keep a bitset where a full build gives a list).
-std::pair<std::set<TokenId>, std::vector<std::vector<std::uint32_t>>> table_sets(const detail::TokenTable& t) {
-  std::set<TokenId> accepted(t.accepted_list.begin(), t.accepted_list.end());
-  for (std::size_t w = 0; w < t.accepted_bits.size(); ++w)
-    for (unsigned b = 0; b < 32; ++b)
-      if ((t.accepted_bits[w] >> b) & 1) accepted.insert(static_cast<TokenId>(w * 32 + b));
-  std::vector<std::vector<std::uint32_t>> uncertain;
-  for (std::size_t k = 0; k < t.uncertain.size(); ++k) {
-    uncertain.push_back({t.uncertain[k]});
-    uncertain.back().insert(uncertain.back().end(), t.end_depths.begin() + t.end_begin[k],
-                            t.end_depths.begin() + t.end_begin[k + 1]);
-  }
-  return {std::move(accepted), std::move(uncertain)};
-}
-
 // Tables built ahead over the compile pool's threads equal those built on one thread, also while other
 // threads compile at the same time (a compile that finds the pool busy builds on its own thread).
 TEST(Compiler, TablesBuiltOnSeveralThreadsAreTheSame) {
@@ -765,7 +750,7 @@ TEST(Compiler, TablesBuiltOnSeveralThreadsAreTheSame) {
       EXPECT_EQ(cg.stats().n_uncertain, reference.stats().n_uncertain) << name;
       ASSERT_EQ(cg.impl()->tables.size(), reference.impl()->tables.size()) << name;
       for (std::size_t i = 0; i < reference.impl()->tables.size(); ++i) {
-        EXPECT_TRUE(table_sets(cg.impl()->tables[i]) == table_sets(reference.impl()->tables[i])) << name << " table " << i;
+        EXPECT_TRUE(sets_of(cg.impl()->tables[i]) == sets_of(reference.impl()->tables[i])) << name << " table " << i;
       }
     }
     expect_masks_are_brute_force(others.back(), 40, 3);

@@ -6,7 +6,6 @@
 
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "stack_dfa.h"
 #include "state_classes.h"
 #include "token_table.h"
+#include "token_table_sets.h"
 
 namespace {
 
@@ -27,24 +27,7 @@ using pse::Grammar;
 using pse::Vocabulary;
 using namespace pse::detail;
 
-// A table as sets (a derived table may keep a bitset where a full build gives a list, near the bound).
-struct TableSets {
-  std::set<std::int32_t> accepted;
-  std::map<std::uint32_t, std::vector<std::uint32_t>> uncertain;  // position -> end depths
-  bool operator==(const TableSets&) const = default;
-};
-
-TableSets sets_of(const TokenTable& t) {
-  TableSets out;
-  for (std::size_t w = 0; w < t.accepted_bits.size(); ++w)
-    for (unsigned b = 0; b < 32; ++b)
-      if ((t.accepted_bits[w] >> b) & 1) out.accepted.insert(static_cast<std::int32_t>(w * 32 + b));
-  out.accepted.insert(t.accepted_list.begin(), t.accepted_list.end());
-  EXPECT_TRUE(std::is_sorted(t.uncertain.begin(), t.uncertain.end()));
-  for (std::size_t k = 0; k < t.uncertain.size(); ++k)
-    out.uncertain[t.uncertain[k]].assign(t.end_depths.begin() + t.end_begin[k], t.end_depths.begin() + t.end_begin[k + 1]);
-  return out;
-}
+using pse::testing::sets_of;
 
 struct Counts {
   std::size_t derived = 0;  // tables derived and compared
