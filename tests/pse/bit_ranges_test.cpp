@@ -26,7 +26,9 @@ TEST(BitRanges, SetBitsSetsExactlyTheRange) {
     for (const std::uint32_t hi : edges()) {
       std::vector<std::uint64_t> v(4, 0);
       set_bits(v.data(), lo, hi);
-      for (std::uint32_t p = 0; p < 256; ++p) ASSERT_EQ(bit(v, p), p >= lo && p < hi) << lo << ".." << hi << " at " << p;
+      for (std::uint32_t p = 0; p < 256; ++p) {
+        ASSERT_EQ(bit(v, p), p >= lo && p < hi) << lo << ".." << hi << " at " << p;
+      }
     }
   }
 }

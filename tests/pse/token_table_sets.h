@@ -27,8 +27,10 @@ inline TableSets sets_of(const detail::TokenTable& t) {
       if ((t.accepted_bits[w] >> b) & 1) out.accepted.insert(static_cast<TokenId>(w * 32 + b));
   out.accepted.insert(t.accepted_list.begin(), t.accepted_list.end());
   EXPECT_TRUE(std::is_sorted(t.uncertain.begin(), t.uncertain.end())) << "uncertain tokens out of order";
-  for (std::size_t k = 0; k < t.uncertain.size(); ++k)
-    out.uncertain[t.uncertain[k]].assign(t.end_depths.begin() + t.end_begin[k], t.end_depths.begin() + t.end_begin[k + 1]);
+  for (std::size_t k = 0; k < t.uncertain.size(); ++k) {
+    out.uncertain[t.uncertain[k]].assign(t.end_depths.begin() + t.end_begin[k],
+                                         t.end_depths.begin() + t.end_begin[k + 1]);
+  }
   return out;
 }
 
