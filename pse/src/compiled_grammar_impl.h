@@ -163,10 +163,14 @@ struct CompiledGrammar::Impl {
     auto build = [&](detail::FollowFilter filter) {
       if (b == kNoTable)
         return detail::build_token_table(automaton, *vocabulary, s, deadline, walk_dfa, detail::Walker::kAuto, filter);
-      auto [far, first] = worker->read_far.try_emplace(b);
-      if (first) far->second = detail::long_tokens_read_far(automaton, *vocabulary, table_state[b], walk_dfa);
+      auto far = worker->read_far.find(b);
+      if (far == worker->read_far.end()) {
+        far = worker->read_far
+                  .emplace(b, detail::long_tokens_read_far(automaton, *vocabulary, table_state[b], deadline, walk_dfa))
+                  .first;
+      }
       const detail::TokenTable& base = shared == nullptr ? tables[b] : *eager->as_built[b];
-      return detail::derive_token_table(automaton, *vocabulary, s, base, far->second, walk_dfa,
+      return detail::derive_token_table(automaton, *vocabulary, s, base, far->second, deadline, walk_dfa,
                                         detail::Walker::kAuto, filter);
     };
     if (shared == nullptr) {

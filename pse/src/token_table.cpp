@@ -1013,8 +1013,18 @@ struct ResumingWalk {
   }
 };
 
+// Throws LimitError when `deadline` (if given) passes, checked every 1,024 tokens.
+void check_deadline(const std::chrono::steady_clock::time_point* deadline, std::size_t k, std::uint32_t state) {
+  if (deadline != nullptr && (k & 0x3FF) == 0x3FF && std::chrono::steady_clock::now() > *deadline) {
+    throw LimitError(fmt::format("[compile] compile time limit exceeded deriving the token table of automaton "
+                                 "state {}",
+                                 state));
+  }
+}
+
 template <class Cursor, class MakeCursor>
 std::vector<std::uint32_t> long_tokens_read_far_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
+                                                     const std::chrono::steady_clock::time_point* deadline,
                                                      MakeCursor make) {
   constexpr std::size_t kShort = Vocabulary::kShortTokenBytes;
   ResumingWalk<Cursor> walk{make()};
@@ -1022,6 +1032,7 @@ std::vector<std::uint32_t> long_tokens_read_far_with(const Automaton& a, const V
   const std::vector<std::uint32_t>& lcp = vocab.long_token_lcp();
   std::vector<std::uint32_t> far;
   for (std::size_t k = 0; k < vocab.long_tokens().size(); ++k) {
+    check_deadline(deadline, k, state);
     const std::uint32_t p = vocab.long_tokens()[k];
     const std::size_t l = std::min<std::size_t>(lcp[k], kShort);
     if (walk.read(vocab.sorted_token(p), l, kShort, a.state_rule[state], false) == SIZE_MAX) far.push_back(p);
@@ -1035,7 +1046,8 @@ std::vector<std::uint32_t> long_tokens_read_far_with(const Automaton& a, const V
 template <class Cursor, class MakeCursor>
 TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                    const TokenTable& base, std::span<const std::uint32_t> read_far,
-                                   FollowFilter filter, MakeCursor make) {
+                                   const std::chrono::steady_clock::time_point* deadline, FollowFilter filter,
+                                   MakeCursor make) {
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
   static const std::vector<std::uint32_t> kNoContexts;
@@ -1045,10 +1057,12 @@ TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, 
   const std::vector<TokenId>& sorted = vocab.text_tokens();
   ResumingWalk<Cursor> walk{make()};
   walk.chart.reset_detached({&state, 1});
-  std::vector<TokenId> accepted, rejected;                      // of read_far
+  std::vector<TokenId> accepted, not_accepted;                  // of read_far
   std::vector<std::uint32_t> uncertain, end_begin, end_depths;  // of read_far, ascending
   std::string_view last;
-  for (const std::uint32_t p : read_far) {
+  for (std::size_t k = 0; k < read_far.size(); ++k) {
+    check_deadline(deadline, k, state);
+    const std::uint32_t p = read_far[k];
     const std::string_view tok = vocab.sorted_token(p);
     std::size_t l = 0;
     for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
@@ -1076,7 +1090,7 @@ TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, 
       accepted.push_back(sorted[p]);
       continue;
     }
-    rejected.push_back(sorted[p]);  // (here, whatever the stack holds: set apart from accepted)
+    not_accepted.push_back(sorted[p]);  // rejected or uncertain: out of the base's accepted ids
     if (end_depths.size() != before) {
       end_begin.push_back(static_cast<std::uint32_t>(before));
       uncertain.push_back(p);
@@ -1087,14 +1101,15 @@ TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, 
   TokenTable table;
   if (!base.accepted_bits.empty()) {  // a bitset still (few ids change)
     table.accepted_bits = base.accepted_bits;
-    for (const TokenId id : rejected) table.accepted_bits[static_cast<std::uint32_t>(id) >> 5] &= ~(1u << (id & 31));
-    for (const TokenId id : accepted) table.accepted_bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+    std::vector<std::uint32_t>& bits = table.accepted_bits;
+    for (const TokenId id : not_accepted) bits[static_cast<std::uint32_t>(id) >> 5] &= ~(1u << (id & 31));
+    for (const TokenId id : accepted) bits[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
   } else {
     std::vector<TokenId> ids;
     ids.reserve(base.accepted_list.size() + accepted.size());
-    std::sort(rejected.begin(), rejected.end());
-    std::set_difference(base.accepted_list.begin(), base.accepted_list.end(), rejected.begin(), rejected.end(),
-                        std::back_inserter(ids));
+    std::sort(not_accepted.begin(), not_accepted.end());
+    std::set_difference(base.accepted_list.begin(), base.accepted_list.end(), not_accepted.begin(),
+                        not_accepted.end(), std::back_inserter(ids));
     ids.insert(ids.end(), accepted.begin(), accepted.end());
     set_accepted(ids, vocab.n_mask_words(), table.accepted_bits, table.accepted_list);
   }
@@ -1282,17 +1297,19 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
 }
 
 std::vector<std::uint32_t> long_tokens_read_far(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
+                                                const std::chrono::steady_clock::time_point* deadline,
                                                 StackDfa* shared, Walker walker) {
   return with_cursors(a, shared, walker, [&](auto make) {
-    return long_tokens_read_far_with<decltype(make())>(a, vocab, state, make);
+    return long_tokens_read_far_with<decltype(make())>(a, vocab, state, deadline, make);
   });
 }
 
 TokenTable derive_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state, const TokenTable& base,
-                              std::span<const std::uint32_t> read_far, StackDfa* shared, Walker walker,
+                              std::span<const std::uint32_t> read_far,
+                              const std::chrono::steady_clock::time_point* deadline, StackDfa* shared, Walker walker,
                               FollowFilter follow) {
   return with_cursors(a, shared, walker, [&](auto make) {
-    return derive_token_table_with<decltype(make())>(a, vocab, state, base, read_far, follow, make);
+    return derive_token_table_with<decltype(make())>(a, vocab, state, base, read_far, deadline, follow, make);
   });
 }
 

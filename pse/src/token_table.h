@@ -83,14 +83,16 @@ TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocab
 // repetition) classify every token that dies within that many bytes alike. long_tokens_read_far: the
 // long tokens (Vocabulary::long_tokens) that `state` reads past that many bytes, ascending.
 // derive_token_table: build_token_table's result for `state` from `base`, the table (built with the same
-// `follow`) of such a state, and that state's long_tokens_read_far: only those are walked.
+// `follow`) of such a state, and that state's long_tokens_read_far: only those are walked. Both throw
+// LimitError when `deadline` (if given) passes.
 std::vector<std::uint32_t> long_tokens_read_far(const Automaton& automaton, const Vocabulary& vocabulary,
-                                                std::uint32_t state, StackDfa* shared = nullptr,
-                                                Walker walker = Walker::kAuto);
+                                                std::uint32_t state,
+                                                const std::chrono::steady_clock::time_point* deadline,
+                                                StackDfa* shared = nullptr, Walker walker = Walker::kAuto);
 TokenTable derive_token_table(const Automaton& automaton, const Vocabulary& vocabulary, std::uint32_t state,
                               const TokenTable& base, std::span<const std::uint32_t> read_far,
-                              StackDfa* shared = nullptr, Walker walker = Walker::kAuto,
-                              FollowFilter follow = FollowFilter::kFull);
+                              const std::chrono::steady_clock::time_point* deadline, StackDfa* shared = nullptr,
+                              Walker walker = Walker::kAuto, FollowFilter follow = FollowFilter::kFull);
 
 // The full follow filter of build_token_table applied afterwards to a table built with kBytes (a shared
 // table, see table_cache.h), for `state`'s rule in this grammar: drops the end depths whose rest can

@@ -4,6 +4,7 @@
 // vocabulary made to tell the states apart only by long tokens and on the Llama 3.1 vocabulary.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,17 +50,18 @@ Counts check_derived(const Grammar& g, const Vocabulary& vocab, const std::strin
     const auto [it, inserted] = first_of_class.emplace(short_classes[s], s);
     if (inserted) continue;
     const std::uint32_t b = it->second;
-    const std::vector<std::uint32_t> far = long_tokens_read_far(a, vocab, b, &dfa);
+    const std::vector<std::uint32_t> far = long_tokens_read_far(a, vocab, b, nullptr, &dfa);
     for (const FollowFilter filter : {FollowFilter::kFull, FollowFilter::kBytes}) {
       const TokenTable base = build_token_table(a, vocab, b, nullptr, &dfa, Walker::kAuto, filter);
       const TokenTable full = build_token_table(a, vocab, s, nullptr, &dfa, Walker::kAuto, filter);
-      const TokenTable derived = derive_token_table(a, vocab, s, base, far, &dfa, Walker::kAuto, filter);
+      const TokenTable derived = derive_token_table(a, vocab, s, base, far, nullptr, &dfa, Walker::kAuto, filter);
       const std::string where = name + ": state " + std::to_string(s) + " from " + std::to_string(b) +
                                 (filter == FollowFilter::kFull ? " (full filter)" : " (byte filter)");
       EXPECT_TRUE(sets_of(derived) == sets_of(full)) << where;
       // (Earley's walks agree: the derived table's walks run on the chart too.)
       if (filter == FollowFilter::kFull) {
-        const TokenTable on_chart = derive_token_table(a, vocab, s, base, far, nullptr, Walker::kEarley, filter);
+        const TokenTable on_chart =
+            derive_token_table(a, vocab, s, base, far, nullptr, nullptr, Walker::kEarley, filter);
         EXPECT_TRUE(sets_of(on_chart) == sets_of(full)) << where << " on the chart";
         ++n.derived;
         if (!(sets_of(base) == sets_of(full))) ++n.differ;
@@ -141,6 +143,24 @@ TEST(DerivedTables, CompiledTablesEqualThoseBuiltAtFirstUse) {
     }
   }
   EXPECT_GT(n_derived, 0u) << "no table had a base to derive from";
+}
+
+// Both walks stop with a LimitError once the compile's deadline has passed (checked every 1,024 tokens).
+TEST(DerivedTables, WalksStopAtTheDeadline) {
+  std::vector<std::string> t;
+  for (int i = 0; i < 1100; ++i) t.push_back(std::string(20, 'a') + std::to_string(i));
+  const Vocabulary vocab(std::move(t), {}, {});
+  ASSERT_EQ(vocab.long_tokens().size(), 1100u);
+  const Automaton a = build_automaton(pse::parse_regex("[a0-9]{1,40}"), AutomatonLimits{});
+  std::uint32_t s = 0;
+  while (!a.reachable[s] || !a.has_bytes(s)) ++s;
+  const auto passed = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  EXPECT_THROW(long_tokens_read_far(a, vocab, s, &passed), pse::LimitError);
+  const std::vector<std::uint32_t> far = long_tokens_read_far(a, vocab, s, nullptr);
+  ASSERT_EQ(far.size(), 1100u) << "every token reads past 16 bytes";
+  const TokenTable base = build_token_table(a, vocab, s, nullptr);
+  EXPECT_THROW(derive_token_table(a, vocab, s, base, far, &passed), pse::LimitError);
+  EXPECT_TRUE(sets_of(derive_token_table(a, vocab, s, base, far, nullptr)) == sets_of(base));
 }
 
 TEST(DerivedTables, EqualFullBuildsOnLlama3) {
