@@ -633,7 +633,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         keep = memo && chart.dfa()->keeps_groups();
         if (memo) {
           if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), filter_id)) {
-            const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(b);
+            const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(static_cast<std::uint8_t>(b));
             if (group_mask.empty() || !accepted_ids.add_mostly_accepted_group(g->accepted.data(), fb[b + 1] - fb[b],
                                                                                sorted.data() + fb[b], group_mask)) {
               accepted_ids.add_group(g->accepted.data(), g->accepted.size(), sorted.data() + fb[b]);
@@ -958,7 +958,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     if (keep)
       for (std::size_t w = words_lo; w < words_hi; ++w) record.accepted[w] |= group_bits[w];
     if (words_lo < words_hi) {
-      const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(b);
+      const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(static_cast<std::uint8_t>(b));
       // (Not counted when the words set hold too few bits for it.)
       if (!group_mask.empty() && 128 * (words_hi - words_lo) > fb[b + 1] - group_begin + vocab.n_mask_words() &&
           accepted_ids.add_mostly_accepted_group(group_bits, fb[b + 1] - group_begin, sorted.data() + group_begin,

@@ -142,7 +142,7 @@ class Vocabulary {
   // with a space) as a mask; empty for the others. A table that accepts most of such a group takes the
   // mask less the ids it rejects (fewer ids to set one by one).
   static constexpr std::size_t kMinMaskedGroup = 8192;
-  const std::vector<std::uint32_t>& first_byte_mask(unsigned b) const { return first_byte_masks_[b]; }
+  const std::vector<std::uint32_t>& first_byte_mask(std::uint8_t b) const { return first_byte_masks_[b]; }
   // Tokens longer than kShortTokenBytes: few (1,312 of Llama 3.1's 128,000 text tokens). States that read
   // every string of at most that many bytes alike classify the shorter tokens alike, so their tables
   // differ only in these (derive_token_table walks only them). Their sorted positions, ascending, and
