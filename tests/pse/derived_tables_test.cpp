@@ -12,6 +12,7 @@
 
 #include "automaton.h"
 #include "compiled_grammar_impl.h"
+#include "engine_test_util.h"
 #include "llama3_vocabulary.h"
 #include "pse/compiler.h"
 #include "pse/gbnf.h"
@@ -71,18 +72,22 @@ Counts check_derived(const Grammar& g, const Vocabulary& vocab, const std::strin
   return n;
 }
 
+// check_derived over several grammars: each must derive some state; returns how many derived tables
+// differ from their base (none would mean the long tokens were never exercised).
+std::size_t check_all_derived(const std::vector<std::pair<std::string, Grammar>>& grammars, const Vocabulary& vocab) {
+  std::size_t differ = 0;
+  for (const auto& [name, g] : grammars) {
+    const Counts n = check_derived(g, vocab, name);
+    EXPECT_GT(n.derived, 0u) << name << ": no state derived";
+    differ += n.differ;
+  }
+  return differ;
+}
+
 // Short tokens of a few bytes, and long ones (runs of letters, dashes, spaces, with an ending): the
 // positions of a counted repetition read the short ones alike and the long ones each their own way.
 std::shared_ptr<const Vocabulary> vocabulary_with_long_tokens() {
-  std::vector<std::string> t;
-  const std::string bytes = "ab-@ ,";
-  for (const char x : bytes) {
-    t.emplace_back(1, x);
-    for (const char y : bytes) {
-      t.push_back(std::string{x, y});
-      for (const char z : bytes) t.push_back(std::string{x, y, z});
-    }
-  }
+  std::vector<std::string> t = pse::testing::every_string("ab-@ ,", 3);
   for (std::size_t n = Vocabulary::kShortTokenBytes - 2; n <= 40; n += 3) {
     t.push_back(std::string(n, 'a'));
     t.push_back(std::string(n, 'a') + "@");
@@ -98,7 +103,6 @@ std::shared_ptr<const Vocabulary> vocabulary_with_long_tokens() {
 TEST(DerivedTables, EqualFullBuildsOnLongTokens) {
   const auto vocab = vocabulary_with_long_tokens();
   ASSERT_FALSE(vocab->long_tokens().empty());
-  std::size_t differ = 0;
   const std::vector<std::pair<std::string, Grammar>> grammars = {
       {"letters then @", pse::parse_regex("[ab]{1,40}@[ab]{1,30}")},
       {"dashes", pse::parse_regex("-{0,35}[ab]{2,30}")},
@@ -106,12 +110,7 @@ TEST(DerivedTables, EqualFullBuildsOnLongTokens) {
       // Rule ends part-way (uncertain tokens, the follow and every-caller checks): a list of bounded words.
       {"list", pse::parse_gbnf("root ::= item (\",\" item)*\nitem ::= [ab]{1,38} | \"-\"{2,30}\n")},
   };
-  for (const auto& [name, g] : grammars) {
-    const Counts n = check_derived(g, *vocab, name);
-    EXPECT_GT(n.derived, 0u) << name << ": no state derived";
-    differ += n.differ;
-  }
-  EXPECT_GT(differ, 0u) << "no derived table differs from its base: the long tokens were not exercised";
+  EXPECT_GT(check_all_derived(grammars, *vocab), 0u) << "no derived table differs from its base";
 }
 
 // Through compile: the tables built ahead (derived where they can be, on one thread and on the pool)
@@ -167,17 +166,11 @@ TEST(DerivedTables, EqualFullBuildsOnLlama3) {
   ORCHARD_REQUIRE_SHARED_DATA("tokenizers/llama3/encoder.json");
   const auto vocab =
       pse::testing::load_llama3_vocabulary(orchard::testing::shared_data("tokenizers/llama3/encoder.json"));
-  std::size_t differ = 0;
   const std::vector<std::pair<std::string, Grammar>> grammars = {
       {"email", pse::parse_regex("[a-z0-9._]{1,64}@([a-z]{1,63}\\.){1,2}(com|org)")},
       {"indent", pse::parse_gbnf("root ::= (line \"\\n\")+\nline ::= [ ]{0,48} [a-z]{1,20} | \"-\"{3,40}\n")},
   };
-  for (const auto& [name, g] : grammars) {
-    const Counts n = check_derived(g, *vocab, name);
-    EXPECT_GT(n.derived, 0u) << name << ": no state derived";
-    differ += n.differ;
-  }
-  EXPECT_GT(differ, 0u) << "no derived table differs from its base";
+  EXPECT_GT(check_all_derived(grammars, *vocab), 0u) << "no derived table differs from its base";
   // And through compile, on the pool: every table as built at first use.
   pse::CompileOptions lazy;
   lazy.precompute = false;

@@ -113,6 +113,20 @@ inline std::vector<std::pair<std::string, Grammar>> all_small_grammars() {
           {"counted", counted_grammar()},         {"unicode", unicode_grammar()}};
 }
 
+// Every string of 1 to max_length bytes taken from `bytes` (tokens for a vocabulary whose first-byte groups
+// hold every continuation).
+inline std::vector<std::string> every_string(const std::string& bytes, std::size_t max_length) {
+  std::vector<std::string> out, last{""};
+  for (std::size_t n = 1; n <= max_length; ++n) {
+    std::vector<std::string> next;
+    for (const std::string& prefix : last)
+      for (const char c : bytes) next.push_back(prefix + c);
+    out.insert(out.end(), next.begin(), next.end());
+    last = std::move(next);
+  }
+  return out;
+}
+
 inline std::shared_ptr<const Vocabulary> small_vocabulary(TokenId* eos = nullptr, TokenId* control = nullptr) {
   std::vector<std::string> t;
   for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));

@@ -432,18 +432,8 @@ TEST(StackDfa, AsciiRunsAlongABoundedRepetitionDoNotDependOnOrder) {
 // rule may end part-way (a word of at most 30 letters, followed by another word: the rest after an end
 // is read by the caller). Every table equals the chart's; twice over, so that the set's index is built.
 TEST(StackDfa, LongerMembersOfABoundedRunAreRejectedOnlyWhenItEndsClosed) {
-  std::vector<std::string> tokens;
-  const std::string letters = "abcd";  // (85 tokens start with each: groups large enough to be recorded)
-  for (const char x : letters) {
-    tokens.emplace_back(1, x);
-    for (const char y : letters) {
-      tokens.push_back(std::string{x, y});
-      for (const char z : letters) {
-        tokens.push_back(std::string{x, y, z});
-        for (const char w : letters) tokens.push_back(std::string{x, y, z, w});
-      }
-    }
-  }
+  // (85 tokens start with each letter: groups large enough to be recorded)
+  std::vector<std::string> tokens = pse::testing::every_string("abcd", 4);
   for (std::size_t n = 5; n <= 34; n += 3) tokens.push_back(std::string(n, 'a'));
   for (const char* t : {"@", "a@", "ab@", "aaaaa@", " ", "a b"}) tokens.emplace_back(t);
   const Vocabulary vocab(std::move(tokens), {}, {});
@@ -492,15 +482,7 @@ TEST(StackDfa, GroupResultsAreKeptWhileFoundAgain) {
   // Tables of a bounded run's positions, built one after another on one automaton: most of its group
   // results are never found again, so it stops recording part-way; each table equals the chart's. (Every
   // string of 1 to 3 of 9 bytes, and longer runs: first-byte groups large enough to be recorded.)
-  std::vector<std::string> tokens;
-  const std::string bytes = "abcde.1_@";
-  for (const char x : bytes) {
-    tokens.emplace_back(1, x);
-    for (const char y : bytes) {
-      tokens.push_back(std::string{x, y});
-      for (const char z : bytes) tokens.push_back(std::string{x, y, z});
-    }
-  }
+  std::vector<std::string> tokens = pse::testing::every_string("abcde.1_@", 3);
   for (std::size_t n = 4; n <= 48; n += 4) tokens.push_back(std::string(n, 'a') + "@b.com");
   const Vocabulary vocab(std::move(tokens), {}, {});
   // Twice over: the second time, the groups met while nothing was recorded are walked again (none of
