@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "arg_parser.h"
-#include "pie/engine.h"
+#include "grammar_source.h"
 #include "pie/grammar_vocabulary.h"
 #include "pse/compiler.h"
 #include "pse/json_schema.h"
@@ -180,7 +180,7 @@ SchemaOutcome run_schema(const MaskbenchFile& file, const tokenizers::Tokenizer&
   std::optional<pse::Matcher> matcher;
   double convert_us = 0;
   try {
-    pse::CompileOptions options = base;  // the engine's defaults (or --eager/lazy-tables, --cold), with the time left
+    pse::CompileOptions options = base;  // the engine's defaults (or --tables, --cold), with the time left
     const pse::Grammar g = pse::json_schema_to_grammar(file.schema, schema_options);
     convert_us = us_since(start);
     const double left_ms = (limit_us - us_since(start)) / 1000;
@@ -322,20 +322,13 @@ bool wants_maskbench(std::span<const std::string> args) {
   return false;
 }
 
-bool bench_tables_ahead(bool eager_flag, bool lazy_flag) {
-  if (eager_flag && lazy_flag) throw UsageError("--eager-tables and --lazy-tables exclude each other");
-  if (eager_flag) return true;
-  if (lazy_flag) return false;
-  return pie::EngineOptions{}.grammar_tables_ahead;
-}
-
 int grammar_maskbench(std::span<const std::string> raw_args) {
   std::vector<std::string> paths;
-  std::optional<std::string> tokenizer_path, jsonl_path, time_limit_text;
-  bool eager_tables = false, lazy_tables = false, cold = false, any_order = false;
+  std::optional<std::string> tokenizer_path, jsonl_path, time_limit_text, tables;
+  bool cold = false, any_order = false;
   ArgParser p(
       "orchard grammar bench --maskbench DIR|FILE... -t TOKENIZER [--jsonl OUT] [--time-limit S]\n"
-      "                      [--eager-tables | --lazy-tables] [--cold] [--any-order]",
+      "                      [--tables compile|background|first-use] [--cold] [--any-order]",
       "Runs the MaskBench protocol (guidance-ai/jsonschemabench maskbench) on MaskBench schema "
       "files\n"
       "(each DIR: its *.json files). Per file: convert and compile the schema (TTFM; a failure is "
@@ -357,8 +350,10 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
               fmt::format("seconds per schema, compile and tests together (default {:g})",
                           kDefaultTimeLimitS),
               &time_limit_text)
-      .flag("eager-tables", 0, "build every token table in compile (slower TTFM, steadier masks)", &eager_tables)
-      .flag("lazy-tables", 0, "build each token table at its first mask (the engine's default)", &lazy_tables)
+      .option("tables", 0, "WHEN",
+              "when the token tables are built: compile (slower TTFM, steadier masks), background or "
+              "first-use (default: the engine's, background)",
+              &tables)
       .flag("cold", 0, "share no token tables between schemas (each compile as if it were the process's first)",
             &cold)
       .flag("any-order", 0, "object members in any order (default: the order of `properties`, as MaskBench's peers)",
@@ -367,7 +362,7 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
   if (!p.parse(args)) return 0;
   if (paths.empty()) throw UsageError("missing option --maskbench DIR|FILE...");
   if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
-  const bool tables_ahead = bench_tables_ahead(eager_tables, lazy_tables);
+  const pse::TableBuild table_build = table_build_option(tables, "--tables");
   double time_limit_s = kDefaultTimeLimitS;
   if (time_limit_text) {
     time_limit_s = parse_double(*time_limit_text, "--time-limit");
@@ -392,7 +387,7 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
   }
 
   pse::CompileOptions base;
-  base.precompute = tables_ahead;
+  base.tables = table_build;
   base.shared_tables = !cold;
   pse::JsonSchemaOptions schema_options;
   if (any_order) schema_options.property_order = pse::JsonPropertyOrder::kAnyOrder;
@@ -436,7 +431,7 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
       "errors, {} timeouts, {} crashes ({} tests)\n",
       files.size(), n_passing, n_compile_errors, n_validation_errors, n_invalidation_errors,
       n_timeouts, n_crashes, n_tests);
-  fmt::print("token tables built {}\n", tables_ahead ? "in compile" : "at first use");
+  fmt::print("token tables built {}\n", table_build_words(table_build));
   fmt::print("TBM us ({} masks):{}\n", tbm_us.size(), percentile_line(tbm_us));
   std::vector<double> ttfm_ms;
   for (double v : ttfm_us) ttfm_ms.push_back(v / 1000);

@@ -13,11 +13,6 @@ namespace orchard::cli {
 // --maskbench=X).
 bool wants_maskbench(std::span<const std::string> args);
 
-// Whether a bench builds every token table in compile: --eager-tables or --lazy-tables when given (not
-// both: UsageError), else the engine's default (pie::EngineOptions::grammar_tables_ahead), so that the
-// figures are the ones a server gets.
-bool bench_tables_ahead(bool eager_flag, bool lazy_flag);
-
 // Runs `orchard grammar bench --maskbench DIR|FILE... -t TOKENIZER [--jsonl OUT] [--time-limit S]`.
 // Returns 0 when the run completed (failing schemas are results, counted in the summary). Throws
 // UsageError on bad arguments and std::runtime_error naming the file when a file is not MaskBench

@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "pie/engine.h"
 #include "pse/gbnf.h"
 #include "pse/json_schema.h"
 #include "pse/lark.h"
@@ -52,6 +53,26 @@ pse::Grammar GrammarSource::load() const {
   if (any_order) options.property_order = pse::JsonPropertyOrder::kAnyOrder;
   const std::string text = read_input(*schema);
   return pse::json_schema_to_grammar(std::string_view(text), options);
+}
+
+pse::TableBuild table_build_option(const std::optional<std::string>& text, const std::string& flag) {
+  if (!text) return pie::EngineOptions{}.grammar_tables;
+  if (*text == "compile") return pse::TableBuild::kInCompile;
+  if (*text == "background") return pse::TableBuild::kInBackground;
+  if (*text == "first-use") return pse::TableBuild::kAtFirstUse;
+  throw UsageError(fmt::format("{}: expected compile, background or first-use, got '{}'", flag, *text));
+}
+
+const char* table_build_words(pse::TableBuild build) {
+  switch (build) {
+    case pse::TableBuild::kInCompile:
+      return "in compile";
+    case pse::TableBuild::kInBackground:
+      return "in the background";
+    case pse::TableBuild::kAtFirstUse:
+      break;
+  }
+  return "at first use";
 }
 
 }  // namespace orchard::cli

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "arg_parser.h"
+#include "pse/compiler.h"
 #include "pse/grammar.h"
 
 namespace orchard::cli {
@@ -25,5 +26,13 @@ struct GrammarSource {
   // for an unreadable file.
   pse::Grammar load() const;
 };
+
+// The value of --tables (benches) or --grammar-tables (serve): when a constraint's token tables are built
+// (pse::TableBuild): "compile", "background" or "first-use". Absent: the engine's default
+// (pie::EngineOptions::grammar_tables), so that benches time what a server gets. Throws UsageError
+// naming `flag` on another value.
+pse::TableBuild table_build_option(const std::optional<std::string>& text, const std::string& flag);
+// "in compile", "in the background" or "at first use".
+const char* table_build_words(pse::TableBuild build);
 
 }  // namespace orchard::cli

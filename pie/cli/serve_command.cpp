@@ -12,6 +12,7 @@
 
 #include "arg_parser.h"
 #include "commands.h"
+#include "grammar_source.h"
 #include "pie/engine.h"
 #include "pie/model.h"
 #include "pie/server.h"
@@ -19,13 +20,13 @@
 namespace orchard::cli {
 
 int run_serve(std::span<const std::string> args) {
-  std::optional<std::string> model_path, host, port, api_key, parallel, ctx, threads, max_body, name, grace;
+  std::optional<std::string> model_path, host, port, api_key, parallel, ctx, threads, max_body, name, grace,
+      grammar_tables;
   bool quiet = false;
-  bool grammar_tables_ahead = false;
   ArgParser parser(
       "orchard serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N] [--ctx N]\n"
-      "              [--threads N] [--max-body BYTES] [--name NAME] [--grace SECONDS] [--grammar-tables-ahead]\n"
-      "              [--quiet]",
+      "              [--threads N] [--max-body BYTES] [--name NAME] [--grace SECONDS]\n"
+      "              [--grammar-tables compile|background|first-use] [--quiet]",
       "Serves MODEL over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions, GET /v1/models)\n"
       "and Ollama's (POST /api/chat, /api/generate, /api/show, GET /api/tags, /api/version), plus GET /health\n"
       "and GET /metrics (Prometheus). Without -m, the embedded default model (random weights: for trying the\n"
@@ -46,17 +47,17 @@ int run_serve(std::span<const std::string> args) {
       .option("max-body", 0, "BYTES", "largest request body accepted (default 16777216)", &max_body)
       .option("name", 0, "NAME", "model name clients use (default: the model's)", &name)
       .option("grace", 0, "SECONDS", "on SIGINT/SIGTERM, time running requests get to finish (default 10)", &grace)
-      .flag("grammar-tables-ahead", 0,
-            "build a constraint's token tables all in its compile (steadiest masks, slower first token; "
-            "default: each table at its first use)",
-            &grammar_tables_ahead)
+      .option("grammar-tables", 0, "WHEN",
+              "when a constraint's token tables are built: background (the default: on other threads during "
+              "its prefill), compile (steadiest masks, slower first token) or first-use (in its mask fills)",
+              &grammar_tables)
       .flag("quiet", 'q', "no per-request log lines", &quiet);
   if (!parser.parse(args)) return 0;
 
   pie::EngineOptions engine_options;
   if (parallel) engine_options.max_running = static_cast<std::int32_t>(parse_int(*parallel, "--parallel", 1, 4096));
   if (ctx) engine_options.context_length = static_cast<std::int32_t>(parse_int(*ctx, "--ctx", 16, 1 << 20));
-  engine_options.grammar_tables_ahead = grammar_tables_ahead;
+  engine_options.grammar_tables = table_build_option(grammar_tables, "--grammar-tables");
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
   pie::ServerOptions options;
   if (host) options.host = *host;

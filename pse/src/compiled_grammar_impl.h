@@ -15,6 +15,7 @@
 #include "stack_dfa.h"
 #include "state_classes.h"
 #include "table_cache.h"
+#include "tables_ahead.h"
 #include "token_table.h"
 #include "u32_hash.h"
 
@@ -54,6 +55,8 @@ struct CompiledGrammar::Impl {
   static constexpr std::size_t kMaxSharedGroupBytes = std::size_t{4} << 20;  // group results kept afterwards
   mutable std::mutex dfa_mutex;
   mutable std::unique_ptr<detail::StackDfa> dfa;
+  // With TableBuild::kInBackground: the build of every table that continues after compile().
+  std::unique_ptr<detail::TablesAhead> background;
   // [n_states] the class representative (see StackDfa); or empty. With classes found rule by rule, the
   // identity on a rule's states until it is classified (written under dfa_mutex: the walks read it; a
   // representative is equivalent to the state, so walks may meet either).
@@ -126,27 +129,11 @@ struct CompiledGrammar::Impl {
     return rule_shared[r].get();
   }
 
-  // While compile builds every table ahead (over one or more threads): the tables built so far as they
-  // came out of the walk (a shared one before this grammar's follow filter; null for the others, which
-  // are in `tables`), each published by its `done` flag.
-  struct EagerBuild {
-    std::vector<std::shared_ptr<const detail::TokenTable>> as_built;
-    std::unique_ptr<std::atomic<std::uint8_t>[]> done;
-    explicit EagerBuild(std::size_t n_tables)
-        : as_built(n_tables), done(std::make_unique<std::atomic<std::uint8_t>[]>(n_tables)) {}
-  };
-  // One thread's part of it: its own stack automaton, and per base table (table_base) built, its
-  // long_tokens_read_far, found at its first derived table.
-  struct EagerWorker {
-    detail::StackDfa* dfa = nullptr;
-    std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> read_far;
-  };
-
   // Fills tables[i]: from the shared cache when its rule is shared and another grammar built it, else
   // built here (and added to the cache when shared). Returns whether it came from the cache. With
   // `eager`, on the worker's automaton, a table whose base (table_base) is done is derived from it.
   bool build_table(std::size_t i, const std::chrono::steady_clock::time_point* deadline,
-                   EagerBuild* eager = nullptr, EagerWorker* worker = nullptr) const {
+                   detail::EagerBuild* eager = nullptr, detail::EagerWorker* worker = nullptr) const {
     const std::uint32_t s = table_state[i];
     detail::TableCache::RuleTables* shared = shared_rule(automaton.state_rule[s]);
     const std::uint32_t offset = s - automaton.rule_start[automaton.state_rule[s]];

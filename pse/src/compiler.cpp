@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "compiled_grammar_impl.h"
-#include "pse/thread_pool.h"
 #include "stack_dfa.h"
 #include "state_classes.h"
+#include "tables_ahead.h"
 
 namespace pse {
 
@@ -41,7 +41,7 @@ std::uint64_t options_hash(const CompileOptions& o) {
   std::uint64_t h = 0x9e3779b97f4a7c15ULL;
   for (std::uint64_t v : {std::uint64_t(o.max_rules), std::uint64_t(o.max_exprs), std::uint64_t(o.max_states),
                           std::uint64_t(o.max_compile_ms * 1000), std::uint64_t(o.max_memory_bytes),
-                          std::uint64_t(o.precompute), std::uint64_t(o.eager_state_limit),
+                          std::uint64_t(o.tables == TableBuild::kAtFirstUse), std::uint64_t(o.eager_state_limit),
                           std::uint64_t(o.eager_table_ms * 1000),
                           std::uint64_t(o.shared_tables)}) {  // (not threads: the same tables)
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -49,89 +49,11 @@ std::uint64_t options_hash(const CompileOptions& o) {
   return h;
 }
 
-// The threads that build tables ahead (CompileOptions::threads): one pool per process, used by one
-// compile at a time; a compile that finds it busy builds on its own thread.
-constexpr std::size_t kMaxCompileThreads = 8;
-struct CompilePool {
-  std::mutex busy;
-  ThreadPool pool{std::min<std::size_t>(kMaxCompileThreads, std::max(1u, std::thread::hardware_concurrency()))};
-};
-
-CompilePool& compile_pool() {
-  static CompilePool pool;
-  return pool;
-}
-
-// Builds every table in compile(), in chunks of consecutive tables (walks of neighbouring states meet the
-// same configurations) taken in turn by the threads, each walking on its own stack automaton (the
-// first is impl.dfa, kept for the tables built later). Past the deadline, the tables not built are
-// left to first use. The tables are the same whatever the number of threads.
-void build_tables_ahead(CompiledGrammar::Impl& impl, const CompileOptions& options,
-                        std::chrono::steady_clock::time_point eager_deadline) {
-  CompileStats& st = impl.stats;
-  const std::size_t n_tables = impl.table_state.size();
-  constexpr std::size_t kChunk = 4;
-  const std::size_t n_chunks = (n_tables + kChunk - 1) / kChunk;
-  std::size_t n_threads = options.threads == 0 ? kMaxCompileThreads : options.threads;
-  n_threads = std::max<std::size_t>(1, std::min(n_threads, n_chunks));  // (one, also with no table)
-  std::unique_lock<std::mutex> pool_lock;
-  if (n_threads > 1) {
-    pool_lock = std::unique_lock<std::mutex>(compile_pool().busy, std::try_to_lock);
-    n_threads = pool_lock.owns_lock() ? std::min(n_threads, compile_pool().pool.n_threads()) : 1;
-  }
-  std::vector<std::unique_ptr<detail::StackDfa>> dfas(n_threads);
-  dfas[0] = std::move(impl.dfa);
-  for (std::size_t w = 1; w < n_threads; ++w) {
-    dfas[w] = std::make_unique<detail::StackDfa>(impl.automaton, CompiledGrammar::Impl::kMaxCompileConfigs);
-    if (!impl.canonical_states.empty()) dfas[w]->set_canonical_states(&impl.canonical_states);
-  }
-  CompiledGrammar::Impl::EagerBuild eager(n_tables);
-  std::atomic<std::size_t> next_chunk{0};
-  std::atomic<bool> stopped{false};  // the deadline passed: the rest on first use
-  std::atomic<std::size_t> memory_bytes{st.memory_bytes}, n_uncertain{0}, n_shared{0};
-  auto work = [&](std::size_t w) {
-    CompiledGrammar::Impl::EagerWorker worker;
-    worker.dfa = dfas[w].get();
-    worker.dfa->set_selective_records(true);  // (StackDfa::keeps_groups)
-    for (std::size_t c; !stopped.load(std::memory_order_relaxed) && (c = next_chunk++) < n_chunks;) {
-      for (std::size_t i = c * kChunk; i < std::min(n_tables, (c + 1) * kChunk); ++i) {
-        if (std::chrono::steady_clock::now() > eager_deadline) {
-          stopped = true;
-          return;
-        }
-        try {
-          std::call_once(impl.table_once[i], [&] {
-            if (impl.build_table(i, &eager_deadline, &eager, &worker)) ++n_shared;
-          });
-        } catch (const LimitError&) {
-          stopped = true;  // its build passed the eager deadline: it and the rest on first use
-          return;
-        }
-        n_uncertain += impl.tables[i].uncertain.size();
-        if ((memory_bytes += impl.tables[i].memory_bytes()) > options.max_memory_bytes) {
-          stopped = true;
-          throw LimitError(fmt::format("[compile] token tables need over {} bytes, the limit (table {} of {})",
-                                       options.max_memory_bytes, i + 1, n_tables));
-        }
-      }
-    }
-  };
-  if (n_threads == 1) {
-    work(0);
-  } else {
-    compile_pool().pool.parallel_for(n_threads, work);
-  }
-  impl.dfa = std::move(dfas[0]);
-  st.precomputed = !stopped;
-  st.memory_bytes = memory_bytes;
-  st.n_uncertain = n_uncertain;
-  st.n_shared_tables = n_shared;
-}
-
 }  // namespace
 
 const Vocabulary& CompiledGrammar::vocabulary() const { return *impl_->vocabulary; }
 const CompileStats& CompiledGrammar::stats() const { return impl_->stats; }
+CompileStats CompiledGrammar::wait_for_tables() const { return detail::wait_for_background_tables(*impl_); }
 
 CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vocabulary> vocabulary,
                                 const CompileOptions& options) {
@@ -175,8 +97,13 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   // build their tables at first use; rule by rule, below). For a small one built on first use, tables
   // of states reaching the same configuration after a first byte already share their walks (StackDfa's
   // group memo), and compile stays short.
-  const bool classify = options.precompute && a.n_states() <= kMaxStatesToClassify;
-  const bool lazy_classes = !options.precompute && a.n_states() > kMinStatesToClassifyLazily;
+  // In the background only below kMinStatesToClassifyLazily states: the classes of a larger automaton
+  // would hold up its first mask (on MaskBench's dev split, TTFM p99 21 -> 45 ms), so its tables are
+  // built at first use, with classes found rule by rule.
+  const bool first_use = options.tables == TableBuild::kAtFirstUse ||
+                         (options.tables == TableBuild::kInBackground && a.n_states() > kMinStatesToClassifyLazily);
+  const bool classify = !first_use && a.n_states() <= kMaxStatesToClassify;
+  const bool lazy_classes = first_use && a.n_states() > kMinStatesToClassifyLazily;
   if (classify) {
     // Optional: past a quarter of the time left, go without them.
     const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
@@ -280,20 +207,22 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   // (With classes found rule by rule, a rule's states are their own representatives until it is
   // classified: walks that meet them then share less, never wrongly.)
   if (!impl->canonical_states.empty()) impl->dfa->set_canonical_states(&impl->canonical_states);
-  if (options.precompute && n_tables <= options.eager_state_limit) {
-    const auto eager_deadline =
-        std::min(t1 + std::chrono::microseconds(static_cast<std::int64_t>(options.eager_table_ms * 1000)),
-                 t1 + (deadline - t1) / 2);
+  const auto eager_time = std::chrono::microseconds(static_cast<std::int64_t>(options.eager_table_ms * 1000));
+  const bool ahead = !first_use && n_tables <= options.eager_state_limit;
+  if (ahead && options.tables == TableBuild::kInCompile) {
     const auto t_closures = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < n_tables; ++i) (void)impl->shared_rule(a.state_rule[impl->table_state[i]]);
     st.closures_ms = ms_since(t_closures);
-    build_tables_ahead(*impl, options, eager_deadline);
+    detail::build_tables_ahead(*impl, options, std::min(t1 + eager_time, t1 + (deadline - t1) / 2));
   }
   if (impl->dfa->n_configs() > CompiledGrammar::Impl::kMaxSharedConfigs) impl->dfa->clear();
   impl->dfa->set_max_configs(CompiledGrammar::Impl::kMaxSharedConfigs);
   impl->dfa->reset_groups(CompiledGrammar::Impl::kMaxSharedGroupBytes);
   impl->dfa->set_selective_records(false);
   st.tables_ms = ms_since(t1);
+  // (The rules shared with other grammars are then identified at their first table.)
+  if (ahead && options.tables == TableBuild::kInBackground)
+    detail::build_tables_in_background(impl, options, std::chrono::steady_clock::now() + eager_time);
   return CompiledGrammar(std::move(impl));
 }
 

@@ -53,8 +53,8 @@ case $case_name in
     run grammar check --regex a; expect_rc 2
     run grammar check -t "$llama3" --regex a --gbnf "$tmp/a.gbnf"; expect_rc 2
     run grammar frobnicate; expect_rc 2
-    run grammar bench -t x --regex a --docs d --eager-tables --lazy-tables; expect_rc 2
-    [[ "$err" == *"--eager-tables and --lazy-tables exclude each other"* ]] || fail "bench flags: '$err'" ;;
+    run grammar bench -t x --regex a --docs d --tables eagerly; expect_rc 2
+    [[ "$err" == *"--tables: expected compile, background or first-use, got 'eagerly'"* ]] || fail "bench: '$err'" ;;
   grammar_compile_stats)
     need "$llama3/encoder.json"
     run grammar compile -t "$llama3" --schema "$tmp/month.json"; expect_rc 0

@@ -71,16 +71,19 @@ masks = sum(l["num_tokens"] for l in lines)
 assert f"TBM us ({masks} masks)" in summary, summary
 assert f"TTFM ms ({4 - compile_errors} schemas)" in summary, summary
 PY
-    # The engine's default builds each token table at first use; --eager-tables builds them all in
-    # compile, and every schema comes out the same.
-    grep -q "^token tables built at first use$" "$tmp/out" || fail "default is not lazy: $(cat "$tmp/out")"
-    run grammar bench --maskbench "${paths[@]}" -t "$llama3" --eager-tables --jsonl "$tmp/eager.jsonl"; expect_rc 0
-    grep -q "^token tables built in compile$" "$tmp/out" || fail "--eager-tables: $(cat "$tmp/out")"
-    python3 - "$tmp/out.jsonl" "$tmp/eager.jsonl" <<'PY' || fail "eager and lazy outcomes differ (above)"
+    # The engine's default builds the token tables in the background; --tables compile builds them all
+    # in compile, --tables first-use each at its first mask, and every schema comes out the same.
+    grep -q "^token tables built in the background$" "$tmp/out" || fail "default: $(cat "$tmp/out")"
+    run grammar bench --maskbench "${paths[@]}" -t "$llama3" --tables compile --jsonl "$tmp/eager.jsonl"; expect_rc 0
+    grep -q "^token tables built in compile$" "$tmp/out" || fail "--tables compile: $(cat "$tmp/out")"
+    run grammar bench --maskbench "${paths[@]}" -t "$llama3" --tables first-use --jsonl "$tmp/lazy.jsonl"
+    expect_rc 0
+    grep -q "^token tables built at first use$" "$tmp/out" || fail "--tables first-use: $(cat "$tmp/out")"
+    python3 - "$tmp/out.jsonl" "$tmp/eager.jsonl" "$tmp/lazy.jsonl" <<'PY' || fail "outcomes differ (above)"
 import json, sys
 def outcome(path):
     return [(l["id"], l["passed"], "compile_error" in l, l["num_tokens"]) for l in map(json.loads, open(path))]
-assert outcome(sys.argv[1]) == outcome(sys.argv[2]), (outcome(sys.argv[1]), outcome(sys.argv[2]))
+assert outcome(sys.argv[1]) == outcome(sys.argv[2]) == outcome(sys.argv[3]), [outcome(p) for p in sys.argv[1:]]
 PY
     ;;
   maskbench_stdout_and_folder)  # no --jsonl: the status lines go to stdout; a folder means its *.json
@@ -115,8 +118,8 @@ PY
     printf '{"schema": {}, "tests": []}' >"$tmp/ok.json"
     run grammar bench --maskbench "$tmp/ok.json"; expect_rc 2; expect_err_line "--tokenizer"
     run grammar bench --maskbench "$tmp/ok.json" -t x --time-limit 0; expect_rc 2; expect_err_line "--time-limit"
-    run grammar bench --maskbench "$tmp/ok.json" -t x --eager-tables --lazy-tables; expect_rc 2
-    expect_err_line "--eager-tables and --lazy-tables exclude each other"
+    run grammar bench --maskbench "$tmp/ok.json" -t x --tables sometimes; expect_rc 2
+    expect_err_line "--tables: expected compile, background or first-use, got 'sometimes'"
     run grammar bench --maskbench x --help; expect_rc 0
     grep -q "usage: orchard grammar bench --maskbench DIR|FILE... -t TOKENIZER" "$tmp/out" || fail "no usage line" ;;
   *) fail "unknown case" ;;

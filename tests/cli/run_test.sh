@@ -41,6 +41,9 @@ case $case_name in
     grep -q "RANDOM weights" "$tmp/out" || fail "the default model's random weights are not said" ;;
   run_unknown_option)
     run run --frobnicate; expect_rc 2; expect_err_line "unknown option '--frobnicate'" ;;
+  serve_bad_grammar_tables)  # rejected before the model loads
+    run serve --grammar-tables sometimes; expect_rc 2
+    expect_err_line "--grammar-tables: expected compile, background or first-use, got 'sometimes'" ;;
   run_two_grammars)
     run run --regex 'a' --gbnf x.gbnf; expect_rc 2; expect_err_line "grammar" ;;
   run_layout_without_schema)

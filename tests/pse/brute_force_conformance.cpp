@@ -21,9 +21,9 @@ class BruteForceHeavy : public ::testing::TestWithParam<int> {};
 TEST_P(BruteForceHeavy, ThousandsOfRandomStates) {
   auto [name, grammar] = all_small_grammars().at(GetParam());
   auto vocab = small_vocabulary();
-  for (bool precompute : {true, false}) {
+  for (const TableBuild build : {TableBuild::kInCompile, TableBuild::kInBackground, TableBuild::kAtFirstUse}) {
     CompileOptions options;
-    options.precompute = precompute;
+    options.tables = build;
     CompiledGrammar cg = compile_grammar(grammar, vocab, options);
     random_walk(cg, 2000, 1000 + GetParam(), [&](Matcher& m, const std::string& text) {
       ASSERT_EQ(fast_mask(m), brute_force_mask(m)) << name << " after \"" << text << "\"";

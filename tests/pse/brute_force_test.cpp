@@ -15,9 +15,9 @@ class BruteForce : public ::testing::TestWithParam<int> {};
 TEST_P(BruteForce, FastMaskEqualsBruteForceOnRandomStates) {
   auto [name, grammar] = all_small_grammars().at(GetParam());
   auto vocab = small_vocabulary();
-  for (bool precompute : {true, false}) {
+  for (const TableBuild build : {TableBuild::kInCompile, TableBuild::kInBackground, TableBuild::kAtFirstUse}) {
     CompileOptions options;
-    options.precompute = precompute;
+    options.tables = build;
     CompiledGrammar cg = compile_grammar(grammar, vocab, options);
     std::size_t n = 0;
     random_walk(cg, 80, 7 + GetParam(), [&](Matcher& m, const std::string& text) {
@@ -72,9 +72,9 @@ TEST(BruteForceLargeGroup, FastMaskEqualsBruteForce) {
   auto vocab = std::make_shared<const Vocabulary>(std::move(t), std::vector<TokenId>{eos}, std::vector<TokenId>{eos});
   ASSERT_FALSE(vocab->first_byte_mask(static_cast<std::uint8_t>(' ')).empty()) << "the space group is not masked";
   const Grammar g = parse_gbnf("root ::= \"x\" (\" \" [a-s]+ \",\"?)*\n");
-  for (bool precompute : {true, false}) {
+  for (const TableBuild build : {TableBuild::kInCompile, TableBuild::kInBackground, TableBuild::kAtFirstUse}) {
     CompileOptions options;
-    options.precompute = precompute;
+    options.tables = build;
     CompiledGrammar cg = compile_grammar(g, vocab, options);
     std::size_t n = 0;
     random_walk(cg, 30, 5, [&](Matcher& m, const std::string& text) {

@@ -226,7 +226,7 @@ TEST(Compiler, TokensReadWholeFromALoopDeepInTheWalkMatchBruteForce) {
   const Grammar after_lead = lead.done(root);
   for (const bool eager : {true, false}) {
     CompileOptions o;
-    o.precompute = eager;
+    o.tables = eager ? TableBuild::kInCompile : TableBuild::kAtFirstUse;
     expect_masks_are_brute_force(compile_grammar(after_lead, vocab, o), 50, 13);
     const CompiledGrammar cg = compile_grammar(g, vocab, o);
     Matcher m(cg);
@@ -246,7 +246,7 @@ TEST(Compiler, TokensReadWholeFromAByteSetLoopMatchBruteForce) {
   for (const Grammar* grammar : {&pattern, &letters}) {
     for (const bool eager : {true, false}) {
       CompileOptions o;
-      o.precompute = eager;
+      o.tables = eager ? TableBuild::kInCompile : TableBuild::kAtFirstUse;
       const CompiledGrammar cg = compile_grammar(*grammar, small_vocabulary(), o);
       expect_masks_are_brute_force(cg, 300, eager ? 21 : 22);
     }
@@ -287,7 +287,7 @@ TEST(Compiler, TokensReadWholeFromAByteSetAndCharacterLoopMatchBruteForce) {
   for (const Grammar* grammar : {&pattern, &items, &ascii_items, &after_lead}) {
     for (const bool eager : {true, false}) {
       CompileOptions o;
-      o.precompute = eager;
+      o.tables = eager ? TableBuild::kInCompile : TableBuild::kAtFirstUse;
       expect_masks_are_brute_force(compile_grammar(*grammar, vocab, o), 300, eager ? 41 : 42);
     }
   }
@@ -326,7 +326,7 @@ TEST(Compiler, TokensReadWholeFromABoundedByteSetRunMatchBruteForce) {
   for (const Grammar* grammar : {&runs, &keys}) {
     for (const bool eager : {true, false}) {
       CompileOptions o;
-      o.precompute = eager;
+      o.tables = eager ? TableBuild::kInCompile : TableBuild::kAtFirstUse;
       const CompiledGrammar cg = compile_grammar(*grammar, vocab, o);
       expect_masks_are_brute_force(cg, 150, eager ? 31 : 32);
     }
@@ -376,7 +376,7 @@ TEST(Compiler, ClassesFoundRuleByRuleAreTheWholeAutomatons) {
   const Grammar grammar = g.done(root);
   auto vocab = small_vocabulary();
   CompileOptions first_use;
-  first_use.precompute = false;
+  first_use.tables = TableBuild::kAtFirstUse;
   const CompiledGrammar lazy = compile_grammar(grammar, vocab, first_use);
   const CompiledGrammar eager = compile_grammar(grammar, vocab);
   const CompiledGrammar::Impl& li = *lazy.impl();
@@ -782,7 +782,7 @@ TEST(Compiler, BoundsHoldWhileTablesAreBuiltOnThreads) {
   EXPECT_FALSE(cg.stats().precomputed);
   expect_masks_are_brute_force(cg, 60, 9);
   CompileOptions lazy;
-  lazy.precompute = false;
+  lazy.tables = TableBuild::kAtFirstUse;
   CompileOptions tight;
   tight.threads = 0;
   tight.shared_tables = false;

@@ -119,7 +119,7 @@ TEST(DerivedTables, CompiledTablesEqualThoseBuiltAtFirstUse) {
   const auto vocab = vocabulary_with_long_tokens();
   const Grammar g = pse::parse_gbnf("root ::= item (\",\" item)*\nitem ::= [ab]{1,38} | \"-\"{2,30}\n");
   pse::CompileOptions lazy;
-  lazy.precompute = false;
+  lazy.tables = pse::TableBuild::kAtFirstUse;
   lazy.shared_tables = false;
   const pse::CompiledGrammar reference = pse::compile_grammar(g, vocab, lazy);
   std::size_t n_derived = 0;
@@ -173,7 +173,7 @@ TEST(DerivedTables, EqualFullBuildsOnLlama3) {
   EXPECT_GT(check_all_derived(grammars, *vocab), 0u) << "no derived table differs from its base";
   // And through compile, on the pool: every table as built at first use.
   pse::CompileOptions lazy;
-  lazy.precompute = false;
+  lazy.tables = pse::TableBuild::kAtFirstUse;
   lazy.shared_tables = false;
   pse::CompileOptions eager;
   eager.shared_tables = false;

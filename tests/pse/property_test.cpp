@@ -99,7 +99,7 @@ TEST_P(Property, SameMasksOnOneAndManyThreads) {
   auto [name, grammar] = all_small_grammars().at(GetParam());
   auto vocab = small_vocabulary();
   CompileOptions lazy;
-  lazy.precompute = false;  // tables built concurrently on first use
+  lazy.tables = TableBuild::kAtFirstUse;  // tables built concurrently on first use
   CompiledGrammar cg = compile_grammar(grammar, vocab, lazy);
   std::vector<Matcher> states;
   random_walk(cg, 64, 41 + GetParam(), [&](Matcher& m, const std::string&) { states.push_back(m.fork()); });

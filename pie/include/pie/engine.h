@@ -23,6 +23,7 @@
 #include "pie/error.h"
 #include "pie/model.h"
 #include "pie/sampling.h"
+#include "pse/compiler.h"
 #include "pse/grammar.h"
 
 namespace pie {
@@ -92,12 +93,12 @@ struct EngineOptions {
   std::int32_t max_queued = 1024;        // submit() throws CapacityError past this
   std::int32_t grammar_cache = 64;       // compiled grammars kept
   double grammar_compile_ms = 10'000;    // compile-time bound per constraint
-  // false: a constraint's token tables are built at first use (pse::CompileOptions::precompute), so a
-  // new schema starts decoding after its automaton is built (MaskBench dev split: median 0.3 ms instead
-  // of 6.6 ms, p99 about 20 ms instead of 0.5 s); each build then runs in a mask fill, which overlaps the forward
-  // pass, and the compile cache keeps the built tables for the next request with the same constraint.
-  // true: all tables in compile (steadiest masks from the first step, longest time to first token).
-  bool grammar_tables_ahead = false;
+  // When a constraint's token tables are built. In the background (the default): a new constraint starts
+  // decoding once its automaton is built, while its tables are built on other threads during its prefill;
+  // a mask that comes first builds its table itself. In compile: the steadiest masks from the first step,
+  // the longest time to first token. At first use: each build runs in a mask fill. The compile cache
+  // keeps the built tables for the next request with the same constraint.
+  pse::TableBuild grammar_tables = pse::TableBuild::kInBackground;
 };
 
 struct EngineStats {

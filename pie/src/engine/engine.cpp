@@ -284,7 +284,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
 
   pse::CompileOptions compile;
   compile.max_compile_ms = options.grammar_compile_ms;
-  compile.precompute = options.grammar_tables_ahead;
+  compile.tables = options.grammar_tables;
   grammars = std::make_unique<detail::GrammarCache>(model->tokenizer, static_cast<std::size_t>(n_vocab), compile,
                                                     static_cast<std::size_t>(options.grammar_cache));
 

@@ -16,19 +16,30 @@
 
 namespace pse {
 
+// When a compiled grammar's token tables are built.
+enum class TableBuild {
+  // All in compile(): steady masks from the first step, the longest compile.
+  kInCompile,
+  // On process-wide background threads (one per core, at most 8) after compile() returns, which then
+  // takes the automaton and its classes only; the grammar's first tables first. A mask that needs a table
+  // not built yet builds it, or waits for the thread building it. The same tables as kInCompile.
+  kInBackground,
+  // Each at its first mask (the shortest compile; the first mask at each state pays for its table).
+  kAtFirstUse,
+};
+
 struct CompileOptions {
   std::size_t max_rules = 100'000;        // input size limits (LimitError)
   std::size_t max_exprs = 4'000'000;
   std::size_t max_states = 2'000'000;     // automaton states (counted repetitions multiply them)
   double max_compile_ms = 10'000;         // wall-clock bound on compile()
   std::size_t max_memory_bytes = std::size_t{1} << 30;  // automaton + token tables
-  // true: every token table is built in compile() (steady mask times afterwards). false, or more
-  // token tables than eager_state_limit (at 100,000, compile takes up to a few seconds): each table is
-  // built on first use (fast compile; the first mask at each state pays for it).
-  bool precompute = true;
+  // When the token tables are built (TableBuild). With more tables than eager_state_limit (at 100,000,
+  // compile takes up to a few seconds), each is built at its first use.
+  TableBuild tables = TableBuild::kInCompile;
   std::size_t eager_state_limit = 100'000;
-  // Time compile() spends building tables ahead: past it (or past half the time left before
-  // max_compile_ms), the tables not built yet are built on first use, and compile() still succeeds.
+  // Time spent building tables ahead: past it (in compile(), or past half the time left before
+  // max_compile_ms), the tables not built yet are built at first use, and compile() still succeeds.
   double eager_table_ms = 10'000;
   // Share token tables with other grammars compiled against the same vocabulary (a process-wide cache
   // keyed by the exact structure of a rule, the rules it calls and the bytes that may follow it;
@@ -36,8 +47,9 @@ struct CompileOptions {
   // follow filter to a table it takes.
   bool shared_tables = true;
   // Threads that build the tables ahead: 0 = one per core (at most 8) from a process-wide pool that one
-  // compile uses at a time (a compile that finds it busy builds on its own thread); 1 = the calling
-  // thread only. The tables are the same whatever the number.
+  // compile uses at a time (a compile that finds it busy builds on its own thread), or of the background
+  // threads; 1 = the calling thread only (one background thread). The tables are the same whatever the
+  // number.
   std::size_t threads = 0;
 };
 
@@ -67,7 +79,10 @@ class CompiledGrammar {
   struct Impl;
   explicit CompiledGrammar(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   const Vocabulary& vocabulary() const;
-  const CompileStats& stats() const;
+  const CompileStats& stats() const;  // as compile() left them
+  // Blocks until the tables built in the background (TableBuild::kInBackground) are done, or
+  // stopped at a bound; returns the stats with the tables' figures (stats() at once without them).
+  CompileStats wait_for_tables() const;
   const std::shared_ptr<const Impl>& impl() const { return impl_; }
 
  private:

@@ -44,8 +44,9 @@ single call hangs (a fresh worker takes the next schema). A worker whose residen
 Output: per engine Orchard's summary lines (schemas, passing, compile errors, validation errors,
 invalidation errors, timeouts, crashes; TBM in us and TTFM in ms at p25 p50 p75 p90 p95 p99 p99.9 max,
 nearest rank), then the engines side by side. --orchard BIN runs `BIN grammar bench --maskbench` on the same
-file list, tokenizer and time limit and reads its summary, with the engine's default (token tables built at
-first use); --orchard-both runs it twice instead, with --eager-tables and with --lazy-tables. --jsonl DIR
+file list, tokenizer and time limit and reads its summary, with the engine's default (token tables built in
+the background); --orchard-both runs it three times instead, with --tables compile, background and first-use.
+--jsonl DIR
 writes DIR/<engine>.jsonl, one MaskBench status line per schema (id, ttfm_us, max_ttfm_us, masks_us,
 max_mask_us, num_tokens, num_tests, all_mask_us, num_valid_tests, num_invalid_tests, compile_error /
 validation_error / timeout / crash, passed).
@@ -540,8 +541,8 @@ def parse_args(argv):
                     help="comma-separated peers to run (default llguidance,xgrammar; '' for none)")
     ap.add_argument("--orchard", metavar="BIN", help="also run BIN grammar bench --maskbench on the same files")
     ap.add_argument("--orchard-both", "--orchard-lazy", action="store_true", dest="orchard_both",
-                    help="with --orchard: run it twice, with --eager-tables (every token table built in compile) "
-                         "and with --lazy-tables (each built at first use, the default)")
+                    help="with --orchard: run it three times, with --tables compile (every token table built in "
+                         "compile), background (the default) and first-use (each built at its first mask)")
     ap.add_argument("--jsonl", metavar="DIR", help="write DIR/<engine>.jsonl, one status line per schema")
     a = ap.parse_args(argv)
     if a.sample_every < 1:
@@ -598,7 +599,8 @@ def main(argv):
                 jsonl.close()
         results.append((peer, version, summary))
         print(f"== {peer} {version}", *summary_lines(summary), sep="\n", flush=True)
-    orchard_runs = ([("orchard-eager", ("--eager-tables",)), ("orchard-lazy", ("--lazy-tables",))]
+    orchard_runs = ([("orchard-eager", ("--tables", "compile")), ("orchard-background", ("--tables", "background")),
+                     ("orchard-lazy", ("--tables", "first-use"))]
                     if args.orchard_both else [("orchard", ())])
     for name, extra in orchard_runs if args.orchard else []:
         try:

@@ -175,17 +175,18 @@ TEST(EngineConstrained, SharedJsonGbnf) {
   }
 }
 
-// Token tables built at first use (the default) or all in compile: the same masks, so the same seeded
-// outputs, token for token.
-TEST(EngineConstrained, TablesAheadOrAtFirstUseGiveTheSameOutputs) {
+// Token tables built in the background (the default), all in compile or each at first use: the same
+// masks, so the same seeded outputs, token for token.
+TEST(EngineConstrained, TablesBuiltAnyWayGiveTheSameOutputs) {
   const pse::Grammar g = pse::json_schema_to_grammar(std::string_view(
       R"({"type":"object","properties":{"id":{"type":"integer","minimum":1,"maximum":9999},
           "name":{"type":"string","maxLength":10},"tags":{"type":"array","items":{"enum":["a","b","c"]}}},
           "required":["id","name"]})"));
   std::vector<std::vector<std::vector<std::int32_t>>> tokens_by_mode;
-  for (const bool ahead : {false, true}) {
+  for (const pse::TableBuild build :
+       {pse::TableBuild::kInBackground, pse::TableBuild::kInCompile, pse::TableBuild::kAtFirstUse}) {
     EngineOptions o = options();
-    o.grammar_tables_ahead = ahead;
+    o.grammar_tables = build;
     Engine engine(default_model(), o);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int seed = 0; seed < 4; ++seed) {
@@ -205,6 +206,7 @@ TEST(EngineConstrained, TablesAheadOrAtFirstUseGiveTheSameOutputs) {
     }
   }
   EXPECT_EQ(tokens_by_mode[0], tokens_by_mode[1]);
+  EXPECT_EQ(tokens_by_mode[0], tokens_by_mode[2]);
 }
 
 TEST(EngineConstrained, MixedWithUnconstrainedAndSamples) {

@@ -71,7 +71,7 @@ EntryResult walk_entry(const nlohmann::ordered_json& entry, bool parallel,
                                               options.format, grammar_options);
     const auto vocab = llama3_tool_vocabulary(encoder_json, tg.special_tokens);
     pse::CompileOptions co;
-    co.precompute = options.precompute;
+    co.tables = options.precompute ? pse::TableBuild::kInCompile : pse::TableBuild::kAtFirstUse;
     co.max_compile_ms = options.max_compile_ms;
     const auto t0 = std::chrono::steady_clock::now();
     compiled = pse::compile_grammar(*tg.grammar, vocab, co);

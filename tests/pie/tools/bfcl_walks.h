@@ -24,7 +24,7 @@ struct WalkOptions {
   std::size_t bias_after = 40;   // tokens of uniform choice before the closing bias
   double max_compile_ms = 60'000;
   bool closed_objects = true;  // ToolGrammarOptions::closed_objects
-  bool precompute = false;     // true: eager token tables; false (the engine's default): at first use
+  bool precompute = false;     // true: every token table built in compile; false: each at its first use
 };
 
 struct WalkResult {

@@ -5,8 +5,8 @@
 //   2]
 //              [--seed 1] [--limit N] [--open-objects] [--precompute] FILE.json...
 // (files whose name has "parallel" get parallel calls; --open-objects:
-// ToolGrammarOptions::closed_objects off; --precompute: eager token tables, as the engine compiles,
-// for compile times)
+// ToolGrammarOptions::closed_objects off; --precompute: every token table built in compile, for compile
+// times)
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>

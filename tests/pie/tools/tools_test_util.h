@@ -40,7 +40,7 @@ inline bool accepts(const pse::CompiledGrammar& compiled, std::string_view text)
 // time.
 inline pse::CompiledGrammar compile(const pse::Grammar& g) {
   pse::CompileOptions options;
-  options.precompute = false;
+  options.tables = pse::TableBuild::kAtFirstUse;
   return pse::compile_grammar(g, byte_vocabulary(), options);
 }
 
