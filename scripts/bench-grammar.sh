@@ -17,6 +17,7 @@ PY="${PYTHON:-$ROOT/.venv-bench/bin/python}"
 ORCHARD="$BUILD/pie/orchard"
 TOKENIZER="$SHARED/tokenizers/llama3"
 REPEAT="${REPEAT:-1}"  # passes over the documents; 1 = the same single pass the peers make
+PREFILL_MS="${PREFILL_MS:-20}"
 
 if [ ! -d "$BUILD" ]; then
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -35,13 +36,17 @@ for w in json arithmetic c regex; do
   else
     src=(--gbnf "$grammar")
   fi
-  # Orchard three times: every token table built in compile (the ratios' base), in the background (the
-  # engine's default: compile returns first, and the first masks may meet tables being built), then each
+  # Orchard four times: every token table built in compile (the ratios' base); in the background (the
+  # engine's default: compile returns first), with the first mask right after compile (it may meet tables
+  # being built) and PREFILL_MS later (default 20), where a server runs the prompt's prefill; then each
   # at its first use (its first pass over the documents pays for the builds).
   "$ORCHARD" grammar bench -t "$TOKENIZER" "${src[@]}" --docs "$WORK/$w.docs.json" -r "$REPEAT" --tables compile \
     --save-tokens "$WORK/$w.tokens.json" --json "$WORK/$w.orchard.json" >/dev/null 2>"$WORK/$w.orchard.err" || true
   "$ORCHARD" grammar bench -t "$TOKENIZER" "${src[@]}" --docs "$WORK/$w.docs.json" -r "$REPEAT" \
     --tables background --json "$WORK/$w.orchard-bg.json" >/dev/null 2>>"$WORK/$w.orchard.err" || true
+  "$ORCHARD" grammar bench -t "$TOKENIZER" "${src[@]}" --docs "$WORK/$w.docs.json" -r "$REPEAT" \
+    --tables background --prefill-ms "$PREFILL_MS" --json "$WORK/$w.orchard-bg-prefill.json" >/dev/null \
+    2>>"$WORK/$w.orchard.err" || true
   "$ORCHARD" grammar bench -t "$TOKENIZER" "${src[@]}" --docs "$WORK/$w.docs.json" -r "$REPEAT" \
     --tables first-use --json "$WORK/$w.orchard-lazy.json" >/dev/null 2>>"$WORK/$w.orchard.err" || true
   "$PY" "$ROOT/tests/bench/peers/grammar_peers.py" run --grammar-kind "$kind" --grammar "$grammar" \
@@ -52,10 +57,10 @@ done
 import json, os, sys
 work = sys.argv[1]
 cols = ["compile_ms", "p50_us", "p99_us", "p999_us", "max_us"]
-print(f"{'grammar':<11} {'engine':<12} {'masks':>6} {'compile ms':>11} {'p50 us':>9} {'p99 us':>9} {'p99.9 us':>9} {'max us':>9}")
+print(f"{'grammar':<11} {'engine':<18} {'masks':>6} {'compile ms':>11} {'p50 us':>9} {'p99 us':>9} {'p99.9 us':>9} {'max us':>9}")
 for w in ["json", "arithmetic", "c", "regex"]:
     rows = []
-    for name in ("orchard", "orchard-bg", "orchard-lazy"):
+    for name in ("orchard", "orchard-bg", "orchard-bg-prefill", "orchard-lazy"):
         path = os.path.join(work, f"{w}.{name}.json")
         if os.path.exists(path):
             o = json.load(open(path)); o["peer"] = name; rows.append(o)
@@ -64,9 +69,9 @@ for w in ["json", "arithmetic", "c", "regex"]:
     base = rows[0] if rows and rows[0]["peer"] == "orchard" else None
     for r in rows:
         if "error" in r:
-            print(f"{w:<11} {r['peer']:<12} error: {r['error'][:90]}")
+            print(f"{w:<11} {r['peer']:<18} error: {r['error'][:90]}")
             continue
-        line = f"{w:<11} {r['peer']:<12} {r.get('masks', 0):>6} " + " ".join(f"{r[c]:>{11 if c == 'compile_ms' else 9}.1f}" for c in cols)
+        line = f"{w:<11} {r['peer']:<18} {r.get('masks', 0):>6} " + " ".join(f"{r[c]:>{11 if c == 'compile_ms' else 9}.1f}" for c in cols)
         if base is not None and r is not base:
             line += "   ratio x" + " x".join(f"{r[c] / base[c]:.2f}" if base[c] > 0 else "-" for c in cols)
         if r.get("tables") == "in the background":

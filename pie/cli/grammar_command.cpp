@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "arg_parser.h"
@@ -187,9 +188,9 @@ double percentile(std::vector<double> v, double q) {
 int grammar_bench(std::span<const std::string> args) {
   if (wants_maskbench(args)) return grammar_maskbench(args);
   GrammarSource src;
-  std::optional<std::string> tokenizer_path, docs_path, repeat_text, save_tokens, json_out, tables;
+  std::optional<std::string> tokenizer_path, docs_path, repeat_text, save_tokens, json_out, tables, prefill_text;
   ArgParser p(fmt::format("orchard grammar bench -t TOKENIZER {} --docs FILE [--repeat N] [--save-tokens FILE] "
-                          "[--tables compile|background|first-use]",
+                          "[--tables compile|background|first-use] [--prefill-ms MS]",
                           kGrammarSynopsis),
               "Times the grammar's compile (median of 5, cold: no compile cache, no shared token tables;\n"
               "and again with the shared tables of earlier compiles; with tables built in the background,\n"
@@ -208,12 +209,17 @@ int grammar_bench(std::span<const std::string> args) {
       .option("tables", 0, "WHEN",
               "when the token tables are built: compile, background or first-use (default: the engine's, "
               "background)",
-              &tables);
+              &tables)
+      .option("prefill-ms", 0, "MS",
+              "pause between that compile and the first mask, where a server runs the prompt's prefill "
+              "(default 0)",
+              &prefill_text);
   if (!p.parse(args)) return 0;
   if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
   if (!docs_path) throw UsageError("missing option --docs FILE");
   const long long repeat = repeat_text ? parse_int(*repeat_text, "--repeat", 1, 1000) : 3;
   const pse::TableBuild table_build = table_build_option(tables, "--tables");
+  const long long prefill_ms = prefill_text ? parse_int(*prefill_text, "--prefill-ms", 0, 60'000) : 0;
   pse::Grammar g = src.load();
   const tokenizers::Tokenizer tok = tokenizers::Tokenizer::load(*tokenizer_path);
   auto vocab = grammar_vocabulary(tok);
@@ -255,6 +261,7 @@ int grammar_bench(std::span<const std::string> args) {
     (void)timed.wait_for_tables();
   }
   const pse::CompiledGrammar cg = pse::compile_grammar(g, vocab, cold);
+  std::this_thread::sleep_for(std::chrono::milliseconds(prefill_ms));
   const pse::TokenId eos = vocab->eos_ids().empty() ? -1 : vocab->eos_ids()[0];
   std::vector<double> mask_us;
   std::vector<std::uint32_t> mask;
@@ -303,7 +310,7 @@ int grammar_bench(std::span<const std::string> args) {
                         {"p50_us", p50},              {"p99_us", p99},
                         {"p999_us", p999},            {"max_us", mx},
                         {"mean_us", mean},            {"tables", table_build_words(table_build)},
-                        {"tables_ready_ms", ready_median}};
+                        {"tables_ready_ms", ready_median}, {"prefill_ms", prefill_ms}};
     std::ofstream out(*json_out);
     out << j.dump(2) << "\n";
   }

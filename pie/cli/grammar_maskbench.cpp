@@ -16,6 +16,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "arg_parser.h"
@@ -159,8 +160,8 @@ MaskbenchFile load_file(const fs::path& path) {
 // the schema's own faults: they land in `status` and the outcome.
 SchemaOutcome run_schema(const MaskbenchFile& file, const tokenizers::Tokenizer& tok,
                          const std::shared_ptr<const pse::Vocabulary>& vocab, const pse::CompileOptions& base,
-                         const pse::JsonSchemaOptions& schema_options, double time_limit_s, ordered_json& status,
-                         std::vector<double>& all_tbm_us, double& ttfm_us) {
+                         const pse::JsonSchemaOptions& schema_options, double time_limit_s, double prefill_ms,
+                         ordered_json& status, std::vector<double>& all_tbm_us, double& ttfm_us) {
   SchemaOutcome out;
   std::vector<double> mask_us;
   std::size_t n_valid_ok = 0, n_invalid_ok = 0;
@@ -174,7 +175,7 @@ SchemaOutcome run_schema(const MaskbenchFile& file, const tokenizers::Tokenizer&
                         {"all_mask_us", ordered_json::array()},
                         {"num_valid_tests", 0},
                         {"num_invalid_tests", 0}};
-  const auto start = Clock::now();
+  auto start = Clock::now();
   const double limit_us = time_limit_s * 1e6;
 
   std::optional<pse::Matcher> matcher;
@@ -215,6 +216,11 @@ SchemaOutcome run_schema(const MaskbenchFile& file, const tokenizers::Tokenizer&
                                            {"shared_tables", st.n_shared_tables}};
   }
 
+  if (prefill_ms > 0) {  // (not counted in the time limit)
+    const auto pause = std::chrono::microseconds(static_cast<std::int64_t>(prefill_ms * 1000));
+    std::this_thread::sleep_for(pause);
+    start += pause;
+  }
   pse::Matcher& m = *matcher;
   std::vector<std::uint32_t> mask(m.mask_words());
   double masks_total = 0, max_mask = 0;
@@ -324,11 +330,11 @@ bool wants_maskbench(std::span<const std::string> args) {
 
 int grammar_maskbench(std::span<const std::string> raw_args) {
   std::vector<std::string> paths;
-  std::optional<std::string> tokenizer_path, jsonl_path, time_limit_text, tables;
+  std::optional<std::string> tokenizer_path, jsonl_path, time_limit_text, tables, prefill_text;
   bool cold = false, any_order = false;
   ArgParser p(
       "orchard grammar bench --maskbench DIR|FILE... -t TOKENIZER [--jsonl OUT] [--time-limit S]\n"
-      "                      [--tables compile|background|first-use] [--cold] [--any-order]",
+      "                      [--tables compile|background|first-use] [--prefill-ms MS] [--cold] [--any-order]",
       "Runs the MaskBench protocol (guidance-ai/jsonschemabench maskbench) on MaskBench schema "
       "files\n"
       "(each DIR: its *.json files). Per file: convert and compile the schema (TTFM; a failure is "
@@ -354,6 +360,10 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
               "when the token tables are built: compile (slower TTFM, steadier masks), background or "
               "first-use (default: the engine's, background)",
               &tables)
+      .option("prefill-ms", 0, "MS",
+              "pause between a schema's compile and its first mask, where a server runs the prompt's prefill "
+              "(default 0; not counted in the time limit)",
+              &prefill_text)
       .flag("cold", 0, "share no token tables between schemas (each compile as if it were the process's first)",
             &cold)
       .flag("any-order", 0, "object members in any order (default: the order of `properties`, as MaskBench's peers)",
@@ -363,6 +373,13 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
   if (paths.empty()) throw UsageError("missing option --maskbench DIR|FILE...");
   if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
   const pse::TableBuild table_build = table_build_option(tables, "--tables");
+  double prefill_ms = 0;
+  if (prefill_text) {
+    prefill_ms = parse_double(*prefill_text, "--prefill-ms");
+    if (!(prefill_ms >= 0 && prefill_ms <= 60'000)) {
+      throw UsageError(fmt::format("--prefill-ms: expected milliseconds from 0 to 60000, got '{}'", *prefill_text));
+    }
+  }
   double time_limit_s = kDefaultTimeLimitS;
   if (time_limit_text) {
     time_limit_s = parse_double(*time_limit_text, "--time-limit");
@@ -399,7 +416,7 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
     double ttfm = 0;
     SchemaOutcome o;
     try {
-      o = run_schema(f, tok, vocab, base, schema_options, time_limit_s, status, tbm_us, ttfm);
+      o = run_schema(f, tok, vocab, base, schema_options, time_limit_s, prefill_ms, status, tbm_us, ttfm);
     } catch (const std::exception& e) {  // a fault of the runner itself (e.g. out of memory)
       o = SchemaOutcome{};
       o.crashed = true;

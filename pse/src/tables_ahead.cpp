@@ -140,12 +140,15 @@ class BackgroundBuilders {
       worker.dfa = ahead.dfas[slot].get();
       bool more = false;
       try {
-        more = !stop_requested() && build_next_chunk(*impl, ahead, worker);
+        more = build_next_chunk(*impl, ahead, worker);
       } catch (...) {  // (out of memory: the rest at first use, where the error reaches a caller)
+        ahead.stopped = true;
+      }
+      if (more && stop_requested()) {  // the process is exiting
+        ahead.stopped = true;
         more = false;
       }
       if (!more) {
-        if (ahead.next_chunk.load() * TablesAhead::kChunk < impl->table_state.size()) ahead.stopped = true;
         leave(ahead);
         return;
       }

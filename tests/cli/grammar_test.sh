@@ -54,7 +54,9 @@ case $case_name in
     run grammar check -t "$llama3" --regex a --gbnf "$tmp/a.gbnf"; expect_rc 2
     run grammar frobnicate; expect_rc 2
     run grammar bench -t x --regex a --docs d --tables eagerly; expect_rc 2
-    [[ "$err" == *"--tables: expected compile, background or first-use, got 'eagerly'"* ]] || fail "bench: '$err'" ;;
+    [[ "$err" == *"--tables: expected compile, background or first-use, got 'eagerly'"* ]] || fail "bench: '$err'"
+    run grammar bench -t x --regex a --docs d --prefill-ms soon; expect_rc 2
+    [[ "$err" == *"--prefill-ms"* ]] || fail "bench --prefill-ms: '$err'" ;;
   grammar_compile_stats)
     need "$llama3/encoder.json"
     run grammar compile -t "$llama3" --schema "$tmp/month.json"; expect_rc 0

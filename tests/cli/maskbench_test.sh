@@ -120,6 +120,8 @@ PY
     run grammar bench --maskbench "$tmp/ok.json" -t x --time-limit 0; expect_rc 2; expect_err_line "--time-limit"
     run grammar bench --maskbench "$tmp/ok.json" -t x --tables sometimes; expect_rc 2
     expect_err_line "--tables: expected compile, background or first-use, got 'sometimes'"
+    run grammar bench --maskbench "$tmp/ok.json" -t x --prefill-ms -1; expect_rc 2
+    expect_err_line "--prefill-ms: expected milliseconds from 0 to 60000, got '-1'"
     run grammar bench --maskbench x --help; expect_rc 0
     grep -q "usage: orchard grammar bench --maskbench DIR|FILE... -t TOKENIZER" "$tmp/out" || fail "no usage line" ;;
   *) fail "unknown case" ;;
