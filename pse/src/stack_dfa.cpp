@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <span>
 
 #include "pse/vocabulary.h"
 #include "u32_hash.h"
@@ -217,24 +218,30 @@ std::int32_t StackDfa::multibyte_step(std::int32_t config) {
   // Every one of Unicode's well-formed multi-byte sequences (byte ranges per position) must lead to the
   // same configuration: follow the set of configurations reached after each position of a sequence (a
   // handful, since the ranges are read by few distinct edges).
+  // (Constant data, no destructor: the background table threads may still walk while statics are
+  // destroyed at exit.)
   struct Range {
     std::uint8_t lo, hi;
   };
-  static const std::vector<std::vector<Range>> kSequences = {
-      {{0xC2, 0xDF}, {0x80, 0xBF}},
-      {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
-      {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
-      {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
-      {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
-      {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
-      {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
-      {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+  struct Sequence {
+    std::size_t length;
+    Range at[4];
+  };
+  static constexpr Sequence kSequences[] = {
+      {2, {{0xC2, 0xDF}, {0x80, 0xBF}}},
+      {3, {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}}},
+      {3, {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}}},
+      {3, {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}}},
+      {3, {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}}},
+      {4, {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}}},
+      {4, {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}}},
+      {4, {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}}},
   };
   auto find = [&]() -> std::int32_t {
     std::int32_t target = kUnknown;
-    for (const std::vector<Range>& seq : kSequences) {
+    for (const Sequence& seq : kSequences) {
       std::vector<std::int32_t> at{config};
-      for (const Range& r : seq) {
+      for (const Range& r : std::span<const Range>(seq.at, seq.length)) {
         std::vector<std::int32_t> next;
         for (const std::int32_t from : at) {
           const bool ok = each_byte_interval(from, r.lo, r.hi, [&](unsigned b, unsigned) {

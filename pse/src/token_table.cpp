@@ -477,8 +477,11 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   Cursor chart = make();
   chart.reset_detached({&state, 1});
   const ByteSet first = first_bytes(a, chart);
-  static const std::vector<std::uint32_t> kNoContexts;  // an empty context list skips the check
-  FollowCheck<Cursor> follow_check(filter == FollowFilter::kFull ? a.rule_contexts[rule] : kNoContexts, make);
+  // (An empty context list skips the check.)
+  const std::span<const std::uint32_t> contexts = filter == FollowFilter::kFull
+                                                      ? std::span<const std::uint32_t>(a.rule_contexts[rule])
+                                                      : std::span<const std::uint32_t>();
+  FollowCheck<Cursor> follow_check(contexts, make);
   EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule],
                                           filter == FollowFilter::kFull && rule != a.root, make);
 
@@ -1050,8 +1053,10 @@ TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, 
                                    MakeCursor make) {
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
-  static const std::vector<std::uint32_t> kNoContexts;
-  FollowCheck<Cursor> follow_check(filter == FollowFilter::kFull ? a.rule_contexts[rule] : kNoContexts, make);
+  const std::span<const std::uint32_t> contexts = filter == FollowFilter::kFull
+                                                      ? std::span<const std::uint32_t>(a.rule_contexts[rule])
+                                                      : std::span<const std::uint32_t>();
+  FollowCheck<Cursor> follow_check(contexts, make);
   EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule],
                                           filter == FollowFilter::kFull && rule != a.root, make);
   const std::vector<TokenId>& sorted = vocab.text_tokens();
