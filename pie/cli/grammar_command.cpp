@@ -195,11 +195,11 @@ int grammar_bench(std::span<const std::string> args) {
               "Times the grammar's compile (median of 5, cold: no compile cache, no shared token tables;\n"
               "and again with the shared tables of earlier compiles; with tables built in the background,\n"
               "also until they are all built) and the next-token mask at every token of every document\n"
-              "(one thread; the masks start right after a fresh compile), then prints p50/p99/p99.9/max.\n"
-              "FILE is a JSON\n"
-              "array of strings, each a valid document; each is tokenized without special tokens and\n"
-              "followed by an end-of-sequence token. --save-tokens writes the token ids used (a JSON\n"
-              "array of arrays) for peers (tests/bench/peers/grammar_peers.py) to replay.");
+              "(one thread; the masks start right after a fresh compile, or --prefill-ms later), then\n"
+              "prints p50/p99/p99.9/max. FILE is a JSON array of strings, each a valid document; each is\n"
+              "tokenized without special tokens and followed by an end-of-sequence token. --save-tokens\n"
+              "writes the token ids used (a JSON array of arrays) for peers\n"
+              "(tests/bench/peers/grammar_peers.py) to replay.");
   src.add_options(p);
   p.option("tokenizer", 't', "TOKENIZER", "tokenizer file or folder (required)", &tokenizer_path)
       .option("docs", 0, "FILE", "JSON array of documents (required)", &docs_path)
@@ -219,7 +219,7 @@ int grammar_bench(std::span<const std::string> args) {
   if (!docs_path) throw UsageError("missing option --docs FILE");
   const long long repeat = repeat_text ? parse_int(*repeat_text, "--repeat", 1, 1000) : 3;
   const pse::TableBuild table_build = table_build_option(tables, "--tables");
-  const long long prefill_ms = prefill_text ? parse_int(*prefill_text, "--prefill-ms", 0, 60'000) : 0;
+  const double prefill_ms = prefill_ms_option(prefill_text);
   pse::Grammar g = src.load();
   const tokenizers::Tokenizer tok = tokenizers::Tokenizer::load(*tokenizer_path);
   auto vocab = grammar_vocabulary(tok);
@@ -261,7 +261,7 @@ int grammar_bench(std::span<const std::string> args) {
     (void)timed.wait_for_tables();
   }
   const pse::CompiledGrammar cg = pse::compile_grammar(g, vocab, cold);
-  std::this_thread::sleep_for(std::chrono::milliseconds(prefill_ms));
+  std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(prefill_ms * 1000)));
   const pse::TokenId eos = vocab->eos_ids().empty() ? -1 : vocab->eos_ids()[0];
   std::vector<double> mask_us;
   std::vector<std::uint32_t> mask;

@@ -373,13 +373,7 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
   if (paths.empty()) throw UsageError("missing option --maskbench DIR|FILE...");
   if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
   const pse::TableBuild table_build = table_build_option(tables, "--tables");
-  double prefill_ms = 0;
-  if (prefill_text) {
-    prefill_ms = parse_double(*prefill_text, "--prefill-ms");
-    if (!(prefill_ms >= 0 && prefill_ms <= 60'000)) {
-      throw UsageError(fmt::format("--prefill-ms: expected milliseconds from 0 to 60000, got '{}'", *prefill_text));
-    }
-  }
+  const double prefill_ms = prefill_ms_option(prefill_text);
   double time_limit_s = kDefaultTimeLimitS;
   if (time_limit_text) {
     time_limit_s = parse_double(*time_limit_text, "--time-limit");

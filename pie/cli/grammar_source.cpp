@@ -63,6 +63,14 @@ pse::TableBuild table_build_option(const std::optional<std::string>& text, const
   throw UsageError(fmt::format("{}: expected compile, background or first-use, got '{}'", flag, *text));
 }
 
+double prefill_ms_option(const std::optional<std::string>& text) {
+  if (!text) return 0;
+  const double ms = parse_double(*text, "--prefill-ms");
+  if (!(ms >= 0 && ms <= 60'000))
+    throw UsageError(fmt::format("--prefill-ms: expected milliseconds from 0 to 60000, got '{}'", *text));
+  return ms;
+}
+
 const char* table_build_words(pse::TableBuild build) {
   switch (build) {
     case pse::TableBuild::kInCompile:

@@ -32,6 +32,8 @@ struct GrammarSource {
 // (pie::EngineOptions::grammar_tables), so that benches time what a server gets. Throws UsageError
 // naming `flag` on another value.
 pse::TableBuild table_build_option(const std::optional<std::string>& text, const std::string& flag);
+// The value of the benches' --prefill-ms: milliseconds from 0 to 60,000 (0 when absent); UsageError else.
+double prefill_ms_option(const std::optional<std::string>& text);
 // "in compile", "in the background" or "at first use".
 const char* table_build_words(pse::TableBuild build);
 

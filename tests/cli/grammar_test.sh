@@ -56,7 +56,9 @@ case $case_name in
     run grammar bench -t x --regex a --docs d --tables eagerly; expect_rc 2
     [[ "$err" == *"--tables: expected compile, background or first-use, got 'eagerly'"* ]] || fail "bench: '$err'"
     run grammar bench -t x --regex a --docs d --prefill-ms soon; expect_rc 2
-    [[ "$err" == *"--prefill-ms"* ]] || fail "bench --prefill-ms: '$err'" ;;
+    [[ "$err" == *"--prefill-ms"* ]] || fail "bench --prefill-ms: '$err'"
+    run grammar bench -t x --regex a --docs d --prefill-ms 70000; expect_rc 2
+    [[ "$err" == *"--prefill-ms: expected milliseconds from 0 to 60000, got '70000'"* ]] || fail "bench: '$err'" ;;
   grammar_compile_stats)
     need "$llama3/encoder.json"
     run grammar compile -t "$llama3" --schema "$tmp/month.json"; expect_rc 0

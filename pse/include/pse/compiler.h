@@ -20,9 +20,11 @@ namespace pse {
 enum class TableBuild {
   // All in compile(): steady masks from the first step, the longest compile.
   kInCompile,
-  // On process-wide background threads (one per core, at most 8) after compile() returns, which then
-  // takes the automaton and its classes only; the grammar's first tables first. A mask that needs a table
-  // not built yet builds it, or waits for the thread building it. The same tables as kInCompile.
+  // On process-wide background threads (one per core but one, at least one, at most 7) after compile()
+  // returns, which then takes the automaton and its classes only; the tables in the order of their states.
+  // A mask that needs a table not built yet builds it, or waits for the thread building it. The same
+  // tables as kInCompile. An automaton of over 8,192 states builds at first use instead (its classes would
+  // hold up the first mask).
   kInBackground,
   // Each at its first mask (the shortest compile; the first mask at each state pays for its table).
   kAtFirstUse,
@@ -47,7 +49,7 @@ struct CompileOptions {
   // follow filter to a table it takes.
   bool shared_tables = true;
   // Threads that build the tables ahead: 0 = one per core (at most 8) from a process-wide pool that one
-  // compile uses at a time (a compile that finds it busy builds on its own thread), or of the background
+  // compile uses at a time (a compile that finds it busy builds on its own thread), or all the background
   // threads; 1 = the calling thread only (one background thread). The tables are the same whatever the
   // number.
   std::size_t threads = 0;
