@@ -57,7 +57,8 @@ done
 import json, os, sys
 work = sys.argv[1]
 cols = ["compile_ms", "p50_us", "p99_us", "p999_us", "max_us"]
-print(f"{'grammar':<11} {'engine':<18} {'masks':>6} {'compile ms':>11} {'p50 us':>9} {'p99 us':>9} {'p99.9 us':>9} {'max us':>9}")
+print(f"{'grammar':<11} {'engine':<18} {'masks':>6} {'compile ms':>11} "
+      f"{'p50 us':>9} {'p99 us':>9} {'p99.9 us':>9} {'max us':>9}")
 for w in ["json", "arithmetic", "c", "regex"]:
     rows = []
     for name in ("orchard", "orchard-bg", "orchard-bg-prefill", "orchard-lazy"):
@@ -71,7 +72,8 @@ for w in ["json", "arithmetic", "c", "regex"]:
         if "error" in r:
             print(f"{w:<11} {r['peer']:<18} error: {r['error'][:90]}")
             continue
-        line = f"{w:<11} {r['peer']:<18} {r.get('masks', 0):>6} " + " ".join(f"{r[c]:>{11 if c == 'compile_ms' else 9}.1f}" for c in cols)
+        line = f"{w:<11} {r['peer']:<18} {r.get('masks', 0):>6} " + " ".join(
+            f"{r[c]:>{11 if c == 'compile_ms' else 9}.1f}" for c in cols)
         if base is not None and r is not base:
             line += "   ratio x" + " x".join(f"{r[c] / base[c]:.2f}" if base[c] > 0 else "-" for c in cols)
         if r.get("tables") == "in the background":
