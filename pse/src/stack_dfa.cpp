@@ -61,9 +61,10 @@ std::int32_t StackDfa::start(std::span<const std::uint32_t> states) {
 std::size_t StackDfa::memory_bytes() const {
   std::size_t n = trans_.capacity() * 4 + outer_final_.capacity() + text_steps_.capacity() * 4 +
                   ascii_self_loop_.capacity() + ascii_loops_.capacity() * 16 + ascii_loops_known_.capacity();
-  for (const auto& c : configs_) n += c.capacity() * 8 + sizeof(c);  // the index holds a copy
+  for (const auto& c : configs_) n += c.capacity() * 4 + sizeof(c);
   n += nodes_.capacity() * sizeof(Node) + node_slots_.capacity() * 4 + closure_mark_.capacity() * 4;
-  n += seed_words_ * 4 + seed_index_.size() * (sizeof(std::vector<std::uint32_t>) + 16);
+  n += config_index_.memory_bytes() + seed_index_.memory_bytes();
+  n += (seed_words_.capacity() + seed_begin_.capacity() + seed_config_.capacity()) * 4;
   return n + group_bytes_;
 }
 
@@ -103,10 +104,18 @@ std::int32_t StackDfa::close_and_intern() {
   // stack may call) costs far more than the lookup. A seed set is its nodes, sorted.
   std::sort(seeds_.begin(), seeds_.end());
   seeds_.erase(std::unique(seeds_.begin(), seeds_.end()), seeds_.end());
-  if (auto it = seed_index_.find(seeds_); it != seed_index_.end()) return it->second;
+  const std::uint64_t h = hash_u32s(seeds_);
+  const std::int32_t met = seed_index_.find(h, [&](std::int32_t e) {
+    const auto k = static_cast<std::size_t>(e);
+    return std::equal(seeds_.begin(), seeds_.end(), seed_words_.begin() + seed_begin_[k],
+                      seed_words_.begin() + seed_begin_[k + 1]);
+  });
+  if (met >= 0) return seed_config_[static_cast<std::size_t>(met)];
   const std::int32_t id = close_seeds();
-  seed_index_.emplace(seeds_, id);
-  seed_words_ += seeds_.size();
+  (void)seed_index_.add(h);
+  seed_words_.insert(seed_words_.end(), seeds_.begin(), seeds_.end());
+  seed_begin_.push_back(static_cast<std::uint32_t>(seed_words_.size()));
+  seed_config_.push_back(id);
   return id;
 }
 
@@ -125,7 +134,10 @@ std::int32_t StackDfa::close_seeds() {
     closure_epoch_ = 1;
   }
   work_.clear();
-  kept_.clear();
+  // The key: whether the closure has an outer completion (key_[0], set at the end), then its states that
+  // read bytes, sorted.
+  key_.clear();
+  key_.push_back(0);
   std::size_t n_met = 0;
   auto add = [&](std::uint32_t n) {
     if (closure_mark_.size() <= n) {
@@ -157,22 +169,24 @@ std::int32_t StackDfa::close_seeds() {
       }
     }
     if (a_.has_bytes(s)) {
-      if (kept_.size() >= kMaxElements) throw Overflow{};
-      kept_.push_back(n);
+      if (key_.size() > kMaxElements) throw Overflow{};
+      key_.push_back(n);
     }
   }
-  std::sort(kept_.begin(), kept_.end());
-  key_.clear();
-  key_.push_back(outer ? 1 : 0);
-  key_.insert(key_.end(), kept_.begin(), kept_.end());
-  auto it = index_.find(key_);
-  if (it != index_.end()) return it->second;
+  std::sort(key_.begin() + 1, key_.end());
+  key_[0] = outer ? 1 : 0;
+  const std::uint64_t h = hash_u32s(key_);
+  const std::int32_t met = config_index_.find(h, [&](std::int32_t c) {
+    const auto& nodes = configs_[static_cast<std::size_t>(c)];
+    return outer_final_[static_cast<std::size_t>(c)] == key_[0] &&
+           std::equal(key_.begin() + 1, key_.end(), nodes.begin(), nodes.end());
+  });
+  if (met >= 0) return met;
   if (configs_.size() >= max_configs_) throw Overflow{};
-  const std::int32_t id = static_cast<std::int32_t>(configs_.size());
+  const std::int32_t id = config_index_.add(h);  // (the configuration's id: both count from 0)
   configs_.emplace_back(key_.begin() + 1, key_.end());
   outer_final_.push_back(outer ? 1 : 0);
   trans_.resize(trans_.size() + 256, kUnknown);
-  index_.emplace(key_, id);
   return id;
 }
 
@@ -418,9 +432,11 @@ void StackDfa::clear() {
   closure_epoch_ = 0;
   outer_final_.clear();
   trans_.clear();
-  index_.clear();
+  config_index_.clear();
   seed_index_.clear();
-  seed_words_ = 0;
+  seed_words_.clear();
+  seed_begin_.assign(1, 0);
+  seed_config_.clear();
   text_steps_.clear();
   multibyte_steps_.clear();
   ascii_self_loop_.clear();

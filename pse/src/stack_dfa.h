@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "automaton.h"
+#include "flat_index.h"
 #include "pse/vocabulary.h"
-#include "u32_hash.h"
 
 namespace pse::detail {
 
@@ -193,7 +193,7 @@ class StackDfa {
 
   // Scratch of close_and_intern, kept between calls so that a step allocates nothing: the seeds, the
   // nodes met in this closure (closure_mark_ == closure_epoch_), the work list, the kept ones.
-  std::vector<std::uint32_t> seeds_, key_, work_, kept_;
+  std::vector<std::uint32_t> seeds_, key_, work_;
   std::vector<std::uint32_t> closure_mark_;
   std::uint32_t closure_epoch_ = 0;
 
@@ -239,10 +239,13 @@ class StackDfa {
   std::size_t group_records_ = 0, group_hits_ = 0;  // since the last reset_groups (or clear)
   bool selective_records_ = false;
   std::size_t max_group_bytes_ = std::size_t{64} << 20;
-  std::unordered_map<std::vector<std::uint32_t>, std::int32_t, U32VectorHash> index_;
-  // The configuration each seed set met so far closed to (close_and_intern).
-  std::unordered_map<std::vector<std::uint32_t>, std::int32_t, U32VectorHash> seed_index_;
-  std::size_t seed_words_ = 0;
+  // The configurations by their key (the outer-completion flag, then the nodes): entry c is configs_[c].
+  FlatIndex config_index_;
+  // The seed sets met so far (close_and_intern), back to back in seed_words_ (entry e: [seed_begin_[e],
+  // seed_begin_[e + 1])), and the configuration each closed to.
+  FlatIndex seed_index_;
+  std::vector<std::uint32_t> seed_words_, seed_begin_ = std::vector<std::uint32_t>(1, 0);
+  std::vector<std::int32_t> seed_config_;
 };
 
 // The walking interface of Chart (detached use only) over a StackDfa: one configuration per byte
