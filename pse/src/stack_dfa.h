@@ -104,6 +104,7 @@ class StackDfa {
   struct GroupResult {
     std::int8_t whole = -1;  // a Vocabulary::TokenClass whose members in the group are accepted too, or -1
     std::vector<std::uint64_t> accepted;  // bit i: the group's i-th token (by position) is accepted
+    std::size_t n_accepted = 0;           // its bits set
     std::vector<std::uint32_t> uncertain, uncertain_ends, end_depths;
     std::size_t bytes() const {
       return accepted.size() * 8 + (uncertain.size() + uncertain_ends.size() + end_depths.size()) * 4 + sizeof(GroupResult);

@@ -111,30 +111,54 @@ class AcceptedIds {
   void add_group(const std::uint64_t* words, std::size_t n_words, const TokenId* ids) {
     add_words<false>(words, n_words, ids);
   }
-  // The same for a whole group of n positions whose ids are `group_mask` (Vocabulary::first_byte_mask):
-  // when most are accepted, the mask less the ids of the rejected ones is or-ed in. Returns false (and
-  // does nothing) when setting the accepted ids one by one costs less.
+  // The same for the whole first-byte group b (its n positions from `begin`, their ids from `ids`): when
+  // most are accepted, the group's ids less the rejected ones are or-ed in, as its mask
+  // (Vocabulary::first_byte_mask) or its sparse words (Vocabulary::group_words), whichever costs less.
+  // Returns false (and does nothing) when setting the accepted ids one by one costs less. `accepted`: the
+  // bits set in words, when known.
   template <class Word>
-  bool add_mostly_accepted_group(Word* words, std::size_t n, const TokenId* ids,
-                                 std::span<const std::uint32_t> group_mask) {
+  bool add_mostly_accepted_group(Word* words, std::size_t n, const TokenId* ids, const Vocabulary& vocab,
+                                 std::uint8_t b, std::uint32_t begin, std::size_t accepted = kUncounted) {
+    const std::vector<std::uint32_t>& mask = vocab.first_byte_mask(b);
+    const std::span<const std::uint32_t> group_words = vocab.group_words(b);
+    if (mask.empty() && group_words.empty()) return false;
     const std::size_t n_group_words = (n + 63) / 64;
-    std::size_t accepted = 0;
-    for (std::size_t w = 0; w < n_group_words; ++w) accepted += count_bits(words[w]);
-    if (accepted <= n - accepted + n_words_) return false;
+    if (accepted == kUncounted) {
+      accepted = 0;
+      for (std::size_t w = 0; w < n_group_words; ++w) accepted += count_bits(words[w]);
+    }
+    // (While the ids fit the list, they stay there: no bitset to clear and scan for them.)
+    if (bits_ == nullptr && ids_.size() + accepted <= kMaxList) return false;
+    // Costs in word operations: an id set or cleared costs about two, a word of the mask or of the
+    // sparse words copied and or-ed in about one (the mask's in vector loops).
+    const std::size_t one_by_one = 2 * accepted, rejected_ids = 2 * (n - accepted);
+    const bool dense = !mask.empty() && n_words_ + rejected_ids < std::min(one_by_one, 2 * group_words.size());
+    if (!dense && (group_words.empty() || 2 * group_words.size() + rejected_ids >= one_by_one)) return false;
     to_bits();
     thread_local std::vector<std::uint32_t> kept;
-    kept.assign(group_mask.begin(), group_mask.end());
+    const std::uint32_t* const word_of = vocab.word_of_position() + begin;
+    if (dense) {
+      kept.assign(mask.begin(), mask.end());
+    } else {
+      kept.assign(vocab.group_word_bits(b).begin(), vocab.group_word_bits(b).end());
+    }
     for (std::size_t w = 0; w < n_group_words; ++w) {
       std::uint64_t rejected = ~static_cast<std::uint64_t>(words[w]);
       if (w + 1 == n_group_words && n % 64 != 0) rejected &= (std::uint64_t{1} << (n % 64)) - 1;
       for (; rejected != 0; rejected &= rejected - 1) {
-        const TokenId id = ids[w * 64 + static_cast<std::size_t>(std::countr_zero(rejected))];
-        kept[static_cast<std::uint32_t>(id) >> 5] &= ~(1u << (id & 31));
+        const std::size_t q = w * 64 + static_cast<std::size_t>(std::countr_zero(rejected));
+        const TokenId id = ids[q];
+        kept[dense ? static_cast<std::uint32_t>(id) >> 5 : word_of[q]] &= ~(1u << (id & 31));
       }
     }
-    for (std::size_t w = 0; w < n_words_; ++w) bits_[w] |= kept[w];
+    if (dense) {
+      for (std::size_t w = 0; w < n_words_; ++w) bits_[w] |= kept[w];
+    } else {
+      for (std::size_t k = 0; k < group_words.size(); ++k) bits_[group_words[k]] |= kept[k];
+    }
     return true;
   }
+  static constexpr std::size_t kUncounted = ~std::size_t{0};
   void add_mask(std::span<const std::uint32_t> mask) {
     to_bits();
     for (std::size_t w = 0; w < n_words_; ++w) bits_[w] |= mask[w];
@@ -636,9 +660,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         keep = memo && chart.dfa()->keeps_groups();
         if (memo) {
           if (const StackDfa::GroupResult* g = chart.dfa()->find_group(after, static_cast<std::uint8_t>(b), filter_id)) {
-            const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(static_cast<std::uint8_t>(b));
-            if (group_mask.empty() || !accepted_ids.add_mostly_accepted_group(g->accepted.data(), fb[b + 1] - fb[b],
-                                                                               sorted.data() + fb[b], group_mask)) {
+            if (!accepted_ids.add_mostly_accepted_group(g->accepted.data(), fb[b + 1] - fb[b], sorted.data() + fb[b],
+                                                         vocab, static_cast<std::uint8_t>(b), fb[b], g->n_accepted)) {
               accepted_ids.add_group(g->accepted.data(), g->accepted.size(), sorted.data() + fb[b]);
             }
             if (g->whole >= 0) accept_whole(static_cast<Vocabulary::TokenClass>(g->whole), b);
@@ -725,7 +748,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         loop_depth = d;
       }
     };
-    auto rest_read_whole = [&](std::uint32_t p) {
+    auto rest_read_whole = [&](std::uint32_t p) __attribute__((always_inline)) {
       // The rest from loop_depth on must be in the loop's class or set; the bytes before it need not
       // (" foo" enters an identifier loop after "f"). It starts at a character boundary (a loop entered
       // after a lone lead byte does not read the continuation bytes that follow it).
@@ -961,11 +984,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     if (keep)
       for (std::size_t w = words_lo; w < words_hi; ++w) record.accepted[w] |= group_bits[w];
     if (words_lo < words_hi) {
-      const std::vector<std::uint32_t>& group_mask = vocab.first_byte_mask(static_cast<std::uint8_t>(b));
-      // (Not counted when the words set hold too few bits for it.)
-      if (!group_mask.empty() && 128 * (words_hi - words_lo) > fb[b + 1] - group_begin + vocab.n_mask_words() &&
+      // (Not counted when the words set hold too few bits for it: more than the group's sparse words.)
+      if (64 * (words_hi - words_lo) > vocab.group_words(static_cast<std::uint8_t>(b)).size() &&
           accepted_ids.add_mostly_accepted_group(group_bits, fb[b + 1] - group_begin, sorted.data() + group_begin,
-                                                 group_mask)) {
+                                                 vocab, static_cast<std::uint8_t>(b), group_begin)) {
         std::fill(group_bits + words_lo, group_bits + words_hi, 0);
       } else {
         accepted_ids.add_and_clear_group(group_bits + words_lo, words_hi - words_lo,
@@ -982,6 +1004,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
           record.end_depths.insert(record.end_depths.end(), table.end_depths.begin() + table.end_begin[k],
                                    table.end_depths.begin() + e1);
         }
+        for (const std::uint64_t w : record.accepted) record.n_accepted += count_bits(w);
         chart.dfa()->add_group(after, static_cast<std::uint8_t>(b), filter_id, std::move(record));
       }
     }

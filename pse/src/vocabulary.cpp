@@ -215,6 +215,28 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     for (std::uint32_t p = first_byte_begin_[b]; p < first_byte_begin_[b + 1]; ++p)
       first_byte_masks_[b][static_cast<std::uint32_t>(sorted_[p]) >> 5] |= 1u << (sorted_[p] & 31);
   }
+  group_word_begin_.assign(257, 0);
+  word_of_position_.assign(sorted_.size(), 0);
+  std::vector<std::uint32_t> word_index(n_mask_words(), ~0u);  // per mask word: its index in the group's
+  for (unsigned b = 0; b < 256; ++b) {
+    group_word_begin_[b + 1] = group_word_begin_[b];
+    if (first_byte_begin_[b + 1] - first_byte_begin_[b] < kMinWordGroup) continue;
+    for (std::uint32_t p = first_byte_begin_[b]; p < first_byte_begin_[b + 1]; ++p)
+      word_index[static_cast<std::uint32_t>(sorted_[p]) >> 5] = 0;
+    for (std::uint32_t w = 0; w < word_index.size(); ++w) {
+      if (word_index[w] == ~0u) continue;
+      word_index[w] = static_cast<std::uint32_t>(group_words_.size()) - group_word_begin_[b];
+      group_words_.push_back(w);
+      group_word_bits_.push_back(0);
+    }
+    for (std::uint32_t p = first_byte_begin_[b]; p < first_byte_begin_[b + 1]; ++p) {
+      const auto id = static_cast<std::uint32_t>(sorted_[p]);
+      word_of_position_[p] = word_index[id >> 5];
+      group_word_bits_[group_word_begin_[b] + word_index[id >> 5]] |= 1u << (id & 31);
+    }
+    group_word_begin_[b + 1] = static_cast<std::uint32_t>(group_words_.size());
+    for (const std::uint32_t w : group_words(static_cast<std::uint8_t>(b))) word_index[w] = ~0u;
+  }
   // A token is a member when its rest from byte 0 is (member_from).
   auto index_class = [&](TokenClassIndex& c, auto member_from) {
     c.member_from.resize(sorted_.size());

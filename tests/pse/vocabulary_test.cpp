@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <set>
+#include <span>
+#include <string>
+#include <vector>
 
 namespace pse {
 namespace {
@@ -241,6 +245,36 @@ TEST(Vocabulary, LongTokensFindTheirClassRestInLinearTime) {
   EXPECT_EQ(plain.member_from[position[1]], 1u);
   EXPECT_EQ(text.member_from[position[2]], 0u);  // ends cut short: text
   EXPECT_EQ(plain.member_from[position[2]], letters.size() + 2);
+}
+
+// A first-byte group's sparse mask words hold exactly its ids, each position points at its id's word, and
+// a group below kMinWordGroup tokens has none.
+TEST(Vocabulary, GroupWordsHoldExactlyTheGroupsIds) {
+  std::vector<std::string> t;
+  for (int i = 0; i < 300; ++i) {  // 'a' and 'b' groups interleaved over the ids, a small 'c' group
+    t.push_back("a" + std::to_string(i));
+    t.push_back("b" + std::to_string(i));
+    if (i % 10 == 0) t.push_back("c" + std::to_string(i));
+  }
+  const Vocabulary v(t, {}, {});
+  for (const char first : {'a', 'b'}) {
+    const auto b = static_cast<std::uint8_t>(first);
+    const std::span<const std::uint32_t> words = v.group_words(b), bits = v.group_word_bits(b);
+    ASSERT_EQ(words.size(), bits.size());
+    ASSERT_FALSE(words.empty()) << first;
+    EXPECT_TRUE(std::is_sorted(words.begin(), words.end()));
+    std::set<TokenId> from_words, from_group;
+    for (std::size_t k = 0; k < words.size(); ++k)
+      for (unsigned j = 0; j < 32; ++j)
+        if ((bits[k] >> j) & 1) from_words.insert(static_cast<TokenId>(words[k] * 32 + j));
+    for (std::uint32_t p = v.first_byte_begin()[b]; p < v.first_byte_begin()[b + 1]; ++p) {
+      const TokenId id = v.text_tokens()[p];
+      from_group.insert(id);
+      EXPECT_EQ(words[v.word_of_position()[p]], static_cast<std::uint32_t>(id) / 32) << "position " << p;
+    }
+    EXPECT_EQ(from_words, from_group) << first;
+  }
+  EXPECT_TRUE(v.group_words(static_cast<std::uint8_t>('c')).empty()) << "30 tokens: below kMinWordGroup";
 }
 
 TEST(Vocabulary, EosIdsAreSpecialAndSorted) {

@@ -143,6 +143,17 @@ class Vocabulary {
   // mask less the ids it rejects (fewer ids to set one by one).
   static constexpr std::size_t kMinMaskedGroup = 8192;
   const std::vector<std::uint32_t>& first_byte_mask(std::uint8_t b) const { return first_byte_masks_[b]; }
+  // The same, sparse, for a first-byte group of at least kMinWordGroup tokens (else empty): the mask words
+  // its ids fall in, ascending (group_words), the group's bits in each (group_word_bits), and per sorted
+  // position of the group, the index in those of its id's word (word_of_position).
+  static constexpr std::size_t kMinWordGroup = 64;
+  std::span<const std::uint32_t> group_words(std::uint8_t b) const {
+    return {group_words_.data() + group_word_begin_[b], group_word_begin_[b + 1] - group_word_begin_[b]};
+  }
+  std::span<const std::uint32_t> group_word_bits(std::uint8_t b) const {
+    return {group_word_bits_.data() + group_word_begin_[b], group_word_begin_[b + 1] - group_word_begin_[b]};
+  }
+  const std::uint32_t* word_of_position() const { return word_of_position_.data(); }
   // Tokens longer than kShortTokenBytes: few (1,312 of Llama 3.1's 128,000 text tokens). States that read
   // every string of at most that many bytes alike classify the shorter tokens alike, so their tables
   // differ only in these (derive_token_table walks only them). Their sorted positions, ascending, and
@@ -171,6 +182,8 @@ class Vocabulary {
   std::vector<NonAscii> non_ascii_;                        // [text_tokens().size()]
   std::vector<std::uint32_t> long_tokens_, long_token_lcp_;
   std::array<std::vector<std::uint32_t>, 256> first_byte_masks_;
+  std::vector<std::uint32_t> group_word_begin_, group_words_, group_word_bits_;  // [257], then by group
+  std::vector<std::uint32_t> word_of_position_;                                 // [text_tokens().size()]
   TokenClassIndex plain_, text_;
   struct AsciiSetIndexes;  // ascii_set_index's (vocabulary.cpp); shared by copies
   std::shared_ptr<AsciiSetIndexes> ascii_set_indexes_;
