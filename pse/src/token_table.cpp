@@ -713,6 +713,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       record.whole = static_cast<std::int8_t>(whole_class);
     }
     std::string_view last;  // the last token walked in this group
+    std::uint32_t last_p = 0;  // and its position (valid while last is not empty)
     // The depth of the last walked token's path at which it reached a configuration looping on every
     // member of a token class (loop_from: that class's member_from) or on a set of ASCII bytes
     // (loop_bytes), if it did: a token sharing that many bytes with it whose rest from there is of
@@ -915,14 +916,21 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
                                      state));
       }
       const std::string_view tok = vocab.sorted_token(p);
-      // The bytes shared with the last token walked (tokens read whole may lie between them).
+      // The bytes shared with the last token walked (tokens read whole may lie between them): from the
+      // vocabulary's common prefixes of neighbours when it is a few positions back, else compared.
       std::size_t l = 0;
-      for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
+      if (!last.empty() && p - last_p <= 4) {
+        l = vocab.lcp()[p];
+        for (std::uint32_t k = last_p + 1; k < p; ++k) l = std::min<std::size_t>(l, vocab.lcp()[k]);
+      } else {
+        for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
+      }
       if (l >= loop_depth && rest_read_whole(p)) {
         accept(p);
         continue;
       }
       last = tok;
+      last_p = p;
       if (depth_dead != SIZE_MAX && l > depth_dead) {
         // Same bytes up to the one that failed: same chart, but the suffixes after an end differ.
         bool accepted = false;
