@@ -205,15 +205,8 @@ int grammar_bench(std::span<const std::string> args) {
       .option("docs", 0, "FILE", "JSON array of documents (required)", &docs_path)
       .option("repeat", 'r', "N", "passes over the documents (default 3)", &repeat_text)
       .option("save-tokens", 0, "FILE", "write the token ids of the documents here", &save_tokens)
-      .option("json", 0, "FILE", "also write the figures as JSON here", &json_out)
-      .option("tables", 0, "WHEN",
-              "when the token tables are built: compile, background or first-use (default: the engine's, "
-              "background)",
-              &tables)
-      .option("prefill-ms", 0, "MS",
-              "pause between that compile and the first mask, where a server runs the prompt's prefill "
-              "(default 0)",
-              &prefill_text);
+      .option("json", 0, "FILE", "also write the figures as JSON here", &json_out);
+  add_table_build_options(p, &tables, &prefill_text);
   if (!p.parse(args)) return 0;
   if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
   if (!docs_path) throw UsageError("missing option --docs FILE");

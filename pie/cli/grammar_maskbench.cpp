@@ -353,21 +353,14 @@ int grammar_maskbench(std::span<const std::string> raw_args) {
       .option("jsonl", 0, "OUT", "write the JSON status lines here instead of standard output",
               &jsonl_path)
       .option("time-limit", 0, "S",
-              fmt::format("seconds per schema, compile and tests together (default {:g})",
+              fmt::format("seconds per schema, compile and tests together, not --prefill-ms (default {:g})",
                           kDefaultTimeLimitS),
               &time_limit_text)
-      .option("tables", 0, "WHEN",
-              "when the token tables are built: compile (slower TTFM, steadier masks), background or "
-              "first-use (default: the engine's, background)",
-              &tables)
-      .option("prefill-ms", 0, "MS",
-              "pause between a schema's compile and its first mask, where a server runs the prompt's prefill "
-              "(default 0; not counted in the time limit)",
-              &prefill_text)
       .flag("cold", 0, "share no token tables between schemas (each compile as if it were the process's first)",
             &cold)
       .flag("any-order", 0, "object members in any order (default: the order of `properties`, as MaskBench's peers)",
             &any_order);
+  add_table_build_options(p, &tables, &prefill_text);
   const std::vector<std::string> args = expand_path_lists(raw_args);
   if (!p.parse(args)) return 0;
   if (paths.empty()) throw UsageError("missing option --maskbench DIR|FILE...");

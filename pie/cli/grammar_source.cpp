@@ -55,6 +55,16 @@ pse::Grammar GrammarSource::load() const {
   return pse::json_schema_to_grammar(std::string_view(text), options);
 }
 
+void add_table_build_options(ArgParser& p, std::optional<std::string>* tables, std::optional<std::string>* prefill_ms) {
+  p.option("tables", 0, "WHEN",
+           "when the token tables are built: compile (the slowest compile, the steadiest masks), background or "
+           "first-use (default: the engine's, background)",
+           tables)
+      .option("prefill-ms", 0, "MS",
+              "pause between the compile and the first mask, where a server runs the prompt's prefill (default 0)",
+              prefill_ms);
+}
+
 pse::TableBuild table_build_option(const std::optional<std::string>& text, const std::string& flag) {
   if (!text) return pie::EngineOptions{}.grammar_tables;
   if (*text == "compile") return pse::TableBuild::kInCompile;

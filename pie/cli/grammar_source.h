@@ -27,6 +27,8 @@ struct GrammarSource {
   pse::Grammar load() const;
 };
 
+// The benches' --tables WHEN and --prefill-ms MS (read with table_build_option and prefill_ms_option).
+void add_table_build_options(ArgParser& p, std::optional<std::string>* tables, std::optional<std::string>* prefill_ms);
 // The value of --tables (benches) or --grammar-tables (serve): when a constraint's token tables are built
 // (pse::TableBuild): "compile", "background" or "first-use". Absent: the engine's default
 // (pie::EngineOptions::grammar_tables), so that benches time what a server gets. Throws UsageError
