@@ -261,6 +261,13 @@ ByteSet first_bytes(const Automaton& a, const Chart& chart) {
 
 ByteSet first_bytes(const Automaton& /*a*/, const DfaCursor& cursor) { return cursor.first_bytes(); }
 
+// The follow contexts a table's FollowCheck checks: the rule's with the full filter, none (the check
+// skipped) with the bytes filter.
+std::span<const std::uint32_t> checked_contexts(const Automaton& a, std::uint32_t rule, FollowFilter filter) {
+  if (filter != FollowFilter::kFull) return {};
+  return a.rule_contexts[rule];
+}
+
 // A configuration looping on fewer ASCII bytes is not worth reading tokens whole from.
 constexpr int kMinLoopBytes = 16;
 
@@ -509,11 +516,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   Cursor chart = make();
   chart.reset_detached({&state, 1});
   const ByteSet first = first_bytes(a, chart);
-  // (An empty context list skips the check.)
-  const std::span<const std::uint32_t> contexts = filter == FollowFilter::kFull
-                                                      ? std::span<const std::uint32_t>(a.rule_contexts[rule])
-                                                      : std::span<const std::uint32_t>();
-  FollowCheck<Cursor> follow_check(contexts, make);
+  FollowCheck<Cursor> follow_check(checked_contexts(a, rule, filter), make);
   EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule],
                                           filter == FollowFilter::kFull && rule != a.root, make);
 
@@ -1092,10 +1095,7 @@ TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, 
                                    MakeCursor make) {
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
-  const std::span<const std::uint32_t> contexts = filter == FollowFilter::kFull
-                                                      ? std::span<const std::uint32_t>(a.rule_contexts[rule])
-                                                      : std::span<const std::uint32_t>();
-  FollowCheck<Cursor> follow_check(contexts, make);
+  FollowCheck<Cursor> follow_check(checked_contexts(a, rule, filter), make);
   EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule],
                                           filter == FollowFilter::kFull && rule != a.root, make);
   const std::vector<TokenId>& sorted = vocab.text_tokens();
