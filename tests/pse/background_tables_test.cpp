@@ -41,11 +41,16 @@ void expect_built_tables(const CompiledGrammar& cg, const CompiledGrammar& first
   }
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
+// A grammar of ../shared/data/grammars (present: the test requires it first).
+Grammar shared_gbnf(const std::string& name) {
+  std::ifstream in(orchard::testing::shared_data("grammars/" + name));
   std::stringstream text;
   text << in.rdbuf();
-  return text.str();
+  return parse_gbnf(text.str());
+}
+
+std::shared_ptr<const Vocabulary> llama3() {
+  return load_llama3_vocabulary(orchard::testing::shared_data("tokenizers/llama3/encoder.json"));
 }
 
 TEST(BackgroundTables, SameTablesAsBuiltInCompile) {
@@ -81,9 +86,8 @@ TEST(BackgroundTables, WaitingWithoutABackgroundBuildReturnsAtOnce) {
 TEST(BackgroundTables, MasksWhileTheTablesAreBuiltAreExact) {
   ORCHARD_REQUIRE_SHARED_DATA("tokenizers/llama3/encoder.json");
   ORCHARD_REQUIRE_SHARED_DATA("grammars/json.gbnf");
-  const auto vocab =
-      load_llama3_vocabulary(orchard::testing::shared_data("tokenizers/llama3/encoder.json"));
-  const Grammar g = parse_gbnf(read_file(orchard::testing::shared_data("grammars/json.gbnf")));
+  const auto vocab = llama3();
+  const Grammar g = shared_gbnf("json.gbnf");
   const CompiledGrammar reference = compile_grammar(g, vocab, with(TableBuild::kInCompile));
   const CompiledGrammar first_use = compile_grammar(g, vocab, with(TableBuild::kAtFirstUse));
   std::vector<std::string> texts;
@@ -117,9 +121,8 @@ TEST(BackgroundTables, MasksWhileTheTablesAreBuiltAreExact) {
 TEST(BackgroundTables, GrammarsDroppedWhileBuildingAreLeft) {
   ORCHARD_REQUIRE_SHARED_DATA("tokenizers/llama3/encoder.json");
   ORCHARD_REQUIRE_SHARED_DATA("grammars/c.gbnf");
-  const auto vocab =
-      load_llama3_vocabulary(orchard::testing::shared_data("tokenizers/llama3/encoder.json"));
-  const Grammar g = parse_gbnf(read_file(orchard::testing::shared_data("grammars/c.gbnf")));
+  const auto vocab = llama3();
+  const Grammar g = shared_gbnf("c.gbnf");
   for (int i = 0; i < 6; ++i) {
     const CompiledGrammar dropped = compile_grammar(g, vocab, with(TableBuild::kInBackground));
     Matcher m(dropped);

@@ -160,14 +160,8 @@ inline std::shared_ptr<const Vocabulary> small_vocabulary(TokenId* eos = nullptr
 // Every string of `first` followed by 1 to max_len bytes of `alphabet` (large first-byte groups, as a
 // real vocabulary has, for the walks' per-group mechanisms).
 inline std::vector<std::string> strings_over(char first, const std::string& alphabet, int max_len) {
-  std::vector<std::string> out, level = {std::string(1, first)};
-  for (int len = 1; len <= max_len; ++len) {
-    std::vector<std::string> next;
-    for (const std::string& s : level)
-      for (const char c : alphabet) next.push_back(s + c);
-    out.insert(out.end(), next.begin(), next.end());
-    level = std::move(next);
-  }
+  std::vector<std::string> out = every_string(alphabet, static_cast<std::size_t>(max_len));
+  for (std::string& s : out) s.insert(s.begin(), first);
   return out;
 }
 
