@@ -64,6 +64,9 @@ void print_stats(const pse::CompiledGrammar& cg, double compile_ms) {
   fmt::print("vocabulary         {} tokens, {} rows\n", cg.vocabulary().n_tokens(), cg.vocabulary().n_rows());
 }
 
+constexpr const char* kSpecialHelp =
+    "special-token text in the input (<|python_tag|>) is that token, for grammars that read whole tokens";
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -97,12 +100,15 @@ int grammar_compile(std::span<const std::string> args) {
 int grammar_check(std::span<const std::string> args) {
   GrammarSource src;
   std::optional<std::string> tokenizer_path, input;
-  ArgParser p(fmt::format("orchard grammar check -t TOKENIZER {} [INPUT|-]", kGrammarSynopsis),
-              "Tokenizes INPUT (standard input for '-' or none; no special tokens) and feeds it to the\n"
-              "grammar token by token. Exit status: 0 every token was allowed and the grammar may stop\n"
-              "there; 1 rejected (says at which token and byte) or incomplete; 2 a bad grammar or arguments.");
+  bool special = false;
+  ArgParser p(fmt::format("orchard grammar check -t TOKENIZER {} [--special] [INPUT|-]", kGrammarSynopsis),
+              "Tokenizes INPUT (standard input for '-' or none; special tokens only with --special) and\n"
+              "feeds it to the grammar token by token. Exit status: 0 every token was allowed and the\n"
+              "grammar may stop there; 1 rejected (says at which token and byte) or incomplete; 2 a bad\n"
+              "grammar or arguments.");
   src.add_options(p);
   p.option("tokenizer", 't', "TOKENIZER", "tokenizer file or folder (required)", &tokenizer_path)
+      .flag("special", 0, kSpecialHelp, &special)
       .positional("INPUT", "the text to check; '-' or absent for standard input", false, &input);
   if (!p.parse(args)) return 0;
   if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
@@ -110,7 +116,7 @@ int grammar_check(std::span<const std::string> args) {
   const tokenizers::Tokenizer tok = tokenizers::Tokenizer::load(*tokenizer_path);
   pse::Matcher m(pse::compile_grammar(g, grammar_vocabulary(tok)));
   const std::string text = read_input(input);
-  const std::vector<tokenizers::TokenId> ids = tok.encode(text);
+  const std::vector<tokenizers::TokenId> ids = tok.encode(text, {.parse_special = special});
   std::size_t offset = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::string& bytes = tok.token_bytes(ids[i]);
@@ -142,12 +148,16 @@ int grammar_check(std::span<const std::string> args) {
 int grammar_mask(std::span<const std::string> args) {
   GrammarSource src;
   std::optional<std::string> tokenizer_path, prefix, limit_text;
-  ArgParser p(fmt::format("orchard grammar mask -t TOKENIZER {} [--prefix TEXT] [--limit N]", kGrammarSynopsis),
-              "Tokenizes the prefix (no special tokens), feeds it, and lists the tokens the grammar allows\n"
-              "next: how many, then id and bytes of the first N. Exit status 1 when the prefix is rejected.");
+  bool special = false;
+  ArgParser p(fmt::format("orchard grammar mask -t TOKENIZER {} [--prefix TEXT] [--special] [--limit N]",
+                          kGrammarSynopsis),
+              "Tokenizes the prefix (special tokens only with --special), feeds it, and lists the tokens\n"
+              "the grammar allows next: how many, then id and bytes of the first N. Exit status 1 when the\n"
+              "prefix is rejected.");
   src.add_options(p);
   p.option("tokenizer", 't', "TOKENIZER", "tokenizer file or folder (required)", &tokenizer_path)
       .option("prefix", 0, "TEXT", "the output so far (default: empty)", &prefix)
+      .flag("special", 0, kSpecialHelp, &special)
       .option("limit", 'n', "N", "list at most N tokens (default 50; 0 for all)", &limit_text);
   if (!p.parse(args)) return 0;
   if (!tokenizer_path) throw UsageError("missing option --tokenizer/-t TOKENIZER");
@@ -155,7 +165,7 @@ int grammar_mask(std::span<const std::string> args) {
   pse::Grammar g = src.load();
   const tokenizers::Tokenizer tok = tokenizers::Tokenizer::load(*tokenizer_path);
   pse::Matcher m(pse::compile_grammar(g, grammar_vocabulary(tok)));
-  const std::vector<tokenizers::TokenId> ids = tok.encode(prefix.value_or(""));
+  const std::vector<tokenizers::TokenId> ids = tok.encode(prefix.value_or(""), {.parse_special = special});
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (!m.accept_token(ids[i])) {
       fmt::print("rejected: prefix token {} (id {}, \"{}\") is not allowed\n", i, ids[i],

@@ -86,10 +86,11 @@ void utf8_split(std::uint32_t lo, std::uint32_t hi, std::vector<Utf8Seq>& out) {
 // or two edges: a heap allocation each was a large share of building a big automaton), freed at once
 // when the builder goes.
 struct RawState {
-  explicit RawState(std::pmr::memory_resource* arena) : bytes(arena), calls(arena), eps(arena) {}
+  explicit RawState(std::pmr::memory_resource* arena) : bytes(arena), tokens(arena), calls(arena), eps(arena) {}
   std::uint32_t rule = 0;
   bool distinct = false;  // see Automaton::distinct
   std::pmr::vector<ByteEdge> bytes;
+  std::pmr::vector<TokenEdge> tokens;
   std::pmr::vector<CallEdge> calls;
   std::pmr::vector<std::uint32_t> eps;
 };
@@ -189,6 +190,7 @@ class Builder {
       std::uint64_t v = 0;
       switch (e.kind) {
         case ExprKind::kEmpty: return 0;
+        case ExprKind::kToken: return 1;
         case ExprKind::kBytes: return std::min<std::uint64_t>(e.bytes.size(), cap);
         case ExprKind::kCharClass: return std::min<std::uint64_t>(1 + 2 * e.ranges.size(), cap);
         case ExprKind::kRuleRef: {
@@ -250,6 +252,7 @@ class Builder {
       std::uint64_t v = 0, len = 0;
       switch (e.kind) {
         case ExprKind::kEmpty: break;
+        case ExprKind::kToken: v = len = 1; break;
         case ExprKind::kBytes: v = len = e.bytes.size(); break;
         case ExprKind::kCharClass: {
           const std::uint32_t top = e.negated || e.ranges.empty() ? kMaxCodePoint : e.ranges.back().hi;
@@ -469,6 +472,10 @@ class Builder {
       for (ExprId c : e.children) emit_into(c, entry, exit, depth + 1);
       return;
     }
+    if (here && e.kind == ExprKind::kToken) {
+      states[entry].tokens.push_back({token_set(id), exit});
+      return;
+    }
     const std::uint64_t key = std::uint64_t{id} << 32 | exit;
     auto it = fragments_.find(key);
     if (it == fragments_.end()) {
@@ -508,6 +515,11 @@ class Builder {
         emit_into(id, entry, exit, depth, /*inline_shared=*/true);
         return exit;
       }
+      case ExprKind::kToken: {
+        const std::uint32_t exit = new_state();
+        states[entry].tokens.push_back({token_set(id), exit});
+        return exit;
+      }
       case ExprKind::kSequence: {
         std::uint32_t cur = entry;
         for (ExprId c : e.children) cur = emit(c, cur, depth + 1);
@@ -529,7 +541,8 @@ class Builder {
           // The loop state is re-entered after each copy: a fresh one unless `cur` has no edges yet
           // (its edges would be repeatable too).
           const RawState& c = states[cur];
-          std::uint32_t loop = c.bytes.empty() && c.calls.empty() && c.eps.empty() ? cur : fresh_from(cur);
+          std::uint32_t loop =
+              c.bytes.empty() && c.tokens.empty() && c.calls.empty() && c.eps.empty() ? cur : fresh_from(cur);
           std::uint32_t end = emit(e.children.at(0), fresh_from(loop), depth + 1);
           states[end].eps.push_back(loop);
           return loop;
@@ -602,6 +615,18 @@ class Builder {
     return exit;
   }
 
+  // The index of kToken expression `id` in token_sets (one per expression).
+  std::uint32_t token_set(ExprId id) {
+    auto [it, fresh] = token_set_of_.try_emplace(id, static_cast<std::uint32_t>(token_sets.size()));
+    if (fresh) token_sets.push_back(id);
+    return it->second;
+  }
+
+ public:
+  std::vector<ExprId> token_sets;  // see Automaton::token_sets
+
+ private:
+  std::unordered_map<ExprId, std::uint32_t> token_set_of_;
   static constexpr std::uint32_t kNotShared = ~0u;
   const Grammar& g_;
   const AutomatonLimits& limits_;
@@ -644,7 +669,9 @@ bool bypass_forwarders(std::vector<RawState>& st, const std::vector<std::uint32_
   bool any = false;
   for (std::uint32_t s = 0; s < n; ++s) {
     const RawState& r = st[s];
-    to[s] = r.bytes.empty() && r.calls.empty() && r.eps.size() == 1 && rule_start[r.rule] != s ? r.eps[0] : s;
+    to[s] = r.bytes.empty() && r.tokens.empty() && r.calls.empty() && r.eps.size() == 1 && rule_start[r.rule] != s
+                ? r.eps[0]
+                : s;
     any = any || to[s] != s;
   }
   if (!any) return false;
@@ -674,6 +701,7 @@ bool bypass_forwarders(std::vector<RawState>& st, const std::vector<std::uint32_
       continue;
     }
     for (ByteEdge& e : r.bytes) e.target = to[e.target];
+    for (TokenEdge& e : r.tokens) e.target = to[e.target];
     for (CallEdge& c : r.calls) c.target = to[c.target];
     for (std::uint32_t& t : r.eps) t = to[t];
     std::erase(r.eps, s);
@@ -705,9 +733,10 @@ bool byte_set_merge(ByteSet& into, const ByteSet& from) {
 }  // namespace
 
 std::size_t Automaton::memory_bytes() const {
-  return (byte_begin.size() + call_begin.size() + eps_begin.size() + state_rule.size() +
-          eps_edges.size()) * 4 +
-         byte_edges.size() * sizeof(ByteEdge) + call_edges.size() * sizeof(CallEdge) +
+  return (byte_begin.size() + token_begin.size() + call_begin.size() + eps_begin.size() + state_rule.size() +
+          eps_edges.size() + token_sets.size()) * 4 +
+         byte_edges.size() * sizeof(ByteEdge) + token_edges.size() * sizeof(TokenEdge) +
+         call_edges.size() * sizeof(CallEdge) +
          reachable.size() + distinct.size() + rule_follow.size() * sizeof(ByteSet);
 }
 
@@ -729,6 +758,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   auto for_each_edge = [&](auto&& f) {
     for (std::uint32_t s = 0; s < n_raw; ++s) {
       for (const ByteEdge& e : st[s].bytes) f(s, e.target);
+      for (const TokenEdge& e : st[s].tokens) f(s, e.target);
       for (std::uint32_t t : st[s].eps) f(s, t);
       for (const CallEdge& c : st[s].calls) {
         f(s, c.target);
@@ -746,6 +776,8 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   auto qualifies = [&](std::uint32_t s) {
     if (b.rule_final[st[s].rule] == s) return true;
     for (const ByteEdge& e : st[s].bytes)
+      if (prod[e.target]) return true;
+    for (const TokenEdge& e : st[s].tokens)
       if (prod[e.target]) return true;
     for (std::uint32_t t : st[s].eps)
       if (prod[t]) return true;
@@ -785,6 +817,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
     if (prod[s] || b.rule_start[st[s].rule] == s) id[s] = static_cast<std::uint32_t>(n++);
   Automaton a;
   a.root = root;
+  a.token_sets = std::move(b.token_sets);
   for (std::uint32_t r = 0; r < n_rules; ++r) {
     a.rule_start.push_back(id[b.rule_start[r]]);
     a.rule_final.push_back(id[b.rule_final[r]]);
@@ -792,6 +825,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   a.state_rule.resize(n);
   a.distinct.assign(n, 0);
   a.byte_begin.assign(n + 1, 0);
+  a.token_begin.assign(n + 1, 0);
   a.call_begin.assign(n + 1, 0);
   a.eps_begin.assign(n + 1, 0);
   {
@@ -812,11 +846,14 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
     a.state_rule[i] = st[s].rule;
     a.distinct[i] = st[s].distinct ? 1 : 0;
     a.byte_begin[i] = static_cast<std::uint32_t>(a.byte_edges.size());
+    a.token_begin[i] = static_cast<std::uint32_t>(a.token_edges.size());
     a.call_begin[i] = static_cast<std::uint32_t>(a.call_edges.size());
     a.eps_begin[i] = static_cast<std::uint32_t>(a.eps_edges.size());
     if (prod[s]) {
       for (const ByteEdge& e : st[s].bytes)
         if (prod[e.target]) a.byte_edges.push_back({e.lo, e.hi, id[e.target]});
+      for (const TokenEdge& e : st[s].tokens)
+        if (prod[e.target]) a.token_edges.push_back({e.set, id[e.target]});
       for (const CallEdge& c : st[s].calls)
         if (prod[c.target] && prod[b.rule_start[c.rule]]) a.call_edges.push_back({c.rule, id[c.target]});
       for (std::uint32_t t : st[s].eps)
@@ -824,6 +861,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
     }
   }
   a.byte_begin[n] = static_cast<std::uint32_t>(a.byte_edges.size());
+  a.token_begin[n] = static_cast<std::uint32_t>(a.token_edges.size());
   a.call_begin[n] = static_cast<std::uint32_t>(a.call_edges.size());
   a.eps_begin[n] = static_cast<std::uint32_t>(a.eps_edges.size());
   st.clear();
@@ -842,6 +880,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
     std::uint32_t s = work.back();
     work.pop_back();
     for (std::uint32_t i = a.byte_begin[s]; i < a.byte_begin[s + 1]; ++i) visit(a.byte_edges[i].target);
+    for (std::uint32_t i = a.token_begin[s]; i < a.token_begin[s + 1]; ++i) visit(a.token_edges[i].target);
     for (std::uint32_t i = a.eps_begin[s]; i < a.eps_begin[s + 1]; ++i) visit(a.eps_edges[i]);
     for (std::uint32_t i = a.call_begin[s]; i < a.call_begin[s + 1]; ++i) {
       visit(a.call_edges[i].target);

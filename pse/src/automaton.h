@@ -1,5 +1,6 @@
 // The byte-level recursive transition network a Grammar compiles to: one small NFA per rule, whose
-// edges read a byte range, call another rule (and continue at a return state), or move without input.
+// edges read a byte range, read one whole token of a token set (kToken), call another rule (and continue
+// at a return state), or move without input.
 // Every state left in it can reach its rule's final state (dead states and unproductive rules are
 // pruned), so any live parse state has a valid completion: the soundness of the masks rests on that.
 #pragma once
@@ -19,6 +20,12 @@ struct ByteEdge {
   std::uint32_t target = 0;
 };
 
+// Reads one whole token of token set `set` (Automaton::token_sets) as a single step, whatever its bytes.
+struct TokenEdge {
+  std::uint32_t set = 0;
+  std::uint32_t target = 0;
+};
+
 struct CallEdge {
   std::uint32_t rule = 0;
   std::uint32_t target = 0;  // where the caller continues once the rule is complete
@@ -34,9 +41,13 @@ struct AutomatonLimits {
 };
 
 struct Automaton {
-  // Per state (CSR): outgoing byte, call and epsilon edges; the rule it belongs to.
-  std::vector<std::uint32_t> byte_begin, call_begin, eps_begin;  // [n_states + 1]
+  // Per state (CSR): outgoing byte, token, call and epsilon edges; the rule it belongs to.
+  std::vector<std::uint32_t> byte_begin, token_begin, call_begin, eps_begin;  // [n_states + 1]
   std::vector<ByteEdge> byte_edges;
+  std::vector<TokenEdge> token_edges;
+  // The grammar's kToken expressions the token edges read, one per set (resolved against the vocabulary
+  // by the compiler).
+  std::vector<ExprId> token_sets;
   std::vector<CallEdge> call_edges;
   std::vector<std::uint32_t> eps_edges;
   std::vector<std::uint32_t> state_rule;  // [n_states]
@@ -58,6 +69,7 @@ struct Automaton {
   std::size_t n_states() const { return state_rule.size(); }
   bool is_final(std::uint32_t s) const { return rule_final[state_rule[s]] == s; }
   bool has_bytes(std::uint32_t s) const { return byte_begin[s] != byte_begin[s + 1]; }
+  bool has_tokens(std::uint32_t s) const { return token_begin[s] != token_begin[s + 1]; }
   std::size_t memory_bytes() const;
 };
 

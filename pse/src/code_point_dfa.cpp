@@ -162,6 +162,7 @@ class NfaBuilder {
       }
       case ExprKind::kRuleRef:
       case ExprKind::kGraph:
+      case ExprKind::kToken:
         throw TooBig{};
     }
     return entry;

@@ -16,6 +16,7 @@
 #include "state_classes.h"
 #include "table_cache.h"
 #include "tables_ahead.h"
+#include "token_sets.h"
 #include "token_table.h"
 #include "u32_hash.h"
 
@@ -24,6 +25,7 @@ namespace pse {
 struct CompiledGrammar::Impl {
   std::shared_ptr<const Vocabulary> vocabulary;
   detail::Automaton automaton;
+  std::vector<detail::TokenSetMask> token_sets;  // [automaton.token_sets.size()] the ids each reads
   // [n_states] index into tables, or kNoTable. With classes found rule by rule, a rule's entries change
   // once, under dfa_mutex, before its flag in rule_classified is set (and read only after it is).
   mutable std::vector<std::uint32_t> scan_index;

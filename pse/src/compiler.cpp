@@ -79,6 +79,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   limits.deadline = deadline;
   impl->automaton = detail::build_automaton(grammar, limits);
   const detail::Automaton& a = impl->automaton;
+  impl->token_sets = detail::resolve_token_sets(grammar, a, *impl->vocabulary);
   CompileStats& st = impl->stats;
   st.n_rules = grammar.rules().size();
   st.n_states = a.n_states();
@@ -192,7 +193,8 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   impl->tables.resize(n_tables);
   impl->table_once = std::make_unique<std::once_flag[]>(n_tables);
   st.memory_bytes = a.memory_bytes() + impl->scan_index.size() * 4 +
-                    n_tables * (sizeof(detail::TokenTable) + sizeof(std::once_flag) + 4);
+                    n_tables * (sizeof(detail::TokenTable) + sizeof(std::once_flag) + 4) +
+                    impl->token_sets.size() * impl->vocabulary->n_mask_words() * 4;
   if (st.memory_bytes > options.max_memory_bytes) {
     throw LimitError(fmt::format("[compile] the automaton needs {} bytes, over the limit of {}",
                                  st.memory_bytes, options.max_memory_bytes));

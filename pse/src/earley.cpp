@@ -133,6 +133,36 @@ bool Chart::push(std::uint8_t byte) {
   return true;
 }
 
+bool Chart::scan_token(std::size_t from, std::span<const std::uint8_t> in_set, bool join_last) {
+  const Automaton& a = *a_;
+  const std::size_t from_begin = set_begin_[from], from_end = set_begin_[from + 1];
+  const std::size_t before = items_.size();
+  // Reopen the last set (its end marker off), or open a new one; either way the dedup table starts
+  // afresh for it (add rebuilds it from the set's items).
+  if (join_last) set_begin_.pop_back();
+  for (std::uint32_t h : used_) table_[h] = kEmptySlot;
+  used_.clear();
+  for (std::size_t i = from_begin; i < from_end; ++i) {
+    const Item it = items_[i];
+    for (std::uint32_t e = a.token_begin[it.state]; e < a.token_begin[it.state + 1]; ++e) {
+      const TokenEdge& te = a.token_edges[e];
+      if (in_set[te.set] != 0) add(te.target, it.origin);
+    }
+  }
+  const bool read = items_.size() != before;
+  // (Closing only the new items is enough: a rule they call that completes in this set without input is
+  // nullable, which close() advances over at the call itself.)
+  if (read) close(before);
+  if (read || join_last) set_begin_.push_back(static_cast<std::uint32_t>(items_.size()));
+  return read;
+}
+
+bool Chart::last_has_tokens() const {
+  for (const Item& it : last())
+    if (a_->has_tokens(it.state)) return true;
+  return false;
+}
+
 bool Chart::last_has_final(std::uint32_t rule, std::uint32_t origin) const {
   const std::uint32_t f = a_->rule_final[rule];
   for (const Item& it : last())

@@ -37,6 +37,13 @@ class Chart {
   // Reads one byte: appends the next set and returns true, or returns false (chart unchanged) when no
   // item can read it.
   bool push(std::uint8_t byte);
+  // Reads one whole token through the token edges of the items of set `from` whose token set s has
+  // in_set[s] != 0: when `join_last` (the token's bytes were read from `from` too), the items they lead
+  // to join the last set, else they make a new set. Returns false (chart unchanged) when no edge reads
+  // it.
+  bool scan_token(std::size_t from, std::span<const std::uint8_t> in_set, bool join_last);
+  // Some item of the last set reads whole tokens.
+  bool last_has_tokens() const;
   // Keeps the first n_sets sets (n_sets >= 1).
   void truncate(std::size_t n_sets) {
     items_.resize(set_begin_[n_sets]);

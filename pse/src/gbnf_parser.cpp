@@ -1,7 +1,7 @@
 // GBNF (llama.cpp's grammar format) -> Grammar IR. Follows llama.cpp's grammar parser: names are
 // [A-Za-z0-9_-]+; spaces, tabs and `#` comments separate items; a newline ends a rule except inside
 // parentheses and after `::=` or `|`; every character (in literals and classes) is a Unicode code
-// point, so "\xFF" is U+00FF. Groups become nested IR expressions and repetitions kRepeat (never
+// point, so "\xFF" is U+00FF; tokens `<[id]>`, `<name>` and `!<...>` read whole tokens (token_syntax.h). Groups become nested IR expressions and repetitions kRepeat (never
 // unrolled).
 #include <cstdint>
 #include <optional>
@@ -13,6 +13,7 @@
 #include "char_sets.h"
 #include "pse/gbnf.h"
 #include "text_cursor.h"
+#include "token_syntax.h"
 
 namespace pse {
 namespace {
@@ -201,6 +202,9 @@ class GbnfParser {
       } else if (c == '.') {
         in_.advance();
         items.push_back(g_.add_char_class({}, true));
+      } else if (c == '<' || (c == '!' && in_.peek(1) == '<')) {
+        const bool negated = in_.eat('!');
+        items.push_back(read_token_terminal(in_, g_, negated));
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (items.empty()) in_.fail(std::string("'") + c + "' has no preceding item to repeat");
         // Stacked repetitions (a*+) would nest without bound; parentheses make the intent explicit.
@@ -250,8 +254,8 @@ class GbnfParser {
       if (!ok_end) {
         if (c == ')') in_.fail("unmatched ')'");
         in_.expected(
-            "a literal, a character class, a rule name, '(', '.', a repetition, '|' or the end of "
-            "the rule");
+            "a literal, a character class, a rule name, '(', '.', a token <...>, a repetition, '|' or "
+            "the end of the rule");
       }
     }
     if (items.empty()) return g_.add_empty();

@@ -248,6 +248,70 @@ ExprId Grammar::add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, 
   return static_cast<ExprId>(exprs_.size() - 1);
 }
 
+ExprId Grammar::add_token(std::vector<TokenIdRange> ids, bool negated) {
+  for (const TokenIdRange& r : ids) {
+    if (r.lo > r.hi || r.hi > kMaxTokenId) {
+      throw GrammarError("[grammar] add_token: token id range " + std::to_string(r.lo) + ".." + std::to_string(r.hi) +
+                         (r.lo > r.hi ? " has lo > hi" : " is past the largest token id"));
+    }
+  }
+  if (ids.empty() && !negated) throw GrammarError("[grammar] add_token: a token set needs at least one id");
+  std::sort(ids.begin(), ids.end(),
+            [](const TokenIdRange& a, const TokenIdRange& b) { return a.lo < b.lo || (a.lo == b.lo && a.hi < b.hi); });
+  std::vector<TokenIdRange> merged;
+  for (const TokenIdRange& r : ids) {
+    if (!merged.empty() && std::uint64_t{r.lo} <= std::uint64_t{merged.back().hi} + 1) {
+      merged.back().hi = std::max(merged.back().hi, r.hi);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  Expr e;
+  e.kind = ExprKind::kToken;
+  e.token_ids = std::move(merged);
+  e.negated = negated;
+  exprs_.push_back(std::move(e));
+  return static_cast<ExprId>(exprs_.size() - 1);
+}
+
+ExprId Grammar::add_token_named(std::string name, bool negated) {
+  if (name.empty()) throw GrammarError("[grammar] add_token_named: a token name must not be empty");
+  Expr e;
+  e.kind = ExprKind::kToken;
+  e.token_name = std::move(name);
+  e.negated = negated;
+  exprs_.push_back(std::move(e));
+  return static_cast<ExprId>(exprs_.size() - 1);
+}
+
+ExprId Grammar::embed(const Grammar& source, std::string_view prefix) {
+  source.validate();
+  std::vector<RuleId> rule_map(source.rules().size());
+  for (std::size_t r = 0; r < source.rules().size(); ++r) {
+    const std::string name = std::string(prefix) + source.rules()[r].name;
+    const RuleId existing = find_rule(name);
+    if (existing != kNoRule && rules_[existing].defined) {
+      throw GrammarError("[grammar] embed: rule '" + name + "' is already defined (choose another prefix)");
+    }
+    rule_map[r] = declare_rule(name);
+  }
+  // Expressions refer only to earlier ones (the builders enforce it), so one pass in order maps them all;
+  // the copies keep every field (add_* would normalize what is normalized already).
+  const std::size_t offset = exprs_.size();
+  exprs_.reserve(offset + source.exprs().size());
+  for (const Expr& x : source.exprs()) {
+    Expr copy = x;
+    for (ExprId& c : copy.children) c = static_cast<ExprId>(c + offset);
+    if (copy.kind == ExprKind::kRuleRef) copy.rule = rule_map.at(x.rule);
+    exprs_.push_back(std::move(copy));
+  }
+  for (std::size_t r = 0; r < source.rules().size(); ++r) {
+    const Rule& rule = source.rules()[r];
+    if (rule.defined) define_rule(rule_map[r], static_cast<ExprId>(rule.body + offset));
+  }
+  return add_rule_ref(rule_map.at(source.root()));
+}
+
 RuleId Grammar::declare_rule(std::string_view name) {
   if (name.empty()) throw GrammarError("[grammar] declare_rule: a rule name must not be empty");
   RuleId existing = find_rule(name);
@@ -425,6 +489,27 @@ void render(const Grammar& g, ExprId id, std::string& out, bool nested) {
       out.push_back(')');
       break;
     }
+    case ExprKind::kToken:
+      if (e.negated && e.token_name.empty() && e.token_ids.empty()) {  // every token
+        out += "<[*]>";
+        break;
+      }
+      if (e.negated) out.push_back('!');
+      if (!e.token_name.empty()) {
+        out += e.token_name;  // (brackets included: `<think>`)
+      } else {
+        out += "<[";
+        for (std::size_t i = 0; i < e.token_ids.size(); ++i) {
+          if (i > 0) out.push_back(',');
+          out += std::to_string(e.token_ids[i].lo);
+          if (e.token_ids[i].hi != e.token_ids[i].lo) {
+            out.push_back('-');
+            out += std::to_string(e.token_ids[i].hi);
+          }
+        }
+        out += "]>";
+      }
+      break;
     case ExprKind::kRuleRef:
       if (e.rule < g.rules().size()) {
         out += g.rule(e.rule).name;
@@ -438,6 +523,12 @@ void render(const Grammar& g, ExprId id, std::string& out, bool nested) {
 }
 
 }  // namespace
+
+std::string Grammar::to_string(ExprId id) const {
+  std::string out;
+  render(*this, id, out, false);
+  return out;
+}
 
 std::string Grammar::to_string() const {
   std::string out;
@@ -512,6 +603,15 @@ std::uint64_t Grammar::hash() const {
         h.u32(static_cast<std::uint32_t>(e.accepting.size()));
         for (std::uint32_t a : e.accepting) h.u32(a);
         h.byte(e.distinct_states ? 1 : 0);
+        break;
+      case ExprKind::kToken:
+        h.byte(e.negated ? 1 : 0);
+        h.str(e.token_name);
+        h.u32(static_cast<std::uint32_t>(e.token_ids.size()));
+        for (const TokenIdRange& r : e.token_ids) {
+          h.u32(r.lo);
+          h.u32(r.hi);
+        }
         break;
     }
   }

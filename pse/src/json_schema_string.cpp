@@ -229,7 +229,8 @@ ExprId Converter::copy_regex_as_string_body(const Grammar& scratch, ExprId root,
       case ExprKind::kRepeat: map[i] = g_.add_repeat(children.at(0), e.min, e.max); break;
       case ExprKind::kGraph: map[i] = g_.add_graph(e.graph_states, e.edges, e.accepting, std::move(children)); break;
       case ExprKind::kRuleRef:
-        fail(pointer, keyword, "internal: a regex produced a rule reference");
+      case ExprKind::kToken:
+        fail(pointer, keyword, "internal: a regex produced a rule reference or a token");
     }
   }
   return map[root];

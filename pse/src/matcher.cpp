@@ -14,6 +14,7 @@ namespace pse {
 struct Matcher::Scratch {
   static constexpr std::size_t kMaxChainDepth = 8;  // levels of callers followed up with chain tables
   std::vector<std::uint32_t> scan_states;
+  std::vector<std::uint8_t> in_set;  // [token sets] accept_token: which sets read the token
   std::vector<std::uint64_t> marks;  // [ceil(n_text_tokens / 64)], all zero between calls
   std::vector<std::uint32_t> chain;
   // The call edges of the items of one Earley set, as (callee rule, caller's origin, caller's rule,
@@ -101,8 +102,26 @@ bool Matcher::must_stop() const {
   if (terminated_) return true;
   if (!can_stop()) return false;
   for (const detail::Item& it : chart_->last())
-    if (impl_->automaton.has_bytes(it.state)) return false;
+    if (impl_->automaton.has_bytes(it.state) || impl_->automaton.has_tokens(it.state)) return false;
   return true;
+}
+
+void Matcher::allow_token_edges(std::span<std::uint32_t> mask) const {
+  const detail::Automaton& a = impl_->automaton;
+  std::uint32_t done = ~0u;  // the last set or-ed in (items of one state come together)
+  for (const detail::Item& it : chart_->last()) {
+    for (std::uint32_t e = a.token_begin[it.state]; e < a.token_begin[it.state + 1]; ++e) {
+      const std::uint32_t set = a.token_edges[e].set;
+      if (set == done) continue;
+      done = set;
+      const detail::TokenSetMask& t = impl_->token_sets[set];
+      if (!t.ids.empty()) {
+        for (const TokenId id : t.ids) mask[static_cast<std::uint32_t>(id) >> 5] |= 1u << (id & 31);
+      } else {
+        or_into(mask.data(), t.bits.data(), t.bits.size());
+      }
+    }
+  }
 }
 
 void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
@@ -209,6 +228,7 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
     }
     c.truncate(base);
   }
+  if (!impl_->token_sets.empty()) allow_token_edges(mask);
   if (last_can_stop(a, *chart_)) {
     for (TokenId id : vocab.eos_ids()) mask[id >> 5] |= 1u << (id & 31);
   }
@@ -317,16 +337,45 @@ bool Matcher::accept_token(TokenId id) {
                                  vocab.n_rows()));
   }
   if (terminated_) return false;
-  if (vocab.is_eos(id)) {
-    if (!can_stop()) return false;
+  const bool text = !vocab.is_special(id) && static_cast<std::size_t>(id) < vocab.n_tokens() &&
+                    !vocab.token_bytes(id).empty();
+  auto end_of_sequence = [&] {
+    if (!vocab.is_eos(id) || !can_stop()) return false;
     history_.push_back(static_cast<std::uint32_t>(chart_->n_sets()));
     terminated_ = true;
     return true;
+  };
+  // Token terminals of the last set that read this id, if any (an end-of-sequence id they name is read
+  // as a token, not as the end).
+  std::vector<std::uint8_t>& in_set = scratch_->in_set;
+  bool by_token = false;
+  if (!impl_->token_sets.empty() && chart_->last_has_tokens()) {
+    in_set.assign(impl_->token_sets.size(), 0);
+    for (std::size_t s = 0; s < in_set.size(); ++s) {
+      in_set[s] = impl_->token_sets[s].contains(id) ? 1 : 0;
+      by_token = by_token || in_set[s] != 0;
+    }
   }
-  if (vocab.is_special(id) || static_cast<std::size_t>(id) >= vocab.n_tokens()) return false;
-  const std::string& bytes = vocab.token_bytes(id);
-  if (bytes.empty()) return false;
-  return accept_bytes(bytes);
+  if (!by_token) {
+    if (vocab.is_eos(id)) return end_of_sequence();
+    return text && accept_bytes(vocab.token_bytes(id));
+  }
+  // Its bytes, when it is text, and the token edges, together: the parses of both continue.
+  const std::size_t base = chart_->n_sets();
+  bool bytes_read = text;
+  if (text) {
+    for (const unsigned char c : vocab.token_bytes(id)) {
+      if (!chart_->push(c)) {
+        chart_->truncate(base);
+        bytes_read = false;
+        break;
+      }
+    }
+  }
+  const bool scanned = chart_->scan_token(base - 1, in_set, bytes_read);
+  if (!scanned && !bytes_read) return end_of_sequence();  // (no item of the last set has such an edge)
+  history_.push_back(static_cast<std::uint32_t>(base));
+  return true;
 }
 
 bool Matcher::accept_bytes(std::string_view bytes) {
@@ -360,7 +409,7 @@ std::string Matcher::forced_continuation(std::size_t max_bytes) {
   const detail::Automaton& a = impl_->automaton;
   detail::Chart& c = *chart_;
   const std::size_t base = c.n_sets();
-  while (out.size() < max_bytes && !last_can_stop(a, c)) {
+  while (out.size() < max_bytes && !last_can_stop(a, c) && !c.last_has_tokens()) {
     int only = -1;
     bool several = false;
     for (const detail::Item& it : c.last()) {

@@ -761,7 +761,8 @@ ExprId add_regex(Grammar& grammar, std::string_view pattern, const RegexOptions&
         map[i] = grammar.add_graph(e.graph_states, e.edges, e.accepting, std::move(children));
         break;
       case ExprKind::kRuleRef:
-        throw GrammarError("[regex] internal: a regex produced a rule reference");
+      case ExprKind::kToken:
+        throw GrammarError("[regex] internal: a regex produced a rule reference or a token");
     }
   }
   return map[root];

@@ -53,7 +53,8 @@ Closures closures_of(const Automaton& a, std::uint32_t lo, std::size_t n, std::s
     while (!work.empty()) {
       const std::uint32_t t = work.back();
       work.pop_back();
-      if (++visited > max_closure) {
+      // (A state that reads whole tokens is left alone too: rare, and never worth comparing.)
+      if (++visited > max_closure || a.has_tokens(t)) {
         c.alone[s] = 1;
         break;
       }

@@ -18,7 +18,8 @@ namespace pse::detail {
 // the same depths and dies (or not) at the same byte, with the same calls on the way (Moore's partition
 // refinement, stopped at `horizon` rounds or when stable). States whose epsilon closure is larger than
 // `max_closure` stay alone in their class (the refinement would cost more than it saves), and so do the
-// states marked distinct (Automaton::distinct: a minimal DFA's, already known apart).
+// states marked distinct (Automaton::distinct: a minimal DFA's, already known apart) and those whose
+// closure reads whole tokens (token edges).
 // Throws LimitError when `deadline` (if given) passes. With `coarse`, also the classes at `coarse_horizon`
 // rounds (at most `horizon`; the returned ones refine them), found on the way.
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure = 256,

@@ -33,6 +33,10 @@ std::shared_ptr<const RuleClosure> rule_closure(const Automaton& a, std::uint32_
         c->push_back(std::uint32_t{a.byte_edges[e].lo} << 8 | a.byte_edges[e].hi);
         c->push_back(a.byte_edges[e].target - base);
       }
+      // Token edges: a byte walk stops at them, whatever their set (the tables do not depend on it).
+      c->push_back(a.token_begin[s + 1] - a.token_begin[s]);
+      for (std::uint32_t e = a.token_begin[s]; e < a.token_begin[s + 1]; ++e)
+        c->push_back(a.token_edges[e].target - base);
       c->push_back(a.eps_begin[s + 1] - a.eps_begin[s]);
       for (std::uint32_t e = a.eps_begin[s]; e < a.eps_begin[s + 1]; ++e) c->push_back(a.eps_edges[e] - base);
       c->push_back(a.call_begin[s + 1] - a.call_begin[s]);

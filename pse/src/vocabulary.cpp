@@ -132,8 +132,12 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
 
   sorted_.reserve(tokens_.size());
   for (std::size_t i = 0; i < tokens_.size(); ++i) {
-    if (kind_[i] == 0 && !tokens_[i].empty()) sorted_.push_back(static_cast<TokenId>(i));
-    max_length_ = std::max(max_length_, tokens_[i].size());
+    if (kind_[i] != 0) {
+      special_ids_.push_back(static_cast<TokenId>(i));
+    } else if (!tokens_[i].empty()) {
+      sorted_.push_back(static_cast<TokenId>(i));
+      max_length_ = std::max(max_length_, tokens_[i].size());  // (a special token's name is no text)
+    }
   }
   // Sort on the first 8 bytes (big-endian, so integer order is byte order) and compare whole strings
   // only on ties: far fewer cache misses than comparing std::strings throughout.
@@ -405,6 +409,24 @@ const std::string& Vocabulary::token_bytes(TokenId id) const {
   }
   if (static_cast<std::size_t>(id) >= tokens_.size()) return kEmpty;
   return tokens_[id];
+}
+
+std::optional<TokenId> Vocabulary::find_token(std::string_view bytes) const {
+  if (bytes.empty()) return std::nullopt;
+  for (const TokenId id : special_ids_)
+    if (tokens_[id] == bytes) return id;
+  // The text tokens sorted by bytes: a binary search over their positions.
+  std::size_t lo = 0, hi = sorted_.size();
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (sorted_token(mid) < bytes) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo < sorted_.size() && sorted_token(lo) == bytes) return sorted_[lo];
+  return std::nullopt;
 }
 
 bool Vocabulary::is_special(TokenId id) const {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -225,6 +226,8 @@ class Flattener {
         add(lhs, {base});
         break;
       }
+      case ExprKind::kToken:  // a recognizer of text has no tokens to match
+        throw std::invalid_argument("reference recognizer: token terminals are not supported");
     }
   }
 

@@ -12,8 +12,9 @@
 
 namespace pie {
 
-// token id -> the bytes it produces in the middle of a text; special tokens (is_special) are never text,
-// except those whose stored text is listed in `text_specials` (tool-call markers a grammar may require:
+// token id -> the bytes it produces in the middle of a text; special tokens (is_special) are never text
+// (their text is their name, for grammars that read them as whole tokens: `<|python_tag|>`), except
+// those whose stored text is listed in `text_specials` (tool-call markers a grammar may require as text:
 // they become text tokens with that text); end of sequence: special_tokens().end_of_generation (and eos).
 // n_rows: the model's logits rows, 0 for the tokenizer's size. Throws pse::InputError when n_rows is
 // smaller than the vocabulary, pie::RequestError (param "grammar_special_tokens") when a listed text is

@@ -22,15 +22,13 @@ std::shared_ptr<const pse::Vocabulary> grammar_vocabulary(const tokenizers::Toke
     }
     as_text[static_cast<std::size_t>(*id)] = true;
   }
+  // (A special token's bytes are its name, by which a grammar's token terminal may name it: `<think>`.)
   std::vector<std::string> bytes(n);
   std::vector<pse::TokenId> special;
   for (std::size_t i = 0; i < n; ++i) {
     const auto id = static_cast<tokenizers::TokenId>(i);
-    if (tokenizer.is_special(id) && !as_text[i]) {
-      special.push_back(static_cast<pse::TokenId>(i));
-    } else {
-      bytes[i] = tokenizer.token_bytes(id);
-    }
+    if (tokenizer.is_special(id) && !as_text[i]) special.push_back(static_cast<pse::TokenId>(i));
+    bytes[i] = tokenizer.token_bytes(id);
   }
   const tokenizers::SpecialTokens& st = tokenizer.special_tokens();
   std::vector<pse::TokenId> eos;

@@ -15,54 +15,6 @@ using pse::ExprId;
 using pse::Grammar;
 using pse::RuleId;
 
-ExprId embed_grammar(Grammar& target, const Grammar& source, const std::string& prefix) {
-  source.validate();
-  std::vector<RuleId> rule_map(source.rules().size());
-  for (std::size_t r = 0; r < source.rules().size(); ++r) {
-    rule_map[r] = target.declare_rule(prefix + source.rules()[r].name);
-  }
-  // Expressions refer only to earlier ones (the builders enforce it), so one pass in order maps
-  // them all.
-  std::vector<ExprId> expr_map(source.exprs().size());
-  for (std::size_t e = 0; e < source.exprs().size(); ++e) {
-    const pse::Expr& x = source.exprs()[e];
-    std::vector<ExprId> children;
-    children.reserve(x.children.size());
-    for (ExprId c : x.children) children.push_back(expr_map.at(c));
-    switch (x.kind) {
-      case pse::ExprKind::kEmpty:
-        expr_map[e] = target.add_empty();
-        break;
-      case pse::ExprKind::kBytes:
-        expr_map[e] = target.add_bytes(x.bytes);
-        break;
-      case pse::ExprKind::kCharClass:
-        expr_map[e] = target.add_char_class(x.ranges, x.negated);
-        break;
-      case pse::ExprKind::kSequence:
-        expr_map[e] = target.add_sequence(std::move(children));
-        break;
-      case pse::ExprKind::kChoice:
-        expr_map[e] = target.add_choice(std::move(children));
-        break;
-      case pse::ExprKind::kRepeat:
-        expr_map[e] = target.add_repeat(children.at(0), x.min, x.max);
-        break;
-      case pse::ExprKind::kRuleRef:
-        expr_map[e] = target.add_rule_ref(rule_map.at(x.rule));
-        break;
-      case pse::ExprKind::kGraph:
-        expr_map[e] = target.add_graph(x.graph_states, x.edges, x.accepting, std::move(children));
-        break;
-    }
-  }
-  for (std::size_t r = 0; r < source.rules().size(); ++r) {
-    const pse::Rule& rule = source.rules()[r];
-    if (rule.defined) target.define_rule(rule_map[r], expr_map.at(rule.body));
-  }
-  return target.add_rule_ref(rule_map.at(source.root()));
-}
-
 ExprId add_whitespace(Grammar& g, std::uint32_t max_run) {
   if (max_run == 0) return g.add_empty();
   return g.add_repeat(g.add_char_class({{'\t', '\n'}, {'\r', '\r'}, {' ', ' '}}), 0, max_run);

@@ -1,5 +1,5 @@
-// Small grammar building blocks shared by the tool-call and reasoning grammars: embedding one
-// Grammar in another, whitespace, literals and "any text that does not contain a marker".
+// Small grammar building blocks shared by the tool-call and reasoning grammars (one Grammar is
+// embedded in another with pse::Grammar::embed): whitespace, literals and "any text that does not contain a marker".
 #pragma once
 
 #include <cstdint>
@@ -9,12 +9,6 @@
 #include "pse/grammar.h"
 
 namespace pie::tools_detail {
-
-// Copies every rule and expression of `source` into `target`, rule names prefixed with `prefix`,
-// and returns a reference to the copy of its root. Throws pse::GrammarError when `source` has no
-// root or an undefined rule.
-pse::ExprId embed_grammar(pse::Grammar& target, const pse::Grammar& source,
-                          const std::string& prefix);
 
 // 0..max_run bytes of JSON whitespace.
 pse::ExprId add_whitespace(pse::Grammar& g, std::uint32_t max_run);

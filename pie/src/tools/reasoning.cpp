@@ -45,7 +45,7 @@ pse::Grammar wrap_with_reasoning(const pse::Grammar& answer, ReasoningFormat for
     throw pse::GrammarError("[reasoning] wrap_with_reasoning: empty marker");
   }
   pse::Grammar g;
-  const pse::ExprId answer_ref = tools_detail::embed_grammar(g, answer, "answer_");
+  const pse::ExprId answer_ref = g.embed(answer, "answer_");
   const pse::ExprId thought = g.add_rule_ref(
       g.add_rule("reasoning_text", tools_detail::add_text_without(g, markers.close, "reasoning_")));
   const pse::ExprId after = tools_detail::add_whitespace(g, 4);

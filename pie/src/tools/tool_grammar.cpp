@@ -16,7 +16,6 @@ using pse::Grammar;
 using tools_detail::add_text_not_starting_with;
 using tools_detail::add_text_without;
 using tools_detail::add_whitespace;
-using tools_detail::embed_grammar;
 
 struct Tool {
   std::string name;
@@ -115,7 +114,7 @@ class Builder {
         throw RequestError("[tool_calls] " + param + ": " + e.what(), param);
       }
       arguments_.push_back(rule("args_" + std::to_string(k),
-                                embed_grammar(g_, args, "f" + std::to_string(k) + "_")));
+                                g_.embed(args, "f" + std::to_string(k) + "_")));
     }
   }
 
@@ -255,9 +254,8 @@ ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolCh
            b.ws(), b.repeated(call, b.seq({b.ws(), b.lit(","), b.ws()}), parallel_tool_calls),
            b.ws(), b.lit("]"), b.ws(), b.lit("}")});
       if (automatic) {
-        const ExprId str = embed_grammar(
-            b.g(), pse::json_schema_to_grammar(nlohmann::ordered_json{{"type", "string"}}),
-            "content_");
+        const ExprId str =
+            b.g().embed(pse::json_schema_to_grammar(nlohmann::ordered_json{{"type", "string"}}), "content_");
         const ExprId content = b.seq({b.lit("{"), b.ws(), b.lit("\"content\""), b.ws(), b.lit(":"),
                                       b.ws(), str, b.ws(), b.lit("}")});
         root = b.alt({calls, content});

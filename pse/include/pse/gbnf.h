@@ -1,6 +1,8 @@
 // GBNF, llama.cpp's grammar format (grammars/README.md in llama.cpp): rules `name ::= ...`, literals
 // "...", character classes [...] and [^...], `.` (any code point), groups, `|`, `*` `+` `?`, `{m}`
-// `{m,}` `{m,n}`, `#` comments, the escapes \x \u \U \t \n \r \\ \" \[ \]. The root rule is `root`.
+// `{m,}` `{m,n}`, `#` comments, the escapes \x \u \U \t \n \r \\ \" \[ \]; whole tokens by id
+// `<[128010]>` or by name `<think>`, and any other token `!<...>` (resolved against the vocabulary at
+// compile). The root rule is `root`.
 #pragma once
 
 #include <string_view>

@@ -1,5 +1,6 @@
-// The grammar IR: rules over byte-level terminals. Every front-end (GBNF, Lark, regex, JSON Schema)
-// produces a Grammar; the Compiler turns a Grammar plus a Vocabulary into a CompiledGrammar.
+// The grammar IR: rules over byte-level terminals, and whole tokens matched by id. Every front-end
+// (GBNF, Lark, regex, JSON Schema) produces a Grammar; the Compiler turns a Grammar plus a Vocabulary
+// into a CompiledGrammar.
 // Expressions live in one arena and are referred to by ExprId; rules may refer to each other (and
 // to themselves) by RuleId. A Grammar is a plain value: copyable, comparable by content hash.
 #pragma once
@@ -28,6 +29,7 @@ enum class ExprKind : std::uint8_t {
   kRepeat,     // child repeated min..max times (max == kUnbounded: no upper bound)
   kRuleRef,    // the body of rule `rule`
   kGraph,      // a finite automaton whose edges read sub-expressions (see GraphEdge)
+  kToken,      // one whole token of the vocabulary, matched by its id, not its bytes (see Expr)
 };
 
 // Inclusive range of Unicode code points.
@@ -49,6 +51,14 @@ struct GraphEdge {
   friend bool operator==(const GraphEdge&, const GraphEdge&) = default;
 };
 
+// Inclusive range of token ids (kToken).
+struct TokenIdRange {
+  std::uint32_t lo = 0;
+  std::uint32_t hi = 0;
+  friend bool operator==(const TokenIdRange&, const TokenIdRange&) = default;
+};
+inline constexpr std::uint32_t kMaxTokenId = 0x7FFFFFFF;
+
 inline constexpr std::uint32_t kUnbounded = std::numeric_limits<std::uint32_t>::max();
 inline constexpr std::uint32_t kMaxCodePoint = 0x10FFFF;
 
@@ -67,6 +77,13 @@ struct Expr {
   // kGraph: no two states accept the same strings (a minimal DFA's). A hint: the compiler then gives
   // each of their automaton states its own token table without comparing their futures.
   bool distinct_states = false;
+  // kToken: a token whose id lies in `token_ids`, or, when `token_name` is not empty, the token whose
+  // bytes are exactly `token_name` (llama.cpp's `<think>`, llguidance's `<|eot_id|>`), looked up in the
+  // vocabulary at compile time. With `negated`: any other token (never an end-of-sequence id, which
+  // only ends the output, nor a padded row). A special token (a control token such as `<|python_tag|>`)
+  // is only ever matched this way; a text token either way.
+  std::vector<TokenIdRange> token_ids;  // kToken: sorted, disjoint, non-adjacent
+  std::string token_name;               // kToken
 };
 
 struct Rule {
@@ -95,6 +112,16 @@ class Grammar {
   // `distinct_states`: see Expr::distinct_states.
   ExprId add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, std::vector<std::uint32_t> accepting,
                    std::vector<ExprId> labels, bool distinct_states = false);
+  // One token by id (ranges sorted and merged; see Expr::token_ids) or by its bytes. Throws GrammarError
+  // when a range has lo > hi or passes kMaxTokenId, when no id is given and not `negated` (a set of no
+  // token), or when the name is empty.
+  ExprId add_token(std::vector<TokenIdRange> ids, bool negated = false);
+  ExprId add_token_named(std::string name, bool negated = false);
+  // Copies every rule of `source` (a validated grammar) into this one, each renamed `prefix` + its name,
+  // and returns a reference to the copy of its root. Throws GrammarError when a renamed rule is
+  // already defined here, or when `source` does not validate; this grammar may then hold the rules
+  // copied so far (unreferenced, or declared and undefined).
+  ExprId embed(const Grammar& source, std::string_view prefix);
 
   // Rules: declare first (for forward references), define once. declare_rule of an existing name
   // returns its id. Throws GrammarError on a duplicate definition or an empty name. find_rule
@@ -120,8 +147,9 @@ class Grammar {
   // the first undefined rule. Does not reject empty languages (the compiler does, with a clear
   // error).
   void validate() const;
-  // A GBNF-like rendering, for debugging and error messages (not a stable format).
+  // A GBNF-like rendering, for debugging and error messages (not a stable format); of one expression.
   std::string to_string() const;
+  std::string to_string(ExprId id) const;
   // 64-bit content hash (rules, expressions, root), the compile cache's key.
   std::uint64_t hash() const;
 

@@ -28,13 +28,15 @@ class Matcher {
   // Words a mask needs: ceil(n_rows / 32).
   std::size_t mask_words() const;
   // Writes the allowed next tokens: bit i % 32 of word i / 32 set when token i is allowed. Text tokens
-  // are allowed exactly when some valid output continues with their bytes; end-of-sequence ids exactly
-  // when can_stop(); other special ids and padded rows never. After an accepted end-of-sequence token
+  // are allowed exactly when some valid output continues with their bytes, or a token terminal of the
+  // grammar (Expr::kToken) reads them next; other special ids only where a token terminal reads them;
+  // end-of-sequence ids also when can_stop(); padded rows never. After an accepted end-of-sequence token
   // the mask is empty. Throws InputError when mask has fewer than mask_words() words.
   void fill_next_token_bitmask(std::span<std::uint32_t> mask);
 
-  // Accepts one token: true and advanced when allowed, false and unchanged otherwise. Throws InputError
-  // on an id outside [0, n_rows).
+  // Accepts one token: true and advanced when allowed, false and unchanged otherwise. An end-of-sequence
+  // id ends the output (is_terminated) unless a token terminal reads it next. Throws InputError on an id
+  // outside [0, n_rows).
   bool accept_token(TokenId id);
   // Accepts raw bytes (a forced continuation, a prefill): true and advanced, or false and unchanged.
   // Counts as one step for rollback.
@@ -50,14 +52,16 @@ class Matcher {
 
   // The output so far is a sentence of the grammar (an end-of-sequence token is allowed now).
   bool can_stop() const;
-  // can_stop() and no byte can extend the output (or an end-of-sequence token was accepted).
+  // can_stop() and no byte or token terminal can extend the output (or an end-of-sequence token was
+  // accepted).
   bool must_stop() const;
   // True once an end-of-sequence token was accepted.
   bool is_terminated() const { return terminated_; }
   // The longest byte string that every valid continuation starts with (empty when the output may stop
-  // here or the next byte is not determined); at most max_bytes. The state is unchanged.
+  // here, the next byte is not determined, or a token terminal may come next); at most max_bytes. The
+  // state is unchanged.
   std::string forced_continuation(std::size_t max_bytes = 4096);
-  // Bytes accepted so far.
+  // Bytes accepted so far (a token read only by a token terminal counts as one).
   std::size_t n_bytes() const;
   const CompiledGrammar& grammar() const { return grammar_; }
 
@@ -77,6 +81,8 @@ class Matcher {
   bool terminated_ = false;
   std::unique_ptr<Scratch> scratch_;
 
+  // Or-s in the ids the token edges of the last set read.
+  void allow_token_edges(std::span<std::uint32_t> mask) const;
   // Resolves uncertain tokens through the callers of (rule, origin), recursively (matcher.cpp).
   void resolve_up(std::vector<std::uint32_t>& chain, const detail::UncertainView& below, std::uint32_t rule,
                   std::uint32_t origin, std::size_t depth, std::size_t& budget, std::span<std::uint32_t> mask,

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,8 +22,9 @@ using TokenId = std::int32_t;
 class Vocabulary {
  public:
   // token_bytes[i]: the raw bytes token i produces in the middle of a text. special_ids: tokens that
-  // are never text (control tokens); they are never allowed, except the eos_ids when the grammar may
-  // stop. n_rows: rows of the model's logits (>= token_bytes.size(); 0 means token_bytes.size()); the
+  // are never text (control tokens); they are allowed only where a grammar names them (a token
+  // terminal, Expr::kToken), and the eos_ids when the grammar may stop. A special token's bytes are its
+  // name (`<|eot_id|>`, possibly empty), by which a grammar may name it; never text. n_rows: rows of the model's logits (>= token_bytes.size(); 0 means token_bytes.size()); the
   // padded rows past the tokenizer are never allowed. A non-special token with no bytes is never
   // allowed (it would not advance the output). Throws InputError on an id out of range or n_rows too
   // small.
@@ -35,6 +37,10 @@ class Vocabulary {
   // Throws InputError when id is outside [0, n_rows()); padded rows have no bytes.
   const std::string& token_bytes(TokenId id) const;
   bool is_special(TokenId id) const;  // control tokens and eos ids; false for padded rows
+  // The token whose bytes (a special token's: its name) are exactly `bytes`, a special one first; none
+  // for empty bytes.
+  std::optional<TokenId> find_token(std::string_view bytes) const;
+  const std::vector<TokenId>& special_ids() const { return special_ids_; }  // ascending, eos ids included
   bool is_eos(TokenId id) const;
   const std::vector<TokenId>& eos_ids() const { return eos_ids_; }
   // A 64-bit content hash (bytes, specials, eos, rows): the compile cache's vocabulary identity.
@@ -168,6 +174,7 @@ class Vocabulary {
  private:
   std::vector<std::string> tokens_;
   std::vector<std::uint8_t> kind_;  // 0 text, 1 special, 2 eos
+  std::vector<TokenId> special_ids_;
   std::vector<TokenId> eos_ids_;
   std::size_t n_rows_ = 0;
   std::uint64_t hash_ = 0;
