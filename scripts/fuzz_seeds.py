@@ -9,10 +9,10 @@ OUT_DIR/gguf/            small GGUF files: every metadata type and tensor type (
 OUT_DIR/tokenizer_json/  small tokenizer.json files cut from the shared Hugging Face ones (the first 400
                          tokens and the merges among them, every other section kept) plus a tiny WordPiece
 OUT_DIR/tokenizer_gguf/  the same GGUF seeds, loaded as tokenizers
-OUT_DIR/gbnf/            the shared llama.cpp grammars
+OUT_DIR/gbnf/            the shared llama.cpp grammars, and one with token terminals
 OUT_DIR/regex/           every distinct "pattern" of the JSON-Schema-Test-Suite
 OUT_DIR/json_schema/     every schema of the JSON-Schema-Test-Suite (draft2020-12)
-OUT_DIR/lark/            small Lark grammars
+OUT_DIR/lark/            small Lark grammars (one with tokens and %json)
 The seeds are small on purpose: the fuzzer mutates them thousands of times a second.
 """
 import json
@@ -144,6 +144,8 @@ def grammar_seeds(data, out):
             if name.endswith(".gbnf"):
                 with open(os.path.join(gdir, name), encoding="utf-8") as f:
                     gbnf.append(f.read())
+    # Token terminals (the fuzz vocabulary's control token is <think>, id 264).
+    gbnf.append('root ::= <think> !<[264]>* <[264]> ("a" | <[0-9,97-99]>)+ !<think>? <[*]>\n')
     write_all(os.path.join(out, "gbnf"), gbnf, ".gbnf")
     schemas = list(suite_schemas(data)) if os.path.isdir(os.path.join(data, "json-schema-test-suite")) else []
     write_all(os.path.join(out, "json_schema"), [json.dumps(s) for s in schemas], ".json")
@@ -152,6 +154,8 @@ def grammar_seeds(data, out):
         'start: value\nvalue: NUMBER | "[" [value ("," value)*] "]"\n%import common.NUMBER\n',
         'start: greeting+\ngreeting: "hi"i " " NAME\nNAME: /[a-z]{1,8}/\n',
         'start: a ~ 2..4\na: "x" | "y"\n',
+        'start: TEXT | call\nTEXT: /[^{]+/\ncall: <|python_tag|> %json {"type": "object", "required": ["a"]} '
+        '<[5,9-12]>\n',
     ], ".lark")
 
 

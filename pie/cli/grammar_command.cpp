@@ -121,6 +121,12 @@ int grammar_check(std::span<const std::string> args) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::string& bytes = tok.token_bytes(ids[i]);
     if (!m.accept_token(ids[i])) {
+      if (tok.is_special(ids[i])) {  // a whole token: no byte of it to blame
+        fmt::print("rejected: token {} of {} (id {}, special \"{}\") at byte {}: not allowed after \"{}\"\n", i,
+                   ids.size(), ids[i], escape(bytes), offset,
+                   escape(std::string_view(text).substr(offset >= 40 ? offset - 40 : 0, std::min<std::size_t>(offset, 40))));
+        return 1;
+      }
       // Say which byte of the token broke it.
       std::size_t k = 0;
       pse::Matcher probe = m.fork();

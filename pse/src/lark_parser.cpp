@@ -1,8 +1,10 @@
 // Lark-style EBNF -> Grammar IR, the subset documented in docs/grammars.md. Rules and terminals
 // both become IR rules (a pure context-free reading: no lexer, no maximal munch); /regex/ terminals
 // go through add_regex (ECMA-262 syntax, plus Python's (?P<name>...) and leading (?i) / (?s)
-// flags). What cannot be expressed exactly (%ignore, %declare, templates, terminal priorities) is
-// an error.
+// flags). llguidance's extensions: special tokens <name> / <[ids]> (token_syntax.h) and inline JSON
+// Schemas `%json {...}`, both items of rules only. What cannot be expressed exactly (%ignore,
+// %declare, templates, terminal priorities) is an error.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,10 +13,14 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "char_sets.h"
+#include "pse/json_schema.h"
 #include "pse/lark.h"
 #include "pse/regex.h"
 #include "text_cursor.h"
+#include "token_syntax.h"
 
 namespace pse {
 namespace {
@@ -223,6 +229,10 @@ class LarkParser {
           "%ignore is not supported: constrained output must say where whitespace and comments go; "
           "write them into the rules (e.g. WS?) where they are allowed");
     }
+    if (directive == "json") {
+      in_.fail_at(at,
+                  "%json is not a statement: it is an item of a rule body, e.g. data: %json {...}");
+    }
     if (directive == "llguidance") {
       skip_space(false);
       if (!in_.starts_with("{}"))
@@ -394,9 +404,98 @@ class LarkParser {
       if (in_terminal_) terminal_edges_[current_terminal_].push_back({name, at});
       return g_.add_rule_ref(rule);
     }
-    if (c == '<') in_.fail("special tokens (<...>) are not supported");
+    if (c == '<') {
+      // A terminal is text (a regular language over bytes); a token is a step of the tokenizer.
+      if (in_terminal_) {
+        in_.fail("a token (<...>) cannot be used inside the terminal '" + current_terminal_ +
+                 "' (terminals are text; use the token in a rule)");
+      }
+      return read_token_terminal(in_, g_, false);
+    }
+    if (c == '%' && in_.starts_with("%json") && !is_name_char(in_.peek(5))) {
+      if (in_terminal_) {
+        in_.fail("%json cannot be used inside the terminal '" + current_terminal_ +
+                 "' (a terminal must be regular; use %json in a rule)");
+      }
+      return parse_json_schema(depth);
+    }
     if (c == '%') in_.fail("directives must start a line");
-    in_.expected("a string, a /regex/, a name, '(' or '['");
+    in_.expected("a string, a /regex/, a name, '(', '[', a token <...> or %json {...}");
+  }
+
+  // %json {...} | %json true | %json false: the JSON texts valid against the schema, spliced in as
+  // the rules of json_schema_to_grammar renamed "%jsonN/..." (no Lark name holds '%' or '/').
+  ExprId parse_json_schema(int depth) {
+    std::size_t at = in_.pos();
+    in_.advance(5);  // "%json"
+    skip_space(depth > 0);
+    std::size_t begin = in_.pos();
+    if (in_.peek() == '{') {
+      skip_json_object();
+    } else if (in_.starts_with("true") || in_.starts_with("false")) {
+      in_.advance(in_.peek() == 't' ? 4 : 5);
+      if (is_name_char(in_.peek())) in_.set_pos(begin);
+    }
+    if (in_.pos() == begin) in_.expected("a JSON Schema after %json ({...}, true or false)");
+    std::string_view slice = in_.text().substr(begin, in_.pos() - begin);
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(slice);  // ordered: "properties" keep their order
+    } catch (const nlohmann::ordered_json::parse_error& e) {
+      // e.byte counts the bytes read up to and including the offending one.
+      std::size_t byte = e.byte == 0 ? 0 : std::min<std::size_t>(e.byte - 1, slice.size() - 1);
+      std::string what = e.what();
+      if (auto p = what.find(": "); p != std::string::npos) what = what.substr(p + 2);
+      in_.fail_at(begin + byte, "the %json schema is not JSON: " + what);
+    }
+    Grammar sub;
+    try {
+      sub = json_schema_to_grammar(schema);
+    } catch (const SchemaError& e) {
+      in_.fail_at(at, "in the %json schema: " + schema_message(e.what(), e.pointer()));
+    } catch (const LimitError& e) {  // (a bound, not a malformed grammar: it stays a LimitError)
+      throw LimitError("[lark] " + in_.where(at) + ": in the %json schema: " + schema_message(e.what(), ""));
+    }
+    return g_.embed(sub, "%json" + std::to_string(++n_json_) + "/");
+  }
+
+  // The schema error's message without its "[json_schema] " tag, led by the pointer of the schema
+  // at fault when the message does not start with it already.
+  static std::string schema_message(std::string what, const std::string& pointer) {
+    constexpr std::string_view kTag = "[json_schema] ";
+    if (what.starts_with(kTag)) what.erase(0, kTag.size());
+    if (!pointer.empty() && !what.starts_with(pointer)) what = pointer + ": " + what;
+    return what;
+  }
+
+  // Moves the cursor past the JSON object at the cursor, to just after its matching '}': brackets
+  // are counted outside strings only, and a string ends at its first unescaped '"'. The slice is
+  // then parsed as JSON, which reports anything else that is wrong.
+  void skip_json_object() {
+    std::size_t open = in_.pos();
+    std::size_t n_open = 0;
+    do {
+      if (in_.at_end()) {
+        in_.fail_at(open, "unterminated %json schema: expected '}' to close the '{' opened here");
+      }
+      char c = in_.peek();
+      if (c == '"') {
+        std::size_t quote = in_.pos();
+        in_.advance();
+        while (in_.peek() != '"') {
+          // JSON strings hold no raw newline: stopping there points at the likely mistake.
+          if (in_.at_end() || in_.peek() == '\n') {
+            in_.fail_at(quote, "unterminated string in the %json schema: expected '\"'");
+          }
+          in_.advance(in_.peek() == '\\' ? 2 : 1);
+        }
+      } else if (c == '{' || c == '[') {
+        ++n_open;
+      } else if (c == '}' || c == ']') {
+        --n_open;
+      }
+      in_.advance();
+    } while (n_open > 0);
   }
 
   // One character of a "..." literal: Python string escapes.
@@ -583,9 +682,9 @@ class LarkParser {
   Grammar& g_;
   bool in_terminal_ = false;
   std::string current_terminal_;
-  std::vector<std::string> terminal_order_;
-  std::size_t n_ranges_ = 0;  // character-class ranges added by regex terminals  // in definition
-                              // order, so errors are deterministic
+  std::vector<std::string> terminal_order_;  // in definition order, so errors are deterministic
+  std::size_t n_json_ = 0;    // %json schemas spliced in so far (their rules' prefix)
+  std::size_t n_ranges_ = 0;  // character-class ranges added by regex terminals
   std::unordered_map<RuleId, std::size_t> first_reference_;
   std::unordered_map<std::string, std::vector<std::pair<std::string, std::size_t>>> terminal_edges_;
 };

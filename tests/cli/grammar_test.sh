@@ -89,6 +89,24 @@ case $case_name in
     printf '{"b": "x", "a": 1, "b": "y"}' >"$tmp/in"
     run grammar check -t "$llama3" --schema "$tmp/ab.json" --any-order "$tmp/in"; expect_rc 1
     run grammar compile --regex a --any-order; expect_rc 2 ;;
+  grammar_special_tokens)
+    # Whole tokens in a grammar (<[id]>, <name>): the input's special-token text is that token with --special.
+    need "$llama3/encoder.json"
+    printf '%s\n' 'root ::= <[128010]> "{" [a-z]* "}" <|eom_id|>' >"$tmp/call.gbnf"
+    printf '<|python_tag|>{abc}<|eom_id|>' >"$tmp/in"
+    run grammar check -t "$llama3" --gbnf "$tmp/call.gbnf" --special "$tmp/in"; expect_rc 0
+    run grammar check -t "$llama3" --gbnf "$tmp/call.gbnf" "$tmp/in"; expect_rc 1  # "<|python_tag|>" as text
+    printf '<|python_tag|>{abc}<|eot_id|>' >"$tmp/in"
+    run grammar check -t "$llama3" --gbnf "$tmp/call.gbnf" --special "$tmp/in"; expect_rc 1
+    expect_in "$tmp/out" 'rejected: token 4 of 5 (id 128009, special "<|eot_id|>") at byte 19'
+    run grammar mask -t "$llama3" --gbnf "$tmp/call.gbnf" --special --prefix '<|python_tag|>{ab}'; expect_rc 0
+    expect_in "$tmp/out" '1 tokens allowed'; expect_in "$tmp/out" '128008 "<|eom_id|>"'
+    printf '%s\n' 'root ::= <|nope|>' >"$tmp/bad.gbnf"
+    run grammar compile -t "$llama3" --gbnf "$tmp/bad.gbnf"; expect_rc 2
+    [[ "$err" == *"token <|nope|>: no token of the vocabulary has exactly these bytes"* ]] || fail "'$err'"
+    printf '%s\n' 'root ::= <[128256]>' >"$tmp/bad.gbnf"
+    run grammar compile -t "$llama3" --gbnf "$tmp/bad.gbnf"; expect_rc 2
+    [[ "$err" == *"id 128256 is outside the vocabulary's 128256 tokens"* ]] || fail "'$err'" ;;
   *) echo "unknown case $case_name" >&2; exit 1 ;;
 esac
 exit 0

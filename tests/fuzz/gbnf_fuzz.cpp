@@ -1,6 +1,6 @@
 // libFuzzer target for the GBNF parser and the grammar compiler: any input either parses into a valid
-// Grammar or throws a pse::Error; a parsed grammar either compiles (against the 256 one-byte tokens, within
-// small bounds) into a matcher whose first mask and a few forced steps work, or throws a pse::Error.
+// Grammar or throws a pse::Error; a parsed grammar either compiles (against the 256 one-byte tokens, a few
+// longer ones and a control token, within small bounds) into a matcher whose first mask and a few forced steps work, or throws a pse::Error.
 // Never a crash, a hang on deep nesting, or another exception type.
 #include <cstddef>
 #include <cstdint>
@@ -20,9 +20,11 @@ std::shared_ptr<const pse::Vocabulary> byte_vocabulary() {
     std::vector<std::string> tokens;
     for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
     for (const char* t : {"ab", "a\"", "\":", "  ", "\xCE\xB1", "\xE4\xB8\x80x", "12", "true"}) tokens.push_back(t);
+    tokens.push_back("<think>");  // a control token, for token terminals (<think>, <[264]>, !<...>)
     tokens.push_back("<eos>");
-    return std::make_shared<const pse::Vocabulary>(tokens, std::vector<pse::TokenId>{},
-                                                    std::vector<pse::TokenId>{static_cast<pse::TokenId>(tokens.size() - 1)});
+    const auto n = static_cast<pse::TokenId>(tokens.size());
+    return std::make_shared<const pse::Vocabulary>(tokens, std::vector<pse::TokenId>{n - 2},
+                                                    std::vector<pse::TokenId>{n - 1});
   }();
   return vocabulary;
 }

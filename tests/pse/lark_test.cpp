@@ -1,16 +1,21 @@
-// Lark-style EBNF front-end, checked by behaviour through the reference recognizer, and its errors.
+// Lark-style EBNF front-end, checked by behaviour through the reference recognizer, and its errors;
+// llguidance's special tokens and %json schemas also through the matcher.
 #include "pse/lark.h"
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "engine_test_util.h"
 #include "reference_recognizer.h"
 
 namespace pse {
 namespace {
 
 using pse::testing::accepts;
+using pse::testing::fast_mask;
 
 TEST(Lark, RulesTerminalsAndOperators) {
   const char* text = R"(// a comment
@@ -197,7 +202,6 @@ TEST(Lark, Errors) {
   expect_error("start: [\"a\"\n", 2, 1, "expected ']'");
   expect_error("start \"a\"\n", 1, 7, "expected ':'");
   expect_error("start: \"a\"\nstart: \"b\"\n", 2, 1, "defined twice");
-  expect_error("start: <[128000]>\n", 1, 8, "special tokens");
   expect_error("start: \"a\" @\n", 1, 12, "expected a string");
   expect_error("Start: \"a\"\n", 1, 1, "neither a rule name");
   expect_error("start: Foo\n", 1, 8, "neither a rule name");
@@ -221,6 +225,258 @@ TEST(Lark, DeepNestingIsAnErrorNotACrash) {
     chain += "T" + std::to_string(i) + ": T" + std::to_string(i + 1) + "\n";
   chain += "T3000: \"z\"\n";
   EXPECT_TRUE(accepts(parse_lark(chain), "z"));
+}
+
+TEST(LarkJson, InlineSchemaAcceptsItsInstances) {
+  const char* text = R"(start: "city=" body ";" | "n=" (
+  %json {"type": "integer", "minimum": 1}
+)
+body: %json {
+  "type": "object",
+  "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
+  "required": ["city"],
+  "additionalProperties": false
+}
+)";
+  Grammar g = parse_lark(text);
+  EXPECT_TRUE(accepts(g, R"(city={"city": "Paris"};)"));
+  EXPECT_TRUE(accepts(g, R"(city={"city":"x","n":3};)"));
+  EXPECT_TRUE(accepts(g, "n=12"));
+  EXPECT_FALSE(accepts(g, R"(city={"n": 3};)"));           // "city" is required
+  EXPECT_FALSE(accepts(g, R"(city={"city": 5};)"));        // not a string
+  EXPECT_FALSE(accepts(g, R"(city={"city": "x", "z": 1};)"));  // no other members
+  EXPECT_FALSE(accepts(g, R"(city={"city": "x"})"));       // the rule goes on after the schema
+  EXPECT_FALSE(accepts(g, "n=0"));
+  EXPECT_FALSE(accepts(g, "n=1.5"));
+}
+
+TEST(LarkJson, BooleanSchemas) {
+  Grammar g = parse_lark("start: \"<\" %json true \">\"\n");
+  EXPECT_TRUE(accepts(g, R"(<[1, "a", {"b": null}]>)"));
+  EXPECT_TRUE(accepts(g, "<7>"));
+  EXPECT_FALSE(accepts(g, "<[1,>"));
+  Grammar none = parse_lark("start: \"a\" | \"b\" %json false\n");
+  EXPECT_TRUE(accepts(none, "a"));
+  EXPECT_FALSE(accepts(none, "b1"));
+  EXPECT_FALSE(accepts(none, "bnull"));
+}
+
+// Each %json gets rules of its own: two schemas whose converted rules share names stay apart.
+TEST(LarkJson, TwoSchemasDoNotCollide) {
+  Grammar g = parse_lark(
+      "start: a \",\" b\n"
+      "a: %json {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}, \"required\": [\"x\"]}\n"
+      "b: %json {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"string\"}}, \"required\": [\"x\"]}\n");
+  EXPECT_TRUE(accepts(g, R"({"x": 1},{"x": "s"})"));
+  EXPECT_FALSE(accepts(g, R"({"x": "s"},{"x": 1})"));
+  EXPECT_FALSE(accepts(g, R"({"x": 1},{"x": 1})"));
+  EXPECT_FALSE(accepts(g, R"({"x": "s"},{"x": "s"})"));
+}
+
+// Declared properties come in the order of "properties" (the schema is read as ordered JSON): here
+// "b" before "a", which an alphabetical reading would reverse.
+TEST(LarkJson, PropertyOrderIsKept) {
+  Grammar g = parse_lark(R"(start: %json {
+  "type": "object",
+  "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}},
+  "required": ["b", "a"],
+  "additionalProperties": false
+}
+)");
+  EXPECT_TRUE(accepts(g, R"({"b": 1, "a": 2})"));
+  EXPECT_FALSE(accepts(g, R"({"a": 2, "b": 1})"));
+}
+
+// Braces and brackets inside JSON strings, escaped quotes included, do not end the schema early.
+TEST(LarkJson, BracesInsideStringsDoNotEndTheSchema) {
+  Grammar g = parse_lark(R"(start: %json {"const": "}{\"]"} "!"
+)");
+  EXPECT_TRUE(accepts(g, R"("}{\"]"!)"));
+  EXPECT_FALSE(accepts(g, R"("}{"!)"));
+}
+
+TEST(LarkJson, Errors) {
+  // Malformed JSON: at the offending character of the schema, with nlohmann's description.
+  expect_error("start: %json {\"type\": \"object\",}\n", 1, 32, "the %json schema is not JSON");
+  expect_error("start: %json {\"type\": \"object\",}\n", 1, 32, "expected string literal");
+  expect_error("start: body\nbody: %json {\n  \"type\": \"object\",\n  \"properties\": {\"a\": tru}\n}\n", 4, 26,
+               "invalid literal");
+  // The end of the text before the matching '}': at the '{'.
+  expect_error("start: %json {\"type\": \"object\"\nfoo: \"a\"\n", 1, 14, "unterminated %json schema");
+  expect_error("start: %json {\"type\n", 1, 15, "unterminated string in the %json schema");
+  expect_error("start: %json\n", 1, 13, "expected a JSON Schema after %json");
+  expect_error("start: %json [1]\n", 1, 14, "expected a JSON Schema after %json");
+  expect_error("start: %json trueish\n", 1, 14, "expected a JSON Schema after %json");
+  // A schema the converter rejects: at the %json, with the pointer of the schema at fault.
+  expect_error("start: \"a\" %json {\"properties\": {\"age\": {\"minimum\": \"ten\"}}}\n", 1, 12,
+               "in the %json schema: /properties/age");
+  expect_error("start: \"a\" %json {\"properties\": {\"age\": {\"minimum\": \"ten\"}}}\n", 1, 12, "minimum");
+  // A conversion bound stays a LimitError, placed at the %json.
+  std::string deep = "{}";
+  for (int i = 0; i < 300; ++i) deep = "{\"items\": " + deep + "}";
+  try {
+    parse_lark("start: %json " + deep + "\n");
+    ADD_FAILURE() << "a schema nested 300 deep should pass the converter's bound";
+  } catch (const LimitError& e) {
+    EXPECT_NE(std::string(e.what()).find("[lark] line 1, column 8: in the %json schema: "), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("nesting deeper than 200"), std::string::npos) << e.what();
+  }
+  expect_error("start: A\nA: \"x\" %json {}\n", 2, 8, "%json cannot be used inside the terminal 'A'");
+  expect_error("%json {}\nstart: \"a\"\n", 1, 1, "%json is not a statement");
+  expect_error("start: \"a\" %jsonx {}\n", 1, 12, "directives must start a line");
+}
+
+TEST(LarkTokens, ParseIntoTokenTerminals) {
+  Grammar g = parse_lark("start: <[5]> \"a\" | <think> \"b\"\n");
+  const std::string ir = g.to_string();
+  EXPECT_NE(ir.find("<[5]>"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("<think>"), std::string::npos) << ir;
+  Grammar forms = parse_lark(
+      "start: <|eot_id|> | <[1,5-9]> | <[^1,5-9]> | <[*]> | x\n"
+      "x: (<[128000-128255]> \"y\")+ <think>~2\n");
+  const std::string all = forms.to_string();
+  for (const char* t : {"<|eot_id|>", "<[1,5-9]>", "!<[1,5-9]>", "<[*]>", "<[128000-128255]>", "<think>"})
+    EXPECT_NE(all.find(t), std::string::npos) << t << " in " << all;
+  // Names are not looked up by the parser: any name parses.
+  EXPECT_NO_THROW(parse_lark("start: <|no such token|>\n"));
+}
+
+TEST(LarkTokens, Errors) {
+  expect_error("start: A\nA: \"a\" <think>\n", 2, 8, "a token (<...>) cannot be used inside the terminal 'A'");
+  expect_error("start: A\nA: (\"a\" | <[5]>)\n", 2, 11, "cannot be used inside the terminal 'A'");
+  expect_error("start: <[5-3]>\n", 1, 10, "bad token id range 5-3");
+  expect_error("start: <think\n", 1, 8, "unterminated token");
+  expect_error("start: <>\n", 1, 8, "empty token name");
+  expect_error("start: <[5]\n", 1, 12, "'>' to close the token");
+  expect_error("start: <[a]>\n", 1, 10, "expected a token id");
+}
+
+// Single bytes and pairs over a small alphabet, then the special tokens <think>, </think>,
+// <|python_tag|>, <|eom_id|> and the end of sequence <|eot_id|>.
+struct SpecialVocabulary {
+  std::shared_ptr<const Vocabulary> vocab;
+  TokenId think = 0, end_think = 0, python_tag = 0, eom = 0, eot = 0;
+};
+
+SpecialVocabulary special_vocabulary() {
+  SpecialVocabulary v;
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  for (const char x : std::string("ay{}\":"))
+    for (const char y : std::string("ay{}\":")) t.push_back(std::string{x, y});
+  auto add = [&](const char* s) {
+    t.push_back(s);
+    return static_cast<TokenId>(t.size() - 1);
+  };
+  v.think = add("<think>");
+  v.end_think = add("</think>");
+  v.python_tag = add("<|python_tag|>");
+  v.eom = add("<|eom_id|>");
+  v.eot = add("<|eot_id|>");
+  v.vocab = std::make_shared<Vocabulary>(std::move(t), std::vector<TokenId>{v.think, v.end_think, v.python_tag, v.eom},
+                                         std::vector<TokenId>{v.eot});
+  return v;
+}
+
+bool allowed(const std::vector<std::uint32_t>& mask, TokenId id) {
+  return ((mask[static_cast<std::size_t>(id) >> 5] >> (id & 31)) & 1) != 0;
+}
+
+bool accept_text(Matcher& m, std::string_view text) {
+  for (const char c : text)
+    if (!m.accept_token(static_cast<TokenId>(static_cast<unsigned char>(c)))) return false;
+  return true;
+}
+
+TEST(LarkTokens, MatcherReadsNamedAndNumberedTokens) {
+  const SpecialVocabulary v = special_vocabulary();
+  const std::string text = "start: <think> THOUGHT </think> (\"yes\" | \"no\") | <[" + std::to_string(v.eom) +
+                           "]> \"!\"\nTHOUGHT: /[a-z ]*/\n";
+  Matcher m(compile_grammar(parse_lark(text), v.vocab));
+  std::vector<std::uint32_t> mask = fast_mask(m);
+  EXPECT_TRUE(allowed(mask, v.think));
+  EXPECT_TRUE(allowed(mask, v.eom));
+  EXPECT_FALSE(allowed(mask, v.end_think));
+  EXPECT_FALSE(allowed(mask, v.python_tag));
+  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('y')));  // text only after a token
+  EXPECT_FALSE(m.accept_token(v.end_think));
+  ASSERT_TRUE(m.accept_token(v.think));
+  mask = fast_mask(m);
+  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('a')));
+  EXPECT_TRUE(allowed(mask, v.end_think));
+  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('A')));
+  EXPECT_FALSE(allowed(mask, v.think));
+  ASSERT_TRUE(accept_text(m, "hm ok"));
+  ASSERT_TRUE(m.accept_token(v.end_think));
+  mask = fast_mask(m);
+  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('y')));
+  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('a')));
+  EXPECT_FALSE(allowed(mask, v.end_think));
+  EXPECT_FALSE(m.can_stop());
+  ASSERT_TRUE(accept_text(m, "yes"));
+  EXPECT_TRUE(m.can_stop());
+  // The other alternative: the token named by id, then text.
+  Matcher by_id(compile_grammar(parse_lark(text), v.vocab));
+  ASSERT_TRUE(by_id.accept_token(v.eom));
+  EXPECT_FALSE(by_id.can_stop());
+  ASSERT_TRUE(accept_text(by_id, "!"));
+  EXPECT_TRUE(by_id.can_stop());
+}
+
+// llguidance's tool-call example: free text, or <|python_tag|> then a JSON object valid against the
+// inline schema, then <|eom_id|>.
+TEST(LarkTokens, ToolCallWithInlineSchemaThroughTheMatcher) {
+  const SpecialVocabulary v = special_vocabulary();
+  const char* text = R"(start: TEXT | fun_call
+TEXT: /[^{](.|\n)*/
+fun_call: <|python_tag|> json_body <|eom_id|>
+json_body: %json {
+  "type": "object",
+  "properties": {"city": {"type": "string"}},
+  "required": ["city"]
+}
+)";
+  const CompiledGrammar cg = compile_grammar(parse_lark(text), v.vocab);
+  Matcher m(cg);
+  std::vector<std::uint32_t> mask = fast_mask(m);
+  EXPECT_TRUE(allowed(mask, v.python_tag));
+  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('a')));
+  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('{')));  // TEXT does not start with '{'
+  EXPECT_FALSE(allowed(mask, v.eom));
+  EXPECT_FALSE(allowed(mask, v.think));
+  // Free text: never a special token inside it.
+  Matcher free = m.fork();
+  ASSERT_TRUE(accept_text(free, "hi"));
+  EXPECT_TRUE(free.can_stop());
+  mask = fast_mask(free);
+  EXPECT_FALSE(allowed(mask, v.python_tag));
+  EXPECT_FALSE(allowed(mask, v.eom));
+  // The call.
+  ASSERT_TRUE(m.accept_token(v.python_tag));
+  mask = fast_mask(m);
+  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('{')));
+  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('a')));
+  EXPECT_FALSE(allowed(mask, v.eom));
+  EXPECT_FALSE(allowed(mask, v.python_tag));
+  ASSERT_TRUE(accept_text(m, "{"));
+  Matcher empty = m.fork();
+  EXPECT_FALSE(empty.accept_token(static_cast<TokenId>('}')));  // "city" is required
+  ASSERT_TRUE(accept_text(m, "\"city\": "));
+  Matcher wrong = m.fork();
+  EXPECT_FALSE(wrong.accept_token(static_cast<TokenId>('5')));  // a string, not a number
+  ASSERT_TRUE(accept_text(m, "\"Paris\""));
+  EXPECT_FALSE(allowed(fast_mask(m), v.eom));  // the object is not closed yet
+  ASSERT_TRUE(accept_text(m, "}"));
+  mask = fast_mask(m);
+  EXPECT_TRUE(allowed(mask, v.eom));
+  EXPECT_FALSE(allowed(mask, v.eot));
+  EXPECT_FALSE(m.can_stop());
+  ASSERT_TRUE(m.accept_token(v.eom));
+  EXPECT_TRUE(m.can_stop());
+  EXPECT_TRUE(m.must_stop());
+  EXPECT_TRUE(m.accept_token(v.eot));
+  EXPECT_TRUE(m.is_terminated());
 }
 
 }  // namespace

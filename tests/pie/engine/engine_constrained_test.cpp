@@ -4,6 +4,7 @@
 // (jump-forward) tokens are used where the grammar fixes the text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -152,6 +153,34 @@ factor ::= [0-9]{1,3} | "(" expr ")"
   }
   const pse::Grammar phone = pse::parse_regex("[0-9]{3}-[0-9]{4}");
   for (const std::string& text : generate_checked(engine, phone, 4)) EXPECT_EQ(text.size(), 8u) << text;
+}
+
+// A grammar that names a special token (a token terminal) gets it, as a token: the default model's "<s>"
+// in the middle of the output, never as the text "<s>"; the text leaves control tokens out.
+TEST(EngineConstrained, TokenTerminalsReadSpecialTokens) {
+  Engine engine(default_model(), options());
+  const Model& model = engine.model();
+  const std::int32_t bos = *model.tokenizer->special_tokens().bos;
+  const pse::Grammar g = pse::parse_gbnf("root ::= \"ab\" <s> [a-c]{1,3} \".\"");
+  const pse::CompiledGrammar compiled =
+      pse::compile_grammar(g, grammar_vocabulary(*model.tokenizer, static_cast<std::size_t>(model.config.n_vocab)));
+  for (int seed = 0; seed < 4; ++seed) {
+    GenerateRequest r;
+    r.prompt = {bos};
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = static_cast<std::uint64_t>(seed);
+    r.max_tokens = 64;
+    r.grammar = g;
+    RunResult res = testing::collect(*engine.submit(std::move(r)));
+    ASSERT_EQ(res.samples.size(), 1u);
+    const auto& s = res.samples[0];
+    EXPECT_EQ(s.finish, FinishReason::stop) << s.error << " " << s.text;
+    EXPECT_TRUE(s.text.starts_with("ab") && s.text.ends_with(".") && s.text.find('<') == std::string::npos) << s.text;
+    EXPECT_EQ(std::count(s.tokens.begin(), s.tokens.end(), bos), 1) << s.text;
+    pse::Matcher replay(compiled);
+    for (const std::int32_t t : s.tokens) ASSERT_TRUE(replay.accept_token(t)) << "token " << t << " in " << s.text;
+    EXPECT_TRUE(replay.can_stop()) << s.text;
+  }
 }
 
 // A sampled token may end inside a character ("\xC3" of "é"): the forced text then starts with the bytes
