@@ -9,25 +9,38 @@
 #   scripts/bench-grammar.sh [BUILD_DIR]        (default build/; builds the orchard target there)
 # Needs the peers in .venv-bench (python3 -m venv .venv-bench && .venv-bench/bin/pip install -r
 # scripts/requirements-test.txt -r scripts/requirements-bench.txt); PYTHON overrides.
+# On another machine (the device host's CPU): ORCHARD_BIN names a prebuilt orchard (nothing is built) and
+# WORKLOADS a folder that `grammar_peers.py workloads` wrote here (it needs the MaskBench files).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
 SHARED="${ORCHARD_SHARED_DATA:-$ROOT/../shared/data}"
 PY="${PYTHON:-$ROOT/.venv-bench/bin/python}"
-ORCHARD="$BUILD/pie/orchard"
+ORCHARD="${ORCHARD_BIN:-$BUILD/pie/orchard}"
 TOKENIZER="$SHARED/tokenizers/llama3"
 REPEAT="${REPEAT:-1}"  # passes over the documents; 1 = the same single pass the peers make
 PREFILL_MS="${PREFILL_MS:-20}"
 
-if [ ! -d "$BUILD" ]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+if [ -z "${ORCHARD_BIN:-}" ]; then
+  if [ ! -d "$BUILD" ]; then
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  fi
+  cmake --build "$BUILD" --target orchard -j2 >/dev/null
 fi
-cmake --build "$BUILD" --target orchard -j2 >/dev/null
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 export ORCHARD_SHARED_DATA="$SHARED"
-"$PY" "$ROOT/tests/bench/peers/grammar_peers.py" workloads "$WORK" >/dev/null
+if [ -n "${WORKLOADS:-}" ]; then
+  cp "$WORKLOADS"/* "$WORK"/
+  # (the .kind files name each grammar by its path where the workloads were written)
+  for k in "$WORK"/*.kind; do
+    read -r kind grammar < "$k"
+    echo "$kind $WORK/$(basename "$grammar")" > "$k"
+  done
+else
+  "$PY" "$ROOT/tests/bench/peers/grammar_peers.py" workloads "$WORK" >/dev/null
+fi
 
 for w in json arithmetic c regex; do
   read -r kind grammar < "$WORK/$w.kind"

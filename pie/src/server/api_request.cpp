@@ -172,10 +172,14 @@ void parse_openai_common(const Json& body, GenerationParams& p) {
     p.include_usage = get_bool(*options, "include_usage", "stream_options").value_or(false);
   }
 
-  // Extensions: a GBNF grammar or a regex the output must match.
+  // Extensions: a GBNF or Lark grammar, or a regex, the output must match.
   int n_constraints = 0;
   if (auto grammar = get_string(body, "grammar", "")) {
     p.constraint = {Constraint::Kind::grammar, {}, *grammar, "grammar"};
+    ++n_constraints;
+  }
+  if (auto lark = get_string(body, "lark", "")) {
+    p.constraint = {Constraint::Kind::lark, {}, *lark, "lark"};
     ++n_constraints;
   }
   if (auto regex = get_string(body, "regex", "")) {
@@ -220,7 +224,7 @@ void parse_openai_common(const Json& body, GenerationParams& p) {
     }
   }
   if (n_constraints > 1) {
-    throw ApiError::invalid("at most one of 'response_format', 'grammar' and 'regex' may be given",
+    throw ApiError::invalid("at most one of 'response_format', 'grammar', 'lark' and 'regex' may be given",
                             p.constraint.param);
   }
 }

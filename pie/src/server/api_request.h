@@ -19,10 +19,10 @@ using Json = nlohmann::ordered_json;
 
 // The output constraint a request asked for (tools aside).
 struct Constraint {
-  enum class Kind : std::uint8_t { none, json_object, json_schema, grammar, regex };
+  enum class Kind : std::uint8_t { none, json_object, json_schema, grammar, lark, regex };
   Kind kind = Kind::none;
   Json schema;        // json_schema: the schema (property order kept)
-  std::string text;   // grammar (GBNF) or regex source
+  std::string text;   // grammar (GBNF), lark or regex source
   std::string param;  // the request field that held it, for errors ("response_format.json_schema.schema")
 };
 

@@ -8,6 +8,7 @@
 
 #include "pse/gbnf.h"
 #include "pse/json_schema.h"
+#include "pse/lark.h"
 #include "pse/regex.h"
 #include "server/api_error.h"
 
@@ -35,6 +36,8 @@ std::optional<pse::Grammar> constraint_grammar(const Constraint& c) {
         return pse::json_schema_to_grammar(c.schema);
       case Constraint::Kind::grammar:
         return pse::parse_gbnf(c.text);
+      case Constraint::Kind::lark:
+        return pse::parse_lark(c.text);
       case Constraint::Kind::regex:
         return pse::parse_regex(c.text);
     }

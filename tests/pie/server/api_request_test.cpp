@@ -141,6 +141,12 @@ TEST(ParseOpenAIChat, ResponseFormats) {
   EXPECT_EQ(grammar.params.constraint.kind, Constraint::Kind::grammar);
   ChatRequest regex = parse_openai_chat(chat({{"regex", "[0-9]+"}}));
   EXPECT_EQ(regex.params.constraint.kind, Constraint::Kind::regex);
+  ChatRequest lark = parse_openai_chat(chat({{"lark", "start: \"a\""}}));
+  EXPECT_EQ(lark.params.constraint.kind, Constraint::Kind::lark);
+  EXPECT_EQ(lark.params.constraint.text, "start: \"a\"");
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"lark", "start: \"a\""}, {"grammar", "root ::= \"a\""}})); }),
+            "lark");
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"lark", 5}})); }), "lark");
 }
 
 Json weather_tool(const char* name = "get_weather") {

@@ -185,6 +185,27 @@ TEST_F(ServerHttpTest, JsonSchemaOutputParses) {
   EXPECT_GT(body["usage"]["prompt_tokens"].get<int>(), 0);
 }
 
+// The `lark` extension: a Lark grammar with an inline %json schema; its errors name the field.
+TEST_F(ServerHttpTest, LarkGrammarOutputFits) {
+  const std::string lark =
+      "start: \"answer: \" value\nvalue: %json {\"type\": \"object\", \"properties\": {\"n\": "
+      "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 9}}, \"required\": [\"n\"], "
+      "\"additionalProperties\": false}\n";
+  auto r = post("/v1/chat/completions", chat_body({{"lark", lark}, {"max_tokens", 64}, {"seed", 2}, {"temperature", 1}}));
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json body = Json::parse(r->body);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop") << r->body;
+  const std::string content = body["choices"][0]["message"]["content"].get<std::string>();
+  ASSERT_TRUE(content.starts_with("answer: ")) << content;
+  Json value = Json::parse(content.substr(8));
+  EXPECT_GE(value["n"].get<int>(), 1);
+  EXPECT_LE(value["n"].get<int>(), 9);
+  auto bad = post("/v1/chat/completions", chat_body({{"lark", "start: %json {\"minimum\": \"ten\"}\n"}}));
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(error_of(bad)["param"], "lark");
+  expect_serving();
+}
+
 TEST_F(ServerHttpTest, StreamEndsWithDone) {
   std::string received;
   auto c = client();
