@@ -19,6 +19,9 @@ namespace pse {
 namespace {
 
 constexpr int kMaxGroupDepth = 512;  // deeper nesting is an error, never a stack overflow
+// Repetitions stacked on one item (`"a"*+` is ("a"*)+, as llama.cpp reads it): each nests the expression
+// one level deeper, so they are bounded too.
+constexpr int kMaxStackedRepetitions = 4;
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -176,7 +179,7 @@ class GbnfParser {
   ExprId parse_sequence(int depth) {
     std::vector<ExprId> items;
     bool nested = depth > 0;
-    bool last_was_repetition = false;
+    int stacked = 0;  // repetitions applied to the last item so far
     while (!in_.at_end()) {
       char c = in_.peek();
       std::size_t at = in_.pos();
@@ -207,10 +210,10 @@ class GbnfParser {
         items.push_back(read_token_terminal(in_, g_, negated));
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (items.empty()) in_.fail(std::string("'") + c + "' has no preceding item to repeat");
-        // Stacked repetitions (a*+) would nest without bound; parentheses make the intent explicit.
-        if (last_was_repetition)
-          in_.fail(std::string("'") + c +
-                   "' cannot directly follow another repetition; use parentheses");
+        if (stacked == kMaxStackedRepetitions) {
+          in_.fail(std::string("'") + c + "': more than " + std::to_string(kMaxStackedRepetitions) +
+                   " repetitions in a row on one item; use parentheses");
+        }
         std::uint32_t min = 0, max = kUnbounded;
         in_.advance();
         if (c == '+') {
@@ -238,13 +241,13 @@ class GbnfParser {
                                 "}: min is greater than max");
         }
         items.back() = g_.add_repeat(items.back(), min, max);
-        last_was_repetition = true;
+        ++stacked;
         skip_space(nested);
         continue;
       } else {
         break;
       }
-      last_was_repetition = false;
+      stacked = 0;
       skip_space(nested);
     }
     // Inside a group the caller reports a missing ')'.

@@ -127,6 +127,13 @@ TEST(Gbnf, CustomRootAndRecursion) {
   EXPECT_FALSE(accepts(g, "u"));
 }
 
+// As llama.cpp reads them: each repetition applies to the item with the ones before it.
+TEST(Gbnf, StackedRepetitions) {
+  const Grammar g = parse_gbnf("root ::= \"ab\"?* \"c\" [a-z]{2}+ \"!\"{1,2}?\n");
+  for (const char* yes : {"cxy", "abcxy", "abababcwxyz!", "cxy!!"}) EXPECT_TRUE(accepts(g, yes)) << yes;
+  for (const char* no : {"c", "aabcxy", "cxyz", "cxy!!!", "abcx"}) EXPECT_FALSE(accepts(g, no)) << no;
+}
+
 TEST(Gbnf, LargeRepetitionStaysCompact) {
   Grammar g = parse_gbnf("root ::= [a-z]{1,1000} \"!\"{3000}\n");
   EXPECT_LT(g.exprs().size(), 10u);
@@ -168,7 +175,7 @@ TEST(Gbnf, Errors) {
   expect_error("root ::= \"a\")", 1, 13, "unmatched ')'");
   expect_error("root ::= * \"a\"", 1, 10, "no preceding item");
   expect_error("root ::= \"a\"{3,2}", 1, 13, "min is greater than max");
-  expect_error("root ::= \"a\"* +", 1, 15, "cannot directly follow another repetition");
+  expect_error("root ::= \"a\"*+?*{2}", 1, 17, "more than 4 repetitions in a row on one item");
   expect_error("root ::= \"a\"{x}", 1, 14, "expected an integer");
   expect_error("root ::= \"a\"{2,3", 1, 17, "expected '}'");
   expect_error("root ::= \"a\"\nroot ::= \"b\"\n", 2, 1, "defined twice");
