@@ -15,6 +15,11 @@ inline std::uint64_t hash_key(std::uint64_t k) {
 }
 }  // namespace
 
+void Chart::clear_dedup() {
+  for (std::uint32_t h : used_) table_[h] = kEmptySlot;
+  used_.clear();
+}
+
 void Chart::add(std::uint32_t state, std::uint32_t origin) {
   // Small sets: linear scan of the open set; larger ones: the hash table (built on demand).
   const std::size_t begin = set_begin_.back();
@@ -39,8 +44,7 @@ void Chart::add(std::uint32_t state, std::uint32_t origin) {
     }
   } else if (used_.size() != size) {
     // The table belongs to an older set: rebuild it for this one.
-    for (std::uint32_t h : used_) table_[h] = kEmptySlot;
-    used_.clear();
+    clear_dedup();
     for (std::size_t i = begin; i < items_.size(); ++i) {
       std::uint64_t k = key_of(items_[i].state, items_[i].origin);
       std::size_t h = hash_key(k) & (table_.size() - 1);
@@ -90,8 +94,7 @@ void Chart::close(std::size_t from) {
 void Chart::reset(std::uint32_t start) {
   items_.clear();
   set_begin_.assign(1, 0);  // the open set 0 begins at 0
-  for (std::uint32_t h : used_) table_[h] = kEmptySlot;
-  used_.clear();
+  clear_dedup();
   items_.push_back({start, 0});
   close(0);
   set_begin_.push_back(static_cast<std::uint32_t>(items_.size()));
@@ -100,8 +103,7 @@ void Chart::reset(std::uint32_t start) {
 void Chart::reset_detached(std::span<const std::uint32_t> starts) {
   items_.clear();
   set_begin_.assign(2, 0);  // set 0 empty; the open set 1 begins at 0
-  for (std::uint32_t h : used_) table_[h] = kEmptySlot;
-  used_.clear();
+  clear_dedup();
   for (std::uint32_t s : starts) add(s, 0);
   close(0);
   set_begin_.push_back(static_cast<std::uint32_t>(items_.size()));
@@ -118,8 +120,7 @@ bool Chart::push(std::uint8_t byte) {
   const std::size_t prev_begin = set_begin_[set_begin_.size() - 2];
   const std::size_t prev_end = set_begin_.back();
   // The open set starts at items_.size(); set_begin_.back() marks it while it is built.
-  for (std::uint32_t h : used_) table_[h] = kEmptySlot;
-  used_.clear();
+  clear_dedup();
   for (std::size_t i = prev_begin; i < prev_end; ++i) {
     const Item it = items_[i];
     for (std::uint32_t e = a.byte_begin[it.state]; e < a.byte_begin[it.state + 1]; ++e) {
@@ -140,8 +141,7 @@ bool Chart::scan_token(std::size_t from, std::span<const std::uint8_t> in_set, b
   // Reopen the last set (its end marker off), or open a new one; either way the dedup table starts
   // afresh for it (add rebuilds it from the set's items).
   if (join_last) set_begin_.pop_back();
-  for (std::uint32_t h : used_) table_[h] = kEmptySlot;
-  used_.clear();
+  clear_dedup();
   for (std::size_t i = from_begin; i < from_end; ++i) {
     const Item it = items_[i];
     for (std::uint32_t e = a.token_begin[it.state]; e < a.token_begin[it.state + 1]; ++e) {

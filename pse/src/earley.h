@@ -60,6 +60,7 @@ class Chart {
 
  private:
   void add(std::uint32_t state, std::uint32_t origin);
+  void clear_dedup();  // empties the dedup table (for a new open set)
   void close(std::size_t from);  // closure of the open set, from item index `from`
 
   const Automaton* a_ = nullptr;

@@ -135,17 +135,18 @@ class Hasher {
 
 }  // namespace
 
-ExprId Grammar::add_empty() {
-  exprs_.push_back(Expr{});
+ExprId Grammar::push(Expr e) {
+  exprs_.push_back(std::move(e));
   return static_cast<ExprId>(exprs_.size() - 1);
 }
+
+ExprId Grammar::add_empty() { return push(Expr{}); }
 
 ExprId Grammar::add_bytes(std::string bytes) {
   Expr e;
   e.kind = ExprKind::kBytes;
   e.bytes = std::move(bytes);
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::add_char_class(std::vector<CharRange> ranges, bool negated) {
@@ -153,8 +154,7 @@ ExprId Grammar::add_char_class(std::vector<CharRange> ranges, bool negated) {
   e.kind = ExprKind::kCharClass;
   e.ranges = normalize_ranges(std::move(ranges));
   e.negated = negated;
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::add_sequence(std::vector<ExprId> children) {
@@ -167,8 +167,7 @@ ExprId Grammar::add_sequence(std::vector<ExprId> children) {
   Expr e;
   e.kind = ExprKind::kSequence;
   e.children = std::move(children);
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::add_choice(std::vector<ExprId> children) {
@@ -181,8 +180,7 @@ ExprId Grammar::add_choice(std::vector<ExprId> children) {
   Expr e;
   e.kind = ExprKind::kChoice;
   e.children = std::move(children);
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::add_repeat(ExprId child, std::uint32_t min, std::uint32_t max) {
@@ -199,8 +197,7 @@ ExprId Grammar::add_repeat(ExprId child, std::uint32_t min, std::uint32_t max) {
   e.children = {child};
   e.min = min;
   e.max = max;
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::add_rule_ref(RuleId rule) {
@@ -211,8 +208,7 @@ ExprId Grammar::add_rule_ref(RuleId rule) {
   Expr e;
   e.kind = ExprKind::kRuleRef;
   e.rule = rule;
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, std::vector<std::uint32_t> accepting,
@@ -244,8 +240,7 @@ ExprId Grammar::add_graph(std::uint32_t n_states, std::vector<GraphEdge> edges, 
   e.edges = std::move(edges);
   e.accepting = std::move(accepting);
   e.distinct_states = distinct_states;
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::add_token(std::vector<TokenIdRange> ids, bool negated) {
@@ -270,8 +265,7 @@ ExprId Grammar::add_token(std::vector<TokenIdRange> ids, bool negated) {
   e.kind = ExprKind::kToken;
   e.token_ids = std::move(merged);
   e.negated = negated;
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::add_token_named(std::string name, bool negated) {
@@ -280,8 +274,7 @@ ExprId Grammar::add_token_named(std::string name, bool negated) {
   e.kind = ExprKind::kToken;
   e.token_name = std::move(name);
   e.negated = negated;
-  exprs_.push_back(std::move(e));
-  return static_cast<ExprId>(exprs_.size() - 1);
+  return push(std::move(e));
 }
 
 ExprId Grammar::embed(const Grammar& source, std::string_view prefix) {

@@ -165,6 +165,45 @@ inline std::vector<std::string> strings_over(char first, const std::string& alph
   return out;
 }
 
+// A vocabulary for token terminals: the 256 single bytes, every pair of `alphabet`, the `text` tokens, then
+// the `specials` (control tokens, named by their bytes) and the end-of-sequence token `eos`, and `padding`
+// logits rows past them. The ids of the text tokens and of the specials, in order.
+struct SpecialVocabulary {
+  std::shared_ptr<const Vocabulary> vocab;
+  std::vector<TokenId> text, special;
+  TokenId eos = 0;
+};
+
+inline SpecialVocabulary special_vocabulary(const std::string& alphabet, const std::vector<std::string>& text,
+                                            const std::vector<std::string>& specials, const std::string& eos,
+                                            std::size_t padding = 0) {
+  SpecialVocabulary v;
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
+  for (const char x : alphabet)
+    for (const char y : alphabet) t.push_back(std::string{x, y});
+  auto add = [&](const std::string& s) {
+    t.push_back(s);
+    return static_cast<TokenId>(t.size() - 1);
+  };
+  for (const std::string& s : text) v.text.push_back(add(s));
+  for (const std::string& s : specials) v.special.push_back(add(s));
+  v.eos = add(eos);
+  const std::size_t rows = t.size() + padding;
+  v.vocab = std::make_shared<Vocabulary>(std::move(t), v.special, std::vector<TokenId>{v.eos}, rows);
+  return v;
+}
+
+inline bool mask_has(const std::vector<std::uint32_t>& mask, TokenId id) {
+  return ((mask[static_cast<std::size_t>(id) >> 5] >> (id & 31)) & 1) != 0;
+}
+
+inline std::size_t mask_count(const std::vector<std::uint32_t>& mask) {
+  std::size_t n = 0;
+  for (const std::uint32_t w : mask) n += static_cast<std::size_t>(__builtin_popcount(w));
+  return n;
+}
+
 inline std::vector<std::uint32_t> brute_force_mask(const Matcher& m) {
   const Vocabulary& v = m.grammar().vocabulary();
   std::vector<std::uint32_t> mask(v.n_mask_words(), 0);

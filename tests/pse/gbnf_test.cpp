@@ -184,6 +184,26 @@ TEST(Gbnf, Errors) {
   expect_error("root ::= \"\xFF\"", 1, 11, "invalid UTF-8");
 }
 
+// Tokens (llama.cpp's `<[id]>`, `<name>`, `!<...>`, and llguidance's forms inside the brackets); their
+// matching is tested in token_terminal_test.cpp.
+TEST(Gbnf, TokenTerminalSyntax) {
+  const Grammar g = parse_gbnf("root ::= <think> !</think>* <[7]> <[1-3,9]> <[^4]> <[*]> !<[5,6]>+\n");
+  EXPECT_EQ(g.to_string(), "root ::= <think> !</think>* <[7]> <[1-3,9]> !<[4]> <[*]> !<[5-6]>+\n");
+  EXPECT_NE(parse_gbnf("root ::= <[7]>\n").hash(), parse_gbnf("root ::= <[8]>\n").hash());
+  EXPECT_NE(parse_gbnf("root ::= <[7]>\n").hash(), parse_gbnf("root ::= !<[7]>\n").hash());
+  expect_error("root ::= <abc", 1, 10, "unterminated token");
+  expect_error("root ::= <a\nb>", 1, 10, "unterminated token");
+  expect_error("root ::= <>", 1, 10, "empty token name");
+  expect_error("root ::= <[]>", 1, 12, "expected a token id");
+  expect_error("root ::= <[5-3]>", 1, 12, "the first id is greater than the last");
+  expect_error("root ::= <[99999999999]>", 1, 12, "token id is too large");
+  expect_error("root ::= <[5", 1, 13, "expected ',' or ']'");
+  expect_error("root ::= <[5]", 1, 14, "expected '>'");
+  expect_error("root ::= !<[*]>", 1, 11, "reads no token");
+  expect_error("root ::= !<[^5]>", 1, 13, "'^' inside a negated token");
+  expect_error("root ::= ! <[5]>", 1, 10, "expected a literal");
+}
+
 TEST(Gbnf, MissingRootIsAnError) {
   try {
     parse_gbnf("start ::= \"a\"\n");

@@ -16,6 +16,9 @@ namespace {
 
 using pse::testing::accepts;
 using pse::testing::fast_mask;
+using pse::testing::mask_has;
+using pse::testing::special_vocabulary;
+using pse::testing::SpecialVocabulary;
 
 TEST(Lark, RulesTerminalsAndOperators) {
   const char* text = R"(// a comment
@@ -354,33 +357,19 @@ TEST(LarkTokens, Errors) {
 
 // Single bytes and pairs over a small alphabet, then the special tokens <think>, </think>,
 // <|python_tag|>, <|eom_id|> and the end of sequence <|eot_id|>.
-struct SpecialVocabulary {
+struct LlamaLikeVocabulary {
   std::shared_ptr<const Vocabulary> vocab;
   TokenId think = 0, end_think = 0, python_tag = 0, eom = 0, eot = 0;
 };
 
-SpecialVocabulary special_vocabulary() {
-  SpecialVocabulary v;
-  std::vector<std::string> t;
-  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
-  for (const char x : std::string("ay{}\":"))
-    for (const char y : std::string("ay{}\":")) t.push_back(std::string{x, y});
-  auto add = [&](const char* s) {
-    t.push_back(s);
-    return static_cast<TokenId>(t.size() - 1);
-  };
-  v.think = add("<think>");
-  v.end_think = add("</think>");
-  v.python_tag = add("<|python_tag|>");
-  v.eom = add("<|eom_id|>");
-  v.eot = add("<|eot_id|>");
-  v.vocab = std::make_shared<Vocabulary>(std::move(t), std::vector<TokenId>{v.think, v.end_think, v.python_tag, v.eom},
-                                         std::vector<TokenId>{v.eot});
+LlamaLikeVocabulary llama_like_vocabulary() {
+  const SpecialVocabulary s =
+      special_vocabulary("ay{}\":", {}, {"<think>", "</think>", "<|python_tag|>", "<|eom_id|>"}, "<|eot_id|>");
+  LlamaLikeVocabulary v;
+  v.vocab = s.vocab;
+  v.think = s.special[0], v.end_think = s.special[1], v.python_tag = s.special[2], v.eom = s.special[3];
+  v.eot = s.eos;
   return v;
-}
-
-bool allowed(const std::vector<std::uint32_t>& mask, TokenId id) {
-  return ((mask[static_cast<std::size_t>(id) >> 5] >> (id & 31)) & 1) != 0;
 }
 
 bool accept_text(Matcher& m, std::string_view text) {
@@ -390,29 +379,29 @@ bool accept_text(Matcher& m, std::string_view text) {
 }
 
 TEST(LarkTokens, MatcherReadsNamedAndNumberedTokens) {
-  const SpecialVocabulary v = special_vocabulary();
+  const LlamaLikeVocabulary v = llama_like_vocabulary();
   const std::string text = "start: <think> THOUGHT </think> (\"yes\" | \"no\") | <[" + std::to_string(v.eom) +
                            "]> \"!\"\nTHOUGHT: /[a-z ]*/\n";
   Matcher m(compile_grammar(parse_lark(text), v.vocab));
   std::vector<std::uint32_t> mask = fast_mask(m);
-  EXPECT_TRUE(allowed(mask, v.think));
-  EXPECT_TRUE(allowed(mask, v.eom));
-  EXPECT_FALSE(allowed(mask, v.end_think));
-  EXPECT_FALSE(allowed(mask, v.python_tag));
-  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('y')));  // text only after a token
+  EXPECT_TRUE(mask_has(mask, v.think));
+  EXPECT_TRUE(mask_has(mask, v.eom));
+  EXPECT_FALSE(mask_has(mask, v.end_think));
+  EXPECT_FALSE(mask_has(mask, v.python_tag));
+  EXPECT_FALSE(mask_has(mask, static_cast<TokenId>('y')));  // text only after a token
   EXPECT_FALSE(m.accept_token(v.end_think));
   ASSERT_TRUE(m.accept_token(v.think));
   mask = fast_mask(m);
-  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('a')));
-  EXPECT_TRUE(allowed(mask, v.end_think));
-  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('A')));
-  EXPECT_FALSE(allowed(mask, v.think));
+  EXPECT_TRUE(mask_has(mask, static_cast<TokenId>('a')));
+  EXPECT_TRUE(mask_has(mask, v.end_think));
+  EXPECT_FALSE(mask_has(mask, static_cast<TokenId>('A')));
+  EXPECT_FALSE(mask_has(mask, v.think));
   ASSERT_TRUE(accept_text(m, "hm ok"));
   ASSERT_TRUE(m.accept_token(v.end_think));
   mask = fast_mask(m);
-  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('y')));
-  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('a')));
-  EXPECT_FALSE(allowed(mask, v.end_think));
+  EXPECT_TRUE(mask_has(mask, static_cast<TokenId>('y')));
+  EXPECT_FALSE(mask_has(mask, static_cast<TokenId>('a')));
+  EXPECT_FALSE(mask_has(mask, v.end_think));
   EXPECT_FALSE(m.can_stop());
   ASSERT_TRUE(accept_text(m, "yes"));
   EXPECT_TRUE(m.can_stop());
@@ -427,7 +416,7 @@ TEST(LarkTokens, MatcherReadsNamedAndNumberedTokens) {
 // llguidance's tool-call example: free text, or <|python_tag|> then a JSON object valid against the
 // inline schema, then <|eom_id|>.
 TEST(LarkTokens, ToolCallWithInlineSchemaThroughTheMatcher) {
-  const SpecialVocabulary v = special_vocabulary();
+  const LlamaLikeVocabulary v = llama_like_vocabulary();
   const char* text = R"(start: TEXT | fun_call
 TEXT: /[^{](.|\n)*/
 fun_call: <|python_tag|> json_body <|eom_id|>
@@ -440,25 +429,25 @@ json_body: %json {
   const CompiledGrammar cg = compile_grammar(parse_lark(text), v.vocab);
   Matcher m(cg);
   std::vector<std::uint32_t> mask = fast_mask(m);
-  EXPECT_TRUE(allowed(mask, v.python_tag));
-  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('a')));
-  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('{')));  // TEXT does not start with '{'
-  EXPECT_FALSE(allowed(mask, v.eom));
-  EXPECT_FALSE(allowed(mask, v.think));
+  EXPECT_TRUE(mask_has(mask, v.python_tag));
+  EXPECT_TRUE(mask_has(mask, static_cast<TokenId>('a')));
+  EXPECT_FALSE(mask_has(mask, static_cast<TokenId>('{')));  // TEXT does not start with '{'
+  EXPECT_FALSE(mask_has(mask, v.eom));
+  EXPECT_FALSE(mask_has(mask, v.think));
   // Free text: never a special token inside it.
   Matcher free = m.fork();
   ASSERT_TRUE(accept_text(free, "hi"));
   EXPECT_TRUE(free.can_stop());
   mask = fast_mask(free);
-  EXPECT_FALSE(allowed(mask, v.python_tag));
-  EXPECT_FALSE(allowed(mask, v.eom));
+  EXPECT_FALSE(mask_has(mask, v.python_tag));
+  EXPECT_FALSE(mask_has(mask, v.eom));
   // The call.
   ASSERT_TRUE(m.accept_token(v.python_tag));
   mask = fast_mask(m);
-  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('{')));
-  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('a')));
-  EXPECT_FALSE(allowed(mask, v.eom));
-  EXPECT_FALSE(allowed(mask, v.python_tag));
+  EXPECT_TRUE(mask_has(mask, static_cast<TokenId>('{')));
+  EXPECT_FALSE(mask_has(mask, static_cast<TokenId>('a')));
+  EXPECT_FALSE(mask_has(mask, v.eom));
+  EXPECT_FALSE(mask_has(mask, v.python_tag));
   ASSERT_TRUE(accept_text(m, "{"));
   Matcher empty = m.fork();
   EXPECT_FALSE(empty.accept_token(static_cast<TokenId>('}')));  // "city" is required
@@ -466,11 +455,11 @@ json_body: %json {
   Matcher wrong = m.fork();
   EXPECT_FALSE(wrong.accept_token(static_cast<TokenId>('5')));  // a string, not a number
   ASSERT_TRUE(accept_text(m, "\"Paris\""));
-  EXPECT_FALSE(allowed(fast_mask(m), v.eom));  // the object is not closed yet
+  EXPECT_FALSE(mask_has(fast_mask(m), v.eom));  // the object is not closed yet
   ASSERT_TRUE(accept_text(m, "}"));
   mask = fast_mask(m);
-  EXPECT_TRUE(allowed(mask, v.eom));
-  EXPECT_FALSE(allowed(mask, v.eot));
+  EXPECT_TRUE(mask_has(mask, v.eom));
+  EXPECT_FALSE(mask_has(mask, v.eot));
   EXPECT_FALSE(m.can_stop());
   ASSERT_TRUE(m.accept_token(v.eom));
   EXPECT_TRUE(m.can_stop());

@@ -14,46 +14,24 @@
 namespace pse::testing {
 namespace {
 
-// Single bytes, pairs over a small alphabet, a text token that spells a special token's name, and the
-// special tokens <think>, </think>, <call> (control) and <eos> (end of sequence), then padded rows.
+// Single bytes, pairs over a small alphabet, a few longer text tokens, the text token "<call>" (the
+// special <call>'s bytes: a name finds the special one), then the specials <think>, </think>, <call> and
+// <eos> (end of sequence), then padded rows.
 struct TokenVocabulary {
   std::shared_ptr<const Vocabulary> vocab;
-  TokenId think = 0, end_think = 0, call = 0, eos = 0, xy = 0, think_text = 0;
+  TokenId think = 0, end_think = 0, call = 0, eos = 0, xy = 0, call_text = 0;
 };
 
 TokenVocabulary token_vocabulary() {
+  const SpecialVocabulary s =
+      special_vocabulary("abxyz!,<>", {"abab", "xyz", "xyz!", "ab,", "<call>"}, {"<think>", "</think>", "<call>"},
+                         "<eos>", 20);
   TokenVocabulary v;
-  std::vector<std::string> t;
-  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
-  for (const char x : std::string("abxyz!,<>"))
-    for (const char y : std::string("abxyz!,<>")) t.push_back(std::string{x, y});
-  for (std::size_t i = 0; i < t.size(); ++i)
-    if (t[i] == "xy") v.xy = static_cast<TokenId>(i);
-  for (const char* s : {"abab", "xyz", "xyz!", "ab,"}) t.push_back(s);
-  v.think_text = static_cast<TokenId>(t.size());
-  t.push_back("<call>");  // text with the same bytes as the special <call>: the name finds the special one
-  v.think = static_cast<TokenId>(t.size());
-  t.push_back("<think>");
-  v.end_think = static_cast<TokenId>(t.size());
-  t.push_back("</think>");
-  v.call = static_cast<TokenId>(t.size());
-  t.push_back("<call>");
-  v.eos = static_cast<TokenId>(t.size());
-  t.push_back("<eos>");
-  const std::size_t rows = t.size() + 20;
-  v.vocab = std::make_shared<Vocabulary>(std::move(t), std::vector<TokenId>{v.think, v.end_think, v.call},
-                                         std::vector<TokenId>{v.eos}, rows);
+  v.vocab = s.vocab;
+  v.think = s.special[0], v.end_think = s.special[1], v.call = s.special[2], v.eos = s.eos;
+  v.call_text = s.text[4];
+  v.xy = *s.vocab->find_token("xy");
   return v;
-}
-
-bool allowed(const std::vector<std::uint32_t>& mask, TokenId id) {
-  return ((mask[static_cast<std::size_t>(id) >> 5] >> (id & 31)) & 1) != 0;
-}
-
-std::size_t count(const std::vector<std::uint32_t>& mask) {
-  std::size_t n = 0;
-  for (const std::uint32_t w : mask) n += static_cast<std::size_t>(__builtin_popcount(w));
-  return n;
 }
 
 std::vector<std::string> brute_force_grammars(const TokenVocabulary& v) {
@@ -71,7 +49,7 @@ std::vector<std::string> brute_force_grammars(const TokenVocabulary& v) {
       "root ::= \"a\" <[*]> \"b\" | \"x\" <[^0-255," + std::to_string(v.think) + "-" + std::to_string(v.call) +
           "]>{1,3} \"z\"\n",
       // A named text token and a text literal of the same bytes.
-      "root ::= (<[" + std::to_string(v.think_text) + "]> | \"<call>\") \"a\"\n",
+      "root ::= (<[" + std::to_string(v.call_text) + "]> | \"<call>\") \"a\"\n",
   };
 }
 
@@ -90,13 +68,13 @@ TEST(TokenTerminals, MasksEqualBruteForceInEveryTableMode) {
         ASSERT_EQ(mask, brute_force_mask(m)) << "grammar " << k << " after \"" << text << "\"";
         // Sound: every allowed token leads where the output can still end.
         for (std::size_t id = 0; id < v.vocab->n_rows(); ++id) {
-          if (!allowed(mask, static_cast<TokenId>(id)) || v.vocab->is_eos(static_cast<TokenId>(id))) continue;
+          if (!mask_has(mask, static_cast<TokenId>(id)) || v.vocab->is_eos(static_cast<TokenId>(id))) continue;
           Matcher f = m.fork();
           ASSERT_TRUE(f.accept_token(static_cast<TokenId>(id)));
-          ASSERT_TRUE(f.can_stop() || count(fast_mask(f)) > 0) << "grammar " << k << " dead after " << id;
+          ASSERT_TRUE(f.can_stop() || mask_count(fast_mask(f)) > 0) << "grammar " << k << " dead after " << id;
         }
-        with_specials += allowed(mask, v.think) || allowed(mask, v.end_think) || allowed(mask, v.call) ||
-                         (allowed(mask, v.eos) && !m.can_stop());
+        with_specials += mask_has(mask, v.think) || mask_has(mask, v.end_think) || mask_has(mask, v.call) ||
+                         (mask_has(mask, v.eos) && !m.can_stop());
         ++n;
       });
       EXPECT_EQ(n, 120u);
@@ -109,29 +87,29 @@ TEST(TokenTerminals, ReasoningSection) {
   const TokenVocabulary v = token_vocabulary();
   Matcher m(compile_grammar(parse_gbnf(brute_force_grammars(v)[0]), v.vocab));
   std::vector<std::uint32_t> mask = fast_mask(m);
-  EXPECT_EQ(count(mask), 1u);
-  EXPECT_TRUE(allowed(mask, v.think));
+  EXPECT_EQ(mask_count(mask), 1u);
+  EXPECT_TRUE(mask_has(mask, v.think));
   EXPECT_FALSE(m.accept_token(v.end_think));
   EXPECT_TRUE(m.forced_continuation().empty());  // a token comes next, not bytes
   ASSERT_TRUE(m.accept_token(v.think));
   mask = fast_mask(m);
   // Every text token, <think> and <call> inside; </think> to close; never end of sequence or padding.
-  EXPECT_EQ(count(mask), v.vocab->text_tokens().size() + 3);
-  EXPECT_FALSE(allowed(mask, v.eos));
+  EXPECT_EQ(mask_count(mask), v.vocab->text_tokens().size() + 3);
+  EXPECT_FALSE(mask_has(mask, v.eos));
   EXPECT_FALSE(m.must_stop());
   for (const TokenId t : {v.xy, v.call, v.think, static_cast<TokenId>('q')}) ASSERT_TRUE(m.accept_token(t));
   ASSERT_TRUE(m.accept_token(v.end_think));
   mask = fast_mask(m);
-  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('a')));
-  EXPECT_FALSE(allowed(mask, v.call));
-  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('q')));
+  EXPECT_TRUE(mask_has(mask, static_cast<TokenId>('a')));
+  EXPECT_FALSE(mask_has(mask, v.call));
+  EXPECT_FALSE(mask_has(mask, static_cast<TokenId>('q')));
   EXPECT_EQ(m.forced_continuation(), "a");
   ASSERT_TRUE(m.accept_token(static_cast<TokenId>('a')));
   EXPECT_TRUE(m.can_stop());
   // Rollback across the token steps, then the same masks again.
   const std::vector<std::uint32_t> at_end = fast_mask(m);
   m.rollback(2);
-  EXPECT_TRUE(allowed(fast_mask(m), v.end_think));
+  EXPECT_TRUE(mask_has(fast_mask(m), v.end_think));
   ASSERT_TRUE(m.accept_token(v.end_think));
   ASSERT_TRUE(m.accept_token(static_cast<TokenId>('a')));
   EXPECT_EQ(fast_mask(m), at_end);
@@ -149,14 +127,14 @@ TEST(TokenTerminals, TextTokenReadAsTokenAndAsBytes) {
   Matcher m(compile_grammar(parse_gbnf(brute_force_grammars(v)[1]), v.vocab));
   ASSERT_TRUE(m.accept_token(v.xy));
   const std::vector<std::uint32_t> mask = fast_mask(m);
-  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('!')));  // after the token <[xy]>
-  EXPECT_TRUE(allowed(mask, static_cast<TokenId>('z')));  // after the bytes "xy"
-  EXPECT_FALSE(allowed(mask, static_cast<TokenId>('a')));
+  EXPECT_TRUE(mask_has(mask, static_cast<TokenId>('!')));  // after the token <[xy]>
+  EXPECT_TRUE(mask_has(mask, static_cast<TokenId>('z')));  // after the bytes "xy"
+  EXPECT_FALSE(mask_has(mask, static_cast<TokenId>('a')));
   // "x" then "y" as bytes is not the token: only the literal's parse goes on.
   Matcher b(m.grammar());
   ASSERT_TRUE(b.accept_token(static_cast<TokenId>('x')));
   ASSERT_TRUE(b.accept_token(static_cast<TokenId>('y')));
-  EXPECT_FALSE(allowed(fast_mask(b), static_cast<TokenId>('!')));
+  EXPECT_FALSE(mask_has(fast_mask(b), static_cast<TokenId>('!')));
 }
 
 TEST(TokenTerminals, NamedEndOfSequenceIsReadAsAToken) {
@@ -164,7 +142,7 @@ TEST(TokenTerminals, NamedEndOfSequenceIsReadAsAToken) {
   Matcher m(compile_grammar(parse_gbnf(brute_force_grammars(v)[3]), v.vocab));
   ASSERT_TRUE(m.accept_token(static_cast<TokenId>('a')));
   EXPECT_FALSE(m.can_stop());
-  EXPECT_TRUE(allowed(fast_mask(m), v.eos));  // the grammar names it
+  EXPECT_TRUE(mask_has(fast_mask(m), v.eos));  // the grammar names it
   ASSERT_TRUE(m.accept_token(v.eos));
   EXPECT_FALSE(m.is_terminated());
   EXPECT_TRUE(m.can_stop());
@@ -183,7 +161,7 @@ TEST(TokenTerminals, NamesResolveSpecialTokensFirst) {
   EXPECT_FALSE(v.vocab->find_token("abx").has_value());
   EXPECT_FALSE(v.vocab->find_token("").has_value());
   Matcher m(compile_grammar(parse_gbnf("root ::= <call> \"!\"\n"), v.vocab));
-  EXPECT_FALSE(m.accept_token(v.think_text));  // the text token with the special's bytes
+  EXPECT_FALSE(m.accept_token(v.call_text));  // the text token with the special's bytes
   ASSERT_TRUE(m.accept_token(v.call));
   // <ab> is not a token name (its bytes are "<ab>", a pair "<a" "b>" at most): a compile error.
   EXPECT_THROW(compile_grammar(parse_gbnf("root ::= <ab>\n"), v.vocab), GrammarError);
@@ -207,35 +185,6 @@ TEST(TokenTerminals, CompileErrorsNameTheToken) {
   expect_compile_error(v, "root ::= \"a\" | <[5-99999]>\n", "<[5-99999]>: id 99999 is outside");
   // Every token excluded (end of sequence is never read by a negated set).
   expect_compile_error(v, "root ::= <[^0-" + std::to_string(v.eos - 1) + "]>\n", "reads no token");
-}
-
-void expect_parse_error(const std::string& text, std::size_t column, std::string_view fragment) {
-  try {
-    parse_gbnf(text);
-    ADD_FAILURE() << "should be rejected:\n" << text;
-  } catch (const GrammarError& e) {
-    EXPECT_EQ(e.line(), 1u) << e.what();
-    EXPECT_EQ(e.column(), column) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
-
-TEST(TokenTerminals, GbnfSyntax) {
-  const Grammar g = parse_gbnf("root ::= <think> !</think>* <[7]> <[1-3,9]> <[^4]> <[*]> !<[5,6]>+\n");
-  EXPECT_EQ(g.to_string(), "root ::= <think> !</think>* <[7]> <[1-3,9]> !<[4]> <[*]> !<[5-6]>+\n");
-  EXPECT_NE(parse_gbnf("root ::= <[7]>\n").hash(), parse_gbnf("root ::= <[8]>\n").hash());
-  EXPECT_NE(parse_gbnf("root ::= <[7]>\n").hash(), parse_gbnf("root ::= !<[7]>\n").hash());
-  expect_parse_error("root ::= <abc", 10, "unterminated token");
-  expect_parse_error("root ::= <a\nb>", 10, "unterminated token");
-  expect_parse_error("root ::= <>", 10, "empty token name");
-  expect_parse_error("root ::= <[]>", 12, "expected a token id");
-  expect_parse_error("root ::= <[5-3]>", 12, "the first id is greater than the last");
-  expect_parse_error("root ::= <[99999999999]>", 12, "token id is too large");
-  expect_parse_error("root ::= <[5", 13, "expected ',' or ']'");
-  expect_parse_error("root ::= <[5]", 14, "expected '>'");
-  expect_parse_error("root ::= !<[*]>", 11, "reads no token");
-  expect_parse_error("root ::= !<[^5]>", 13, "'^' inside a negated token");
-  expect_parse_error("root ::= ! <[5]>", 10, "expected a literal");
 }
 
 TEST(TokenTerminals, BuildersValidate) {

@@ -154,6 +154,7 @@ class Grammar {
   std::uint64_t hash() const;
 
  private:
+  ExprId push(Expr e);  // appends a built expression
   std::vector<Expr> exprs_;
   std::vector<Rule> rules_;
   RuleId root_ = kNoRule;
