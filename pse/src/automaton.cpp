@@ -102,6 +102,7 @@ class Builder {
   std::pmr::monotonic_buffer_resource arena{std::size_t{1} << 16};  // the states' edge lists (before them: outlives them)
   std::vector<RawState> states;
   std::vector<std::uint32_t> rule_start, rule_final;
+  std::vector<ExprId> token_sets;  // see Automaton::token_sets
 
   void build() {
     plan_inlined_rules();
@@ -621,12 +622,7 @@ class Builder {
     if (fresh) token_sets.push_back(id);
     return it->second;
   }
-
- public:
-  std::vector<ExprId> token_sets;  // see Automaton::token_sets
-
- private:
-  std::unordered_map<ExprId, std::uint32_t> token_set_of_;
+  std::unordered_map<ExprId, std::uint32_t> token_set_of_;  // token_sets' index, by expression
   static constexpr std::uint32_t kNotShared = ~0u;
   const Grammar& g_;
   const AutomatonLimits& limits_;
