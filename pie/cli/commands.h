@@ -21,5 +21,6 @@ int run_grammar(std::span<const std::string> args);
 int run_run(std::span<const std::string> args);
 int run_serve(std::span<const std::string> args);
 int run_convert(std::span<const std::string> args);
+int run_perplexity(std::span<const std::string> args);
 
 }  // namespace orchard::cli

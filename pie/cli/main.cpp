@@ -24,6 +24,8 @@ constexpr Command kCommands[] = {
     {"run", "generate text from a prompt, optionally constrained by a schema or grammar", orchard::cli::run_run},
     {"serve", "OpenAI- and Ollama-compatible HTTP server", orchard::cli::run_serve},
     {"convert", "any model (GGUF, Hugging Face, llama2.c) -> GGUF, optionally quantized", orchard::cli::run_convert},
+    {"perplexity", "a model's perplexity over a text file, computed as llama.cpp's llama-perplexity does",
+     orchard::cli::run_perplexity},
 };
 
 void print_help() {
