@@ -39,20 +39,20 @@ pse::Grammar GrammarSource::load() const {
   if (lark) return pse::parse_lark(read_input(*lark));
   if (regex) return pse::parse_regex(*regex);
   pse::JsonSchemaOptions options;
-  const std::string layout = json_layout.value_or("flexible");
-  if (layout == "flexible") {
-    options.layout = pse::JsonLayout::kFlexible;
-  } else if (layout == "compact") {
-    options.layout = pse::JsonLayout::kCompact;
-  } else if (layout == "indented") {
-    options.layout = pse::JsonLayout::kIndented;
-  } else {
-    throw UsageError(fmt::format("--json-layout: expected flexible, compact or indented, got '{}'", layout));
-  }
+  options.layout = json_layout_option(json_layout, "--json-layout", pse::JsonLayout::kFlexible);
   if (strict_keywords) options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kError;
   if (any_order) options.property_order = pse::JsonPropertyOrder::kAnyOrder;
   const std::string text = read_input(*schema);
   return pse::json_schema_to_grammar(std::string_view(text), options);
+}
+
+pse::JsonLayout json_layout_option(const std::optional<std::string>& text, const std::string& flag,
+                                   pse::JsonLayout fallback) {
+  if (!text) return fallback;
+  if (*text == "flexible") return pse::JsonLayout::kFlexible;
+  if (*text == "compact") return pse::JsonLayout::kCompact;
+  if (*text == "indented") return pse::JsonLayout::kIndented;
+  throw UsageError(fmt::format("{}: expected flexible, compact or indented, got '{}'", flag, *text));
 }
 
 void add_table_build_options(ArgParser& p, std::optional<std::string>* tables, std::optional<std::string>* prefill_ms) {

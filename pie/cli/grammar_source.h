@@ -9,6 +9,7 @@
 #include "arg_parser.h"
 #include "pse/compiler.h"
 #include "pse/grammar.h"
+#include "pse/json_schema.h"
 
 namespace orchard::cli {
 
@@ -26,6 +27,11 @@ struct GrammarSource {
   // for an unreadable file.
   pse::Grammar load() const;
 };
+
+// The value of --json-layout (`flag` names it in errors): "flexible", "compact" or "indented"; absent:
+// `fallback`. Throws UsageError on another value.
+pse::JsonLayout json_layout_option(const std::optional<std::string>& text, const std::string& flag,
+                                   pse::JsonLayout fallback);
 
 // The benches' --tables WHEN and --prefill-ms MS (read with table_build_option and prefill_ms_option).
 void add_table_build_options(ArgParser& p, std::optional<std::string>* tables, std::optional<std::string>* prefill_ms);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "arg_parser.h"
 #include "commands.h"
@@ -21,12 +22,14 @@ namespace orchard::cli {
 
 int run_serve(std::span<const std::string> args) {
   std::optional<std::string> model_path, host, port, api_key, parallel, ctx, threads, max_body, name, grace,
-      grammar_tables;
+      grammar_tables, json_layout;
+  std::vector<std::string> aliases;
   bool quiet = false;
   ArgParser parser(
       "orchard serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N] [--ctx N]\n"
-      "              [--threads N] [--max-body BYTES] [--name NAME] [--grace SECONDS]\n"
-      "              [--grammar-tables compile|background|first-use] [--quiet]",
+      "              [--threads N] [--max-body BYTES] [--name NAME] [--alias NAME]... [--grace SECONDS]\n"
+      "              [--json-layout compact|flexible|indented] [--grammar-tables compile|background|first-use]\n"
+      "              [--quiet]",
       "Serves MODEL over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions, GET /v1/models)\n"
       "and Ollama's (POST /api/chat, /api/generate, /api/show, GET /api/tags, /api/version), plus GET /health\n"
       "and GET /metrics (Prometheus). Without -m, the embedded default model (random weights: for trying the\n"
@@ -45,12 +48,18 @@ int run_serve(std::span<const std::string> args) {
       .option("ctx", 'c', "N", "context length per sequence (default: the model's, at most 8192)", &ctx)
       .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)
       .option("max-body", 0, "BYTES", "largest request body accepted (default 16777216)", &max_body)
-      .option("name", 0, "NAME", "model name clients use (default: the model's)", &name)
+      .option("name", 0, "NAME", "model name clients use (default: the model file's name without extension)", &name)
+      .multi_option("alias", 0, "NAME", "another name the request's model field accepts (repeatable; 'default' "
+                    "always works)", &aliases)
       .option("grace", 0, "SECONDS", "on SIGINT/SIGTERM, time running requests get to finish (default 10)", &grace)
       .option("grammar-tables", 0, "WHEN",
               "when a constraint's token tables are built: background (the default: on other threads during "
               "its prefill), compile (steadiest masks, slower first token) or first-use (in its mask fills)",
               &grammar_tables)
+      .option("json-layout", 0, "LAYOUT",
+              "response_format / format JSON: compact (default, no whitespace), flexible (bounded whitespace "
+              "runs) or indented (one member per line)",
+              &json_layout)
       .flag("quiet", 'q', "no per-request log lines", &quiet);
   if (!parser.parse(args)) return 0;
 
@@ -73,6 +82,8 @@ int run_serve(std::span<const std::string> args) {
   } else if (!model_path) {
     options.model_name = "orchard-default";  // a plain id for the embedded model
   }
+  options.aliases = aliases;
+  options.json_layout = json_layout_option(json_layout, "--json-layout", pse::JsonLayout::kCompact);
   if (grace) options.shutdown_grace_seconds = parse_double(*grace, "--grace");
   if (options.shutdown_grace_seconds < 0) throw UsageError("--grace must not be negative");
   options.log_requests = !quiet;

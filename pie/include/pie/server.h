@@ -16,8 +16,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pie/engine.h"
+#include "pse/json_schema.h"
 
 namespace pie {
 
@@ -27,7 +29,15 @@ struct ServerOptions {
   std::string api_key;               // non-empty: every route but /health needs "Authorization: Bearer KEY"
   std::size_t max_body_bytes = 16u << 20;  // larger bodies are refused with 413
   std::int32_t http_threads = 0;     // connections served at once; 0: max(128, 4 * engine max_running)
-  std::string model_name;            // the name clients use; empty: the model's own name
+  // The name clients use; empty: the slug of the model file's stem (llama.cpp's choice; a folder's name).
+  // Names hold no whitespace or control characters.
+  std::string model_name;
+  // More names the request's `model` field accepts; /v1/models and /api/tags list them after the name.
+  // "default" (and an absent model) always names the one model served.
+  std::vector<std::string> aliases;
+  // How response_format / Ollama format JSON is laid out: compact (the default, as llama.cpp answers),
+  // flexible (bounded whitespace runs where JSON allows them) or indented (json.dumps(indent=2)).
+  pse::JsonLayout json_layout = pse::JsonLayout::kCompact;
   double shutdown_grace_seconds = 10;  // stop(): how long running requests may finish before cancellation
   bool log_requests = true;          // one JSON line per request on stderr
   std::string version = "0.1.0";     // reported by /api/version and /health

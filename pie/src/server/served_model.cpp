@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <random>
 
@@ -26,14 +27,19 @@ std::int32_t resolve_context(const Engine& engine) {
 }
 
 // The grammar of response_format / grammar / regex. pse errors surface as ApiError naming the field.
-std::optional<pse::Grammar> constraint_grammar(const Constraint& c) {
+// JSON output is laid out as the server was told (compact by default): it starts at the first JSON byte
+// and ends at the last, with no whitespace runs for the model to spend its tokens on.
+std::optional<pse::Grammar> constraint_grammar(const Constraint& c, pse::JsonLayout layout) {
   try {
     switch (c.kind) {
       case Constraint::Kind::none:
         return std::nullopt;
       case Constraint::Kind::json_object:
-      case Constraint::Kind::json_schema:
-        return pse::json_schema_to_grammar(c.schema);
+      case Constraint::Kind::json_schema: {
+        pse::JsonSchemaOptions options;
+        options.layout = layout;
+        return pse::json_schema_to_grammar(c.schema, options);
+      }
       case Constraint::Kind::grammar:
         return pse::parse_gbnf(c.text);
       case Constraint::Kind::lark:
@@ -77,11 +83,58 @@ std::vector<std::int32_t> tokenize(const ServedModel& model, const std::string& 
 
 }  // namespace
 
-ServedModel::ServedModel(std::shared_ptr<Engine> engine, std::string name)
+std::string model_name_slug(std::string_view text) {
+  auto kept = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == ':' || c == '+' || c == '-';
+  };
+  std::string out;
+  for (char c : text) {
+    if (kept(c)) {
+      out += c;
+    } else if (!out.empty() && out.back() != '-') {
+      out += '-';
+    }
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out;
+}
+
+std::string served_model_name(const Model& model) {
+  std::filesystem::path path = model.path;
+  if (!path.empty() && !path.has_filename()) path = path.parent_path();  // "folder/"
+  // A folder's name whole; a file's without its extension (".gguf", ".bin").
+  std::string base = path.empty() ? std::string()
+                     : std::filesystem::is_directory(path) ? path.filename().string()
+                                                           : path.stem().string();
+  std::string name = model_name_slug(base);
+  if (name.empty()) name = model_name_slug(model.name);
+  return name.empty() ? "orchard" : name;
+}
+
+namespace {
+void check_model_name(const std::string& name, const char* what) {
+  if (name.empty()) throw Error(fmt::format("[server] the {} is empty", what));
+  for (unsigned char c : name) {
+    if (c <= ' ' || c == 0x7F) {
+      throw Error(fmt::format("[server] the {} '{}' holds whitespace or a control character", what, name));
+    }
+  }
+}
+}  // namespace
+
+ServedModel::ServedModel(std::shared_ptr<Engine> engine, std::string name, ServedModelOptions options)
     : engine_(std::move(engine)),
       name_(std::move(name)),
       template_(engine_->model().chat_template.empty() ? builtin_chat_template()
                                                        : engine_->model().chat_template) {
+  check_model_name(name_, "model name");
+  names_.push_back(name_);
+  json_layout_ = options.json_layout;
+  for (std::string& alias : options.aliases) {
+    check_model_name(alias, "model alias");
+    if (std::find(names_.begin(), names_.end(), alias) == names_.end()) names_.push_back(std::move(alias));
+  }
   builtin_template_ = engine_->model().chat_template.empty();
   tool_format_ = detect_tool_call_format(template_.source());
   reasoning_format_ = detect_reasoning_format(template_.source());
@@ -92,8 +145,12 @@ ServedModel::ServedModel(std::shared_ptr<Engine> engine, std::string name)
 }
 
 bool ServedModel::serves(const std::string& asked) const {
+  if (asked.empty() || asked == "default") return true;
   // Ollama clients name models with a tag; the one model served is its own "latest".
-  return asked.empty() || asked == name_ || asked == name_ + ":latest";
+  std::string_view untagged = asked;
+  if (untagged.ends_with(":latest")) untagged.remove_suffix(7);
+  return std::any_of(names_.begin(), names_.end(),
+                     [&](const std::string& n) { return n == asked || n == untagged; });
 }
 
 // A template that knows nothing of tools (the built-in one, many base models') would drop them and the
@@ -173,7 +230,7 @@ PreparedRequest prepare_chat(const ServedModel& model, const ChatRequest& r) {
     out.parse_tool_calls = true;
     out.constraint_param = "tools";
   } else {
-    answer = constraint_grammar(r.params.constraint);
+    answer = constraint_grammar(r.params.constraint, model.json_layout());
   }
   if (answer && reasoning != ReasoningFormat::none) {
     // The constraint applies to the answer; the model thinks freely first.
@@ -205,7 +262,7 @@ PreparedRequest prepare_completion(const ServedModel& model, const CompletionReq
   }
   if (out.request.prompt.empty()) throw ApiError::invalid("'prompt' is empty", "prompt");
   fill_common(model, r.params, out);
-  out.request.grammar = constraint_grammar(r.params.constraint);
+  out.request.grammar = constraint_grammar(r.params.constraint, model.json_layout());
   return out;
 }
 

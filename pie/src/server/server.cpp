@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <atomic>
 #include <chrono>
@@ -106,9 +107,9 @@ struct Server::Impl {
 
   Impl(std::shared_ptr<Engine> e, ServerOptions o) : options(std::move(o)), engine(std::move(e)) {
     if (!engine) throw Error("[server] no engine");
-    std::string name = options.model_name.empty() ? engine->model().name : options.model_name;
-    if (name.empty()) name = "orchard";
-    model = std::make_unique<server::ServedModel>(engine, name);
+    std::string name = options.model_name.empty() ? server::served_model_name(engine->model()) : options.model_name;
+    model = std::make_unique<server::ServedModel>(engine, name,
+                                                  server::ServedModelOptions{options.aliases, options.json_layout});
     setup_http();
   }
 
@@ -193,7 +194,7 @@ struct Server::Impl {
       throw ApiError(404, "invalid_request_error",
                      ollama ? fmt::format("model '{}' not found", asked)
                             : fmt::format("The model '{}' does not exist; this server serves '{}'", asked,
-                                          model->name()),
+                                          fmt::join(model->names(), "', '")),
                      "model", "model_not_found");
     }
   }
@@ -294,13 +295,16 @@ struct Server::Impl {
   }
 
   void ollama_tags(httplib::Response& res) {
-    Json entry{{"name", model->name()},
-               {"model", model->name()},
-               {"modified_at", utc_now_iso()},
-               {"size", 0},
-               {"digest", fmt::format("{:016x}", std::hash<std::string>{}(model->name()))},
-               {"details", model_details()}};
-    res.set_content(server::dump_json(Json{{"models", Json::array({entry})}}), "application/json");
+    Json list = Json::array();
+    for (const std::string& name : model->names()) {
+      list.push_back(Json{{"name", name},
+                          {"model", name},
+                          {"modified_at", utc_now_iso()},
+                          {"size", 0},
+                          {"digest", fmt::format("{:016x}", std::hash<std::string>{}(model->name()))},
+                          {"details", model_details()}});
+    }
+    res.set_content(server::dump_json(Json{{"models", std::move(list)}}), "application/json");
   }
 
   void ollama_show(const httplib::Request& req, httplib::Response& res) {
@@ -331,9 +335,14 @@ struct Server::Impl {
     res.set_content(server::dump_json(out), "application/json");
   }
 
+  static Json model_entry(const std::string& name) {
+    return Json{{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard"}};
+  }
+
   void models(httplib::Response& res) {
-    Json entry{{"id", model->name()}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard"}};
-    res.set_content(server::dump_json(Json{{"object", "list"}, {"data", Json::array({entry})}}), "application/json");
+    Json list = Json::array();
+    for (const std::string& name : model->names()) list.push_back(model_entry(name));
+    res.set_content(server::dump_json(Json{{"object", "list"}, {"data", std::move(list)}}), "application/json");
   }
 
   void setup_http() {
@@ -403,9 +412,11 @@ struct Server::Impl {
     });
     http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       guarded("/v1/models/{id}", req, res, [&] {
-        check_model(req.matches[1].str(), false);
-        Json entry{{"id", model->name()}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard"}};
-        res.set_content(server::dump_json(entry), "application/json");
+        const std::string asked = req.matches[1].str();
+        check_model(asked, false);
+        const auto& names = model->names();
+        bool listed = std::find(names.begin(), names.end(), asked) != names.end();
+        res.set_content(server::dump_json(model_entry(listed ? asked : model->name())), "application/json");
       });
     });
     http.Post("/api/chat", [this](const httplib::Request& req, httplib::Response& res) {

@@ -27,6 +27,7 @@ except ImportError as e:  # skip with the reason
     sys.exit(77)
 
 KEY = "e2e-secret"
+ALIAS = "e2e-alias"
 MAX_BODY = 65536
 
 
@@ -35,7 +36,7 @@ class Server:
         self.log = tempfile.NamedTemporaryFile(prefix="orchard-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [binary, "serve", "--port", "0", "--api-key", KEY, "--ctx", "2048", "--parallel", "8",
-             "--threads", "2", "--max-body", str(MAX_BODY), "--grace", "3"],
+             "--threads", "2", "--max-body", str(MAX_BODY), "--grace", "3", "--alias", ALIAS],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on http://([\d.]+):(\d+) \(model (.*)\)", line)
@@ -89,7 +90,13 @@ def expect_serving(server):
 # --- OpenAI ------------------------------------------------------------------------------------------
 def test_models(server):
     ids = [m.id for m in client(server).models.list().data]
-    expect(ids == [server.model], f"models: {ids}")
+    expect(ids == [server.model, ALIAS], f"models: {ids}")
+    expect(" " not in server.model, f"served name {server.model!r} is not a slug")
+    for name in ("default", ALIAS, server.model + ":latest"):
+        r = chat(client(server), server, model=name, max_tokens=2)
+        expect(r.model == server.model, f"{name}: answered as {r.model}")
+    status, text = server.http("GET", "/api/tags")
+    expect([m["name"] for m in json.loads(text)["models"]] == [server.model, ALIAS], text)
 
 
 def test_chat(server):
