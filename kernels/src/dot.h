@@ -37,6 +37,21 @@ Dot4xTFn dot4xt_avx512_fn(tensor::DType w);
 // 4 x 4 accumulators fill half the zmm registers; 4 x 6 measured no faster (docs/PERFORMANCE.md).
 inline constexpr int kDot4xTMaxTokens = 4;
 
+// The AVX-512/VNNI kernels of q4_1, q5_0, q5_1 (dot_tile_blocks_avx512.cpp) and q4_K, q5_K, q6_K
+// (dot_tile_k_avx512.cpp): one template of R rows x T tokens, instantiated as the one-row kernel (matvec)
+// and the four-row tiles (matmul), so every (row, token) result is bit-identical whichever is used. Both
+// null for other types.
+struct TileKernels {
+  DotFn dot = nullptr;
+  Dot4xTFn dot4xt = nullptr;
+};
+TileKernels tile_blocks_avx512(tensor::DType w);
+TileKernels tile_k_avx512(tensor::DType w);
+inline TileKernels tile_avx512(tensor::DType w) {
+  const TileKernels blocks = tile_blocks_avx512(w);
+  return blocks.dot != nullptr ? blocks : tile_k_avx512(w);
+}
+
 QuantizeFn quantize_avx2_fn(tensor::DType t);
 
 }  // namespace kernels::detail

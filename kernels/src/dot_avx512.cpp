@@ -236,7 +236,10 @@ DotFn dot_avx512_fn(tensor::DType w) {
     case tensor::DType::f32: return avx512::dot_f32_512;
     case tensor::DType::f16: return avx512::dot_f16_512;
     case tensor::DType::bf16: return avx512::dot_bf16_512;
-    default: return avx512::table_fn(w);
+    default: {
+      const DotFn tile = tile_avx512(w).dot;
+      return tile != nullptr ? tile : avx512::table_fn(w);
+    }
   }
 }
 

@@ -36,21 +36,7 @@ namespace {
 using tensor::BlockQ4_0;
 using tensor::BlockQ8_0;
 
-constexpr int kPrefetchBytes = 4096;  // as dot_x86.inl: the weight stream, 4 KiB ahead
-
-inline float fp16c(std::uint16_t h) { return _cvtsh_ss(h); }
-
-// [d(p0) x 8 | d(p1) x 8] as f32: the scales of two consecutive blocks, each broadcast to its half.
-inline __m512 scale_pair(std::uint16_t h0, std::uint16_t h1) {
-  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | (static_cast<std::uint32_t>(h1) << 16))));
-  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
-}
-
-inline __m512i load_pair(const void* p0, const void* p1) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(p0))),
-                            _mm256_loadu_si256(static_cast<const __m256i*>(p1)), 1);
-}
+#include "tile_avx512.inl"
 
 // Weight-type specifics: the 32 levels of a block as u8 (level + kOffset) and the offset itself.
 struct Q8 {
@@ -69,27 +55,13 @@ struct Q4 {
   using Block = BlockQ4_0;
   static constexpr int kOffset = 8;
   // Elements 0..15 are the low nibbles, 16..31 the high ones (bytes_from_nibbles_32).
-  static __m512i levels_pair(const Block& a0, const Block& a1) {
-    const __m256i q = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a0.qs))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(a1.qs)), 1);                      // [q0 | q1]
-    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);  // [q0 q1 q0>>4 q1>>4]
-    return _mm512_and_si512(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
-  }
+  static __m512i levels_pair(const Block& a0, const Block& a1) { return nibbles_pair(a0.qs, a1.qs); }
   static __m256i levels(const Block& a) {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
     const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
   }
 };
-
-inline float hsum8(__m256 x) {  // hsum_float_8 of dot_x86.inl, operation for operation
-  __m128 res = _mm256_extractf128_ps(x, 1);
-  res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-  res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-  res = _mm_add_ss(res, _mm_movehdup_ps(res));
-  return _mm_cvtss_f32(res);
-}
 
 template <typename W, int T>
 void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, float* y,
@@ -173,7 +145,7 @@ Dot4xTFn dot4xt_avx512_fn(tensor::DType w) {
   switch (w) {
     case tensor::DType::q8_0: return avx512_tile::tile_any<avx512_tile::Q8>;
     case tensor::DType::q4_0: return avx512_tile::tile_any<avx512_tile::Q4>;
-    default: return nullptr;
+    default: return tile_avx512(w).dot4xt;
   }
 }
 

@@ -4,6 +4,7 @@
 // with a plain double-precision sum over the dequantized weights and activations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -137,30 +138,56 @@ TEST(MatmulConsistency, EachTokenMatchesItsMatvecBitForBit) {
   }
 }
 
-// The register tiles of the _0 types (four rows x up to four tokens per weight load) against the one-row
-// dot product itself: every output bit-equal to vec_dot of its row with its token quantized alone. Block
-// counts with and without a remainder mod 4 (the one-row kernels put those blocks in one accumulator),
-// every token count 1..9 (each tile width and mixes), row counts that leave rows outside the tiles, and a
-// weight matrix of extreme levels (-128, -127, 127 against +-127) where a saturating or off-by-offset
-// integer sum would show.
+// Byte offsets of the f16 scale fields in a block of t (tensor/blocks.h): left alone by the extreme
+// patterns so every scale stays finite.
+std::vector<std::size_t> scale_offsets(DType t) {
+  switch (t) {
+    case DType::q4_0: case DType::q5_0: case DType::q8_0: return {0, 1};
+    case DType::q4_1: case DType::q5_1: case DType::q4_K: case DType::q5_K: return {0, 1, 2, 3};
+    case DType::q6_K: return {208, 209};
+    default: return {};
+  }
+}
+
+// Every byte of every block but its f16 scales set from `pattern` (cycled): all-ones gives the largest
+// levels, scales and mins of each format, 0x80 / 0x81 / 0x7F the extremes of signed bytes.
+void fill_levels(Weights& w, DType t, const std::vector<unsigned char>& pattern) {
+  const std::size_t block = tensor::block_bytes(t);
+  const std::vector<std::size_t> keep = scale_offsets(t);
+  for (std::size_t off = 0; off + block <= w.bytes.size(); off += block) {
+    for (std::size_t k = 0, j = 0; k < block; ++k) {
+      if (std::find(keep.begin(), keep.end(), k) == keep.end()) w.bytes[off + k] = pattern[j++ % pattern.size()];
+    }
+  }
+}
+
+// The register tiles (four rows x up to four tokens per weight load, and the four-row matvec) against the
+// one-row dot product itself: every output bit-equal to vec_dot of its row with its token quantized alone.
+// Block counts odd and even, below and above a multiple of 4 (the kernels' pair and remainder paths), every
+// token count 1..9 (each tile width and mixes), row counts that leave rows outside the tiles, and weights
+// of extreme levels, scales and mins against activations of one sign or alternating signs, where a
+// saturating or off-by-offset integer sum would show.
 TEST(MatmulConsistency, QuantizedTilesMatchVecDotBitForBit) {
   tensor::ThreadPool pool(2);
   std::uint32_t seed = 4200;
-  for (DType t : {DType::q8_0, DType::q4_0}) {
-    for (std::int64_t n_in : {32, 96, 128, 320, 2048}) {
-      for (bool extreme : {false, true}) {
+  const std::vector<std::vector<unsigned char>> patterns = {{}, {0xFF}, {0x80, 0x81, 0x7F}};
+  for (DType t : {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_K, DType::q5_K,
+                  DType::q6_K}) {
+    const std::vector<std::int64_t> widths = tensor::block_size(t) == 256 ? std::vector<std::int64_t>{256, 768, 1536}
+                                                                          : std::vector<std::int64_t>{32, 96, 128, 320, 2048};
+    for (std::int64_t n_in : widths) {
+      for (std::size_t pat = 0; pat < patterns.size(); ++pat) {
         const std::int64_t n_out = 38;
         Weights w = make_weights(t, n_out, n_in, ++seed);
         std::vector<float> x = random_floats(9 * n_in, ++seed);
-        if (extreme) {
-          const std::size_t block = tensor::block_bytes(t);
-          for (std::size_t off = 0; off + block <= w.bytes.size(); off += block) {
-            for (std::size_t k = 2; k < block; ++k) w.bytes[off + k] = (k % 3 == 0) ? 0x80 : ((k % 3 == 1) ? 0x81 : 0x7F);
-          }
-          for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i % 2 == 0) ? 1.0f : -1.0f;
+        if (pat > 0) {
+          fill_levels(w, t, patterns[pat]);
+          for (std::size_t i = 0; i < x.size(); ++i) x[i] = (pat == 1 || i % 2 == 0) ? 1.0f : -1.0f;
         }
         const DType act = kernels::vec_dot_type(t);
         const std::size_t act_bytes = tensor::row_bytes(act, n_in), row = tensor::row_bytes(t, n_in);
+        std::vector<float> ref(static_cast<std::size_t>(9 * n_out));
+        kernels::matmul_ref(w.params, x.data(), 9, ref.data());
         for (kernels::Isa isa : kernels::available_isas()) {
           std::vector<float> want(static_cast<std::size_t>(9 * n_out));
           std::vector<unsigned char> xq(act_bytes);
@@ -171,14 +198,20 @@ TEST(MatmulConsistency, QuantizedTilesMatchVecDotBitForBit) {
                   kernels::vec_dot(t, n_in, w.bytes.data() + static_cast<std::size_t>(r) * row, xq.data(), isa);
             }
           }
+          const std::string what = std::string(tensor::dtype_name(t)) + " n_in " + std::to_string(n_in) + " pattern " +
+                                   std::to_string(pat) + " " + std::string(kernels::isa_name(isa));
+          // Alternating signs against extreme levels may cancel to almost nothing: held to the reference only
+          // where the sums cannot cancel (pattern 1) or are random (0).
+          if (pat < 2) {
+            ASSERT_LT(max_rel_err(want, ref), 1e-4) << what;
+          }
           for (std::int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
             for (tensor::ThreadPool* p : {static_cast<tensor::ThreadPool*>(nullptr), &pool}) {
               std::vector<float> got(static_cast<std::size_t>(n_tokens * n_out));
               poison(got);
               kernels::matmul(w.params, x.data(), n_tokens, got.data(), p, isa);
               ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
-                  << tensor::dtype_name(t) << " n_in " << n_in << (extreme ? " extreme" : "") << " tokens "
-                  << n_tokens << " " << kernels::isa_name(isa);
+                  << what << " tokens " << n_tokens;
             }
           }
         }
