@@ -116,82 +116,177 @@ void matmul_ref(const MatmulParams& p, const float* x, std::int64_t n_tokens, fl
   }
 }
 
-void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y, tensor::ThreadPool* pool, Isa isa) {
-  const std::size_t stride = check_params(p, "matmul");
-  if (n_tokens < 0) throw ShapeError("[kernels::matmul] negative n_tokens " + std::to_string(n_tokens));
-  if (n_tokens == 0 || p.n_out == 0) return;
-  const detail::DotFn dot = pick_dot(p.w_type, isa, "matmul");
-  const detail::Dot4Fn dot4 =
-      isa == Isa::avx512 && isa_supported(Isa::avx512) ? detail::dot4_avx512_fn(p.w_type) : nullptr;
-  const detail::Dot4x3Fn dot4x3 =
-      dot4 != nullptr && n_tokens >= 3 ? detail::dot4x3_avx512_fn(p.w_type) : nullptr;
+namespace {
+
+// One weight matrix of a product, with its kernels resolved for the ISA and its converted activations.
+struct Product {
+  const unsigned char* w = nullptr;  // [n_out, n_in], rows stride apart
+  std::size_t stride = 0;
+  std::int64_t n_out = 0, n_in = 0;
+  detail::DotFn dot = nullptr;
+  detail::Dot4Fn dot4 = nullptr;      // one token, four rows per pass (f16 / bf16)
+  detail::Dot4x3Fn dot4x3 = nullptr;  // three tokens, four rows (f16 / bf16)
+  detail::Dot4xTFn dot4xt = nullptr;  // 1..4 tokens, four rows (quantized types)
+  DType act = DType::f32;
+  const unsigned char* xq = nullptr;  // [n_tokens] activation rows act_bytes apart
+  std::size_t act_bytes = 0;
+  float* y = nullptr;                 // [n_tokens, n_out]
+};
+
+Product prepare(const MatmulParams& p, std::int64_t n_tokens, float* y, Isa isa) {
+  Product q;
+  q.stride = check_params(p, "matmul");
+  q.w = static_cast<const unsigned char*>(p.w);
+  q.n_out = p.n_out;
+  q.n_in = p.n_in;
+  q.dot = pick_dot(p.w_type, isa, "matmul");
+  const bool avx512 = isa == Isa::avx512 && isa_supported(Isa::avx512);
+  q.dot4 = avx512 ? detail::dot4_avx512_fn(p.w_type) : nullptr;
+  q.dot4x3 = q.dot4 != nullptr && n_tokens >= 3 ? detail::dot4x3_avx512_fn(p.w_type) : nullptr;
   // Quantized types: four rows x up to four tokens per weight load (same bits per product as dot). Not for
   // one token: there the one-row kernel streams the weights faster (measured, docs/PERFORMANCE.md).
-  const detail::Dot4xTFn dot4xt = isa == Isa::avx512 && isa_supported(Isa::avx512) && n_tokens >= 2
-                                      ? detail::dot4xt_avx512_fn(p.w_type)
-                                      : nullptr;
-  const DType act = vec_dot_type(p.w_type);
-  const auto* w = static_cast<const unsigned char*>(p.w);
-  const unsigned char* xq = reinterpret_cast<const unsigned char*>(x);
-  std::size_t act_bytes = static_cast<std::size_t>(p.n_in) * sizeof(float);
-  if (act != DType::f32) {
-    act_bytes = tensor::row_bytes(act, p.n_in);
-    std::vector<unsigned char>& buf = act_scratch(act_bytes * static_cast<std::size_t>(n_tokens));
-    for (std::int64_t t = 0; t < n_tokens; ++t) {
-      quantize_row(act, x + t * p.n_in, buf.data() + static_cast<std::size_t>(t) * act_bytes, p.n_in, isa);
-    }
-    xq = buf.data();
-  }
+  q.dot4xt = avx512 && n_tokens >= 2 ? detail::dot4xt_avx512_fn(p.w_type) : nullptr;
+  q.act = vec_dot_type(p.w_type);
+  q.act_bytes = q.act == DType::f32 ? static_cast<std::size_t>(p.n_in) * sizeof(float) : tensor::row_bytes(q.act, p.n_in);
+  q.y = y;
+  return q;
+}
+
+// Rows [begin, end) of one product for every token.
+void product_rows(const Product& p, std::int64_t n_tokens, std::int64_t begin, std::int64_t end) {
+  const unsigned char* w = p.w;
+  const unsigned char* xq = p.xq;
+  const std::size_t stride = p.stride, act_bytes = p.act_bytes;
   const std::int64_t n_in = p.n_in, n_out = p.n_out;
-  run_rows(n_out, pool, [&](std::int64_t begin, std::int64_t end) {
-    // Tokens in tiles so a block of weight rows stays in cache while every token of the tile uses it.
-    constexpr std::int64_t kRowTile = 16, kTokenTile = 32;
-    for (std::int64_t r0 = begin; r0 < end; r0 += kRowTile) {
-      const std::int64_t r1 = std::min(end, r0 + kRowTile);
-      for (std::int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
-        const std::int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
-        std::int64_t r = r0;
-        if (dot4xt != nullptr) {
-          for (; r + 4 <= r1; r += 4) {
-            const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
-            std::int64_t t = t0;
-            for (; t + 1 < t1; t += detail::kDot4xTMaxTokens) {
-              dot4xt(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, act_bytes,
+  float* y = p.y;
+  // Tokens in tiles so a block of weight rows stays in cache while every token of the tile uses it.
+  constexpr std::int64_t kRowTile = 16, kTokenTile = 32;
+  for (std::int64_t r0 = begin; r0 < end; r0 += kRowTile) {
+    const std::int64_t r1 = std::min(end, r0 + kRowTile);
+    for (std::int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+      const std::int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
+      std::int64_t r = r0;
+      if (p.dot4xt != nullptr) {
+        for (; r + 4 <= r1; r += 4) {
+          const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
+          std::int64_t t = t0;
+          for (; t + 1 < t1; t += detail::kDot4xTMaxTokens) {
+            p.dot4xt(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, act_bytes,
                      static_cast<int>(std::min<std::int64_t>(detail::kDot4xTMaxTokens, t1 - t)), y + t * n_out + r,
                      static_cast<std::size_t>(n_out));
-            }
-            for (; t < t1; ++t) {  // a last lone token
-              for (int k = 0; k < 4; ++k) {
-                y[t * n_out + r + k] = dot(n_in, wr + static_cast<std::size_t>(k) * stride,
+          }
+          for (; t < t1; ++t) {  // a last lone token
+            for (int k = 0; k < 4; ++k) {
+              y[t * n_out + r + k] = p.dot(n_in, wr + static_cast<std::size_t>(k) * stride,
                                            xq + static_cast<std::size_t>(t) * act_bytes);
-              }
             }
-          }
-        }
-        if (dot4 != nullptr) {
-          float out[4];
-          for (; r + 4 <= r1; r += 4) {
-            const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
-            std::int64_t t = t0;
-            if (dot4x3 != nullptr) {  // same bits per (row, token) as dot4: the token grouping is free
-              for (; t + 3 <= t1; t += 3) {
-                dot4x3(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, act_bytes,
-                       y + t * n_out + r, static_cast<std::size_t>(n_out));
-              }
-            }
-            for (; t < t1; ++t) {
-              dot4(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, out);
-              for (int k = 0; k < 4; ++k) y[t * n_out + r + k] = out[k];
-            }
-          }
-        }
-        for (; r < r1; ++r) {
-          const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
-          for (std::int64_t t = t0; t < t1; ++t) {
-            y[t * n_out + r] = dot(n_in, wr, xq + static_cast<std::size_t>(t) * act_bytes);
           }
         }
       }
+      if (p.dot4 != nullptr) {
+        float out[4];
+        for (; r + 4 <= r1; r += 4) {
+          const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
+          std::int64_t t = t0;
+          if (p.dot4x3 != nullptr) {  // same bits per (row, token) as dot4: the token grouping is free
+            for (; t + 3 <= t1; t += 3) {
+              p.dot4x3(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, act_bytes, y + t * n_out + r,
+                       static_cast<std::size_t>(n_out));
+            }
+          }
+          for (; t < t1; ++t) {
+            p.dot4(n_in, wr, stride, xq + static_cast<std::size_t>(t) * act_bytes, out);
+            for (int k = 0; k < 4; ++k) y[t * n_out + r + k] = out[k];
+          }
+        }
+      }
+      for (; r < r1; ++r) {
+        const unsigned char* wr = w + static_cast<std::size_t>(r) * stride;
+        for (std::int64_t t = t0; t < t1; ++t) {
+          y[t * n_out + r] = p.dot(n_in, wr, xq + static_cast<std::size_t>(t) * act_bytes);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y, tensor::ThreadPool* pool, Isa isa) {
+  matmul_multi({&p, 1}, x, n_tokens, {&y, 1}, pool, isa);
+}
+
+void matmul_multi(std::span<const MatmulParams> ps, const float* x, std::int64_t n_tokens, std::span<float* const> ys,
+                  tensor::ThreadPool* pool, Isa isa) {
+  if (ps.size() != ys.size()) {
+    throw ShapeError("[kernels::matmul] " + std::to_string(ps.size()) + " weight matrices but " +
+                     std::to_string(ys.size()) + " outputs");
+  }
+  if (n_tokens < 0) throw ShapeError("[kernels::matmul] negative n_tokens " + std::to_string(n_tokens));
+  constexpr std::size_t kMaxProducts = 8;
+  if (ps.size() > kMaxProducts) {
+    throw ShapeError("[kernels::matmul] " + std::to_string(ps.size()) + " weight matrices in one call (at most " +
+                     std::to_string(kMaxProducts) + ")");
+  }
+  Product prod[kMaxProducts];
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (i > 0 && ps[i].n_in != ps[0].n_in) {
+      throw ShapeError("[kernels::matmul] weight matrix " + std::to_string(i) + " has rows of " +
+                       std::to_string(ps[i].n_in) + ", the first " + std::to_string(ps[0].n_in));
+    }
+    prod[i] = prepare(ps[i], n_tokens, ys[i], isa);
+  }
+  if (n_tokens == 0 || ps.empty()) return;
+  // The activations in each vec_dot_type the products need, converted once (one scratch area per type).
+  const std::int64_t n_in = ps[0].n_in;
+  std::size_t total = 0;
+  DType seen[kMaxProducts];
+  std::size_t offset[kMaxProducts];
+  std::size_t n_seen = 0;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (prod[i].act == DType::f32) continue;
+    std::size_t k = 0;
+    while (k < n_seen && seen[k] != prod[i].act) ++k;
+    if (k == n_seen) {
+      seen[n_seen] = prod[i].act;
+      offset[n_seen++] = total;
+      total += prod[i].act_bytes * static_cast<std::size_t>(n_tokens);
+    }
+  }
+  std::vector<unsigned char>& buf = act_scratch(total);
+  for (std::size_t k = 0; k < n_seen; ++k) {
+    const std::size_t row = tensor::row_bytes(seen[k], n_in);
+    unsigned char* dst = buf.data() + offset[k];
+    auto convert = [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t t = t0; t < t1; ++t) {
+        quantize_row(seen[k], x + t * n_in, dst + static_cast<std::size_t>(t) * row, n_in, isa);
+      }
+    };
+    // A prompt's rows in parallel (the products wait for them anyway); a few decode rows inline.
+    constexpr std::int64_t kParallelRows = 16;
+    if (pool != nullptr && n_tokens >= kParallelRows) {
+      pool->parallel_for(n_tokens, convert, 4);
+    } else {
+      convert(0, n_tokens);
+    }
+  }
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (prod[i].act == DType::f32) {
+      prod[i].xq = reinterpret_cast<const unsigned char*>(x);
+      continue;
+    }
+    std::size_t k = 0;
+    while (seen[k] != prod[i].act) ++k;
+    prod[i].xq = buf.data() + offset[k];
+  }
+  // Every product's rows as one range: one parallel region for the lot.
+  std::int64_t first[kMaxProducts + 1] = {0};
+  for (std::size_t i = 0; i < ps.size(); ++i) first[i + 1] = first[i] + prod[i].n_out;
+  const std::size_t n_prod = ps.size();
+  run_rows(first[n_prod], pool, [&](std::int64_t begin, std::int64_t end) {
+    for (std::size_t i = 0; i < n_prod; ++i) {
+      const std::int64_t b = std::max(begin, first[i]), e = std::min(end, first[i + 1]);
+      if (b < e) product_rows(prod[i], n_tokens, b - first[i], e - first[i]);
     }
   });
 }

@@ -220,6 +220,65 @@ TEST(MatmulConsistency, QuantizedTilesMatchVecDotBitForBit) {
   }
 }
 
+// Several products of one input in one call: each output bit-equal to its own matmul, whatever the mix of
+// weight types (activations in q8_0, q8_K and f32 side by side), token counts (inline and parallel
+// activation conversion) and threads.
+TEST(MatmulConsistency, MultiMatchesSeparateCallsBitForBit) {
+  tensor::ThreadPool pool(2);
+  const std::int64_t n_in = 512;
+  std::uint32_t seed = 7000;
+  const DType types[] = {DType::q4_1, DType::q8_0, DType::q4_K, DType::f16, DType::q6_K};
+  const std::int64_t rows[] = {37, 8, 70, 5, 33};
+  std::vector<Weights> ws;
+  for (int i = 0; i < 5; ++i) ws.push_back(make_weights(types[i], rows[i], n_in, ++seed));
+  for (std::int64_t n_tokens : {1, 5, 20}) {
+    const std::vector<float> x = random_floats(n_tokens * n_in, ++seed);
+    for (kernels::Isa isa : kernels::available_isas()) {
+      for (tensor::ThreadPool* p : {static_cast<tensor::ThreadPool*>(nullptr), &pool}) {
+        std::vector<kernels::MatmulParams> ps;
+        std::vector<std::vector<float>> got(5);
+        std::vector<float*> ys;
+        for (int i = 0; i < 5; ++i) {
+          ps.push_back(ws[static_cast<std::size_t>(i)].params);
+          got[static_cast<std::size_t>(i)].resize(static_cast<std::size_t>(n_tokens * rows[i]));
+          poison(got[static_cast<std::size_t>(i)]);
+          ys.push_back(got[static_cast<std::size_t>(i)].data());
+        }
+        kernels::matmul_multi(ps, x.data(), n_tokens, ys, p, isa);
+        for (int i = 0; i < 5; ++i) {
+          std::vector<float> want(static_cast<std::size_t>(n_tokens * rows[i]));
+          kernels::matmul(ps[static_cast<std::size_t>(i)], x.data(), n_tokens, want.data(), p, isa);
+          ASSERT_EQ(0, std::memcmp(want.data(), got[static_cast<std::size_t>(i)].data(), want.size() * sizeof(float)))
+              << tensor::dtype_name(types[i]) << " tokens " << n_tokens << " " << kernels::isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulConsistency, MultiRejectsBadProductsWithoutWriting) {
+  const Weights a = make_weights(DType::q8_0, 4, 64, 1), b = make_weights(DType::q8_0, 4, 96, 2);
+  std::vector<float> x(96, 1.0f), y0(4), y1(4);
+  float* ys[] = {y0.data(), y1.data()};
+  poison(y0);
+  poison(y1);
+  const kernels::MatmulParams mixed[] = {a.params, b.params};
+  EXPECT_THROW(kernels::matmul_multi(mixed, x.data(), 1, ys, nullptr), kernels::ShapeError);  // n_in 64 vs 96
+  const kernels::MatmulParams one[] = {a.params};
+  EXPECT_THROW(kernels::matmul_multi(one, x.data(), 1, ys, nullptr), kernels::ShapeError);  // 1 product, 2 outputs
+  std::vector<unsigned char> raw(4096);
+  const Weights c = make_weights(DType::q8_0, 4, 256, 3);
+  std::vector<float> x256(256, 1.0f);
+  const kernels::MatmulParams bad_w[] = {c.params, {DType::q8_K, raw.data(), 0, 2, 256}};  // an activation type
+  EXPECT_THROW(kernels::matmul_multi(bad_w, x256.data(), 1, ys, nullptr), kernels::UnsupportedError);
+  const std::vector<kernels::MatmulParams> nine(9, a.params);
+  const std::vector<float*> nine_ys(9, y0.data());
+  EXPECT_THROW(kernels::matmul_multi(nine, x.data(), 1, nine_ys, nullptr), kernels::ShapeError);
+  EXPECT_THROW(kernels::matmul_multi(one, x.data(), -1, {ys, 1}, nullptr), kernels::ShapeError);
+  for (float v : y0) EXPECT_TRUE(std::isnan(v));
+  for (float v : y1) EXPECT_TRUE(std::isnan(v));
+}
+
 TEST(MatmulConsistency, StridedRowsAreHonoured) {
   const std::int64_t n_in = 256, n_out = 9;
   const Weights dense = make_weights(DType::q4_K, n_out, n_in, 5);

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kernels/isa.h"
 #include "tensor/dtype.h"
@@ -41,5 +42,12 @@ void matvec(const MatmulParams& p, const float* x, float* y, tensor::ThreadPool*
 void matmul_ref(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y);
 void matmul(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y,
             tensor::ThreadPool* pool, Isa isa = best_isa());
+
+// Several products of one input (q, k and v of a layer; gate and up): ys[i] [n_tokens, ps[i].n_out] =
+// x ps[i].W^T, bit-identical to separate matmul calls, with the activations converted once per
+// vec_dot_type and every product's rows in one parallel region. At most 8 products, all with the same
+// n_in; throws ShapeError otherwise or on a bad product (nothing written then).
+void matmul_multi(std::span<const MatmulParams> ps, const float* x, std::int64_t n_tokens,
+                  std::span<float* const> ys, tensor::ThreadPool* pool, Isa isa = best_isa());
 
 }  // namespace kernels

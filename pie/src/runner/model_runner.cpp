@@ -135,6 +135,14 @@ struct ModelRunner::Impl {
     kernels::matmul(params_of(w), in, n_tokens, out, pool);
   }
 
+  // Products of one input in one call: the activations converted once, one parallel region.
+  template <std::size_t N>
+  void matmul(const Weight* const (&ws)[N], const float* in, std::int64_t n_tokens, float* const (&outs)[N]) {
+    kernels::MatmulParams ps[N];
+    for (std::size_t i = 0; i < N; ++i) ps[i] = params_of(*ws[i]);
+    kernels::matmul_multi(ps, in, n_tokens, outs, pool);
+  }
+
   void rms_norm_rows(const float* in, const Weight& weight, std::int64_t n_rows, std::int64_t n, float* out) {
     const float eps = model->config.norm_eps;
     for_rows(n_rows, std::max<std::int64_t>(1, 4096 / n), [&](std::int64_t r0, std::int64_t r1) {
@@ -364,9 +372,7 @@ void ModelRunner::Impl::forward(const ForwardBatch& b, KvCache& kv, std::span<fl
   for (std::int32_t layer = 0; layer < c.n_layer; ++layer) {
     const LayerWeights& l = m.layers[static_cast<std::size_t>(layer)];
     rms_norm_rows(x.data(), l.attn_norm, n_tokens, E, xn.data());
-    matmul(l.wq, xn.data(), n_tokens, q.data());
-    matmul(l.wk, xn.data(), n_tokens, k.data());
-    matmul(l.wv, xn.data(), n_tokens, v.data());
+    matmul({&l.wq, &l.wk, &l.wv}, xn.data(), n_tokens, {q.data(), k.data(), v.data()});
     add_bias(q.data(), l.bq, n_tokens);
     add_bias(k.data(), l.bk, n_tokens);
     add_bias(v.data(), l.bv, n_tokens);
@@ -385,8 +391,7 @@ void ModelRunner::Impl::forward(const ForwardBatch& b, KvCache& kv, std::span<fl
     });
 
     rms_norm_rows(x.data(), l.ffn_norm, n_tokens, E, xn.data());
-    matmul(l.w_gate, xn.data(), n_tokens, gate.data());
-    matmul(l.w_up, xn.data(), n_tokens, up.data());
+    matmul({&l.w_gate, &l.w_up}, xn.data(), n_tokens, {gate.data(), up.data()});
     const std::int64_t F = c.n_ff;
     for_rows(n_tokens, 4, [&](std::int64_t t0, std::int64_t t1) {
       for (std::int64_t t = t0; t < t1; ++t) kernels::swiglu({F}, gate.data() + t * F, up.data() + t * F, gate.data() + t * F);
