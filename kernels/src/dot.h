@@ -37,13 +37,19 @@ Dot4xTFn dot4xt_avx512_fn(tensor::DType w);
 // 4 x 4 accumulators fill half the zmm registers; 4 x 6 measured no faster (docs/PERFORMANCE.md).
 inline constexpr int kDot4xTMaxTokens = 4;
 
+// An activation row (n elements in vec_dot_type) repacked into a kernel's own layout, packed_bytes(n) bytes.
+using PackFn = void (*)(const void* x, void* packed, std::int64_t n);
+using PackedBytesFn = std::size_t (*)(std::int64_t n);
+
 // The AVX-512/VNNI kernels of q4_1, q5_0, q5_1 (dot_tile_blocks_avx512.cpp) and q4_K, q5_K, q6_K
 // (dot_tile_k_avx512.cpp): one template of R rows x T tokens, instantiated as the one-row kernel (matvec)
-// and the four-row tiles (matmul), so every (row, token) result is bit-identical whichever is used. Both
-// null for other types.
+// and the four-row tiles (matmul), so every (row, token) result is bit-identical whichever is used. Where
+// pack is set, both take activations repacked by it; all null for other types.
 struct TileKernels {
   DotFn dot = nullptr;
   Dot4xTFn dot4xt = nullptr;
+  PackFn pack = nullptr;
+  PackedBytesFn packed_bytes = nullptr;
 };
 TileKernels tile_blocks_avx512(tensor::DType w);
 TileKernels tile_k_avx512(tensor::DType w);

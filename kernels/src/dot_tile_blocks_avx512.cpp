@@ -1,17 +1,21 @@
 // AVX-512/VNNI kernels of q4_1, q5_0 and q5_1 weights against q8_0 activations: one template of R weight
-// rows x T tokens, two 32-element blocks per zmm. matvec runs it with R = T = 1 (one sequential weight
-// stream: four rows at once read from DRAM at 0.5-0.7x the one-row rate here, software prefetch or not),
-// matmul with R = 4 and T = 1..4, so each weight unpack serves every token of the tile and each activation
-// load every row.
+// rows x T tokens. matvec runs it with R = T = 1 (one sequential weight stream: several rows at once read
+// from DRAM at 0.5-0.7x the one-row rate on the development machine, software prefetch or not), matmul with
+// four rows (two passes of two, which keeps every accumulator in a register) x 1..4 tokens, so each weight
+// unpack serves every token of the tile and each activation load every row.
 //
-// Batch invariance by construction: every (row, token) accumulator goes through the same operations in the
-// same order whatever R and T are (the tile only shares the loads), so a token's result is bit-identical
-// through matvec and matmul. Per block pair, with the levels q as u8 (q4_1: the nibble; q5_x: nibble | bit
-// << 4) and y the activation levels:
-//   q5_0: acc += (d_w * d_y) * f32(sum(q * y) - 16 * sum(y))      (exact i32: vpdpbusd from -16 * sum(y))
-//   _1:   acc += (d_w * d_y) * f32(sum(q * y)); acc += m_w * (d_y * f32(sum(y)))
-// with the sums per group of 4 (16 lanes, 8 per block). An odd last block is a pair whose second weight
-// scales are zeroed (it adds 0 to the upper lanes).
+// Four blocks per step, split in halves: one zmm holds elements 0..15 of blocks 4g..4g+3 (16 bytes each),
+// another elements 16..31, so two vpdpbusd leave each block's sum in 4 lanes (not 8) and the f32 scaling
+// below runs once per four blocks. The activations are first repacked into that layout with their scales as
+// f32 (ActGroup, pack_q8_0), once per token.
+//
+// Per group and (row, token), with q the weight levels as u8 (q4_1: the nibble; q5_x: nibble | bit << 4)
+// and y the activation levels:
+//   D = sum(q * y) per lane, exact i32; for q5_0 it starts at -16 * sum(y) in the first lane of each block
+//   acc += (d_w * d_y) * f32(D);  for q4_1 / q5_1 also  acc += m_w * (d_y * sum(y)) in each block's first lane
+// Every (row, token) accumulator goes through the same operations in the same order whatever R and T are,
+// so a token's result is bit-identical through matvec and matmul (batch invariance). Blocks past the end of
+// a row (its last group may be partial) are zero on both sides: they add +0.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's avx512fintrin.h trips -Wuninitialized on its own _mm512_undefined_* (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -19,6 +23,7 @@
 #endif
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -40,111 +45,220 @@ using tensor::BlockQ8_0;
 
 #include "tile_avx512.inl"
 
+constexpr int kGroup = 4;  // blocks per step
+
+// Four q8_0 blocks of one token in the kernels' layout (zeros for blocks past the end of the row).
+struct ActGroup {
+  std::int8_t lo[64];   // elements 0..15 of block b at 16 b
+  std::int8_t hi[64];   // elements 16..31
+  float d[4];           // d_y
+  float s[4];           // d_y * sum(y)
+  std::int32_t sum[4];  // sum(y)
+  std::int32_t pad[4];
+};
+static_assert(sizeof(ActGroup) == 192);
+
+std::int64_t n_groups(std::int64_t n) { return (n / kQK + kGroup - 1) / kGroup; }
+
+std::size_t packed_bytes(std::int64_t n) { return static_cast<std::size_t>(n_groups(n)) * sizeof(ActGroup); }
+
+void pack_q8_0(const void* x, void* out, std::int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(x);
+  auto* g = static_cast<ActGroup*>(out);
+  const std::int64_t nb = n / kQK;
+  std::memset(out, 0, packed_bytes(n));
+  for (std::int64_t i = 0; i < nb; ++i) {
+    ActGroup& a = g[i / kGroup];
+    const int k = static_cast<int>(i % kGroup);
+    std::memcpy(a.lo + 16 * k, b[i].qs, 16);
+    std::memcpy(a.hi + 16 * k, b[i].qs + 16, 16);
+    int sum = 0;
+    for (int j = 0; j < kQK; ++j) sum += b[i].qs[j];
+    a.d[k] = fp16c(b[i].d);
+    a.sum[k] = sum;
+    a.s[k] = a.d[k] * static_cast<float>(sum);
+  }
+}
+
 inline std::uint32_t load_u32(const void* p) {
   std::uint32_t v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-// [f(h0) x 8 | f(h2) x 8] and [f(h1) x 8 | f(h3) x 8] from the halves (h0, h1) at p0 and (h2, h3) at p1:
-// the d and m of two consecutive _1 blocks.
-inline void scale_min_pair(const void* p0, const void* p1, __m512& d, __m512& m) {
-  const __m128 f = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(p0))),
-                                                 static_cast<int>(load_u32(p1)), 1));
-  const __m512 v = _mm512_castps128_ps512(f);
-  d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), v);
-  m = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), v);
+// Lane l of the result: v[l / 4] (each block's value in its 4 lanes), and v[l / 4] in lane 4 b only.
+inline __m512 per_block(__m128 v) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(v));
+}
+inline __m512i first_lane_i32(__m128i v) {
+  return _mm512_maskz_permutexvar_epi32(0x1111, _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                        _mm512_castsi128_si512(v));
+}
+inline __m512 first_lane_ps(__m128 v) { return _mm512_castsi512_ps(first_lane_i32(_mm_castps_si128(v))); }
+
+// The weights of one group of one row: levels of elements 0..15 and 16..31 of each block, d (and m) per lane.
+struct WGroup {
+  __m512i lo, hi;
+  __m512 d, m;
+};
+
+// 16 bytes of each of four blocks side by side; a partial group loads `count` blocks (the rest zero).
+template <typename Block>
+inline __m512i gather16(const Block* a, std::size_t offset, int count) {
+  auto at = [&](int k) { return reinterpret_cast<const __m128i*>(reinterpret_cast<const char*>(a + k) + offset); };
+  if (count == kGroup) {
+    const __m256i q01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(at(0))), _mm_loadu_si128(at(1)), 1);
+    const __m256i q23 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(at(2))), _mm_loadu_si128(at(3)), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(q01), q23, 1);
+  }
+  alignas(64) std::uint8_t tmp[64] = {};
+  for (int k = 0; k < count; ++k) std::memcpy(tmp + 16 * k, at(k), 16);
+  return _mm512_load_si512(tmp);
 }
 
-// The fifth bits of two q5 blocks (bit j of qh: element j) added to their nibbles as 16.
-inline __m512i add_high_bits(__m512i nib, const std::uint8_t* qh0, const std::uint8_t* qh1) {
-  const __mmask64 k = _cvtu64_mask64(load_u32(qh0) | (static_cast<std::uint64_t>(load_u32(qh1)) << 32));
-  return _mm512_mask_add_epi8(nib, k, nib, _mm512_set1_epi8(16));
+// The u32 at `offset` of each of four blocks (0 past count).
+template <typename Block>
+inline __m128i gather_u32(const Block* a, std::size_t offset, int count) {
+  auto at = [&](int k) { return load_u32(reinterpret_cast<const char*>(a + k) + offset); };
+  if (count == kGroup) {
+    __m128i v = _mm_cvtsi32_si128(static_cast<int>(at(0)));
+    v = _mm_insert_epi32(v, static_cast<int>(at(1)), 1);
+    v = _mm_insert_epi32(v, static_cast<int>(at(2)), 2);
+    return _mm_insert_epi32(v, static_cast<int>(at(3)), 3);
+  }
+  alignas(16) std::uint32_t tmp[4] = {};
+  for (int k = 0; k < count; ++k) tmp[k] = at(k);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
 }
 
-// Weight formats: levels of a block pair as u8, the d (and m) pair; kMin: x = d * q + m, else
-// x = d * (q - kOffset).
+// Nibbles: elements 0..15 of a block are its low nibbles, 16..31 its high ones.
+template <typename Block>
+inline void nibbles(const Block* a, int count, WGroup& w) {
+  const __m512i q = gather16(a, offsetof(Block, qs), count);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  w.lo = _mm512_and_si512(q, m4);
+  w.hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+}
+
+// q5: bit j of a block's qh is the fifth bit of element j, added as 16 (bytes 0, 1 of each u32 for the
+// low half, bytes 2, 3 for the high half).
+template <typename Block>
+inline void fifth_bits(const Block* a, int count, WGroup& w) {
+  const __m128i qh = gather_u32(a, offsetof(Block, qh), count);
+  const __m128i halves = _mm_shuffle_epi8(qh, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  w.lo = _mm512_mask_add_epi8(w.lo, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(halves))), w.lo, sixteen);
+  w.hi = _mm512_mask_add_epi8(w.hi, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_extract_epi64(halves, 1))), w.hi,
+                              sixteen);
+}
+
+// d and m (two halves at the start of the block) per lane.
+template <typename Block>
+inline void scales_mins(const Block* a, int count, WGroup& w) {
+  const __m256 dm = _mm256_cvtph_ps(gather_u32(a, 0, count));  // [d0 m0 d1 m1 d2 m2 d3 m3]
+  w.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6), _mm512_castps256_ps512(dm));
+  w.m = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), _mm512_castps256_ps512(dm));
+}
+
 struct Q4_1 {
   using Block = tensor::BlockQ4_1;
   static constexpr bool kMin = true;
   static constexpr int kOffset = 0;
-  static __m512i levels(const Block& a0, const Block& a1) { return nibbles_pair(a0.qs, a1.qs); }
-  static void scales(const Block& a0, const Block& a1, __m512& d, __m512& m) { scale_min_pair(&a0.d, &a1.d, d, m); }
+  static WGroup load(const Block* a, int count) {
+    WGroup w;
+    nibbles(a, count, w);
+    scales_mins(a, count, w);
+    return w;
+  }
 };
 
 struct Q5_1 {
   using Block = tensor::BlockQ5_1;
   static constexpr bool kMin = true;
   static constexpr int kOffset = 0;
-  static __m512i levels(const Block& a0, const Block& a1) {
-    return add_high_bits(nibbles_pair(a0.qs, a1.qs), a0.qh, a1.qh);
+  static WGroup load(const Block* a, int count) {
+    WGroup w;
+    nibbles(a, count, w);
+    fifth_bits(a, count, w);
+    scales_mins(a, count, w);
+    return w;
   }
-  static void scales(const Block& a0, const Block& a1, __m512& d, __m512& m) { scale_min_pair(&a0.d, &a1.d, d, m); }
 };
 
 struct Q5_0 {
   using Block = tensor::BlockQ5_0;
   static constexpr bool kMin = false;
   static constexpr int kOffset = 16;
-  static __m512i levels(const Block& a0, const Block& a1) {
-    return add_high_bits(nibbles_pair(a0.qs, a1.qs), a0.qh, a1.qh);
-  }
-  static void scales(const Block& a0, const Block& a1, __m512& d, __m512& m) {
-    d = scale_pair(a0.d, a1.d);
-    m = _mm512_setzero_ps();
+  static WGroup load(const Block* a, int count) {
+    WGroup w;
+    nibbles(a, count, w);
+    fifth_bits(a, count, w);
+    // The d of each block: a u16 at offset 0 (the u32 there also holds qh's first bytes: masked off).
+    const __m128i d16 = _mm_and_si128(gather_u32(a, 0, count), _mm_set1_epi32(0xFFFF));
+    w.d = per_block(_mm_cvtph_ps(_mm_packus_epi32(d16, d16)));
+    w.m = _mm512_setzero_ps();
+    return w;
   }
 };
 
+// The activations of one group of one token, as the products use them.
+struct XGroup {
+  const ActGroup* g;
+  __m512 d;     // d_y per lane
+  __m512 s;     // _1 types: d_y * sum(y) in the first lane of each block
+  __m512i base; // offset types: -offset * sum(y) in the first lane of each block
+};
+
+template <typename W>
+inline XGroup x_group(const ActGroup& g) {
+  XGroup x;
+  x.g = &g;
+  x.d = per_block(_mm_loadu_ps(g.d));
+  if constexpr (W::kMin) {
+    x.s = first_lane_ps(_mm_loadu_ps(g.s));
+  } else {
+    const __m128i sum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g.sum));
+    x.base = first_lane_i32(_mm_sub_epi32(_mm_setzero_si128(), _mm_mullo_epi32(sum, _mm_set1_epi32(W::kOffset))));
+  }
+  return x;
+}
+
+template <typename W>
+inline void product(const WGroup& w, const XGroup& x, __m512& acc) {
+  const __m512i start = W::kMin ? _mm512_setzero_si512() : x.base;
+  const __m512i lo = _mm512_dpbusd_epi32(start, w.lo, _mm512_loadu_si512(x.g->lo));
+  const __m512i dot = _mm512_dpbusd_epi32(lo, w.hi, _mm512_loadu_si512(x.g->hi));
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(w.d, x.d), _mm512_cvtepi32_ps(dot), acc);
+  if constexpr (W::kMin) acc = _mm512_fmadd_ps(w.m, x.s, acc);
+}
+
+// x: T packed activation rows x_stride bytes apart.
 template <typename W, int R, int T>
 void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, float* y,
           std::size_t y_stride) {
   using Block = typename W::Block;
   const Block* a[R];
   for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const Block*>(static_cast<const unsigned char*>(w) + r * stride);
-  const BlockQ8_0* b[T];
-  for (int t = 0; t < T; ++t) {
-    b[t] = reinterpret_cast<const BlockQ8_0*>(static_cast<const unsigned char*>(x) + t * x_stride);
-  }
-  const std::int64_t nb = n / kQK;
-  const __m512i ones = _mm512_set1_epi8(1);
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(W::kOffset));
+  const ActGroup* b[T];
+  for (int t = 0; t < T; ++t) b[t] = reinterpret_cast<const ActGroup*>(static_cast<const unsigned char*>(x) + t * x_stride);
+  const std::int64_t nb = n / kQK, full = nb / kGroup;
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
-  // Blocks i and i1 (i1 == i for an odd last block, whose second half then gets zero weight scales).
-  auto step = [&](std::int64_t i, std::int64_t i1, bool lone) {
-    __m512i wq[R];
-    __m512 wd[R], wm[R];
+  auto step = [&](std::int64_t g, int count) {
+    WGroup wg[R];
     for (int r = 0; r < R; ++r) {
-      if ((i & 3) == 0) prefetch_ahead(a[r] + i, 4 * sizeof(Block));
-      wq[r] = W::levels(a[r][i], a[r][i1]);
-      W::scales(a[r][i], a[r][i1], wd[r], wm[r]);
-      if (lone) {
-        wd[r] = _mm512_maskz_mov_ps(0x00FF, wd[r]);
-        wm[r] = _mm512_maskz_mov_ps(0x00FF, wm[r]);
-      }
+      prefetch_ahead(a[r] + kGroup * g, kGroup * sizeof(Block));
+      wg[r] = W::load(a[r] + kGroup * g, count);
     }
     for (int t = 0; t < T; ++t) {
-      const __m512i yq = load_pair(b[t][i].qs, b[t][i1].qs);
-      const __m512 xd = scale_pair(b[t][i].d, b[t][i1].d);
-      __m512i base = _mm512_setzero_si512();
-      __m512 xs = _mm512_setzero_ps();
-      if constexpr (W::kMin) {
-        xs = _mm512_mul_ps(xd, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, yq)));
-      } else {
-        base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, yq));
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512 s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, wq[r], yq));
-        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(wd[r], xd), s, acc[r][t]);
-        if constexpr (W::kMin) acc[r][t] = _mm512_fmadd_ps(wm[r], xs, acc[r][t]);
-      }
+      const XGroup xg = x_group<W>(b[t][g]);
+      for (int r = 0; r < R; ++r) product<W>(wg[r], xg, acc[r][t]);
     }
   };
-  std::int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) step(i, i + 1, false);
-  if (i < nb) step(i, i, true);
+  for (std::int64_t g = 0; g < full; ++g) step(g, kGroup);
+  if (nb % kGroup != 0) step(full, static_cast<int>(nb % kGroup));
   for (int t = 0; t < T; ++t) {
     for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum16(acc[r][t]);
   }
@@ -157,14 +271,21 @@ float dot1(std::int64_t n, const void* w, const void* x) {
   return y;
 }
 
+template <typename W, int T>
+void rows4(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, float* y,
+           std::size_t y_stride) {
+  tile<W, 2, T>(n, w, stride, x, x_stride, y, y_stride);
+  tile<W, 2, T>(n, static_cast<const unsigned char*>(w) + 2 * stride, stride, x, x_stride, y + 2, y_stride);
+}
+
 template <typename W>
 void tile_any(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, int n_tokens,
               float* y, std::size_t y_stride) {
   switch (n_tokens) {
-    case 1: return tile<W, 4, 1>(n, w, stride, x, x_stride, y, y_stride);
-    case 2: return tile<W, 4, 2>(n, w, stride, x, x_stride, y, y_stride);
-    case 3: return tile<W, 4, 3>(n, w, stride, x, x_stride, y, y_stride);
-    default: return tile<W, 4, 4>(n, w, stride, x, x_stride, y, y_stride);
+    case 1: return rows4<W, 1>(n, w, stride, x, x_stride, y, y_stride);
+    case 2: return rows4<W, 2>(n, w, stride, x, x_stride, y, y_stride);
+    case 3: return rows4<W, 3>(n, w, stride, x, x_stride, y, y_stride);
+    default: return rows4<W, 4>(n, w, stride, x, x_stride, y, y_stride);
   }
 }
 
@@ -174,9 +295,9 @@ void tile_any(std::int64_t n, const void* w, std::size_t stride, const void* x, 
 TileKernels tile_blocks_avx512(tensor::DType w) {
   using namespace avx512_blocks;
   switch (w) {
-    case tensor::DType::q4_1: return {dot1<Q4_1>, tile_any<Q4_1>};
-    case tensor::DType::q5_0: return {dot1<Q5_0>, tile_any<Q5_0>};
-    case tensor::DType::q5_1: return {dot1<Q5_1>, tile_any<Q5_1>};
+    case tensor::DType::q4_1: return {dot1<Q4_1>, tile_any<Q4_1>, pack_q8_0, packed_bytes};
+    case tensor::DType::q5_0: return {dot1<Q5_0>, tile_any<Q5_0>, pack_q8_0, packed_bytes};
+    case tensor::DType::q5_1: return {dot1<Q5_1>, tile_any<Q5_1>, pack_q8_0, packed_bytes};
     default: return {};
   }
 }

@@ -25,6 +25,12 @@ detail::DotFn pick_dot(DType w, Isa isa, const char* op) {
   return fn;
 }
 
+// The repacking the ISA's kernel of w wants of its activations (none: they are taken as vec_dot_type rows).
+detail::TileKernels pick_tile(DType w, Isa isa) {
+  if (isa == Isa::avx512 && isa_supported(Isa::avx512)) return detail::tile_avx512(w);
+  return {};
+}
+
 std::size_t check_params(const MatmulParams& p, const char* op) {
   if (p.n_out < 0 || p.n_in < 0) {
     throw ShapeError(std::string("[kernels::") + op + "] negative size [" + std::to_string(p.n_out) + ", " +
@@ -90,7 +96,13 @@ float vec_dot_ref(DType w, std::int64_t n, const void* w_row, const void* x) {
 
 float vec_dot(DType w, std::int64_t n, const void* w_row, const void* x, Isa isa) {
   detail::check_row("vec_dot", w, n);
-  return pick_dot(w, isa, "vec_dot")(n, w_row, x);
+  const detail::DotFn dot = pick_dot(w, isa, "vec_dot");
+  const detail::TileKernels tile = pick_tile(w, isa);
+  if (tile.pack == nullptr) return dot(n, w_row, x);
+  thread_local std::vector<unsigned char> packed;
+  packed.resize(tile.packed_bytes(n));
+  tile.pack(x, packed.data(), n);
+  return dot(n, w_row, packed.data());
 }
 
 void matvec_ref(const MatmulParams& p, const float* x, float* y) { matmul_ref(p, x, 1, y); }
@@ -128,6 +140,7 @@ struct Product {
   detail::Dot4x3Fn dot4x3 = nullptr;  // three tokens, four rows (f16 / bf16)
   detail::Dot4xTFn dot4xt = nullptr;  // 1..4 tokens, four rows (quantized types)
   DType act = DType::f32;
+  detail::PackFn pack = nullptr;      // the kernels' own layout of act rows, if any
   const unsigned char* xq = nullptr;  // [n_tokens] activation rows act_bytes apart
   std::size_t act_bytes = 0;
   float* y = nullptr;                 // [n_tokens, n_out]
@@ -148,6 +161,11 @@ Product prepare(const MatmulParams& p, std::int64_t n_tokens, float* y, Isa isa)
   q.dot4xt = avx512 && n_tokens >= 2 ? detail::dot4xt_avx512_fn(p.w_type) : nullptr;
   q.act = vec_dot_type(p.w_type);
   q.act_bytes = q.act == DType::f32 ? static_cast<std::size_t>(p.n_in) * sizeof(float) : tensor::row_bytes(q.act, p.n_in);
+  const detail::TileKernels tile = pick_tile(p.w_type, isa);
+  if (tile.pack != nullptr) {
+    q.pack = tile.pack;
+    q.act_bytes = tile.packed_bytes(p.n_in);
+  }
   q.y = y;
   return q;
 }
@@ -237,29 +255,40 @@ void matmul_multi(std::span<const MatmulParams> ps, const float* x, std::int64_t
     prod[i] = prepare(ps[i], n_tokens, ys[i], isa);
   }
   if (n_tokens == 0 || ps.empty()) return;
-  // The activations in each vec_dot_type the products need, converted once (one scratch area per type).
+  // The activations in each layout the products need (vec_dot_type, repacked or not), converted once.
   const std::int64_t n_in = ps[0].n_in;
-  std::size_t total = 0;
-  DType seen[kMaxProducts];
-  std::size_t offset[kMaxProducts];
-  std::size_t n_seen = 0;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    if (prod[i].act == DType::f32) continue;
+  struct Layout {
+    DType act;
+    detail::PackFn pack;
+    std::size_t row_bytes, offset;
+  };
+  Layout layouts[kMaxProducts];
+  std::size_t n_layouts = 0, total = 0;
+  auto find = [&](const Product& q) {
     std::size_t k = 0;
-    while (k < n_seen && seen[k] != prod[i].act) ++k;
-    if (k == n_seen) {
-      seen[n_seen] = prod[i].act;
-      offset[n_seen++] = total;
-      total += prod[i].act_bytes * static_cast<std::size_t>(n_tokens);
-    }
+    while (k < n_layouts && !(layouts[k].act == q.act && layouts[k].pack == q.pack)) ++k;
+    return k;
+  };
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (prod[i].act == DType::f32 || find(prod[i]) < n_layouts) continue;
+    layouts[n_layouts++] = {prod[i].act, prod[i].pack, prod[i].act_bytes, total};
+    total += prod[i].act_bytes * static_cast<std::size_t>(n_tokens);
   }
   std::vector<unsigned char>& buf = act_scratch(total);
-  for (std::size_t k = 0; k < n_seen; ++k) {
-    const std::size_t row = tensor::row_bytes(seen[k], n_in);
-    unsigned char* dst = buf.data() + offset[k];
+  for (std::size_t k = 0; k < n_layouts; ++k) {
+    const Layout& l = layouts[k];
+    unsigned char* dst = buf.data() + l.offset;
     auto convert = [&](std::int64_t t0, std::int64_t t1) {
+      thread_local std::vector<unsigned char> tmp;
+      tmp.resize(tensor::row_bytes(l.act, n_in));
       for (std::int64_t t = t0; t < t1; ++t) {
-        quantize_row(seen[k], x + t * n_in, dst + static_cast<std::size_t>(t) * row, n_in, isa);
+        unsigned char* row = dst + static_cast<std::size_t>(t) * l.row_bytes;
+        if (l.pack == nullptr) {
+          quantize_row(l.act, x + t * n_in, row, n_in, isa);
+        } else {
+          quantize_row(l.act, x + t * n_in, tmp.data(), n_in, isa);
+          l.pack(tmp.data(), row, n_in);
+        }
       }
     };
     // A prompt's rows in parallel (the products wait for them anyway); a few decode rows inline.
@@ -271,13 +300,7 @@ void matmul_multi(std::span<const MatmulParams> ps, const float* x, std::int64_t
     }
   }
   for (std::size_t i = 0; i < ps.size(); ++i) {
-    if (prod[i].act == DType::f32) {
-      prod[i].xq = reinterpret_cast<const unsigned char*>(x);
-      continue;
-    }
-    std::size_t k = 0;
-    while (seen[k] != prod[i].act) ++k;
-    prod[i].xq = buf.data() + offset[k];
+    prod[i].xq = prod[i].act == DType::f32 ? reinterpret_cast<const unsigned char*>(x) : buf.data() + layouts[find(prod[i])].offset;
   }
   // Every product's rows as one range: one parallel region for the lot.
   std::int64_t first[kMaxProducts + 1] = {0};
