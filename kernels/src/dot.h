@@ -28,14 +28,15 @@ Dot4Fn dot4_avx512_fn(tensor::DType w);
 using Dot4x3Fn = void (*)(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride,
                           float* y, std::size_t y_stride);
 Dot4x3Fn dot4x3_avx512_fn(tensor::DType w);
-// Four weight rows against n_tokens (1..kDot4xTMaxTokens) activation rows x_stride bytes apart (the _0 types):
-// y[t * y_stride + k] = dot(n, w + k * stride, x_t), each bit-identical to the type's DotFn of the same ISA
-// (batch invariance), with each weight load serving every token. nullptr where there is none.
+// Four weight rows against n_tokens (1..kDot4xTMaxTokens) activation rows x_stride bytes apart (the quantized
+// types): y[t * y_stride + k] = dot(n, w + k * stride, x_t), each bit-identical to the type's DotFn of the
+// same ISA (batch invariance), with each weight load serving every token. nullptr where there is none.
 using Dot4xTFn = void (*)(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride,
                           int n_tokens, float* y, std::size_t y_stride);
 Dot4xTFn dot4xt_avx512_fn(tensor::DType w);
-// 4 x 4 accumulators fill half the zmm registers; 4 x 6 measured no faster (docs/PERFORMANCE.md).
-inline constexpr int kDot4xTMaxTokens = 4;
+// Tokens per call: q4_1 / q5_x run 2 rows x 8 tokens a pass (16 accumulators; q5_0 53 -> 63 GMAC/s against
+// 2 x 4); the _0 and K tiles take them four at a time (4 x 6 measured no faster there, docs/PERFORMANCE.md).
+inline constexpr int kDot4xTMaxTokens = 8;
 
 // An activation row (n elements in vec_dot_type) repacked into a kernel's own layout, packed_bytes(n) bytes.
 using PackFn = void (*)(const void* x, void* packed, std::int64_t n);

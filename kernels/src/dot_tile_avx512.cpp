@@ -130,6 +130,9 @@ void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std:
 template <typename W>
 void tile_any(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, int n_tokens,
               float* y, std::size_t y_stride) {
+  for (; n_tokens > 4; n_tokens -= 4, x = static_cast<const unsigned char*>(x) + 4 * x_stride, y += 4 * y_stride) {
+    tile<W, 4>(n, w, stride, x, x_stride, y, y_stride);
+  }
   switch (n_tokens) {
     case 1: return tile<W, 1>(n, w, stride, x, x_stride, y, y_stride);
     case 2: return tile<W, 2>(n, w, stride, x, x_stride, y, y_stride);

@@ -285,7 +285,11 @@ void tile_any(std::int64_t n, const void* w, std::size_t stride, const void* x, 
     case 1: return rows4<W, 1>(n, w, stride, x, x_stride, y, y_stride);
     case 2: return rows4<W, 2>(n, w, stride, x, x_stride, y, y_stride);
     case 3: return rows4<W, 3>(n, w, stride, x, x_stride, y, y_stride);
-    default: return rows4<W, 4>(n, w, stride, x, x_stride, y, y_stride);
+    case 4: return rows4<W, 4>(n, w, stride, x, x_stride, y, y_stride);
+    case 5: return rows4<W, 5>(n, w, stride, x, x_stride, y, y_stride);
+    case 6: return rows4<W, 6>(n, w, stride, x, x_stride, y, y_stride);
+    case 7: return rows4<W, 7>(n, w, stride, x, x_stride, y, y_stride);
+    default: return rows4<W, 8>(n, w, stride, x, x_stride, y, y_stride);
   }
 }
 

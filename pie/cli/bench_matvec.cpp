@@ -143,7 +143,8 @@ void bench_matvec(const Context& ctx, std::vector<Result>& out) {
 void bench_matvec_cached(const Context& ctx, std::vector<Result>& out) {
   if (!ctx.wanted("matvec_cached")) return;
   // About 512 KiB of weights per thread: resident in L2, so the rate is what the arithmetic allows.
-  const DType types[] = {DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q6_K};
+  const DType types[] = {DType::f16,  DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1,
+                         DType::q5_0, DType::q5_1, DType::q4_K, DType::q5_K, DType::q6_K};
   for (DType t : types) {
     const std::int64_t n_in = 4096;
     const std::int64_t rows = std::max<std::int64_t>(
