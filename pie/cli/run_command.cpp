@@ -39,7 +39,7 @@ int generate(const std::optional<std::string>& model_path, const GrammarSource& 
              const std::optional<std::string>& prompt_text, const std::optional<std::string>& prompt_file,
              const pie::GenerateRequest& base, const RunSettings& settings) {
   const auto t_load = std::chrono::steady_clock::now();
-  std::shared_ptr<const pie::Model> model = model_path ? pie::load_model(*model_path) : pie::default_model();
+  std::shared_ptr<const pie::Model> model = model_path ? pie::load_model(*model_path) : pie::random_model();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
 
   pie::GenerateRequest request = base;

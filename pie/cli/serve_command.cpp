@@ -80,7 +80,7 @@ int run_serve(std::span<const std::string> args) {
   if (name) {
     options.model_name = *name;
   } else if (!model_path) {
-    options.model_name = "orchard-default";  // a plain id for the embedded model
+    options.model_name = "orchard-random";  // a plain id for the embedded model
   }
   options.aliases = aliases;
   options.json_layout = json_layout_option(json_layout, "--json-layout", pse::JsonLayout::kCompact);
@@ -101,7 +101,7 @@ int run_serve(std::span<const std::string> args) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::shared_ptr<const pie::Model> model = model_path ? pie::load_model(*model_path) : pie::default_model();
+  std::shared_ptr<const pie::Model> model = model_path ? pie::load_model(*model_path) : pie::random_model();
   auto engine = std::make_shared<pie::Engine>(model, engine_options);
   pie::Server server(engine, options);
   int bound = server.bind();

@@ -61,7 +61,7 @@ case $case_name in
     run run -p hi --temp -1; expect_rc 1; expect_err_line "temperature" ;;
   run_default_unconstrained)
     run run -p 'Once upon a time' -n 20 --seed 3; expect_rc 0
-    [[ "$err" == *"20 tokens"* && "$err" == *"tokens/s"* && "$err" == *"random weights"* ]] ||
+    [[ "$err" == *"20 tokens"* && "$err" == *"tokens/s"* && "$err" == *"orchard-random"* ]] ||
       fail "summary line: $err"
     cp "$tmp/out" "$tmp/first"
     run run -p 'Once upon a time' -n 20 --seed 3; expect_rc 0

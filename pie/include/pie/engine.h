@@ -139,9 +139,10 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-// The embedded default model: a small llama with random weights and a byte-level tokenizer that orchard
-// generates deterministically from a seed (no file needed). Its output is fluent in nothing; it exists so
-// that constrained generation, the server and the tests run anywhere.
-std::shared_ptr<const Model> default_model();
+// The embedded random-weight model, "orchard-random": a small llama with random weights and a byte-level
+// tokenizer that orchard generates deterministically from a seed (no file needed). Its output is fluent in
+// nothing; it exists so that constrained generation, the server and the unit tests run anywhere. Never a
+// fallback for a missing model: commands use it only when it is named (pie/model_store.h).
+std::shared_ptr<const Model> random_model();
 
 }  // namespace pie

@@ -6,7 +6,7 @@
 // 4xx with OpenAI's error object and never touches the others; a client that goes away mid-stream has its
 // request cancelled and its KV pages freed. One JSON log line per request on stderr.
 //
-//   auto engine = std::make_shared<pie::Engine>(pie::default_model(), pie::EngineOptions{});
+//   auto engine = std::make_shared<pie::Engine>(pie::random_model(), pie::EngineOptions{});
 //   pie::Server server(engine, {.port = 8080});
 //   server.bind();      // throws pie::Error when the address is taken
 //   server.serve();     // until stop() (another thread, e.g. on SIGTERM)

@@ -84,7 +84,7 @@ EngineOptions options() {
 }
 
 TEST(EngineConstrained, JsonSchemasAlwaysValidate) {
-  Engine engine(default_model(), options());
+  Engine engine(random_model(), options());
   const std::string person = read_file(orchard::testing::source_dir() / "examples/person.schema.json");
   ASSERT_FALSE(person.empty());
   for (const std::string& text : generate_checked(engine, pse::json_schema_to_grammar(std::string_view(person)), 6)) {
@@ -139,7 +139,7 @@ TEST(EngineConstrained, JsonSchemasAlwaysValidate) {
 }
 
 TEST(EngineConstrained, GbnfAndRegexGrammars) {
-  Engine engine(default_model(), options());
+  Engine engine(random_model(), options());
   const pse::Grammar arithmetic = pse::parse_gbnf(R"gbnf(
 root   ::= expr
 expr   ::= term (("+" | "-") term){0,3}
@@ -158,7 +158,7 @@ factor ::= [0-9]{1,3} | "(" expr ")"
 // A grammar that names a special token (a token terminal) gets it, as a token: the default model's "<s>"
 // in the middle of the output, never as the text "<s>"; the text leaves control tokens out.
 TEST(EngineConstrained, TokenTerminalsReadSpecialTokens) {
-  Engine engine(default_model(), options());
+  Engine engine(random_model(), options());
   const Model& model = engine.model();
   const std::int32_t bos = *model.tokenizer->special_tokens().bos;
   const pse::Grammar g = pse::parse_gbnf("root ::= \"ab\" <s> [a-c]{1,3} \".\"");
@@ -186,7 +186,7 @@ TEST(EngineConstrained, TokenTerminalsReadSpecialTokens) {
 // A sampled token may end inside a character ("\xC3" of "é"): the forced text then starts with the bytes
 // that finish it, which no tokenizer encodes as text; they are spelled with byte tokens.
 TEST(EngineConstrained, ForcedTextStartingInsideACharacter) {
-  Engine engine(default_model(), options());
+  Engine engine(random_model(), options());
   const pse::Grammar accents = pse::parse_gbnf("root ::= \"\u00e9\u00e8\u00ea\u00eb\u00e9\" [a-z]{1,3}");
   for (const std::string& text : generate_checked(engine, accents, 8)) {
     EXPECT_TRUE(text.starts_with("\xC3\xA9\xC3\xA8\xC3\xAA\xC3\xAB\xC3\xA9")) << text;
@@ -196,7 +196,7 @@ TEST(EngineConstrained, ForcedTextStartingInsideACharacter) {
 
 TEST(EngineConstrained, SharedJsonGbnf) {
   ORCHARD_REQUIRE_SHARED_DATA("grammars/json.gbnf");
-  Engine engine(default_model(), options());
+  Engine engine(random_model(), options());
   const pse::Grammar json = pse::parse_gbnf(read_file(orchard::testing::shared_data("grammars/json.gbnf")));
   // llama.cpp's JSON grammar: any JSON object; the random model's output must still parse.
   for (const std::string& text : generate_checked(engine, json, 4)) {
@@ -216,7 +216,7 @@ TEST(EngineConstrained, TablesBuiltAnyWayGiveTheSameOutputs) {
        {pse::TableBuild::kInBackground, pse::TableBuild::kInCompile, pse::TableBuild::kAtFirstUse}) {
     EngineOptions o = options();
     o.grammar_tables = build;
-    Engine engine(default_model(), o);
+    Engine engine(random_model(), o);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int seed = 0; seed < 4; ++seed) {
       GenerateRequest r;
@@ -239,7 +239,7 @@ TEST(EngineConstrained, TablesBuiltAnyWayGiveTheSameOutputs) {
 }
 
 TEST(EngineConstrained, MixedWithUnconstrainedAndSamples) {
-  Engine engine(default_model(), options());
+  Engine engine(random_model(), options());
   const pse::Grammar g = pse::json_schema_to_grammar(std::string_view(
       R"({"type":"object","properties":{"a":{"type":"integer","minimum":-50,"maximum":50},"b":{"enum":[true,false,null]}},"required":["a","b"]})"));
   GenerateRequest constrained;

@@ -40,7 +40,7 @@ TEST(EngineMaskBench, OutputsValidateWithJsonschema) {
   options.context_length = 2048;
   options.grammar_compile_ms = 5000;
   options.max_queued = static_cast<std::int32_t>(files.size());  // every sampled request queued at once
-  Engine engine(default_model(), options);
+  Engine engine(random_model(), options);
   struct Job {
     std::string name;
     ojson schema;

@@ -21,7 +21,7 @@ using testing::collect;
 using testing::run;
 
 std::vector<std::int32_t> prompt_of(const std::string& text) {
-  const auto& tok = *default_model()->tokenizer;
+  const auto& tok = *random_model()->tokenizer;
   std::vector<std::int32_t> ids{*tok.special_tokens().bos};
   const auto body = tok.encode(text);
   ids.insert(ids.end(), body.begin(), body.end());
@@ -46,9 +46,9 @@ GenerateRequest request(const std::string& text, float temperature, std::uint64_
 }
 
 TEST(DefaultModel, IsDeterministicAndTokenizes) {
-  auto m = default_model();
+  auto m = random_model();
   ASSERT_TRUE(m);
-  EXPECT_EQ(m.get(), default_model().get());  // built once
+  EXPECT_EQ(m.get(), random_model().get());  // built once
   EXPECT_NE(m->name.find("random"), std::string::npos);
   const auto& tok = *m->tokenizer;
   EXPECT_EQ(m->config.n_vocab, static_cast<std::int32_t>(tok.vocab_size()));
@@ -69,16 +69,16 @@ TEST(DefaultModel, IsDeterministicAndTokenizes) {
 TEST(Engine, RejectsBadOptions) {
   EngineOptions o = small_options();
   o.max_running = 0;
-  EXPECT_THROW(Engine(default_model(), o), Error);
+  EXPECT_THROW(Engine(random_model(), o), Error);
   o = small_options();
   o.max_batch_tokens = 0;
-  EXPECT_THROW(Engine(default_model(), o), Error);
+  EXPECT_THROW(Engine(random_model(), o), Error);
   o = small_options();
   o.kv_cache_bytes = 1000;  // less than one context
-  EXPECT_THROW(Engine(default_model(), o), Error);
+  EXPECT_THROW(Engine(random_model(), o), Error);
   o = small_options();
   o.grammar_compile_ms = 0;
-  EXPECT_THROW(Engine(default_model(), o), Error);
+  EXPECT_THROW(Engine(random_model(), o), Error);
   EXPECT_THROW(Engine(nullptr, small_options()), Error);
 }
 
@@ -93,7 +93,7 @@ void expect_request_error(Engine& engine, GenerateRequest r, const std::string& 
 }
 
 TEST(Engine, SubmitValidates) {
-  Engine engine(default_model(), small_options());
+  Engine engine(random_model(), small_options());
   const GenerateRequest ok = request("Hello", 1.0f, 1, 4);
   GenerateRequest r = ok;
   r.prompt.clear();
@@ -154,7 +154,7 @@ TEST(Engine, CapacityErrors) {
   EngineOptions o = small_options();
   o.max_queued = 2;
   o.max_running = 1;
-  Engine engine(default_model(), o);
+  Engine engine(random_model(), o);
   std::vector<std::shared_ptr<RequestStream>> streams;
   int refused = 0;
   for (int i = 0; i < 8; ++i) {
@@ -172,7 +172,7 @@ TEST(Engine, CapacityErrors) {
 }
 
 TEST(Engine, GreedyAndSeededAreDeterministic) {
-  Engine engine(default_model(), small_options());
+  Engine engine(random_model(), small_options());
   for (float temperature : {0.0f, 1.0f}) {
     RunResult a = run(engine, request("Once upon a time", temperature, 42, 40));
     RunResult b = run(engine, request("Once upon a time", temperature, 42, 40));
@@ -199,7 +199,7 @@ TEST(Engine, BatchInvariance) {
   {
     EngineOptions o = small_options();
     o.prefix_caching = false;
-    Engine engine(default_model(), o);
+    Engine engine(random_model(), o);
     alone_greedy = run(engine, greedy).samples.at(0).tokens;
     alone_seeded = run(engine, seeded).samples.at(0).tokens;
     ASSERT_EQ(alone_greedy.size(), 48u);
@@ -223,7 +223,7 @@ TEST(Engine, BatchInvariance) {
     EngineOptions o = small_options();
     o.max_running = 18;
     o.max_batch_tokens = 40;
-    Engine engine(default_model(), o);
+    Engine engine(random_model(), o);
     crowd(engine, 16, 30);
     const auto hits_before = engine.stats().prefix_hit_tokens;
     RunResult again = run(engine, greedy);
@@ -239,14 +239,14 @@ TEST(Engine, BatchInvariance) {
     o.max_batch_tokens = 64;
     auto page_bytes = static_cast<std::int64_t>(4 * 2 * 16 * 2 * 64 * 4);  // layers * K,V * 16 * kv heads * dim * f32
     o.kv_cache_bytes = 24 * page_bytes;
-    Engine engine(default_model(), o);
+    Engine engine(random_model(), o);
     crowd(engine, 8, 40);
     EXPECT_GT(engine.stats().preemptions, 0u);
   }
 }
 
 TEST(Engine, SamplesOfOneRequest) {
-  Engine engine(default_model(), small_options());
+  Engine engine(random_model(), small_options());
   GenerateRequest r = request("Two ways", 1.0f, 1000, 24);
   r.n = 3;
   RunResult both = run(engine, r);
@@ -263,7 +263,7 @@ TEST(Engine, SamplesOfOneRequest) {
 }
 
 TEST(Engine, StopStringsAndMaxTokens) {
-  Engine engine(default_model(), small_options());
+  Engine engine(random_model(), small_options());
   RunResult full = run(engine, request("Say something", 0.0f, 1, 60));
   const std::string text = full.samples.at(0).text;
   ASSERT_GT(text.size(), 20u);
@@ -289,8 +289,8 @@ TEST(Engine, StopStringsAndMaxTokens) {
 }
 
 TEST(Engine, EndOfSequenceAndLogprobs) {
-  Engine engine(default_model(), small_options());
-  const std::int32_t eos = *default_model()->tokenizer->special_tokens().eos;
+  Engine engine(random_model(), small_options());
+  const std::int32_t eos = *random_model()->tokenizer->special_tokens().eos;
   // Bias toward </s>: stops at once unless ignore_eos, which never emits it.
   GenerateRequest r = request("End", 1.0f, 5, 20);
   r.ignore_eos = false;
@@ -315,7 +315,7 @@ TEST(Engine, EndOfSequenceAndLogprobs) {
 }
 
 TEST(Engine, Cancellation) {
-  Engine engine(default_model(), small_options());
+  Engine engine(random_model(), small_options());
   // Running: cancelled after a few events.
   auto stream = engine.submit(request("Go on", 1.0f, 3, 400));
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(stream->next());
@@ -329,7 +329,7 @@ TEST(Engine, Cancellation) {
   {
     EngineOptions o = small_options();
     o.max_running = 1;
-    Engine one(default_model(), o);
+    Engine one(random_model(), o);
     auto first = one.submit(request("First", 1.0f, 1, 200));
     auto second = one.submit(request("Second", 1.0f, 2, 200));
     second->cancel();

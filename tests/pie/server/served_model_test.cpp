@@ -14,7 +14,7 @@ namespace {
 // The default (random-weight) model under another path and template: naming and rendering only.
 std::shared_ptr<Engine> engine_for(const std::filesystem::path& path, std::string chat_template = {},
                                    std::string name = "Some Model 1B") {
-  auto model = std::make_shared<Model>(*default_model());
+  auto model = std::make_shared<Model>(*random_model());
   model->path = path;
   model->name = std::move(name);
   model->chat_template = std::move(chat_template);

@@ -31,7 +31,7 @@ class ServerHttpTest : public ::testing::Test {
     eo.n_threads = 2;
     eo.context_length = 512;
     eo.max_running = 4;
-    engine_ = std::make_shared<Engine>(default_model(), eo);
+    engine_ = std::make_shared<Engine>(random_model(), eo);
     ServerOptions so;
     so.port = 0;
     so.api_key = "secret";
@@ -278,7 +278,7 @@ TEST(ServerCapacity, EngineRefusalIs503) {
   EngineOptions eo;
   eo.n_threads = 1;
   eo.context_length = 256;
-  auto engine = std::make_shared<Engine>(default_model(), eo);
+  auto engine = std::make_shared<Engine>(random_model(), eo);
   ServerOptions so;
   so.port = 0;
   so.log_requests = false;

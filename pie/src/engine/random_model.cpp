@@ -1,7 +1,7 @@
-// The embedded default model: a small Llama (4 layers, n_embd 256, 4 query heads of 64 over 2 key/value
-// heads, SwiGLU 768) with RANDOM weights drawn from a fixed seed, on the byte-level BPE of
-// default_tokenizer.cpp. It knows no language; it exists so that constrained generation, the server and
-// the tests run anywhere without a model file. Built once, at first use (about 12 MB of f32).
+// The random-weight model (orchard-random): a small Llama (4 layers, n_embd 256, 4 query heads of 64 over
+// 2 key/value heads, SwiGLU 768) with RANDOM weights drawn from a fixed seed, on the byte-level BPE of
+// random_tokenizer.cpp. It knows no language; it exists so that constrained generation, the server and the
+// unit tests run anywhere without a model file. Built once, at first use (about 12 MB of f32).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "default_tokenizer.h"
+#include "random_tokenizer.h"
 #include "pie/engine.h"
 
 namespace pie {
@@ -48,16 +48,16 @@ class NormalStream {
   bool has_spare_ = false;
 };
 
-std::shared_ptr<const Model> build_default_model() {
-  const std::string json = detail::default_tokenizer_json();
+std::shared_ptr<const Model> build_random_model() {
+  const std::string json = detail::random_tokenizer_json();
   auto tokenizer = std::make_shared<const tokenizers::Tokenizer>(tokenizers::Tokenizer::parse(
       std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(json.data()), json.size()),
       "default-model tokenizer.json"));
 
   auto model = std::make_shared<Model>();
-  model->name = "orchard-default (random weights)";
+  model->name = "orchard-random";
   model->tokenizer = tokenizer;
-  model->chat_template = detail::default_chat_template();
+  model->chat_template = detail::random_chat_template();
   ModelConfig& c = model->config;
   c.arch = Architecture::llama;
   c.n_vocab = static_cast<std::int32_t>(tokenizer->vocab_size());
@@ -118,8 +118,8 @@ std::shared_ptr<const Model> build_default_model() {
 
 }  // namespace
 
-std::shared_ptr<const Model> default_model() {
-  static const std::shared_ptr<const Model> model = build_default_model();
+std::shared_ptr<const Model> random_model() {
+  static const std::shared_ptr<const Model> model = build_random_model();
   return model;
 }
 

@@ -1,8 +1,8 @@
-// The default model's tokenizer: a byte-level BPE (GPT-2 byte alphabet and pre-tokenizer) whose 256 byte
-// tokens are followed by merges of common English and JSON pieces listed below, and the specials <s> and
+// The random-weight model's tokenizer: a byte-level BPE (GPT-2 byte alphabet and pre-tokenizer) whose 256
+// byte tokens are followed by merges of common English and JSON pieces listed below, and the specials <s> and
 // </s>. It is written as tokenizer.json text and parsed by tokenizers::Tokenizer::parse, so it behaves
 // exactly as a tokenizer loaded from a file.
-#include "default_tokenizer.h"
+#include "random_tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -84,7 +84,7 @@ std::string byte_level(std::string_view bytes) {
 
 }  // namespace
 
-std::string default_tokenizer_json() {
+std::string random_tokenizer_json() {
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   std::unordered_map<std::string, int> ids;  // raw bytes -> id
   for (int b = 0; b < 256; ++b) {
@@ -128,7 +128,7 @@ std::string default_tokenizer_json() {
   return j.dump();
 }
 
-const char* default_chat_template() {
+const char* random_chat_template() {
   // ChatML's shape with the model's own specials: <s>role\ncontent</s>\n per message.
   return "{% for message in messages %}<s>{{ message['role'] }}\n{{ message['content'] }}</s>\n{% endfor %}"
          "{% if add_generation_prompt %}<s>assistant\n{% endif %}";

@@ -1,4 +1,4 @@
-// The embedded default model's tokenizer and chat template (default_model.cpp builds the model on them).
+// The random-weight model's tokenizer and chat template (random_model.cpp builds the model on them).
 #pragma once
 
 #include <string>
@@ -7,8 +7,8 @@ namespace pie::detail {
 
 // tokenizer.json text of a byte-level BPE: 256 byte tokens, merges of common English and JSON pieces,
 // then <s> and </s> (special). Deterministic.
-std::string default_tokenizer_json();
+std::string random_tokenizer_json();
 // A ChatML-shaped Jinja template over <s> / </s>.
-const char* default_chat_template();
+const char* random_chat_template();
 
 }  // namespace pie::detail
