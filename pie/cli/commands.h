@@ -19,6 +19,7 @@ int run_detokenize(std::span<const std::string> args);
 int run_bench(std::span<const std::string> args);
 int run_grammar(std::span<const std::string> args);
 int run_run(std::span<const std::string> args);
+int run_chat(std::span<const std::string> args);
 int run_serve(std::span<const std::string> args);
 int run_convert(std::span<const std::string> args);
 int run_perplexity(std::span<const std::string> args);

@@ -18,7 +18,9 @@ void GrammarSource::add_options(ArgParser& p) {
       .option("lark", 0, "FILE", "the grammar in Lark-style EBNF", &lark)
       .option("regex", 0, "PATTERN", "the grammar is this regex (whole-text match)", &regex)
       .option("schema", 0, "FILE", "the output is JSON valid under this JSON Schema", &schema)
-      .option("json-layout", 0, "LAYOUT", "with --schema: flexible (default; bounded whitespace), compact or indented",
+      .option("json-layout", 0, "LAYOUT",
+              fmt::format("with --schema: compact, flexible (bounded whitespace) or indented (default {})",
+                          default_layout == pse::JsonLayout::kCompact ? "compact" : "flexible"),
               &json_layout)
       .flag("strict-keywords", 0,
             "with --schema: keywords of no JSON Schema draft are errors (default: annotations, as the spec says)",
@@ -39,7 +41,7 @@ pse::Grammar GrammarSource::load() const {
   if (lark) return pse::parse_lark(read_input(*lark));
   if (regex) return pse::parse_regex(*regex);
   pse::JsonSchemaOptions options;
-  options.layout = json_layout_option(json_layout, "--json-layout", pse::JsonLayout::kFlexible);
+  options.layout = json_layout_option(json_layout, "--json-layout", default_layout);
   if (strict_keywords) options.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kError;
   if (any_order) options.property_order = pse::JsonPropertyOrder::kAnyOrder;
   const std::string text = read_input(*schema);

@@ -20,6 +20,9 @@ struct GrammarSource {
   std::optional<std::string> json_layout;  // with --schema: flexible | compact | indented
   bool strict_keywords = false;
   bool any_order = false;  // with --schema: members in any order (JsonPropertyOrder::kAnyOrder)
+  // The layout without --json-layout: flexible where existing documents are checked (`grammar`),
+  // compact where a model writes the JSON (`run`), as the server's answers are.
+  pse::JsonLayout default_layout = pse::JsonLayout::kFlexible;
 
   void add_options(ArgParser& p);
   bool given() const { return gbnf || lark || regex || schema; }

@@ -22,6 +22,8 @@ constexpr Command kCommands[] = {
     {"grammar", "grammars: compile, check a text, list allowed tokens, benchmark masks",
      orchard::cli::run_grammar},
     {"run", "generate text from a prompt, optionally constrained by a schema or grammar", orchard::cli::run_run},
+    {"chat", "a conversation with a model in the terminal (its chat template, history, streaming)",
+     orchard::cli::run_chat},
     {"serve", "OpenAI- and Ollama-compatible HTTP server", orchard::cli::run_serve},
     {"convert", "any model (GGUF, Hugging Face, llama2.c) -> GGUF, optionally quantized", orchard::cli::run_convert},
     {"perplexity", "a model's perplexity over a text file, computed as llama.cpp's llama-perplexity does",

@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "arg_parser.h"
+#include "chat_options.h"
 #include "commands.h"
 #include "grammar_source.h"
+#include "model_option.h"
+#include "pie/chat_session.h"
 #include "pie/engine.h"
-#include "pse/error.h"
+#include "pie/model_store.h"
 #include "read_input.h"
-#include "tokenizers/error.h"
 
 namespace orchard::cli {
 
@@ -30,23 +32,50 @@ void write_out(const std::string& text) {
 
 struct RunSettings {
   int n_threads = 0;
-  int parallel = 1;      // concurrent requests (seeds seed, seed + 1, ...)
-  bool no_bos = false;
+  int parallel = 1;             // concurrent requests (seeds seed, seed + 1, ...)
+  std::optional<bool> add_bos;  // --bos / --no-bos; nullopt: as the model's metadata says
   bool json_stats = false;
 };
 
-int generate(const std::optional<std::string>& model_path, const GrammarSource& grammar,
+struct RunSummary {
+  std::size_t requests = 1;
+  pie::Usage usage;
+  double total_s = 0, submit_s = 0, decode_s = 0, load_s = 0;  // decode: since the first token
+  std::string finish;                                          // finish reasons, comma-separated
+};
+
+// The summary line on standard error (one JSON object with --json-stats, for benchmarks).
+void print_summary(const RunSummary& r, const pie::EngineStats& st, const std::string& model_name, bool json) {
+  // Tokens after the first over the time since it: the decode rate, without grammar compile and prefill.
+  const double rate =
+      r.usage.completion_tokens > 1 && r.decode_s > 0 ? (r.usage.completion_tokens - 1) / r.decode_s : 0.0;
+  if (json) {
+    std::fprintf(stderr,
+                 "{\"requests\": %zu, \"completion_tokens\": %d, \"forced_tokens\": %llu, \"prompt_tokens\": %d, "
+                 "\"seconds\": %.6f, \"decode_seconds\": %.6f, \"submit_seconds\": %.6f, \"tokens_per_second\": %.3f, "
+                 "\"steps\": %llu, \"forward_seconds\": %.6f, \"mask_seconds\": %.6f, \"finish\": \"%s\"}\n",
+                 r.requests, r.usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens),
+                 r.usage.prompt_tokens, r.total_s, r.decode_s, r.submit_s, rate,
+                 static_cast<unsigned long long>(st.steps), st.forward_seconds, st.mask_seconds, r.finish.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "orchard run: %d tokens (%llu forced) in %.2f s, %.1f tokens/s; prompt %d tokens; finish %s; "
+                 "model %s (loaded in %.2f s)\n",
+                 r.usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens), r.total_s, rate,
+                 r.usage.prompt_tokens, r.finish.c_str(), model_name.c_str(), r.load_s);
+  }
+}
+
+int generate(const std::shared_ptr<const pie::Model>& model, double load_s, const GrammarSource& grammar,
              const std::optional<std::string>& prompt_text, const std::optional<std::string>& prompt_file,
              const pie::GenerateRequest& base, const RunSettings& settings) {
-  const auto t_load = std::chrono::steady_clock::now();
-  std::shared_ptr<const pie::Model> model = model_path ? pie::load_model(*model_path) : pie::random_model();
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-
   pie::GenerateRequest request = base;
   const std::string text = prompt_file ? read_input(*prompt_file) : prompt_text.value_or("");
   const auto& tokenizer = *model->tokenizer;
-  request.prompt = tokenizer.encode(text, {.add_bos = !settings.no_bos});
-  if (request.prompt.empty()) throw UsageError("the prompt is empty (give -p or -f, or drop --no-bos)");
+  request.prompt = tokenizer.encode(text, {.add_bos = settings.add_bos.value_or(tokenizer.add_bos_by_default())});
+  if (request.prompt.empty()) {
+    throw UsageError("the prompt is empty and the model adds no BOS token (give -p or -f, or --bos)");
+  }
   if (grammar.given()) request.grammar = grammar.load();
 
   pie::EngineOptions options;
@@ -91,36 +120,61 @@ int generate(const std::optional<std::string>& model_path, const GrammarSource& 
   }
   const auto t1 = std::chrono::steady_clock::now();
   if (streams.size() == 1) write_out("\n");
-  const double total_s = std::chrono::duration<double>(t1 - t0).count();
-  const double compile_s = std::chrono::duration<double>(t_submitted - t0).count();
-  const double gen_s = first ? std::chrono::duration<double>(t1 - *first).count() : 0.0;
-  const pie::EngineStats st = engine.stats();
-  // Tokens after the first over the time since it: the decode rate, without grammar compile and prefill.
-  const double rate = usage.completion_tokens > 1 && gen_s > 0 ? (usage.completion_tokens - 1) / gen_s : 0.0;
+  RunSummary summary;
+  summary.requests = streams.size();
+  summary.usage = usage;
+  summary.total_s = std::chrono::duration<double>(t1 - t0).count();
+  summary.submit_s = std::chrono::duration<double>(t_submitted - t0).count();
+  summary.decode_s = first ? std::chrono::duration<double>(t1 - *first).count() : 0.0;
+  summary.load_s = load_s;
   bool failed = false;
-  std::string reasons;
   for (pie::FinishReason f : finish) {
     failed = failed || f == pie::FinishReason::error;
-    if (!reasons.empty()) reasons += ',';
-    reasons += pie::finish_reason_name(f);
+    if (!summary.finish.empty()) summary.finish += ',';
+    summary.finish += pie::finish_reason_name(f);
   }
-  if (settings.json_stats) {
-    std::fprintf(stderr,
-                 "{\"requests\": %zu, \"completion_tokens\": %d, \"forced_tokens\": %llu, \"prompt_tokens\": %d, "
-                 "\"seconds\": %.6f, \"decode_seconds\": %.6f, \"submit_seconds\": %.6f, \"tokens_per_second\": %.3f, "
-                 "\"steps\": %llu, \"forward_seconds\": %.6f, \"mask_seconds\": %.6f, \"finish\": \"%s\"}\n",
-                 streams.size(), usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens),
-                 usage.prompt_tokens, total_s, gen_s, compile_s, rate, static_cast<unsigned long long>(st.steps),
-                 st.forward_seconds, st.mask_seconds, reasons.c_str());
-  } else {
-    std::fprintf(stderr,
-                 "orchard run: %d tokens (%llu forced) in %.2f s, %.1f tokens/s; prompt %d tokens; finish %s; "
-                 "model %s (loaded in %.2f s)\n",
-                 usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens), total_s, rate,
-                 usage.prompt_tokens, reasons.c_str(), model->name.c_str(), load_s);
-  }
+  print_summary(summary, engine.stats(), model->name, settings.json_stats);
   if (failed) {
     std::fprintf(stderr, "orchard run: generation failed: %s\n", error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// --chat: the prompt as one user message through the model's chat template (the server's request path).
+int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s, const std::string& prompt,
+                  const nlohmann::ordered_json& fields, const std::optional<std::string>& system,
+                  const RunSettings& settings) {
+  pie::EngineOptions options;
+  options.n_threads = settings.n_threads;
+  options.max_running = 1;
+  auto engine = std::make_shared<pie::Engine>(model, options);
+  pie::ChatSession session(engine);
+  if (system) session.set_system(*system);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> first;
+  const pie::ChatReply reply = session.send(prompt, fields, [&](std::string_view text) {
+    if (!first) first = std::chrono::steady_clock::now();
+    write_out(std::string(text));
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  if (!reply.content.empty() || reply.tool_calls.empty()) write_out("\n");
+  for (const nlohmann::ordered_json& call : reply.tool_calls) {
+    nlohmann::ordered_json line{{"name", call["function"]["name"]}};
+    line["arguments"] = nlohmann::ordered_json::parse(call["function"]["arguments"].get<std::string>(), nullptr,
+                                                      /*allow_exceptions=*/false);
+    if (line["arguments"].is_discarded()) line["arguments"] = call["function"]["arguments"];
+    write_out(line.dump() + "\n");
+  }
+  RunSummary summary;
+  summary.usage = reply.usage;
+  summary.total_s = std::chrono::duration<double>(t1 - t0).count();
+  summary.decode_s = first ? std::chrono::duration<double>(t1 - *first).count() : 0.0;
+  summary.load_s = load_s;
+  summary.finish = reply.finish_reason;
+  print_summary(summary, engine->stats(), model->name, settings.json_stats);
+  if (reply.finish_reason == "error") {
+    std::fprintf(stderr, "orchard run: generation failed: %s\n", reply.error.c_str());
     return 1;
   }
   return 0;
@@ -130,24 +184,31 @@ int generate(const std::optional<std::string>& model_path, const GrammarSource& 
 
 int run_run(std::span<const std::string> args) {
   std::optional<std::string> model_path, prompt, prompt_file, n_tokens, temp, top_k, top_p, seed, threads, parallel;
-  bool no_bos = false, ignore_eos = false, json_stats = false;
+  bool bos = false, no_bos = false, ignore_eos = false, json_stats = false, chat = false;
   GrammarSource grammar;
+  grammar.default_layout = pse::JsonLayout::kCompact;
+  ChatOptions chat_options;
   ArgParser parser(
       fmt::format("orchard run [-m MODEL] [{}] [-p PROMPT | -f FILE] [-n N] [--temp T] [--top-k K] "
-                  "[--top-p P] [--seed S] [--threads N] [--parallel N] [--no-bos] [--ignore-eos] [--json-stats]",
+                  "[--top-p P] [--seed S] [--threads N] [--parallel N] [--bos | --no-bos] [--ignore-eos] "
+                  "[--json-stats]\n"
+                  "       orchard run --chat [--system TEXT] [--tools FILE [--tool-choice C]] ... (the same options)",
                   kGrammarSynopsis),
       "Generates text from the prompt and streams it to standard output; a summary line (tokens,\n"
       "tokens/s, finish reason) goes to standard error. With a grammar, the output always fits it:\n"
       "at every step only the tokens that keep it valid may be sampled, and text the grammar fixes\n"
-      "is appended without sampling.\n\n"
-      "MODEL is anything the engine loads: a .gguf file, a Hugging Face folder (config.json,\n"
-      "*.safetensors, tokenizer.json) or a llama2.c checkpoint (.bin, tokenizer beside it). Without -m,\n"
-      "the embedded default model runs: a small Llama with RANDOM weights (it writes no language, but\n"
-      "constrained output from it is always valid), so everything works without a model file.\n\n"
-      "Exit status: 0 success; 1 a model that cannot be loaded, a bad prompt or grammar, or a failed\n"
-      "generation; 2 bad arguments.\n\n"
+      "is appended without sampling. The prompt is used as it is (no chat template); a BOS token is\n"
+      "prepended when the model's metadata says so (--bos / --no-bos decide otherwise). With --chat, the\n"
+      "prompt is one user message formatted by the model's chat template, exactly as `orchard serve`\n"
+      "formats it; --tools lets the model call tools, each call printed as one JSON line.\n\n"
+      "Without -m, the default model runs: SmolLM2-135M-Instruct, which scripts/fetch-models.sh puts\n"
+      "in the model store ($ORCHARD_HOME/models, default ~/.cache/orchard/models). -m orchard-random\n"
+      "runs the embedded model with RANDOM weights (no file; it writes no language, but constrained\n"
+      "output from it is always valid).\n\n"
+      "Exit status: 0 success; 1 a failed generation; 2 bad arguments, a model that cannot be found or\n"
+      "loaded, or a bad prompt, grammar or request.\n\n"
       "example: orchard run --schema examples/person.schema.json -p 'A person as JSON:' --seed 1");
-  parser.option("model", 'm', "MODEL", "model file or folder (default: the embedded random-weight model)", &model_path)
+  parser.option("model", 'm', "MODEL", kModelOptionHelp, &model_path)
       .option("prompt", 'p', "PROMPT", "the prompt text (default: empty, the output starts after BOS)", &prompt)
       .option("file", 'f', "FILE", "read the prompt from FILE ('-' for standard input)", &prompt_file)
       .option("n-predict", 'n', "N", "generate at most N tokens (default 256)", &n_tokens)
@@ -156,14 +217,24 @@ int run_run(std::span<const std::string> args) {
       .option("top-p", 0, "P", "nucleus sampling threshold in (0, 1] (default 0.95)", &top_p)
       .option("seed", 0, "S", "random seed (default: a fresh one)", &seed)
       .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)
+      .flag("bos", 0, "prepend the beginning-of-sequence token (default: as the model's metadata says)", &bos)
       .flag("no-bos", 0, "do not prepend the beginning-of-sequence token", &no_bos)
       .option("parallel", 0, "N",
               "run N requests at once (seeds S .. S+N-1), printed one per line when done (default 1)", &parallel)
       .flag("ignore-eos", 0, "keep generating past end-of-sequence tokens (unconstrained only)", &ignore_eos)
-      .flag("json-stats", 0, "write the summary to standard error as one JSON object (for benchmarks)", &json_stats);
+      .flag("json-stats", 0, "write the summary to standard error as one JSON object (for benchmarks)", &json_stats)
+      .flag("chat", 0, "format the prompt through the model's chat template, as one user message", &chat);
   grammar.add_options(parser);
+  chat_options.add_options(parser);
   if (!parser.parse(args)) return 0;
   if (prompt && prompt_file) throw UsageError("give -p PROMPT or -f FILE, not both");
+  if (bos && no_bos) throw UsageError("give --bos or --no-bos, not both");
+  if (!chat && (chat_options.system || chat_options.tools || chat_options.tool_choice)) {
+    throw UsageError("--system, --tools and --tool-choice need --chat");
+  }
+  if (chat && (bos || no_bos || parallel || ignore_eos)) {
+    throw UsageError("--bos, --no-bos, --parallel and --ignore-eos do not go with --chat (the template decides)");
+  }
   if (grammar.given()) {
     const int n = (grammar.gbnf ? 1 : 0) + (grammar.lark ? 1 : 0) + (grammar.regex ? 1 : 0) + (grammar.schema ? 1 : 0);
     if (n != 1) throw UsageError(fmt::format("give at most one grammar: {}", kGrammarSynopsis));
@@ -181,24 +252,28 @@ int run_run(std::span<const std::string> args) {
   RunSettings settings;
   settings.n_threads = threads ? static_cast<int>(parse_int(*threads, "--threads", 1, 1024)) : 0;
   settings.parallel = parallel ? static_cast<int>(parse_int(*parallel, "--parallel", 1, 256)) : 1;
-  settings.no_bos = no_bos;
+  if (bos || no_bos) settings.add_bos = bos;
   settings.json_stats = json_stats;
 
-  // Model, prompt, grammar and request errors: one line, exit status 1 (usage errors go to main: 2).
-  try {
-    return generate(model_path, grammar, prompt, prompt_file, request, settings);
-  } catch (const UsageError&) {
-    throw;
-  } catch (const pie::Error& e) {
-    std::fprintf(stderr, "orchard run: %s\n", e.what());
-  } catch (const pse::Error& e) {
-    std::fprintf(stderr, "orchard run: %s\n", e.what());
-  } catch (const tokenizers::Error& e) {
-    std::fprintf(stderr, "orchard run: %s\n", e.what());
-  } catch (const std::runtime_error& e) {
-    std::fprintf(stderr, "orchard run: %s\n", e.what());
+  // A model that cannot be found or loaded, a bad prompt, grammar or request: thrown to main, which
+  // writes one line and exits with status 2. A generation that fails once running: status 1.
+  std::optional<nlohmann::ordered_json> chat_fields;
+  if (chat) {
+    nlohmann::ordered_json sampling{{"temperature", request.sampling.temperature},
+                                    {"top_k", request.sampling.top_k},
+                                    {"top_p", request.sampling.top_p},
+                                    {"max_tokens", request.max_tokens}};
+    if (request.sampling.seed) sampling["seed"] = *request.sampling.seed;
+    chat_fields = chat_options.fields(sampling, grammar);
   }
-  return 1;
+  const auto t_load = std::chrono::steady_clock::now();
+  std::shared_ptr<const pie::Model> model = pie::open_model(model_path).model;
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  if (chat) {
+    const std::string text = prompt_file ? read_input(*prompt_file) : prompt.value_or("");
+    return generate_chat(model, load_s, text, *chat_fields, chat_options.system, settings);
+  }
+  return generate(model, load_s, grammar, prompt, prompt_file, request, settings);
 }
 
 }  // namespace orchard::cli

@@ -14,8 +14,10 @@
 #include "arg_parser.h"
 #include "commands.h"
 #include "grammar_source.h"
+#include "model_option.h"
 #include "pie/engine.h"
 #include "pie/model.h"
+#include "pie/model_store.h"
 #include "pie/server.h"
 
 namespace orchard::cli {
@@ -32,15 +34,15 @@ int run_serve(std::span<const std::string> args) {
       "              [--quiet]",
       "Serves MODEL over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions, GET /v1/models)\n"
       "and Ollama's (POST /api/chat, /api/generate, /api/show, GET /api/tags, /api/version), plus GET /health\n"
-      "and GET /metrics (Prometheus). Without -m, the embedded default model (random weights: for trying the\n"
-      "API and constrained output, not for reading). Structured output (response_format, tools with\n"
+      "and GET /metrics (Prometheus). Without -m, the default model (SmolLM2-135M-Instruct, fetched into the\n"
+      "model store at set-up). Structured output (response_format, tools with\n"
       "tool_choice, grammar, regex) is enforced by a grammar: the output always parses.\n\n"
       "The API key may also come from the ORCHARD_API_KEY environment variable. SIGINT or SIGTERM stop\n"
       "taking requests, let running ones finish for --grace seconds, cancel the rest and exit 0. Once\n"
       "listening, one line 'listening on http://HOST:PORT' is printed on standard output; each request\n"
       "then logs one JSON line on standard error.\n\n"
       "example: orchard serve -m qwen2.5-0.5b-instruct-q8_0.gguf --port 8080 --parallel 8");
-  parser.option("model", 'm', "MODEL", "GGUF file, Hugging Face folder or llama2.c checkpoint", &model_path)
+  parser.option("model", 'm', "MODEL", kModelOptionHelp, &model_path)
       .option("host", 0, "HOST", "address to listen on (default 127.0.0.1)", &host)
       .option("port", 'p', "PORT", "port (default 8080; 0: any free port)", &port)
       .option("api-key", 0, "KEY", "require 'Authorization: Bearer KEY' (all routes but /health)", &api_key)
@@ -77,11 +79,7 @@ int run_serve(std::span<const std::string> args) {
     options.api_key = env;
   }
   if (max_body) options.max_body_bytes = static_cast<std::size_t>(parse_int(*max_body, "--max-body", 1024, 1LL << 34));
-  if (name) {
-    options.model_name = *name;
-  } else if (!model_path) {
-    options.model_name = "orchard-random";  // a plain id for the embedded model
-  }
+  if (name) options.model_name = *name;
   options.aliases = aliases;
   options.json_layout = json_layout_option(json_layout, "--json-layout", pse::JsonLayout::kCompact);
   if (grace) options.shutdown_grace_seconds = parse_double(*grace, "--grace");
@@ -101,8 +99,10 @@ int run_serve(std::span<const std::string> args) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::shared_ptr<const pie::Model> model = model_path ? pie::load_model(*model_path) : pie::random_model();
-  auto engine = std::make_shared<pie::Engine>(model, engine_options);
+  pie::OpenedModel opened = pie::open_model(model_path);
+  // A stored model is served under its store name; a file under the name the server derives from it.
+  if (!name) options.model_name = opened.store_name;
+  auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
   pie::Server server(engine, options);
   int bound = server.bind();
   std::printf("listening on http://%s:%d (model %s)\n", options.host.c_str(), bound, server.model_name().c_str());

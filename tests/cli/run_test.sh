@@ -51,32 +51,32 @@ case $case_name in
   run_bad_number)
     run run -n 0; expect_rc 2; expect_err_line "-n" ;;
   run_empty_prompt)
-    run run --no-bos; expect_rc 2; expect_err_line "prompt" ;;
+    run run -m orchard-random --no-bos; expect_rc 2; expect_err_line "prompt" ;;
   run_missing_model)
-    run run -m "$tmp/no-such-model.gguf" -p hi; expect_rc 1; expect_err_line "no-such-model" ;;
+    run run -m "$tmp/no-such-model.gguf" -p hi; expect_rc 2; expect_err_line "no-such-model" ;;
   run_bad_schema)
     printf '{"type": "object", "minProperties": "two"}' >"$tmp/bad.json"
-    run run --schema "$tmp/bad.json" -p hi; expect_rc 1; expect_err_line "minProperties" ;;
+    run run -m orchard-random --schema "$tmp/bad.json" -p hi; expect_rc 2; expect_err_line "minProperties" ;;
   run_bad_request)
-    run run -p hi --temp -1; expect_rc 1; expect_err_line "temperature" ;;
+    run run -m orchard-random -p hi --temp -1; expect_rc 2; expect_err_line "temperature" ;;
   run_default_unconstrained)
-    run run -p 'Once upon a time' -n 20 --seed 3; expect_rc 0
+    run run -m orchard-random -p 'Once upon a time' -n 20 --seed 3 --ignore-eos; expect_rc 0
     [[ "$err" == *"20 tokens"* && "$err" == *"tokens/s"* && "$err" == *"orchard-random"* ]] ||
       fail "summary line: $err"
     cp "$tmp/out" "$tmp/first"
-    run run -p 'Once upon a time' -n 20 --seed 3; expect_rc 0
+    run run -m orchard-random -p 'Once upon a time' -n 20 --seed 3 --ignore-eos; expect_rc 0
     cmp -s "$tmp/out" "$tmp/first" || fail "the same seed gave different text" ;;
   run_default_regex)
     for seed in 1 2 3 4; do
-      run run --regex '[0-9]{3}-[0-9]{4}' -p 'Phone:' --seed $seed; expect_rc 0
+      run run -m orchard-random --regex '[0-9]{3}-[0-9]{4}' -p 'Phone:' --seed $seed; expect_rc 0
       grep -qxE '[0-9]{3}-[0-9]{4}' "$tmp/out" || fail "seed $seed: '$(cat "$tmp/out")' does not match"
     done ;;
   run_default_schema)
     py=$src/.venv/bin/python
     need "$py"
     for seed in 1 2 3 4 5; do
-      run run --schema "$src/examples/person.schema.json" -p 'A person as JSON:' --seed $seed --temp 1 \
-        --top-k 0 --top-p 1 -n 2000; expect_rc 0
+      run run -m orchard-random --schema "$src/examples/person.schema.json" -p 'A person as JSON:' --seed $seed \
+        --temp 1 --top-k 0 --top-p 1 -n 2000; expect_rc 0
       [[ "$err" == *"finish stop"* ]] || fail "seed $seed: not finished by the grammar: $err"
       "$py" -c 'import json, sys, jsonschema
 schema = json.load(open(sys.argv[1]))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end tests of a live `orchard serve` (default model, loopback, a free port) driven by the official
+"""End-to-end tests of a live `orchard serve` (the random-weight model, loopback, a free port) driven by the official
 `openai` client, plus the Ollama endpoints and the error paths with plain HTTP.
 
 Run by CTest: test_server_e2e.py --orchard build/pie/orchard. Exit 0 pass, 1 fail, 77 skipped (the
@@ -35,8 +35,8 @@ class Server:
     def __init__(self, binary):
         self.log = tempfile.NamedTemporaryFile(prefix="orchard-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [binary, "serve", "--port", "0", "--api-key", KEY, "--ctx", "2048", "--parallel", "8",
-             "--threads", "2", "--max-body", str(MAX_BODY), "--grace", "3", "--alias", ALIAS],
+            [binary, "serve", "-m", "orchard-random", "--port", "0", "--api-key", KEY, "--ctx", "2048",
+             "--parallel", "8", "--threads", "2", "--max-body", str(MAX_BODY), "--grace", "3", "--alias", ALIAS],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on http://([\d.]+):(\d+) \(model (.*)\)", line)
