@@ -105,30 +105,29 @@ struct WGroup {
 // 16 bytes of each of four blocks side by side; a partial group loads `count` blocks (the rest zero).
 template <typename Block>
 inline __m512i gather16(const Block* a, std::size_t offset, int count) {
-  auto at = [&](int k) { return reinterpret_cast<const __m128i*>(reinterpret_cast<const char*>(a + k) + offset); };
+  auto at = [&](int k) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const char*>(a + k) + offset));
+  };
   if (count == kGroup) {
-    const __m256i q01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(at(0))), _mm_loadu_si128(at(1)), 1);
-    const __m256i q23 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(at(2))), _mm_loadu_si128(at(3)), 1);
+    const __m256i q01 = _mm256_inserti128_si256(_mm256_castsi128_si256(at(0)), at(1), 1);
+    const __m256i q23 = _mm256_inserti128_si256(_mm256_castsi128_si256(at(2)), at(3), 1);
     return _mm512_inserti64x4(_mm512_castsi256_si512(q01), q23, 1);
   }
-  alignas(64) std::uint8_t tmp[64] = {};
-  for (int k = 0; k < count; ++k) std::memcpy(tmp + 16 * k, at(k), 16);
-  return _mm512_load_si512(tmp);
+  __m512i v = _mm512_zextsi128_si512(at(0));
+  if (count > 1) v = _mm512_inserti32x4(v, at(1), 1);
+  if (count > 2) v = _mm512_inserti32x4(v, at(2), 2);
+  return v;
 }
 
 // The u32 at `offset` of each of four blocks (0 past count).
 template <typename Block>
 inline __m128i gather_u32(const Block* a, std::size_t offset, int count) {
-  auto at = [&](int k) { return load_u32(reinterpret_cast<const char*>(a + k) + offset); };
-  if (count == kGroup) {
-    __m128i v = _mm_cvtsi32_si128(static_cast<int>(at(0)));
-    v = _mm_insert_epi32(v, static_cast<int>(at(1)), 1);
-    v = _mm_insert_epi32(v, static_cast<int>(at(2)), 2);
-    return _mm_insert_epi32(v, static_cast<int>(at(3)), 3);
-  }
-  alignas(16) std::uint32_t tmp[4] = {};
-  for (int k = 0; k < count; ++k) tmp[k] = at(k);
-  return _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+  auto at = [&](int k) { return static_cast<int>(load_u32(reinterpret_cast<const char*>(a + k) + offset)); };
+  __m128i v = _mm_cvtsi32_si128(at(0));
+  if (count > 1) v = _mm_insert_epi32(v, at(1), 1);
+  if (count > 2) v = _mm_insert_epi32(v, at(2), 2);
+  if (count > 3) v = _mm_insert_epi32(v, at(3), 3);
+  return v;
 }
 
 // Nibbles: elements 0..15 of a block are its low nibbles, 16..31 its high ones.
