@@ -231,6 +231,21 @@ inline void product(const WGroup& w, const XGroup& x, __m512& acc) {
   if constexpr (W::kMin) acc = _mm512_fmadd_ps(w.m, x.s, acc);
 }
 
+// A last group of one or two blocks: the same products on the lower 256 bits (half the work of a zmm step
+// on a CPU that splits zmm operations in two), the upper lanes of acc left as they are.
+template <typename W>
+inline void product_half(const WGroup& w, const XGroup& x, __m512& acc) {
+  const __m256i start = W::kMin ? _mm256_setzero_si256() : _mm512_castsi512_si256(x.base);
+  const __m256i lo = _mm256_dpbusd_epi32(start, _mm512_castsi512_si256(w.lo),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.g->lo)));
+  const __m256i dot = _mm256_dpbusd_epi32(lo, _mm512_castsi512_si256(w.hi),
+                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.g->hi)));
+  __m256 a = _mm512_castps512_ps256(acc);
+  a = _mm256_fmadd_ps(_mm256_mul_ps(_mm512_castps512_ps256(w.d), _mm512_castps512_ps256(x.d)), _mm256_cvtepi32_ps(dot), a);
+  if constexpr (W::kMin) a = _mm256_fmadd_ps(_mm512_castps512_ps256(w.m), _mm512_castps512_ps256(x.s), a);
+  acc = _mm512_insertf32x8(acc, a, 0);
+}
+
 // x: T packed activation rows x_stride bytes apart.
 template <typename W, int R, int T>
 void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, float* y,
@@ -253,7 +268,13 @@ void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std:
     }
     for (int t = 0; t < T; ++t) {
       const XGroup xg = x_group<W>(b[t][g]);
-      for (int r = 0; r < R; ++r) product<W>(wg[r], xg, acc[r][t]);
+      for (int r = 0; r < R; ++r) {
+        if (count <= 2) {
+          product_half<W>(wg[r], xg, acc[r][t]);
+        } else {
+          product<W>(wg[r], xg, acc[r][t]);
+        }
+      }
     }
   };
   for (std::int64_t g = 0; g < full; ++g) step(g, kGroup);
