@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The main job on the default material: set-up, build, then JSON-Schema-constrained generation. It runs
-# `orchard run` with the embedded default model (a small Llama with RANDOM weights, built into the binary,
-# so no model file is needed) constrained by examples/person.schema.json: whatever the model would say,
-# every output is JSON that validates (checked here with Python jsonschema from .venv). Then, as before,
-# the grammar engine on the Llama 3.1 vocabulary (128,256 tokens): compile statistics, the tokens allowed
-# after a partial output, a valid and an invalid output checked token by token, and tokenization.
+# The main job on the default model: set-up (which fetches SmolLM2-135M-Instruct into the model store),
+# build, then structured generation with it. First a JSON record extracted from a paragraph of text,
+# constrained by examples/contact.schema.json and validated here with Python jsonschema; then a question
+# answered through a tool call, its arguments constrained by the tool's parameter schema. Then the grammar
+# engine on the Llama 3.1 vocabulary (128,256 tokens): compile statistics, the tokens allowed after a
+# partial output, a valid and an invalid output checked token by token, and tokenization.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
@@ -17,21 +17,18 @@ schema=examples/person.schema.json
 
 step() { printf '\n\033[1m== %s\033[0m\n$ %s\n' "$1" "${*:2}"; "${@:2}"; }
 
-step "constrained generation with the embedded default model (random weights: the words are noise, the JSON is valid)" \
-  $orchard run --schema $schema -p 'A person as JSON:' --seed 4 --temp 1 --top-k 0 --top-p 1 --json-layout compact
-$orchard run --schema $schema -p 'A person as JSON:' --seed 4 --temp 1 --top-k 0 --top-p 1 --json-layout compact \
-  2>/dev/null >build/demo-generated.json
-if [ -x .venv/bin/python ]; then
-  step "the output validates with Python jsonschema" .venv/bin/python -c \
-    'import json, sys, jsonschema; jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1]))); print("valid")' \
-    $schema build/demo-generated.json
-fi
-step "the same engine on a regex: a phone number, always" \
-  $orchard run --regex '[0-9]{3}-[0-9]{4}' -p 'Call me at' --seed 7
-stories=$data/models/stories260K/stories260K.bin
-if [ -f "$stories" ]; then
-  step "a real model (stories260K, llama2.c format), greedy" $orchard run -m "$stories" --temp 0 -n 60
-fi
+printf '\n\033[1m== the text to extract from (examples/contact.txt)\033[0m\n'
+cat examples/contact.txt
+step "extract a contact record as JSON with the default model (SmolLM2-135M-Instruct), greedy" \
+  $orchard run --chat --schema examples/contact.schema.json -f examples/contact.txt --temp 0
+$orchard run --chat --schema examples/contact.schema.json -f examples/contact.txt --temp 0 \
+  2>/dev/null >build/demo-contact.json
+step "the record validates with Python jsonschema" .venv/bin/python -c \
+  'import json, sys, jsonschema; jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])),
+format_checker=jsonschema.FormatChecker()); print("valid")' examples/contact.schema.json build/demo-contact.json
+step "answer a question through a tool call (examples/tools.json: get_weather, get_time)" \
+  $orchard run --chat --tools examples/tools.json --tool-choice required --one-call --temp 0 \
+  -p 'What is the weather like in Paris today?'
 
 if [ ! -d "$tok" ]; then
   echo "demo: the Llama 3 tokenizer is not at $tok (set ORCHARD_SHARED_DATA): the grammar-engine steps are skipped" >&2

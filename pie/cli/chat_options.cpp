@@ -15,7 +15,8 @@ void ChatOptions::add_options(ArgParser& p) {
               "{\"name\", \"description\", \"parameters\"}}]); calls are printed as JSON lines",
               &tools)
       .option("tool-choice", 0, "CHOICE", "with --tools: auto (default), required, none, or a function's name",
-              &tool_choice);
+              &tool_choice)
+      .flag("one-call", 0, "with --tools: at most one call per answer (default: parallel calls allowed)", &one_call);
 }
 
 Json constraint_fields(const GrammarSource& grammar) {
@@ -42,7 +43,7 @@ Json constraint_fields(const GrammarSource& grammar) {
 Json ChatOptions::fields(const Json& sampling, const GrammarSource& grammar) const {
   Json out = sampling;
   out.update(constraint_fields(grammar));
-  if (tool_choice && !tools) throw UsageError("--tool-choice needs --tools");
+  if ((tool_choice || one_call) && !tools) throw UsageError("--tool-choice and --one-call need --tools");
   if (tools) {
     if (grammar.given()) throw UsageError("give --tools or a grammar, not both");
     const std::string text = read_input(*tools);
@@ -57,6 +58,7 @@ Json ChatOptions::fields(const Json& sampling, const GrammarSource& grammar) con
     } else {
       out["tool_choice"] = Json{{"type", "function"}, {"function", {{"name", choice}}}};
     }
+    if (one_call) out["parallel_tool_calls"] = false;
   }
   return out;
 }

@@ -152,11 +152,7 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
   pie::ChatSession session(engine);
   if (system) session.set_system(*system);
   const auto t0 = std::chrono::steady_clock::now();
-  std::optional<std::chrono::steady_clock::time_point> first;
-  const pie::ChatReply reply = session.send(prompt, fields, [&](std::string_view text) {
-    if (!first) first = std::chrono::steady_clock::now();
-    write_out(std::string(text));
-  });
+  const pie::ChatReply reply = session.send(prompt, fields, [](std::string_view text) { write_out(std::string(text)); });
   const auto t1 = std::chrono::steady_clock::now();
   if (!reply.content.empty() || reply.tool_calls.empty()) write_out("\n");
   for (const nlohmann::ordered_json& call : reply.tool_calls) {
@@ -169,7 +165,7 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
   RunSummary summary;
   summary.usage = reply.usage;
   summary.total_s = std::chrono::duration<double>(t1 - t0).count();
-  summary.decode_s = first ? std::chrono::duration<double>(t1 - *first).count() : 0.0;
+  summary.decode_s = reply.first_token_time ? std::chrono::duration<double>(t1 - *reply.first_token_time).count() : 0;
   summary.load_s = load_s;
   summary.finish = reply.finish_reason;
   print_summary(summary, engine->stats(), model->name, settings.json_stats);
@@ -229,8 +225,8 @@ int run_run(std::span<const std::string> args) {
   if (!parser.parse(args)) return 0;
   if (prompt && prompt_file) throw UsageError("give -p PROMPT or -f FILE, not both");
   if (bos && no_bos) throw UsageError("give --bos or --no-bos, not both");
-  if (!chat && (chat_options.system || chat_options.tools || chat_options.tool_choice)) {
-    throw UsageError("--system, --tools and --tool-choice need --chat");
+  if (!chat && (chat_options.system || chat_options.tools || chat_options.tool_choice || chat_options.one_call)) {
+    throw UsageError("--system, --tools, --tool-choice and --one-call need --chat");
   }
   if (chat && (bos || no_bos || parallel || ignore_eos)) {
     throw UsageError("--bos, --no-bos, --parallel and --ignore-eos do not go with --chat (the template decides)");

@@ -9,8 +9,10 @@
 //   reply = chat.send("A person as JSON", {{"response_format", {{"type", "json_object"}}}}, on_text);
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -27,6 +29,8 @@ struct ChatReply {
   std::string finish_reason;       // OpenAI's: "stop", "length", "tool_calls"; or "cancelled", "error"
   std::string error;               // finish_reason "error": what went wrong
   Usage usage;
+  // When the first output token came (none when there was none): decode rates are taken from it.
+  std::optional<std::chrono::steady_clock::time_point> first_token_time;
 };
 
 class ChatSession {

@@ -76,6 +76,7 @@ ChatReply ChatSession::send(const std::string& user_text, const Json& fields,
       reply.usage = event->usage;
       break;
     }
+    if (!event->tokens.empty() && !reply.first_token_time) reply.first_token_time = event->time;
     emit(choice.push(*event));
     if (event->finish != FinishReason::none) emit(choice.finish());
   }
