@@ -20,7 +20,7 @@
 # Environment: MODEL (unset: the generated model), THREADS (2), PROMPT (128), BATCHES (1,4,16), STEPS (16),
 # REPS (3), TYPES ("q8_0 q4_0", generated model only), MODEL_DIR (/tmp/orchard-bench-llamacpp: the
 # generated model, ~3.9 GB, kept between runs), PYTHON (.venv-model/bin/python: needs llama-cpp-python and
-# numpy).
+# numpy), RUNNER (a prebuilt orchard_bench_runner: nothing is built then; MODEL must be set).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -33,6 +33,7 @@ STEPS="${STEPS:-16}"
 REPS="${REPS:-3}"
 TYPES="${TYPES:-q8_0 q4_0}"
 MODEL="${MODEL:-}"
+RUNNER="${RUNNER:-}"
 MODEL_DIR="${MODEL_DIR:-/tmp/orchard-bench-llamacpp}"
 LOCK=/tmp/orchard-cpu-bench.lock
 
@@ -44,10 +45,18 @@ if [ -n "$MODEL" ] && [ ! -f "$MODEL" ]; then
   echo "bench-llamacpp: MODEL=$MODEL is not a file" >&2
   exit 1
 fi
-if [ ! -d "$BUILD" ]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+if [ -n "$RUNNER" ]; then
+  if [ -z "$MODEL" ] || [ ! -x "$RUNNER" ]; then
+    echo "bench-llamacpp: RUNNER=$RUNNER wants an executable orchard_bench_runner and MODEL set" >&2
+    exit 1
+  fi
+else
+  if [ ! -d "$BUILD" ]; then
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  fi
+  cmake --build "$BUILD" --target orchard orchard_bench_runner -j2 >/dev/null
+  RUNNER="$BUILD/tests/bench/orchard_bench_runner"
 fi
-cmake --build "$BUILD" --target orchard orchard_bench_runner -j2 >/dev/null
 
 # name=path of each model to run.
 MODELS=()
@@ -75,7 +84,7 @@ for m in "${MODELS[@]}"; do
   for rep in $(seq 1 "$REPS"); do
     (
       flock 9  # both engines back to back under the lock, so they see the same machine load
-      ours() { "$BUILD/tests/bench/orchard_bench_runner" "$gguf" "${ARGS[@]}" > "$WORK/$name.ours.$rep"; }
+      ours() { "$RUNNER" "$gguf" "${ARGS[@]}" > "$WORK/$name.ours.$rep"; }
       peer() { "$PY" "$ROOT/tests/bench/peers/llamacpp_peer.py" "$gguf" "${ARGS[@]}" > "$WORK/$name.peer.$rep"; }
       if [ $((rep % 2)) -eq 1 ]; then ours; peer; else peer; ours; fi
     ) 9>"$LOCK"
