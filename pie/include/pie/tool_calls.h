@@ -25,6 +25,9 @@
 #include "pse/json_schema.h"
 
 namespace pie {
+namespace tools_detail {
+enum class ParseEnd : std::uint8_t;  // tools/output_parse.h
+}  // namespace tools_detail
 
 enum class ToolCallFormat : std::uint8_t {
   // {"tool_calls": [{"name": ..., "arguments": {...}}, ...]} or {"content": "..."}: the whole
@@ -66,13 +69,16 @@ struct ToolChoice {
 };
 
 struct ToolGrammarOptions {
-  // How each tool's arguments are laid out and read (pse::json_schema_to_grammar). Unknown keywords
-  // are ignored by default: tool schemas in the wild carry many annotations. The wrapper around the
-  // arguments
-  // ({"name": ..., "arguments": ...}, markers, separators) allows up to schema.max_whitespace_run
-  // bytes of whitespace between its tokens whatever the layout: models write it in their own way.
+  // How each tool's arguments are laid out and read (pse::json_schema_to_grammar). Compact by default,
+  // and so is the wrapper around them ({"name":...,"arguments":...}, separators): no whitespace between
+  // JSON tokens, only the newlines a format writes around its markers (hermes: "<tool_call>\n{...}\n
+  // </tool_call>", blocks one a line). Optional whitespace lets a model spend its tokens on runs of
+  // blanks (a small model under a forced call may never close it). With kFlexible the wrapper allows
+  // schema.max_whitespace_run bytes between its tokens too; kIndented lays out the arguments only.
+  // Unknown keywords are ignored by default: tool schemas in the wild carry many annotations.
   pse::JsonSchemaOptions schema = [] {
     pse::JsonSchemaOptions o;
+    o.layout = pse::JsonLayout::kCompact;
     o.unknown_keywords = pse::JsonSchemaOptions::UnknownKeywords::kIgnore;
     return o;
   }();
@@ -148,16 +154,17 @@ struct ParsedOutput {
 struct ParseOptions {
   ReasoningFormat reasoning = ReasoningFormat::none;
   ReasoningMarkers reasoning_markers;
-  // Seed of the call ids (the request's seed, for reproducibility): the same text and seed give the
-  // same ids.
+  // Seed of the call ids: the same text and seed give the same ids (the server draws a fresh seed for
+  // every request, so that ids never repeat across requests).
   std::uint64_t id_seed = 0;
 };
 
 // Splits a model's whole output into reasoning, content and calls. Never throws on model output: a
 // call that does not parse (bad JSON, missing name or arguments, unclosed) is left in content,
-// marker included.
+// marker included. cut: the output was cut short (max_tokens, the context), so a call block that ends
+// early is not malformed: its calls with whole arguments are kept and the rest of it is dropped.
 ParsedOutput parse_tool_calls(std::string_view text, ToolCallFormat format,
-                              const ParseOptions& options = {});
+                              const ParseOptions& options = {}, bool cut = false);
 
 // One piece of a streamed tool call, as OpenAI streams them: the first delta of a call carries its
 // index, id and name (arguments empty); later ones the same index and a fragment of the arguments.
@@ -185,8 +192,9 @@ class ToolCallStreamParser {
  public:
   explicit ToolCallStreamParser(ToolCallFormat format, ParseOptions options = {});
   StreamDelta push(std::string_view text);
-  // The end of the output: flushes held-back text.
-  StreamDelta finish();
+  // The end of the output: flushes held-back text. cut: as parse_tool_calls's (a call the stream
+  // already began stays in the deltas, but parsed() holds only the calls with whole arguments).
+  StreamDelta finish(bool cut = false);
   // Everything parsed so far (after finish(): as parse_tool_calls would return for well-formed
   // output).
   const ParsedOutput& parsed() const { return emitted_; }
@@ -203,8 +211,14 @@ class ToolCallStreamParser {
   // without quotes, backslashes and control bytes only extends those arguments, with no need to
   // parse again.
   bool in_argument_string_ = false;
-  StreamDelta advance(bool final);
+  StreamDelta advance(tools_detail::ParseEnd end);
 };
+
+// Calls written in `format` exactly as build_tool_grammar lays them out by default (compact JSON, the
+// format's markers and separators): how earlier calls appear in a prompt whose template cannot render
+// them, and, with placeholder names and arguments, the syntax shown to a model told of its tools in a
+// system message. Each call's `arguments` is JSON text, written as given (ids are not written).
+std::string format_tool_calls(ToolCallFormat format, const std::vector<ToolCall>& calls);
 
 // "call_" + 24 characters of [A-Za-z0-9] from `rng`.
 std::string make_tool_call_id(std::mt19937_64& rng);

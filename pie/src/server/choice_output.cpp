@@ -31,7 +31,8 @@ StreamDelta ChoiceOutput::push(const Event& event) {
 
 StreamDelta ChoiceOutput::finish() {
   if (!parser_) return split_reasoning({}, true);
-  return parser_->finish();
+  // Cut short (max_tokens, the context, a cancel): a call cut inside is dropped, the whole ones kept.
+  return parser_->finish(finish_ == FinishReason::length || finish_ == FinishReason::cancelled);
 }
 
 namespace {

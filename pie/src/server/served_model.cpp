@@ -12,6 +12,7 @@
 #include "pse/lark.h"
 #include "pse/regex.h"
 #include "server/api_error.h"
+#include "server/tool_prompt.h"
 
 namespace pie::server {
 namespace {
@@ -61,7 +62,9 @@ void fill_common(const ServedModel& model, const GenerationParams& p, PreparedRe
   auto prompt_size = static_cast<std::int32_t>(out.request.prompt.size());
   // Unset max_tokens: the rest of the context, as OpenAI and Ollama do.
   out.request.max_tokens = p.max_tokens.value_or(std::max(model.context_length() - prompt_size, 1));
-  out.parse.id_seed = p.sampling.seed ? *p.sampling.seed : std::random_device{}();
+  // Tool-call ids are fresh for every request whatever its sampling seed: clients key state by them.
+  std::random_device entropy;
+  out.parse.id_seed = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
   out.constraint_param = p.constraint.param;
 }
 
@@ -153,52 +156,13 @@ bool ServedModel::serves(const std::string& asked) const {
                      [&](const std::string& n) { return n == asked || n == untagged; });
 }
 
-// A template that knows nothing of tools (the built-in one, many base models') would drop them and the
-// calls of earlier turns: the tools are then described in the system message, and earlier calls written
-// as the generic format's JSON, so the model still sees what it may call and what it called.
-Json messages_for_template(const ChatTemplate& tmpl, ToolCallFormat format, const ChatRequest& r,
-                          bool tools_active) {
-  const std::string& source = tmpl.source();
-  bool renders_tools = source.find("tools") != std::string::npos;
-  bool renders_calls = source.find("tool_calls") != std::string::npos;
-  if (renders_tools && renders_calls) return r.messages;
-  Json messages = Json::array();
-  for (const Json& m : r.messages) {
-    if (renders_calls || !m.contains("tool_calls")) {
-      messages.push_back(m);
-      continue;
-    }
-    Json calls = Json::array();
-    for (const Json& call : m["tool_calls"]) {
-      calls.push_back(Json{{"name", call["function"]["name"]}, {"arguments", call["function"]["arguments"]}});
-    }
-    Json copy = m;
-    copy.erase("tool_calls");
-    copy["content"] = Json{{"tool_calls", std::move(calls)}}.dump();
-    messages.push_back(std::move(copy));
-  }
-  if (tools_active && !renders_tools) {
-    std::string text = "You can call these tools (JSON Schema of each one's arguments):\n" + r.tools_json.dump(2);
-    if (format == ToolCallFormat::generic) {
-      text += "\nTo call tools, answer with {\"tool_calls\": [{\"name\": ..., \"arguments\": {...}}]}; otherwise "
-              "answer with {\"content\": \"...\"}.";
-    }
-    if (!messages.empty() && messages[0]["role"] == "system") {
-      messages[0]["content"] = messages[0]["content"].get<std::string>() + "\n\n" + text;
-    } else {
-      messages.insert(messages.begin(), Json{{"role", "system"}, {"content", text}});
-    }
-  }
-  return messages;
-}
-
 struct Preparer {
   static std::string render(const ServedModel& model, const ChatRequest& r) {
     bool tools_active = !r.tools.empty() && r.tool_choice.mode != ToolChoice::Mode::none;
     Json tools = tools_active ? r.tools_json : Json();
     try {
-      return apply_chat_template(model.template_, messages_for_template(model.template_, model.tool_format_, r, tools_active), tools,
-                                 /*add_generation_prompt=*/true, model.tokens_);
+      Json messages = messages_for_template(model.template_.source(), model.tool_format_, r);
+      return apply_chat_template(model.template_, messages, tools, /*add_generation_prompt=*/true, model.tokens_);
     } catch (const TemplateError& e) {
       // raise_exception() in templates is how they reject a conversation ("roles must alternate").
       throw ApiError::invalid(fmt::format("the model's chat template rejected the messages: {}", e.what()),

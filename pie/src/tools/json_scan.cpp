@@ -173,4 +173,37 @@ bool decode_json_string(std::string_view literal, std::string& out) {
   return true;
 }
 
+Scan decode_json_string_prefix(std::string_view text, std::string& out, std::size_t& end) {
+  if (text.empty() || text[0] != '"') return Scan::error;
+  std::size_t pos = 0;
+  const Scan s = scan_json_value(text, pos);
+  if (s == Scan::error) return s;
+  if (s == Scan::ok) {
+    end = pos;
+    return decode_json_string(text.substr(0, pos), out) ? Scan::ok : Scan::error;
+  }
+  // The longest prefix that ends between characters: an escape (a surrogate pair, whole) or a byte.
+  std::size_t i = 1, safe = 1;
+  while (i < text.size()) {
+    if (text[i] == '\\') {
+      if (i + 1 >= text.size()) break;
+      if (text[i + 1] == 'u') {
+        if (i + 6 > text.size()) break;
+        const unsigned long unit = std::stoul(std::string(text.substr(i + 2, 4)), nullptr, 16);
+        const std::size_t length = unit >= 0xD800 && unit <= 0xDBFF ? 12 : 6;  // a high surrogate's pair
+        if (i + length > text.size()) break;
+        i += length;
+      } else {
+        i += 2;
+      }
+    } else {
+      ++i;
+    }
+    safe = i;
+  }
+  std::string literal(text.substr(0, safe));
+  literal += '"';
+  return decode_json_string(literal, out) ? Scan::incomplete : Scan::error;
+}
+
 }  // namespace pie::tools_detail

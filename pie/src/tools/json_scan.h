@@ -27,4 +27,9 @@ std::string compact_json(std::string_view text);
 // Decodes a complete JSON string literal (with quotes); false when it is not one.
 bool decode_json_string(std::string_view literal, std::string& out);
 
+// Decodes the JSON string literal at text[0], whole or cut short. ok: `end` is just past its closing
+// quote; incomplete: the text ends inside it and `out` holds its characters before the last unfinished
+// escape (the decoded prefix of every longer text); error: no JSON string starts there.
+Scan decode_json_string_prefix(std::string_view text, std::string& out, std::size_t& end);
+
 }  // namespace pie::tools_detail

@@ -123,7 +123,7 @@ CallObject parse_call_object(std::string_view t, std::size_t i) {
   r.status = Status::complete;
   r.end = i;
   r.has_name = true;
-  r.call = {*name, std::move(*arguments), true};
+  r.call = {*name, std::move(*arguments), true, true};
   return r;
 }
 
@@ -215,7 +215,7 @@ Block functionary_block(std::string_view t, std::size_t i) {
                  : j < t.size()              ? Scan::error
                                              : Scan::incomplete;
   if (s == Scan::error) return b;
-  PartialCall call{std::string(name), "", false};
+  PartialCall call{std::string(name), "", false, s == Scan::ok};
   if (s == Scan::incomplete) {
     call.arguments = compact_json(t.substr(value_start));
     b.calls.push_back(std::move(call));
@@ -283,8 +283,18 @@ void add_calls(OutputParse& out, std::vector<PartialCall>& calls) {
   for (PartialCall& c : calls) out.calls.push_back(std::move(c));
 }
 
+// The calls of a block cut short that are whole.
+void add_closed_calls(OutputParse& out, std::vector<PartialCall>& calls) {
+  for (PartialCall& c : calls) {
+    if (!c.arguments_closed) break;
+    c.complete = true;
+    out.calls.push_back(std::move(c));
+  }
+}
+
 // Formats whose calls start at a marker: text, then blocks, text again, ...
-void parse_marked(std::string_view t, ToolCallFormat format, bool final, OutputParse& out) {
+void parse_marked(std::string_view t, ToolCallFormat format, ParseEnd end, OutputParse& out) {
+  const bool final = end != ParseEnd::prefix;
   const MarkerSpec spec = marker_spec(format);
   std::size_t piece = 0, search = 0;
   bool after_call = false;
@@ -301,6 +311,11 @@ void parse_marked(std::string_view t, ToolCallFormat format, bool final, OutputP
       return;
     }
     Block b = parse_block(format, t, m + spec.open.size());
+    if (b.status == Status::partial && end == ParseEnd::cut) {
+      add_content(out, t.substr(piece, m - piece), after_call, true, true);
+      add_closed_calls(out, b.calls);
+      return;
+    }
     if (b.status == Status::partial && final) b.status = Status::malformed;
     if (b.status == Status::malformed) {
       // The block is text: content runs on past its close marker (or to the end).
@@ -328,7 +343,8 @@ void parse_marked(std::string_view t, ToolCallFormat format, bool final, OutputP
 }
 
 // Llama 3.x: the whole answer is calls ([<|python_tag|>] {...} (; {...})*) or text.
-void parse_llama3(std::string_view t, bool final, OutputParse& out) {
+void parse_llama3(std::string_view t, ParseEnd end, OutputParse& out) {
+  const bool final = end != ParseEnd::prefix;
   constexpr std::string_view kTag = "<|python_tag|>";
   std::size_t i = skip_json_whitespace(t, 0);
   auto as_text = [&] { add_content(out, t, false, false, final); };
@@ -345,6 +361,7 @@ void parse_llama3(std::string_view t, bool final, OutputParse& out) {
   std::vector<PartialCall> calls;
   for (;;) {
     CallObject o = parse_call_object(t, i);
+    if (o.status == Status::partial && end == ParseEnd::cut) return add_closed_calls(out, calls);
     if (o.status == Status::malformed || (o.status == Status::partial && final)) return as_text();
     if (o.status == Status::partial) {
       if (o.has_name) calls.push_back(o.call);
@@ -364,26 +381,21 @@ void parse_llama3(std::string_view t, bool final, OutputParse& out) {
   }
 }
 
-// Generic: {"tool_calls": [...]} or {"content": "..."}; anything else is text.
-void parse_generic(std::string_view t, bool final, OutputParse& out) {
-  const std::size_t start = skip_json_whitespace(t, 0);
+// Generic, an object with other members than one "tool_calls" or "content" (or none): read whole.
+void parse_generic_object(std::string_view t, std::size_t start, ParseEnd end, OutputParse& out) {
+  const bool final = end != ParseEnd::prefix;
   auto as_text = [&] { add_content(out, t, false, false, final); };
-  if (start >= t.size()) {
-    if (final) as_text();
-    return;
-  }
-  if (t[start] != '{') return as_text();
-  std::size_t end = start;
-  const Scan s = scan_json_value(t, end);
-  if (s == Scan::error || (s == Scan::incomplete && final)) return as_text();
-  if (s == Scan::incomplete) return;  // wait for the whole object
-  if (!lstrip(t.substr(end)).empty()) return as_text();
+  std::size_t stop = start;
+  const Scan s = scan_json_value(t, stop);
+  if (s == Scan::error || (s == Scan::incomplete && end == ParseEnd::whole)) return as_text();
+  if (s == Scan::incomplete) return;  // wait for the whole object (cut: nothing whole to keep)
+  if (!lstrip(t.substr(stop)).empty()) return as_text();
   // Walk the members for "tool_calls" and "content".
   std::size_t i = skip_json_whitespace(t, start + 1);
   std::vector<PartialCall> calls;
   std::optional<std::string> content;
   bool has_calls = false;
-  while (i < end && t[i] == '"') {
+  while (i < stop && t[i] == '"') {
     const std::size_t key_start = i;
     scan_json_value(t, i);
     std::string key;
@@ -403,7 +415,7 @@ void parse_generic(std::string_view t, bool final, OutputParse& out) {
       content = std::move(decoded);
     }
     i = skip_json_whitespace(t, i);
-    if (i < end && t[i] == ',') i = skip_json_whitespace(t, i + 1);
+    if (i < stop && t[i] == ',') i = skip_json_whitespace(t, i + 1);
   }
   if (!has_calls && !content) return as_text();
   if (content) out.content += *content;
@@ -413,21 +425,92 @@ void parse_generic(std::string_view t, bool final, OutputParse& out) {
   add_calls(out, calls);
 }
 
-void parse_answer(std::string_view t, ToolCallFormat format, bool final, OutputParse& out) {
+// Generic: {"tool_calls": [...]} or {"content": "..."}; anything else is text. The calls and the
+// content are read as they stream; an object of another shape is read once whole.
+void parse_generic(std::string_view t, ParseEnd end, OutputParse& out) {
+  const bool final = end != ParseEnd::prefix;
+  const std::size_t start = skip_json_whitespace(t, 0);
+  auto as_text = [&] { add_content(out, t, false, false, final); };
+  if (start >= t.size()) {
+    if (final) as_text();
+    return;
+  }
+  if (t[start] != '{') return as_text();
+  // The first member's key and colon; the text may end anywhere in them.
+  auto unfinished = [&] {
+    if (end == ParseEnd::whole) as_text();  // cut: a wrapper without a call or content is nothing
+  };
+  std::size_t i = skip_json_whitespace(t, start + 1);
+  if (i >= t.size()) return unfinished();
+  if (t[i] != '"') return parse_generic_object(t, start, end, out);
+  const std::size_t key_start = i;
+  if (Scan s = scan_json_value(t, i); s != Scan::ok) {
+    return s == Scan::incomplete ? unfinished() : as_text();
+  }
+  std::string key;
+  if (!decode_json_string(t.substr(key_start, i - key_start), key)) return as_text();
+  if (key != "tool_calls" && key != "content") return parse_generic_object(t, start, end, out);
+  i = skip_json_whitespace(t, i);
+  if (i >= t.size()) return unfinished();
+  if (t[i] != ':') return as_text();
+  i = skip_json_whitespace(t, i + 1);
+  if (i >= t.size()) return unfinished();
+
+  // The value, then the end of the object: "}" and nothing but whitespace after it.
+  std::size_t value_end = 0;
+  std::vector<PartialCall> calls;
+  std::string content;
+  if (key == "tool_calls") {
+    if (t[i] != '[') return parse_generic_object(t, start, end, out);
+    Block b = array_block(t, i);
+    if (b.status == Status::malformed) return parse_generic_object(t, start, end, out);
+    if (b.status == Status::partial) {
+      if (end == ParseEnd::whole) return as_text();
+      if (end == ParseEnd::cut) return add_closed_calls(out, b.calls);
+      return add_calls(out, b.calls);
+    }
+    calls = std::move(b.calls);
+    value_end = b.end;
+  } else {
+    if (t[i] != '"') return parse_generic_object(t, start, end, out);
+    const Scan s = decode_json_string_prefix(t.substr(i), content, value_end);
+    if (s == Scan::error) return as_text();
+    if (s == Scan::incomplete) {
+      if (end == ParseEnd::whole) return as_text();
+      out.content += content;  // a prefix of the content, or all that a cut output holds
+      return;
+    }
+    value_end += i;
+  }
+  std::size_t j = skip_json_whitespace(t, value_end);
+  if (j < t.size() && t[j] == ',') return parse_generic_object(t, start, end, out);
+  if (j < t.size() && t[j] != '}') return as_text();
+  const bool closed = j < t.size();
+  if (closed && !lstrip(t.substr(j + 1)).empty()) return as_text();
+  if (!closed && end == ParseEnd::whole) return as_text();
+  out.content += content;
+  if (!closed || !final) {
+    for (PartialCall& c : calls) c.complete = end == ParseEnd::cut;  // text may still follow
+  }
+  add_calls(out, calls);
+}
+
+void parse_answer(std::string_view t, ToolCallFormat format, ParseEnd end, OutputParse& out) {
   switch (format) {
     case ToolCallFormat::llama3_json:
-      return parse_llama3(t, final, out);
+      return parse_llama3(t, end, out);
     case ToolCallFormat::generic:
-      return parse_generic(t, final, out);
+      return parse_generic(t, end, out);
     default:
-      return parse_marked(t, format, final, out);
+      return parse_marked(t, format, end, out);
   }
 }
 
 }  // namespace
 
 OutputParse parse_output(std::string_view text, ToolCallFormat format, const ParseOptions& options,
-                         bool final) {
+                         ParseEnd end) {
+  const bool final = end != ParseEnd::prefix;
   OutputParse out;
   const ReasoningMarkers& mk = options.reasoning_markers;
   std::size_t reasoning_start = std::string_view::npos;
@@ -442,7 +525,7 @@ OutputParse parse_output(std::string_view text, ToolCallFormat format, const Par
     }
   }
   if (reasoning_start == std::string_view::npos) {
-    parse_answer(text, format, final, out);
+    parse_answer(text, format, end, out);
     return out;
   }
   const std::size_t close = text.find(mk.close, reasoning_start);
@@ -457,7 +540,7 @@ OutputParse parse_output(std::string_view text, ToolCallFormat format, const Par
   std::string_view answer = text.substr(close + mk.close.size());
   // The answer starts after the blank line models write; whitespace only is nothing yet.
   answer = lstrip(answer);
-  parse_answer(answer, format, final, out);
+  parse_answer(answer, format, end, out);
   return out;
 }
 

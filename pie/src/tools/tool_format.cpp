@@ -1,6 +1,7 @@
 // Tool-call format names, detection from chat templates, tool_choice and call ids.
 #include <array>
 #include <string>
+#include <vector>
 
 #include "pie/error.h"
 #include "pie/tool_calls.h"
@@ -96,6 +97,41 @@ ToolChoice ToolChoice::from_json(const nlohmann::ordered_json& value) {
   }
   throw RequestError("[tool_calls] tool_choice must be a string or an object, got " + value.dump(),
                      "tool_choice");
+}
+
+std::string format_tool_calls(ToolCallFormat format, const std::vector<ToolCall>& calls) {
+  // {"name":...,"<key>":...}, the name as a JSON string.
+  auto object = [](const ToolCall& call, const char* key) {
+    return "{\"name\":" + nlohmann::ordered_json(call.name).dump() + ",\"" + key + "\":" + call.arguments + "}";
+  };
+  auto joined = [&](const char* key, const char* separator) {
+    std::string out;
+    for (std::size_t i = 0; i < calls.size(); ++i) out += (i ? separator : "") + object(calls[i], key);
+    return out;
+  };
+  switch (format) {
+    case ToolCallFormat::generic:
+      return "{\"tool_calls\":[" + joined("arguments", ",") + "]}";
+    case ToolCallFormat::hermes: {
+      std::string out;
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        out += (i ? "\n" : "") + std::string("<tool_call>\n") + object(calls[i], "arguments") + "\n</tool_call>";
+      }
+      return out;
+    }
+    case ToolCallFormat::llama3_json:
+      return joined("parameters", ";");
+    case ToolCallFormat::mistral:
+      return "[TOOL_CALLS][" + joined("arguments", ",") + "]";
+    case ToolCallFormat::functionary_v3_1: {
+      std::string out;
+      for (const ToolCall& call : calls) out += "<function=" + call.name + ">" + call.arguments + "</function>";
+      return out;
+    }
+    case ToolCallFormat::firefunction_v2:
+      return "functools[" + joined("arguments", ",") + "]";
+  }
+  return {};
 }
 
 std::string make_tool_call_id(std::mt19937_64& rng) {

@@ -85,12 +85,18 @@ std::vector<Tool> read_tools(const nlohmann::ordered_json& tools, const ToolChoi
 class Builder {
  public:
   explicit Builder(const ToolGrammarOptions& options) : options_(options) {
-    ws_rule_ = g_.declare_rule("ws");
-    g_.define_rule(ws_rule_, add_whitespace(g_, options_.schema.max_whitespace_run));
+    if (flexible()) {
+      ws_rule_ = g_.declare_rule("ws");
+      g_.define_rule(ws_rule_, add_whitespace(g_, options_.schema.max_whitespace_run));
+    }
   }
 
   Grammar& g() { return g_; }
-  ExprId ws() { return g_.add_rule_ref(ws_rule_); }
+  // Whitespace between the wrapper's JSON tokens: none unless the layout is flexible.
+  ExprId ws() { return flexible() ? g_.add_rule_ref(ws_rule_) : g_.add_empty(); }
+  // Where the format writes a newline (around and between hermes blocks): that newline, or flexible
+  // whitespace.
+  ExprId newline() { return flexible() ? ws() : lit("\n"); }
   ExprId lit(std::string s) { return g_.add_bytes(std::move(s)); }
   ExprId seq(std::vector<ExprId> c) { return g_.add_sequence(std::move(c)); }
   ExprId alt(std::vector<ExprId> c) { return g_.add_choice(std::move(c)); }
@@ -163,6 +169,8 @@ class Builder {
   }
 
  private:
+  bool flexible() const { return options_.schema.layout == pse::JsonLayout::kFlexible; }
+
   const ToolGrammarOptions& options_;
   Grammar g_;
   pse::RuleId ws_rule_ = 0;
@@ -191,9 +199,9 @@ ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolCh
   switch (format) {
     case ToolCallFormat::hermes: {
       const ExprId block =
-          b.seq({b.lit("<tool_call>"), b.ws(), b.json_call(list, "arguments", false), b.ws(),
-                 b.lit("</tool_call>")});
-      const ExprId calls = b.repeated(block, b.ws(), parallel_tool_calls);
+          b.seq({b.lit("<tool_call>"), b.newline(), b.json_call(list, "arguments", false),
+                 b.newline(), b.lit("</tool_call>")});
+      const ExprId calls = b.repeated(block, b.newline(), parallel_tool_calls);
       root = automatic ? b.seq({add_text_without(b.g(), "<tool_call>", "content_"),
                                 b.g().add_repeat(calls, 0, 1)})
                        : calls;
@@ -254,8 +262,9 @@ ToolGrammar build_tool_grammar(const nlohmann::ordered_json& tools, const ToolCh
            b.ws(), b.repeated(call, b.seq({b.ws(), b.lit(","), b.ws()}), parallel_tool_calls),
            b.ws(), b.lit("]"), b.ws(), b.lit("}")});
       if (automatic) {
-        const ExprId str =
-            b.g().embed(pse::json_schema_to_grammar(nlohmann::ordered_json{{"type", "string"}}), "content_");
+        const ExprId str = b.g().embed(
+            pse::json_schema_to_grammar(nlohmann::ordered_json{{"type", "string"}}, options.schema),
+            "content_");
         const ExprId content = b.seq({b.lit("{"), b.ws(), b.lit("\"content\""), b.ws(), b.lit(":"),
                                       b.ws(), str, b.ws(), b.lit("}")});
         root = b.alt({calls, content});

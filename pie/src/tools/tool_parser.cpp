@@ -8,12 +8,13 @@
 namespace pie {
 
 using tools_detail::OutputParse;
+using tools_detail::ParseEnd;
 using tools_detail::parse_output;
 using tools_detail::tool_call_id;
 
 ParsedOutput parse_tool_calls(std::string_view text, ToolCallFormat format,
-                              const ParseOptions& options) {
-  OutputParse p = parse_output(text, format, options, /*final=*/true);
+                              const ParseOptions& options, bool cut) {
+  OutputParse p = parse_output(text, format, options, cut ? ParseEnd::cut : ParseEnd::whole);
   ParsedOutput out;
   out.content = std::move(p.content);
   out.reasoning_content = std::move(p.reasoning);
@@ -40,12 +41,12 @@ StreamDelta ToolCallStreamParser::push(std::string_view text) {
         {static_cast<std::int32_t>(emitted_.tool_calls.size() - 1), "", "", std::string(text)});
     return d;
   }
-  return advance(false);
+  return advance(ParseEnd::prefix);
 }
 
-StreamDelta ToolCallStreamParser::finish() {
+StreamDelta ToolCallStreamParser::finish(bool cut) {
   if (finished_) return {};
-  StreamDelta d = advance(true);
+  StreamDelta d = advance(cut ? ParseEnd::cut : ParseEnd::whole);
   finished_ = true;
   return d;
 }
@@ -81,7 +82,8 @@ bool ends_inside_string(const std::string& json) {
 
 }  // namespace
 
-StreamDelta ToolCallStreamParser::advance(bool final) {
+StreamDelta ToolCallStreamParser::advance(ParseEnd end) {
+  const bool final = end != ParseEnd::prefix;
   StreamDelta d;
   if (diverged_) {
     // The output broke its format after parts of a call were streamed: the rest is plain content.
@@ -90,7 +92,11 @@ StreamDelta ToolCallStreamParser::advance(bool final) {
     emitted_.content += d.content;
     return d;
   }
-  const OutputParse p = parse_output(text_, format_, options_, final);
+  const OutputParse p = parse_output(text_, format_, options_, end);
+  // Cut inside a call the stream began: its deltas are out, but it is no call of the parsed output.
+  if (end == ParseEnd::cut && p.calls.size() < emitted_.tool_calls.size()) {
+    emitted_.tool_calls.resize(p.calls.size());
+  }
   bool consistent = starts_with(p.reasoning, emitted_.reasoning_content) &&
                     starts_with(p.content, emitted_.content) &&
                     p.calls.size() >= emitted_.tool_calls.size();

@@ -104,6 +104,42 @@ TEST(ChoiceOutput, HermesToolCallsAreParsedAndFinishAsToolCalls) {
   EXPECT_EQ(c.finish_reason_name(), "tool_calls");
 }
 
+// max_tokens cuts the output inside its second call: the first is returned, the finish is "length";
+// the generic format's calls stream before the object closes.
+TEST(ChoiceOutput, CutInsideACallKeepsTheWholeCalls) {
+  PreparedRequest p;
+  p.parse_tool_calls = true;
+  p.tool_format = ToolCallFormat::generic;
+  ChoiceOutput c(0, p);
+  StreamDelta d = c.push(text_event(R"({"tool_calls":[{"name":"add","arguments":{"a":1}},{"name":"add",)"));
+  ASSERT_FALSE(d.tool_calls.empty());
+  EXPECT_EQ(d.tool_calls[0].name, "add");
+  c.push(text_event(R"("arguments":{"a")", FinishReason::length));
+  c.finish();
+  ASSERT_EQ(c.parsed().tool_calls.size(), 1u);
+  EXPECT_EQ(c.parsed().tool_calls[0].arguments, R"({"a":1})");
+  EXPECT_EQ(c.parsed().content, "");
+  EXPECT_EQ(c.finish_reason_name(), "length");
+}
+
+// Call ids come from the request's id seed (fresh per request in the server), distinct per choice.
+TEST(ChoiceOutput, CallIdsDifferAcrossChoicesAndSeeds) {
+  auto first_id = [](std::uint64_t seed, std::int32_t index) {
+    PreparedRequest p;
+    p.parse_tool_calls = true;
+    p.tool_format = ToolCallFormat::generic;
+    p.parse.id_seed = seed;
+    ChoiceOutput c(index, p);
+    c.push(text_event(R"({"tool_calls":[{"name":"add","arguments":{}}]})", FinishReason::stop));
+    c.finish();
+    EXPECT_EQ(c.finish_reason_name(), "tool_calls");
+    return c.parsed().tool_calls.at(0).id;
+  };
+  EXPECT_EQ(first_id(1, 0), first_id(1, 0));
+  EXPECT_NE(first_id(1, 0), first_id(1, 1));
+  EXPECT_NE(first_id(1, 0), first_id(2, 0));
+}
+
 TEST(ChoiceOutput, LengthAndErrorFinishes) {
   PreparedRequest p;
   ChoiceOutput c(0, p);

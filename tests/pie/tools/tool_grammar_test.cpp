@@ -41,8 +41,8 @@ pse::CompiledGrammar tool_grammar(ToolChoice choice, bool parallel, ToolCallForm
 ToolChoice required() { return {ToolChoice::Mode::required, ""}; }
 ToolChoice automatic() { return {ToolChoice::Mode::automatic, ""}; }
 
-const std::string kWeather = R"({"name": "get_weather", "arguments": {"city": "Paris"}})";
-const std::string kTime = R"({"name": "get_time", "arguments": {"zone": 2}})";
+const std::string kWeather = R"({"name":"get_weather","arguments":{"city":"Paris"}})";
+const std::string kTime = R"({"name":"get_time","arguments":{"zone":2}})";
 
 std::string hermes(const std::string& call) { return "<tool_call>\n" + call + "\n</tool_call>"; }
 
@@ -50,21 +50,81 @@ TEST(ToolGrammar, HermesRequiredAcceptsOneValidCall) {
   auto g = tool_grammar(required(), false, ToolCallFormat::hermes);
   EXPECT_TRUE(accepts(g, hermes(kWeather)));
   EXPECT_TRUE(accepts(
-      g, hermes(R"({"name": "get_weather", "arguments": {"city": "Paris", "unit": "f"}})")));
+      g, hermes(R"({"name":"get_weather","arguments":{"city":"Paris","unit":"f"}})")));
   EXPECT_TRUE(accepts(g, hermes(kTime)));
-  EXPECT_TRUE(accepts(g, "<tool_call>" + kTime + "</tool_call>"));
+}
+
+// Compact in every format: the wrapper and the arguments take no whitespace between JSON tokens (the
+// format's own newlines around hermes blocks are fixed text), so a model cannot spend its tokens on
+// blanks.
+TEST(ToolGrammar, CompactInEveryFormat) {
+  auto hermes_g = tool_grammar(required(), true, ToolCallFormat::hermes);
+  EXPECT_FALSE(accepts(hermes_g, "<tool_call>" + kTime + "</tool_call>"));
+  EXPECT_FALSE(accepts(hermes_g, "<tool_call>\n" + kTime + "\n\n</tool_call>"));
+  EXPECT_FALSE(accepts(hermes_g, hermes(R"({"name": "get_time","arguments":{"zone":2}})")));
+  EXPECT_FALSE(accepts(hermes_g, hermes(R"({"name":"get_time","arguments":{"zone": 2}})")));
+  EXPECT_FALSE(accepts(hermes_g, hermes(kTime) + "\n\n" + hermes(kTime)));
+  auto generic = tool_grammar(automatic(), true, ToolCallFormat::generic);
+  EXPECT_FALSE(accepts(generic, R"({ "tool_calls":[)" + kTime + "]}"));
+  EXPECT_FALSE(accepts(generic, R"({"tool_calls":[)" + kTime + ", " + kTime + "]}"));
+  EXPECT_FALSE(accepts(generic, R"({"tool_calls":[)" + kTime + "]}\n"));
+  EXPECT_FALSE(accepts(generic, R"({"content": "hi"})"));
+  EXPECT_FALSE(accepts(generic, R"( {"content":"hi"})"));
+  auto mistral = tool_grammar(required(), true, ToolCallFormat::mistral);
+  EXPECT_FALSE(accepts(mistral, "[TOOL_CALLS][ " + kTime + "]"));
+  const std::string llama_call = R"({"name":"get_time","parameters":{"zone":2}})";
+  auto llama = tool_grammar(required(), true, ToolCallFormat::llama3_json);
+  EXPECT_TRUE(accepts(llama, llama_call + ";" + llama_call));
+  EXPECT_FALSE(accepts(llama, llama_call + "; " + llama_call));
+  const std::string function_call = R"(<function=get_time>{"zone":2}</function>)";
+  auto functionary = tool_grammar(required(), true, ToolCallFormat::functionary_v3_1);
+  EXPECT_TRUE(accepts(functionary, function_call + function_call));
+  EXPECT_FALSE(accepts(functionary, function_call + " " + function_call));
+}
+
+// format_tool_calls writes calls as the grammar lays them out, in every format: what a prompt shows
+// the model is what it may write.
+TEST(ToolGrammar, FormattedCallsFitTheGrammar) {
+  const std::vector<ToolCall> calls = {{"", "get_weather", R"({"city":"Paris","unit":"c"})"},
+                                       {"", "get_time", R"({"zone":2})"}};
+  const std::vector<ToolCall> bad = {{"", "get_weather", R"({"city":3})"}};
+  for (ToolCallFormat format : {ToolCallFormat::generic, ToolCallFormat::hermes, ToolCallFormat::llama3_json,
+                                ToolCallFormat::mistral, ToolCallFormat::functionary_v3_1,
+                                ToolCallFormat::firefunction_v2}) {
+    auto g = tool_grammar(required(), true, format);
+    EXPECT_TRUE(accepts(g, format_tool_calls(format, calls))) << format_tool_calls(format, calls);
+    EXPECT_TRUE(accepts(g, format_tool_calls(format, {calls[1]}))) << tool_call_format_name(format);
+    EXPECT_FALSE(accepts(g, format_tool_calls(format, bad))) << tool_call_format_name(format);
+    const ParsedOutput back = parse_tool_calls(format_tool_calls(format, calls), format);
+    ASSERT_EQ(back.tool_calls.size(), 2u) << tool_call_format_name(format);
+    EXPECT_EQ(back.tool_calls[0].arguments, calls[0].arguments);
+    EXPECT_EQ(back.tool_calls[1].name, "get_time");
+    EXPECT_EQ(back.content, "");
+  }
+}
+
+// A flexible layout brings bounded whitespace back, in the wrapper and in the arguments.
+TEST(ToolGrammar, FlexibleLayoutAllowsBoundedWhitespace) {
+  ToolGrammarOptions options;
+  options.schema.layout = pse::JsonLayout::kFlexible;
+  options.schema.max_whitespace_run = 2;
+  auto g = compile(
+      *build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::generic, options).grammar);
+  EXPECT_TRUE(accepts(g, R"({"tool_calls": [{"name": "get_time", "arguments": {"zone": 2}}]})"));
+  EXPECT_TRUE(accepts(g, R"({"tool_calls":[)" + kTime + "]}"));
+  EXPECT_FALSE(accepts(g, R"({"tool_calls":   [)" + kTime + "]}"));  // a run of 3
 }
 
 TEST(ToolGrammar, HermesRequiredRejectsInvalidCalls) {
   auto g = tool_grammar(required(), false, ToolCallFormat::hermes);
   EXPECT_FALSE(accepts(
-      g, hermes(R"({"name": "get_wether", "arguments": {"city": "Paris"}})")));  // wrong name
+      g, hermes(R"({"name":"get_wether","arguments":{"city":"Paris"}})")));  // wrong name
   EXPECT_FALSE(accepts(
-      g, hermes(R"({"name": "get_weather", "arguments": {"unit": "c"}})")));  // missing city
+      g, hermes(R"({"name":"get_weather","arguments":{"unit":"c"}})")));  // missing city
   EXPECT_FALSE(
-      accepts(g, hermes(R"({"name": "get_weather", "arguments": {"city": 3}})")));  // wrong type
+      accepts(g, hermes(R"({"name":"get_weather","arguments":{"city":3}})")));  // wrong type
   EXPECT_FALSE(
-      accepts(g, hermes(R"({"name": "get_time", "arguments": {"zone": 2, "x": 1}})")));  // closed
+      accepts(g, hermes(R"({"name":"get_time","arguments":{"zone":2,"x":1}})")));  // closed
   EXPECT_FALSE(accepts(g, hermes(kWeather) + "\nDone."));             // text after the call
   EXPECT_FALSE(accepts(g, "Sure. " + hermes(kWeather)));              // text before it
   EXPECT_FALSE(accepts(g, hermes(kWeather) + "\n" + hermes(kTime)));  // two calls, parallel off
@@ -83,8 +143,8 @@ TEST(ToolGrammar, ParallelCallsAreBounded) {
   options.max_parallel_calls = 2;
   auto tg = build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::hermes, options);
   auto g = compile(*tg.grammar);
-  EXPECT_TRUE(accepts(g, hermes(kWeather) + hermes(kTime)));
-  EXPECT_FALSE(accepts(g, hermes(kWeather) + hermes(kTime) + hermes(kTime)));
+  EXPECT_TRUE(accepts(g, hermes(kWeather) + "\n" + hermes(kTime)));
+  EXPECT_FALSE(accepts(g, hermes(kWeather) + "\n" + hermes(kTime) + "\n" + hermes(kTime)));
   options.max_parallel_calls = 0;
   EXPECT_THROW(
       build_tool_grammar(weather_tools(), required(), true, ToolCallFormat::hermes, options),
@@ -105,7 +165,7 @@ TEST(ToolGrammar, AutoAllowsTextThenConstrainedCalls) {
   EXPECT_TRUE(accepts(g, hermes(kWeather)));
   EXPECT_FALSE(accepts(g, "Let me check.\n<tool_call>\n{\"name\": \"nope\"}</tool_call>"));
   EXPECT_FALSE(accepts(g, "<tool_call>just text</tool_call>"));
-  EXPECT_FALSE(accepts(g, hermes(kWeather) + hermes(kTime)));  // parallel off
+  EXPECT_FALSE(accepts(g, hermes(kWeather) + "\n" + hermes(kTime)));  // parallel off
 }
 
 TEST(ToolGrammar, NoneHasNoGrammarButValidatesTools) {
@@ -120,14 +180,14 @@ TEST(ToolGrammar, NoneHasNoGrammarButValidatesTools) {
 TEST(ToolGrammar, MistralFormat) {
   auto g = tool_grammar(required(), true, ToolCallFormat::mistral);
   EXPECT_TRUE(accepts(g, "[TOOL_CALLS][" + kWeather + "]"));
-  EXPECT_TRUE(accepts(g, "[TOOL_CALLS][" + kWeather + ", " + kTime + "]"));
+  EXPECT_TRUE(accepts(g, "[TOOL_CALLS][" + kWeather + "," + kTime + "]"));
   EXPECT_TRUE(accepts(
-      g, R"([TOOL_CALLS][{"name": "get_time", "arguments": {"zone": 1}, "id": "a1B2c3D4e"}])"));
+      g, R"([TOOL_CALLS][{"name":"get_time","arguments":{"zone":1},"id":"a1B2c3D4e"}])"));
   EXPECT_FALSE(
-      accepts(g, R"([TOOL_CALLS][{"name": "get_time", "arguments": {"zone": 1}, "id": "short"}])"));
+      accepts(g, R"([TOOL_CALLS][{"name":"get_time","arguments":{"zone":1},"id":"short"}])"));
   EXPECT_FALSE(accepts(g, "[TOOL_CALLS][]"));
   auto single = tool_grammar(required(), false, ToolCallFormat::mistral);
-  EXPECT_FALSE(accepts(single, "[TOOL_CALLS][" + kWeather + ", " + kTime + "]"));
+  EXPECT_FALSE(accepts(single, "[TOOL_CALLS][" + kWeather + "," + kTime + "]"));
   auto autog = tool_grammar(automatic(), true, ToolCallFormat::mistral);
   EXPECT_TRUE(accepts(autog, "Hello [TOOL_ there"));
   EXPECT_TRUE(accepts(autog, "Sure.[TOOL_CALLS][" + kTime + "]"));
@@ -135,28 +195,28 @@ TEST(ToolGrammar, MistralFormat) {
 }
 
 TEST(ToolGrammar, Llama3JsonFormat) {
-  const std::string call = R"({"name": "get_weather", "parameters": {"city": "Rome"}})";
+  const std::string call = R"({"name":"get_weather","parameters":{"city":"Rome"}})";
   auto g = tool_grammar(required(), true, ToolCallFormat::llama3_json);
   EXPECT_TRUE(accepts(g, call));
   EXPECT_TRUE(accepts(g, "<|python_tag|>" + call));
-  EXPECT_TRUE(accepts(g, call + "; " + call));
+  EXPECT_TRUE(accepts(g, call + ";" + call));
   EXPECT_FALSE(accepts(g, kWeather));  // "arguments" is not Llama's key
   auto autog = tool_grammar(automatic(), false, ToolCallFormat::llama3_json);
   EXPECT_TRUE(accepts(autog, "It is sunny in Rome."));
   EXPECT_TRUE(accepts(autog, "<b>bold</b> claims"));
   EXPECT_TRUE(accepts(autog, call));
-  EXPECT_FALSE(accepts(autog, "{\"name\": \"get_weather\"}"));  // starts like a call: must be one
+  EXPECT_FALSE(accepts(autog, "{\"name\":\"get_weather\"}"));  // starts like a call: must be one
   EXPECT_FALSE(accepts(autog, "<|python_tag|>print(1)"));
-  EXPECT_FALSE(accepts(autog, call + "; " + call));  // parallel off
+  EXPECT_FALSE(accepts(autog, call + ";" + call));  // parallel off
 }
 
 TEST(ToolGrammar, FunctionaryAndFirefunctionFormats) {
   auto f = tool_grammar(required(), true, ToolCallFormat::functionary_v3_1);
-  EXPECT_TRUE(accepts(f, R"(<function=get_weather>{"city": "Oslo"}</function>)"));
+  EXPECT_TRUE(accepts(f, R"(<function=get_weather>{"city":"Oslo"}</function>)"));
   EXPECT_TRUE(accepts(
       f,
-      R"(<function=get_weather>{"city": "Oslo"}</function><function=get_time>{"zone": 0}</function>)"));
-  EXPECT_FALSE(accepts(f, R"(<function=get_weather>{"zone": 0}</function>)"));
+      R"(<function=get_weather>{"city":"Oslo"}</function><function=get_time>{"zone":0}</function>)"));
+  EXPECT_FALSE(accepts(f, R"(<function=get_weather>{"zone":0}</function>)"));
   auto ff = tool_grammar(required(), false, ToolCallFormat::firefunction_v2);
   EXPECT_TRUE(accepts(ff, "functools[" + kWeather + "]"));
   EXPECT_FALSE(accepts(ff, "functools[" + kWeather + "," + kTime + "]"));
@@ -164,12 +224,12 @@ TEST(ToolGrammar, FunctionaryAndFirefunctionFormats) {
 
 TEST(ToolGrammar, GenericFormat) {
   auto g = tool_grammar(automatic(), true, ToolCallFormat::generic);
-  EXPECT_TRUE(accepts(g, R"({"tool_calls": [)" + kWeather + ", " + kTime + "]}"));
-  EXPECT_TRUE(accepts(g, R"({"content": "It is \"sunny\"."})"));
+  EXPECT_TRUE(accepts(g, R"({"tool_calls":[)" + kWeather + "," + kTime + "]}"));
+  EXPECT_TRUE(accepts(g, R"({"content":"It is \"sunny\"."})"));
   EXPECT_FALSE(accepts(g, "plain text"));
   auto req = tool_grammar(required(), false, ToolCallFormat::generic);
-  EXPECT_FALSE(accepts(req, R"({"content": "hi"})"));
-  EXPECT_TRUE(accepts(req, R"({"tool_calls": [)" + kTime + "]}"));
+  EXPECT_FALSE(accepts(req, R"({"content":"hi"})"));
+  EXPECT_TRUE(accepts(req, R"({"tool_calls":[)" + kTime + "]}"));
 }
 
 TEST(ToolGrammar, SpecialTokensNameTheMarkers) {
@@ -188,9 +248,9 @@ TEST(ToolGrammar, ToolsWithoutParametersTakeAnObject) {
   const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "ping"}},
                                      {"type": "retrieval"}])");
   auto g = tool_grammar(required(), false, ToolCallFormat::hermes, tools);
-  EXPECT_TRUE(accepts(g, hermes(R"({"name": "ping", "arguments": {}})")));
-  EXPECT_TRUE(accepts(g, hermes(R"({"name": "ping", "arguments": {"any": [1]}})")));
-  EXPECT_FALSE(accepts(g, hermes(R"({"name": "ping", "arguments": []})")));
+  EXPECT_TRUE(accepts(g, hermes(R"({"name":"ping","arguments":{}})")));
+  EXPECT_TRUE(accepts(g, hermes(R"({"name":"ping","arguments":{"any":[1]}})")));
+  EXPECT_FALSE(accepts(g, hermes(R"({"name":"ping","arguments":[]})")));
 }
 
 TEST(ToolGrammar, BadToolsThrowRequestErrors) {
@@ -287,7 +347,7 @@ TEST(CloseObjectSchemas, ClosesPlainObjectsOnly) {
 TEST(ToolGrammar, ClosedObjectsOption) {
   const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
       {"type": "object", "properties": {"a": {"type": "integer"}}}}}])");
-  const std::string extra = hermes(R"({"name": "f", "arguments": {"a": 1, "b": 2}})");
+  const std::string extra = hermes(R"({"name":"f","arguments":{"a":1,"b":2}})");
   EXPECT_FALSE(accepts(tool_grammar(required(), false, ToolCallFormat::hermes, tools), extra));
   ToolGrammarOptions open;
   open.closed_objects = false;

@@ -299,6 +299,83 @@ TEST(ToolCallStreamParser, TruncatedCallNeverThrows) {
   EXPECT_NE(t.parsed().content.find("more text"), std::string::npos);
 }
 
+// An output cut short (max_tokens) inside a call: the calls with whole arguments are returned, the
+// cut one and the rest of its block dropped; the same text read as whole leaves the block as text.
+TEST(ParseToolCalls, CutOutputKeepsTheWholeCalls) {
+  struct Case {
+    ToolCallFormat format;
+    std::string text;          // one whole call (f, {"a":1}) then a second one cut inside
+    std::string content;       // the content of the cut parse
+  };
+  const std::vector<Case> cases = {
+      {ToolCallFormat::generic, R"({"tool_calls":[{"name":"f","arguments":{"a":1}},{"name":"g","argu)", ""},
+      {ToolCallFormat::hermes,
+       "Sure.\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":1}}\n</tool_call>\n"
+       "<tool_call>\n{\"name\":\"g\"",
+       "Sure."},
+      {ToolCallFormat::mistral, R"([TOOL_CALLS][{"name":"f","arguments":{"a":1}},{"name":"g","arguments":{"b)", ""},
+      {ToolCallFormat::llama3_json, R"({"name":"f","parameters":{"a":1}};{"name":"g","parameters":{)", ""},
+      {ToolCallFormat::functionary_v3_1, R"(<function=f>{"a":1}</function><function=g>{"b":)", ""},
+      {ToolCallFormat::firefunction_v2, R"(functools[{"name":"f","arguments":{"a":1}},{"na)", ""},
+  };
+  for (const Case& c : cases) {
+    const ParsedOutput cut = parse_tool_calls(c.text, c.format, {}, /*cut=*/true);
+    ASSERT_EQ(cut.tool_calls.size(), 1u) << c.text;
+    EXPECT_EQ(cut.tool_calls[0].name, "f");
+    EXPECT_EQ(cut.tool_calls[0].arguments, R"({"a":1})");
+    EXPECT_EQ(cut.content, c.content) << c.text;
+    EXPECT_NE(parse_tool_calls(c.text, c.format).content, c.content) << c.text;  // whole: the rest is text
+    // Cut inside the first call: nothing whole, and no wrapper text either.
+    const std::string first_cut = c.text.substr(0, c.text.find("a\"") + 1);
+    const ParsedOutput none = parse_tool_calls(first_cut, c.format, {}, true);
+    EXPECT_TRUE(none.tool_calls.empty()) << first_cut;
+    EXPECT_EQ(none.content, c.content) << first_cut;
+  }
+  // Cut inside the generic format's content: the content so far.
+  auto cut_content = [](std::string_view text) {
+    return parse_tool_calls(text, ToolCallFormat::generic, {}, /*cut=*/true).content;
+  };
+  EXPECT_EQ(cut_content(R"({"content":"It is sun)"), "It is sun");
+  EXPECT_EQ(cut_content(R"({"content":"a\u00e9b\)"), "a\xC3\xA9" "b");
+  EXPECT_EQ(cut_content(R"({"content":"x","tool_)"), "");  // another shape: read only whole
+  // A cut output without calls is content, cut or not.
+  EXPECT_EQ(parse_tool_calls("It is sun", ToolCallFormat::hermes, {}, true).content, "It is sun");
+}
+
+// The generic format streams its calls and its content as they come, not once the object closes.
+TEST(ToolCallStreamParser, GenericStreamsCallsAndContent) {
+  ToolCallStreamParser calls(ToolCallFormat::generic);
+  StreamDelta d = calls.push(R"({"tool_calls":[{"name":"f","arguments":{"a":)");
+  ASSERT_EQ(d.tool_calls.size(), 2u);
+  EXPECT_EQ(d.tool_calls[0].name, "f");
+  EXPECT_EQ(d.tool_calls[1].arguments, R"({"a":)");
+  d = calls.push(R"("x y z"}},{"name":"g","arguments":{}}]})");
+  ASSERT_FALSE(d.tool_calls.empty());
+  EXPECT_EQ(d.tool_calls.back().index, 1);
+  calls.finish();
+  ASSERT_EQ(calls.parsed().tool_calls.size(), 2u);
+  EXPECT_EQ(calls.parsed().tool_calls[0].arguments, R"({"a":"x y z"})");
+
+  ToolCallStreamParser content(ToolCallFormat::generic);
+  EXPECT_EQ(content.push(R"({"content":"Hel)").content, "Hel");
+  EXPECT_EQ(content.push(R"(lo \)").content, "lo ");            // an escape cut in two
+  EXPECT_EQ(content.push(R"("you\ud83d)").content, "\"you");     // a surrogate pair cut in two
+  EXPECT_EQ(content.push(R"(\ude00"})").content, "\xF0\x9F\x98\x80");
+  EXPECT_TRUE(content.finish().empty());
+  EXPECT_EQ(content.parsed().content, "Hello \"you\xF0\x9F\x98\x80");
+}
+
+// A stream cut inside its second call: the call's deltas went out, but the parsed output (the
+// non-streamed answer) holds the first call only.
+TEST(ToolCallStreamParser, CutStreamParsesTheWholeCalls) {
+  ToolCallStreamParser s(ToolCallFormat::generic);
+  s.push(R"({"tool_calls":[{"name":"f","arguments":{"a":1}},{"name":"g","arguments":{"b":)");
+  s.finish(/*cut=*/true);
+  ASSERT_EQ(s.parsed().tool_calls.size(), 1u);
+  EXPECT_EQ(s.parsed().tool_calls[0].name, "f");
+  EXPECT_EQ(s.parsed().content, "");
+}
+
 }  // namespace
 }  // namespace pie
 
