@@ -42,6 +42,11 @@ struct GenerateRequest {
   // Token texts that count as plain text for the grammar although the tokenizer marks them special
   // (tool-call markers such as "<tool_call>" or "[TOOL_CALLS]"), so a grammar can require them.
   std::vector<std::string> grammar_special_tokens;
+  // Report the logprob of every prompt token after the first, with sampling.top_logprobs alternatives
+  // (Event::prompt_logprobs). Their logits must be computed, so the prompt is not taken from the prefix
+  // cache (its pages still go there for later requests; usage.cached_prompt_tokens is 0) and runs in
+  // chunks of at most 64 tokens. The logprobs are bit-identical to those of the same tokens sampled.
+  bool prompt_logprobs = false;
 };
 
 enum class FinishReason : std::uint8_t { none, stop, length, cancelled, error };
@@ -61,6 +66,9 @@ struct Event {
   std::vector<std::int32_t> tokens;       // tokens appended this step (more than one when forced)
   std::string text;                       // text delta
   std::vector<SampledToken> logprobs;     // one per sampled token when logprobs were asked for
+  // prompt_logprobs, on one event of index 0 before any token (none for a one-token prompt): entry i is
+  // prompt token i + 1's, from the model's raw logits (no penalties, bias, mask or temperature).
+  std::vector<SampledToken> prompt_logprobs;
   FinishReason finish = FinishReason::none;
   std::string error;                      // finish == error: what went wrong
   bool done = false;                      // the request's last event

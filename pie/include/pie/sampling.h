@@ -83,6 +83,12 @@ class Sampler {
   std::vector<double> bucket_mass_;    // [88 * 64] weight per 1/64-nat bucket below the best (wide top-p)
 };
 
+// The log-softmax of raw logits [n_vocab] at `token`, and the top_logprobs best tokens (lowest id first on
+// ties) with theirs: a prompt token's logprob (no penalties, bias, mask or temperature; for a sampled
+// token without those, the same number Sampler::sample reports). Throws pie::Error on a token outside the
+// logits, top_logprobs outside [0, 20] or a logit that is NaN or +inf.
+SampledToken token_logprob(std::span<const float> logits, std::int32_t token, std::int32_t top_logprobs);
+
 // Finds stop strings in streamed text, even when one spans several pushes, and holds back any tail that
 // could still begin a stop string so that no part of it is ever emitted.
 class StopStringMatcher {

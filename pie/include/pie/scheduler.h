@@ -44,6 +44,17 @@ struct SchedulerConfig {
 
 using SequenceId = std::uint64_t;
 
+// How a sequence is scheduled.
+struct SequenceOptions {
+  // Attach cached prefix pages at admission. Off for a sequence whose prompt positions need their logits
+  // (prompt logprobs): a token whose K/V comes from the cache is never computed. Its pages still go to the
+  // prefix cache for later sequences.
+  bool reuse_prefix = true;
+  // At most this many of its tokens per step (0: only the batch's bound): a prefill chunk that asks for
+  // the logits of each of its tokens asks for that many rows of logits.
+  std::int32_t max_chunk = 0;
+};
+
 // One sequence's part of a step: tokens[begin .. begin + n_tokens) at those positions.
 struct ScheduledChunk {
   SequenceId id = 0;
@@ -72,8 +83,11 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a sequence (at the back). Throws pie::Error on empty tokens.
-  SequenceId add(std::vector<std::int32_t> tokens);
+  // Queues a sequence (at the back). Throws pie::Error on empty tokens or a negative max_chunk.
+  SequenceId add(std::vector<std::int32_t> tokens, SequenceOptions options = {});
+  // Changes how a sequence is scheduled from the next schedule() on (forks made later inherit them).
+  // Throws pie::Error on an unknown id or a negative max_chunk.
+  void set_options(SequenceId id, SequenceOptions options);
   // Appends tokens (sampled or forced) to a sequence; they run in later steps. Throws pie::Error on an
   // unknown id.
   void append(SequenceId id, std::span<const std::int32_t> tokens);
@@ -106,6 +120,7 @@ class Scheduler {
     std::int32_t n_computed = 0;
     SeqId kv_seq = -1;             // -1 while waiting
     std::uint64_t admitted_at = 0; // admission counter (larger: more recent)
+    SequenceOptions options;
   };
   Sequence& get(SequenceId id);
   const Sequence& get(SequenceId id) const;

@@ -158,7 +158,22 @@ struct Request {
   std::int32_t n_finished = 0;
   bool failed = false;
   Usage usage;
+  // prompt_logprobs: entry p is prompt token p + 1's, from the logits at position p, filled as the prompt's
+  // chunks run (again, identically, when a preempted prompt runs again); sent once it is whole.
+  std::vector<SampledToken> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
 };
+
+// A prompt position whose logits give the logprob of the token after it, and its row of the step's logits.
+struct PromptRow {
+  Sample* sample = nullptr;
+  std::int32_t position = 0;
+  std::size_t logits_row = 0;
+};
+
+// Prompt tokens a prompt_logprobs sequence computes per step: each asks for a row of logits (n_vocab
+// floats), so this bounds the step's logits to a few tens of megabytes whatever the batch size.
+constexpr std::int32_t kPromptLogprobsChunk = 64;
 
 }  // namespace
 
@@ -382,7 +397,10 @@ void Engine::Impl::fail_request(Request& r, const std::string& error) {
 void Engine::Impl::take_incoming(std::deque<std::unique_ptr<Request>>& batch) {
   for (auto& r : batch) {
     Sample& s0 = r->samples[0];
-    s0.seq = scheduler->add(r->req.prompt);
+    // Prompt logprobs need the logits of every prompt position: no cached prefix, bounded chunks.
+    SequenceOptions options;
+    if (r->req.prompt_logprobs) options = {.reuse_prefix = false, .max_chunk = kPromptLogprobsChunk};
+    s0.seq = scheduler->add(r->req.prompt, options);
     by_seq[*s0.seq] = &s0;
     active.push_back(std::move(r));
   }
@@ -547,9 +565,12 @@ bool Engine::Impl::step() {
   }
   if (plan.empty()) return false;
 
-  // The batch.
+  // The batch. Logit rows, in token order: each chunk's prompt rows (prompt_logprobs), then its sampling
+  // row (row_samples[i]'s logits are row sample_logits[i]).
   std::vector<std::int32_t> tokens, qo_indptr{0}, seq_lens, page_indptr{0}, page_indices, logit_rows;
   std::vector<Sample*> row_samples;
+  std::vector<std::size_t> sample_logits;
+  std::vector<PromptRow> prompt_rows;
   for (const ScheduledChunk& c : plan.chunks) {
     const auto seq_tokens = scheduler->tokens(c.id);
     tokens.insert(tokens.end(), seq_tokens.begin() + c.begin, seq_tokens.begin() + c.begin + c.n_tokens);
@@ -561,9 +582,21 @@ bool Engine::Impl::step() {
     page_indices.insert(page_indices.end(), seq_pages.begin(),
                         seq_pages.begin() + static_cast<std::ptrdiff_t>(std::min(n_pages, seq_pages.size())));
     page_indptr.push_back(static_cast<std::int32_t>(page_indices.size()));
+    Sample* sample = by_seq.at(c.id);
+    const Request& r = *sample->request;
+    if (r.req.prompt_logprobs && !r.prompt_logprobs_sent) {
+      // Positions before the prompt's last: the logits at p give the logprob of prompt token p + 1.
+      const auto last = static_cast<std::int32_t>(r.req.prompt.size()) - 1;
+      const auto first_index = static_cast<std::int32_t>(tokens.size()) - c.n_tokens;
+      for (std::int32_t p = c.begin; p < std::min(c.begin + c.n_tokens, last); ++p) {
+        prompt_rows.push_back({sample, p, logit_rows.size()});
+        logit_rows.push_back(first_index + (p - c.begin));
+      }
+    }
     if (c.wants_logits) {
+      sample_logits.push_back(logit_rows.size());
       logit_rows.push_back(static_cast<std::int32_t>(tokens.size()) - 1);
-      row_samples.push_back(by_seq.at(c.id));
+      row_samples.push_back(sample);
     }
   }
   ForwardBatch batch{tokens, qo_indptr, seq_lens, page_indptr, page_indices, logit_rows};
@@ -577,7 +610,7 @@ bool Engine::Impl::step() {
     if (row_samples[i]->matcher) mask_rows.push_back(i);
   }
   std::vector<std::string> mask_errors(row_samples.size());
-  step_logits.resize(row_samples.size() * static_cast<std::size_t>(n_vocab));
+  step_logits.resize(logit_rows.size() * static_cast<std::size_t>(n_vocab));
   std::span<float> logits(step_logits);
   std::string forward_error;
   std::atomic<double> mask_time{0.0};
@@ -625,6 +658,25 @@ bool Engine::Impl::step() {
   }
   scheduler->complete(plan);
 
+  // Prompt logprobs from their rows (on the mask threads: a log-softmax over the vocabulary each).
+  std::vector<std::string> prompt_errors(prompt_rows.size());
+  mask_pool->parallel_for(prompt_rows.size(), [&](std::size_t i) {
+    const PromptRow& pr = prompt_rows[i];
+    Request& r = *pr.sample->request;
+    const std::span<const float> row(logits.data() + pr.logits_row * static_cast<std::size_t>(n_vocab),
+                                     static_cast<std::size_t>(n_vocab));
+    try {
+      r.prompt_logprobs[static_cast<std::size_t>(pr.position)] =
+          token_logprob(row, r.req.prompt[static_cast<std::size_t>(pr.position) + 1], r.req.sampling.top_logprobs);
+    } catch (const std::exception& e) {
+      prompt_errors[i] = e.what();
+    }
+  });
+  for (std::size_t i = 0; i < prompt_rows.size(); ++i) {
+    Request& r = *prompt_rows[i].sample->request;
+    if (!prompt_errors[i].empty() && !r.failed) fail_request(r, "prompt logprobs failed: " + prompt_errors[i]);
+  }
+
   for (std::size_t row = 0; row < row_samples.size(); ++row) {
     Sample& s = *row_samples[row];
     if (s.finished) continue;
@@ -636,7 +688,7 @@ bool Engine::Impl::step() {
       }
       continue;
     }
-    std::span<float> row_logits(logits.data() + row * static_cast<std::size_t>(n_vocab),
+    std::span<float> row_logits(logits.data() + sample_logits[row] * static_cast<std::size_t>(n_vocab),
                                 static_cast<std::size_t>(n_vocab));
     std::span<const std::uint32_t> mask;
     if (s.matcher) {
@@ -645,6 +697,17 @@ bool Engine::Impl::step() {
       mask = no_eos_mask;
     }
     Request& r = *s.request;
+    if (r.req.prompt_logprobs && !r.prompt_logprobs_sent) {
+      // The prompt is whole: its logprobs go out before the first token, and from now on the sequence
+      // (and its forks) is scheduled as any other.
+      r.prompt_logprobs_sent = true;
+      scheduler->set_options(*s.seq, {});
+      Event e;
+      e.index = 0;
+      e.prompt_logprobs = std::move(r.prompt_logprobs);
+      e.time = Clock::now();
+      r.channel->push(std::move(e));
+    }
     if (s.index == 0 && !r.forked && r.samples.size() > 1) {
       // The prompt's logits serve every sample: each takes its own copy.
       fork_samples(r);
@@ -721,6 +784,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   if (request.id.empty()) request.id = fmt::format("req-{}", m.next_id.fetch_add(1));
   r->req = std::move(request);
   r->usage.prompt_tokens = static_cast<std::int32_t>(r->req.prompt.size());
+  if (r->req.prompt_logprobs) r->prompt_logprobs.resize(r->req.prompt.size() - 1);
   r->channel = std::make_shared<detail::RequestChannel>(r->req.id, m.signal);
   r->samples.resize(static_cast<std::size_t>(r->req.n));
   for (std::int32_t i = 0; i < r->req.n; ++i) {

@@ -35,12 +35,28 @@ const Scheduler::Sequence& Scheduler::get(SequenceId id) const {
   return it->second;
 }
 
-SequenceId Scheduler::add(std::vector<std::int32_t> tokens) {
+namespace {
+void check_options(const SequenceOptions& options) {
+  if (options.max_chunk < 0) {
+    throw Error("[scheduler] max_chunk must be >= 0, got " + std::to_string(options.max_chunk));
+  }
+}
+}  // namespace
+
+SequenceId Scheduler::add(std::vector<std::int32_t> tokens, SequenceOptions options) {
   if (tokens.empty()) throw Error("[scheduler] a sequence needs at least one token");
+  check_options(options);
   const SequenceId id = next_id_++;
-  sequences_[id].tokens = std::move(tokens);
+  Sequence& s = sequences_[id];
+  s.tokens = std::move(tokens);
+  s.options = options;
   waiting_.push_back(id);
   return id;
+}
+
+void Scheduler::set_options(SequenceId id, SequenceOptions options) {
+  check_options(options);
+  get(id).options = options;
 }
 
 void Scheduler::append(SequenceId id, std::span<const std::int32_t> tokens) {
@@ -52,6 +68,7 @@ SequenceId Scheduler::fork(SequenceId id) {
   const Sequence& parent = get(id);
   Sequence child;
   child.tokens = parent.tokens;
+  child.options = parent.options;
   if (parent.kv_seq >= 0) child.kv_seq = kv_.fork(parent.kv_seq);
   const SequenceId child_id = next_id_++;
   if (child.kv_seq >= 0) {
@@ -137,9 +154,11 @@ Step Scheduler::schedule() {
     budget -= n;
     return true;
   };
+  // Tokens left to compute, as many as the sequence takes in one step.
   auto pending = [&](SequenceId id) {
     const Sequence& s = sequences_.at(id);
-    return static_cast<std::int32_t>(s.tokens.size()) - s.n_computed;
+    const auto left = static_cast<std::int32_t>(s.tokens.size()) - s.n_computed;
+    return s.options.max_chunk > 0 ? std::min(left, s.options.max_chunk) : left;
   };
   auto is_running = [&](SequenceId id) { return std::find(running_.begin(), running_.end(), id) != running_.end(); };
 
@@ -162,9 +181,10 @@ Step Scheduler::schedule() {
     const SequenceId id = waiting_.front();
     Sequence& s = get(id);
     s.kv_seq = kv_.create();
-    const std::int32_t covered = kv_.attach_prefix(s.kv_seq, s.tokens);
+    const std::int32_t covered = s.options.reuse_prefix ? kv_.attach_prefix(s.kv_seq, s.tokens) : 0;
     s.n_computed = covered;
-    const std::int32_t n = std::min(static_cast<std::int32_t>(s.tokens.size()) - covered, budget);
+    std::int32_t n = std::min(static_cast<std::int32_t>(s.tokens.size()) - covered, budget);
+    if (s.options.max_chunk > 0) n = std::min(n, s.options.max_chunk);
     if (!kv_.reserve(s.kv_seq, covered + n)) {
       kv_.release(s.kv_seq);
       s.kv_seq = -1;

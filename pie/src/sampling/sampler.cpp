@@ -34,6 +34,41 @@ bool better(const C& a, const C& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
+// out.logprob: the log-softmax of `logits` (whose maximum is `max`) at out.token; out.top: the `top` best
+// tokens (lowest id first on ties) with theirs. One function for sampled tokens and prompt tokens, so that
+// a token's logprob is the same number whichever way it is asked for. weights and sums: scratch.
+void fill_logprobs(std::span<const float> logits, float max, std::int32_t top, std::vector<float>& weights,
+                   std::vector<double>& sums, SampledToken& out) {
+  const std::size_t n = logits.size();
+  weights.resize(n);
+  sums.resize((n + sampling_detail::kSumBlock - 1) / sampling_detail::kSumBlock);
+  sampling_detail::exp_shifted(logits, max, 1.0f, 0.0f, weights.data());
+  const double sum = sampling_detail::block_sums(weights, sums.data());
+  const double lse = static_cast<double>(max) + std::log(sum);
+  out.logprob = static_cast<float>(static_cast<double>(logits[std::size_t(out.token)]) - lse);
+  if (top <= 0) return;
+  // The best allowed tokens, lowest id first on ties: a small sorted array, one pass.
+  const auto want = static_cast<std::size_t>(top);
+  TokenLogprob best[20];
+  std::size_t have = 0;
+  float threshold = -kInf;  // the worst kept once full: only better logits can enter
+  for (std::size_t i = sampling_detail::next_above(logits, 0, threshold); i < n;
+       i = sampling_detail::next_above(logits, i + 1, threshold)) {
+    const float x = logits[i];
+    std::size_t pos = have < want ? have++ : want - 1;
+    while (pos > 0 && best[pos - 1].logprob < x) {
+      best[pos] = best[pos - 1];
+      --pos;
+    }
+    best[pos] = {static_cast<std::int32_t>(i), x};
+    if (have == want) threshold = best[want - 1].logprob;
+  }
+  out.top.reserve(have);
+  for (std::size_t j = 0; j < have; ++j) {
+    out.top.push_back({best[j].token, static_cast<float>(static_cast<double>(best[j].logprob) - lse)});
+  }
+}
+
 // out = the k best finite logits, best first (lowest id on ties): a heap of k scanned over the
 // vocabulary, so the cost is one compare per token plus rare heap updates.
 template <class Vec>
@@ -280,35 +315,27 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const std::uint3
   out.token = params_.temperature > 0.0f ? sample_truncated(logits, max, u) : best;
 
   if (params_.logprobs || params_.top_logprobs > 0) {
-    weights_.resize(n);
-    block_sums_.resize((n + sampling_detail::kSumBlock - 1) / sampling_detail::kSumBlock);
-    sampling_detail::exp_shifted(logits, max, 1.0f, 0.0f, weights_.data());
-    const double sum = sampling_detail::block_sums(weights_, block_sums_.data());
-    const double lse = static_cast<double>(max) + std::log(sum);
-    out.logprob = static_cast<float>(static_cast<double>(logits[std::size_t(out.token)]) - lse);
-    if (params_.top_logprobs > 0) {
-      // The best allowed tokens, lowest id first on ties: a small sorted array, one pass.
-      const auto want = static_cast<std::size_t>(params_.top_logprobs);
-      TokenLogprob top[20];
-      std::size_t have = 0;
-      float threshold = -kInf;  // the worst kept once full: only better logits can enter
-      for (std::size_t i = sampling_detail::next_above(logits, 0, threshold); i < n;
-           i = sampling_detail::next_above(logits, i + 1, threshold)) {
-        const float x = logits[i];
-        std::size_t pos = have < want ? have++ : want - 1;
-        while (pos > 0 && top[pos - 1].logprob < x) {
-          top[pos] = top[pos - 1];
-          --pos;
-        }
-        top[pos] = {static_cast<std::int32_t>(i), x};
-        if (have == want) threshold = top[want - 1].logprob;
-      }
-      out.top.reserve(have);
-      for (std::size_t j = 0; j < have; ++j) {
-        out.top.push_back({top[j].token, static_cast<float>(static_cast<double>(top[j].logprob) - lse)});
-      }
-    }
+    fill_logprobs(logits, max, params_.top_logprobs, weights_, block_sums_, out);
   }
+  return out;
+}
+
+SampledToken token_logprob(std::span<const float> logits, std::int32_t token, std::int32_t top_logprobs) {
+  if (token < 0 || static_cast<std::size_t>(token) >= logits.size()) {
+    throw Error("[sampler] token_logprob: token " + std::to_string(token) + " is outside the " +
+                std::to_string(logits.size()) + " logits");
+  }
+  if (top_logprobs < 0 || top_logprobs > 20) {
+    throw Error("[sampler] token_logprob: top_logprobs must be in [0, 20], got " + std::to_string(top_logprobs));
+  }
+  const sampling_detail::MaxResult mr = sampling_detail::find_max(logits);
+  if (mr.bad >= 0) throw Error("[sampler] token_logprob: logit of token " + std::to_string(mr.bad) + " is not finite");
+  if (mr.first < 0) throw Error("[sampler] token_logprob: every logit is -inf");
+  SampledToken out;
+  out.token = token;
+  std::vector<float> weights;
+  std::vector<double> sums;
+  fill_logprobs(logits, mr.max, top_logprobs, weights, sums, out);
   return out;
 }
 

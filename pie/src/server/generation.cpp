@@ -103,9 +103,11 @@ std::string Generation::next_chunk(std::chrono::milliseconds wait) {
                                          setup_.include_usage));
       }
     } else if (setup_.api == Api::openai_completion && setup_.echo) {
-      for (const ChoiceOutput& choice : choices_) {
-        out += sse_event(completion_chunk_json(setup_.header, choice.index(), prepared_.prompt_text,
-                                               std::nullopt, nullptr, setup_.include_usage));
+      // With prompt logprobs the echo waits for them (the stream's first event).
+      if (prepared_.request.prompt_logprobs) {
+        echo_pending_ = true;
+      } else {
+        out += echo_chunks();
       }
     }
     if (!out.empty()) return out;
@@ -126,8 +128,26 @@ std::string Generation::next_chunk(std::chrono::milliseconds wait) {
   return out;
 }
 
+std::string Generation::echo_chunks() const {
+  std::string out;
+  const Json logprobs = prepared_.request.prompt_logprobs
+                            ? prompt_logprobs_json(prepared_.request.prompt, prompt_logprobs_, *model_.model().tokenizer)
+                            : Json();
+  for (const ChoiceOutput& choice : choices_) {
+    out += sse_event(completion_chunk_json(setup_.header, choice.index(), prepared_.prompt_text, std::nullopt,
+                                           logprobs, setup_.include_usage));
+  }
+  return out;
+}
+
 std::string Generation::on_event(const Event& event) {
   std::string out;
+  if (!event.prompt_logprobs.empty()) prompt_logprobs_ = event.prompt_logprobs;
+  if (echo_pending_ && setup_.stream) {
+    // The prompt logprobs come first, if at all (a one-token prompt has none): the echo goes out now.
+    echo_pending_ = false;
+    out += echo_chunks();
+  }
   if (!event.tokens.empty() && !first_token_) first_token_ = event.time;
   tokens_seen_ += static_cast<std::int64_t>(event.tokens.size());
   if (event.done) {
@@ -307,9 +327,17 @@ std::string Generation::response_body() {
       Json choices = Json::array();
       for (const ChoiceOutput& c : choices_) {
         std::string prefix = setup_.echo ? prepared_.prompt_text : std::string();
+        Json choice_logprobs;
+        if (logprobs) {
+          choice_logprobs = completion_logprobs_json(c.logprobs(), tok, prefix.size());
+          if (prepared_.request.prompt_logprobs) {
+            choice_logprobs = concat_completion_logprobs(
+                prompt_logprobs_json(prepared_.request.prompt, prompt_logprobs_, tok), choice_logprobs);
+          }
+        }
         choices.push_back(Json{{"index", c.index()},
                                {"text", prefix + c.text()},
-                               {"logprobs", logprobs ? completion_logprobs_json(c.logprobs(), tok, prefix.size()) : Json()},
+                               {"logprobs", std::move(choice_logprobs)},
                                {"finish_reason", c.finish_reason_name()}});
       }
       body["choices"] = std::move(choices);

@@ -56,6 +56,7 @@ class Generation {
 
  private:
   std::string on_event(const Event& event);
+  std::string echo_chunks() const;  // the echoed prompt, one chunk per choice (with its logprobs if asked)
   std::string choice_finished(ChoiceOutput& choice);
   std::string on_done();
   std::string error_event(const std::string& message) const;
@@ -67,6 +68,8 @@ class Generation {
   GenerationSetup setup_;
   std::shared_ptr<RequestStream> stream_;
   std::vector<ChoiceOutput> choices_;
+  std::vector<SampledToken> prompt_logprobs_;  // Event::prompt_logprobs, once received
+  bool echo_pending_ = false;                  // streaming echo held back for the prompt logprobs
   Usage usage_;
   std::int64_t tokens_seen_ = 0;
   bool started_ = false;

@@ -71,6 +71,40 @@ Json completion_logprobs_json(const std::vector<SampledToken>& logprobs, const t
               {"top_logprobs", std::move(top)}, {"text_offset", std::move(offsets)}};
 }
 
+Json prompt_logprobs_json(std::span<const std::int32_t> prompt, const std::vector<SampledToken>& logprobs,
+                          const tokenizers::Tokenizer& tokenizer) {
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+  // Offsets follow the decoded text (special tokens write none, a split character counts once whole).
+  tokenizers::StreamingDetokenizer detok(tokenizer, tokenizers::DecodeOptions{.skip_special = true});
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    tokens.push_back(token_string(tokenizer.token_bytes(prompt[i])));
+    offsets.push_back(offset);
+    offset += detok.push(prompt[i]).size();
+    if (i == 0 || i - 1 >= logprobs.size()) {  // the first token has none (nor would a short list)
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
+    const SampledToken& t = logprobs[i - 1];
+    token_logprobs.push_back(finite(t.logprob));
+    Json alternatives = Json::object();
+    for (const TokenLogprob& alt : t.top) {
+      alternatives[token_string(tokenizer.token_bytes(alt.token))] = finite(alt.logprob);
+    }
+    top.push_back(std::move(alternatives));
+  }
+  return Json{{"tokens", std::move(tokens)}, {"token_logprobs", std::move(token_logprobs)},
+              {"top_logprobs", std::move(top)}, {"text_offset", std::move(offsets)}};
+}
+
+Json concat_completion_logprobs(Json first, const Json& second) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const Json& v : second.at(key)) first.at(key).push_back(v);
+  }
+  return first;
+}
+
 Json chat_message_json(const ParsedOutput& parsed) {
   Json message;
   message["role"] = "assistant";

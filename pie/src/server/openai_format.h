@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,15 @@ Json chat_logprobs_json(const std::vector<SampledToken>& logprobs, const tokeniz
 // first token's text starts in the returned text.
 Json completion_logprobs_json(const std::vector<SampledToken>& logprobs, const tokenizers::Tokenizer& tokenizer,
                               std::size_t offset);
+
+// The echoed prompt's legacy logprobs (echo with logprobs, as the legacy OpenAI API and vLLM return them):
+// every prompt token, the first one's logprob and alternatives null, the others' from `logprobs`
+// (Event::prompt_logprobs: prompt token i + 1 at i); text_offset where each token's text starts in the
+// prompt's decoded text.
+Json prompt_logprobs_json(std::span<const std::int32_t> prompt, const std::vector<SampledToken>& logprobs,
+                          const tokenizers::Tokenizer& tokenizer);
+// Two legacy logprobs objects one after the other (the echoed prompt's, then the output's).
+Json concat_completion_logprobs(Json first, const Json& second);
 
 // The message of a finished chat choice: role, content (null with tool calls and no text),
 // reasoning_content when any, tool_calls when any.

@@ -226,6 +226,8 @@ PreparedRequest prepare_completion(const ServedModel& model, const CompletionReq
   }
   if (out.request.prompt.empty()) throw ApiError::invalid("'prompt' is empty", "prompt");
   fill_common(model, r.params, out);
+  // The echoed prompt comes with its tokens' logprobs, as the legacy API and vLLM give them.
+  out.request.prompt_logprobs = r.echo && r.params.sampling.logprobs;
   out.request.grammar = constraint_grammar(r.params.constraint, model.json_layout());
   return out;
 }

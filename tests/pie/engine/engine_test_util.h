@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -24,6 +25,9 @@ struct RunResult {
   std::vector<SampleResult> samples;
   Usage usage;
   bool done = false;
+  std::vector<SampledToken> prompt_logprobs;  // from the events that carried them
+  int prompt_logprobs_events = 0;
+  bool prompt_logprobs_after_tokens = false;  // such an event came after a token
 };
 
 // Reads a stream to its done event (failing the test after `timeout`).
@@ -40,6 +44,12 @@ inline RunResult collect(RequestStream& stream, std::chrono::seconds timeout = s
       out.usage = e->usage;
       out.done = true;
       break;
+    }
+    if (!e->prompt_logprobs.empty()) {
+      ++out.prompt_logprobs_events;
+      out.prompt_logprobs_after_tokens |= std::any_of(out.samples.begin(), out.samples.end(),
+                                                      [](const SampleResult& s) { return !s.tokens.empty(); });
+      out.prompt_logprobs.insert(out.prompt_logprobs.end(), e->prompt_logprobs.begin(), e->prompt_logprobs.end());
     }
     if (out.samples.size() <= static_cast<std::size_t>(e->index)) out.samples.resize(e->index + 1);
     SampleResult& s = out.samples[static_cast<std::size_t>(e->index)];

@@ -198,6 +198,47 @@ TEST(Scheduler, ReadmissionReusesThePrefixCache) {
   EXPECT_EQ(s.n_computed(a), 40);
 }
 
+// A sequence that needs the logits of its prompt positions: no cached prefix, chunks of at most
+// max_chunk tokens; set_options lifts both (forks made later inherit the sequence's options).
+TEST(Scheduler, SequenceOptionsBypassTheCacheAndBoundChunks) {
+  FakePages pages(100);
+  pages.cached_prefix = 32;
+  Scheduler s({.max_running = 4, .max_batch_tokens = 64}, pages);
+  const SequenceId a = s.add(prompt(40), {.reuse_prefix = false, .max_chunk = 16});
+  std::vector<std::int32_t> chunks;
+  while (s.n_computed(a) < 40) {
+    Step step = run_step(s);
+    ASSERT_EQ(step.chunks.size(), 1u);
+    if (!step.admitted.empty()) {
+      EXPECT_EQ(step.admitted[0].second, 0);
+    }
+    EXPECT_EQ(step.chunks[0].begin, s.n_computed(a) - step.chunks[0].n_tokens);
+    chunks.push_back(step.chunks[0].n_tokens);
+  }
+  EXPECT_EQ(chunks, (std::vector<std::int32_t>{16, 16, 8}));
+  // A second sequence with the default options takes the cached prefix and one chunk.
+  const SequenceId b = s.add(prompt(40));
+  Step step = run_step(s);
+  for (const auto& c : step.chunks) {
+    if (c.id == b) {
+      EXPECT_EQ(c.begin, 32);
+    }
+  }
+  s.set_options(a, {.reuse_prefix = true, .max_chunk = 2});
+  const std::vector<std::int32_t> more(10, 3);
+  s.append(a, more);
+  step = s.schedule();
+  for (const auto& c : step.chunks) {
+    if (c.id == a) {
+      EXPECT_EQ(c.n_tokens, 2);
+    }
+  }
+  s.complete(step);
+  EXPECT_THROW(s.add(prompt(3), {.max_chunk = -1}), Error);
+  EXPECT_THROW(s.set_options(a, {.max_chunk = -1}), Error);
+  EXPECT_THROW(s.set_options(999, {}), Error);
+}
+
 TEST(Scheduler, NeverLosesARequestUnderPagePressure) {
   // 6 pages, 8 sequences that each grow to 40 tokens (3 pages): constant preemption, all finish.
   FakePages pages(6);

@@ -401,6 +401,41 @@ TEST(SamplerTest, LogprobsAgainstADirectComputation) {
   EXPECT_TRUE(s0.sample(l0, {}, {}, {}).top.empty());
 }
 
+// A prompt token's logprob: the log-softmax of the raw logits, the same bits as a sampled token's with
+// no processor, at any token (not only the best), with its alternatives; bad input is an error.
+TEST(SamplerTest, TokenLogprobOfRawLogits) {
+  const std::vector<float> base = random_logits(1000, 11);
+  double z = 0;
+  for (float x : base) z += std::exp(static_cast<double>(x));
+  for (std::int32_t token : {0, 17, 999}) {
+    const pie::SampledToken t = pie::token_logprob(base, token, 4);
+    EXPECT_EQ(t.token, token);
+    EXPECT_NEAR(t.logprob, base[std::size_t(token)] - std::log(z), 1e-5);
+    ASSERT_EQ(t.top.size(), 4u);
+    EXPECT_GE(t.top[0].logprob, t.top[3].logprob);
+  }
+  SamplingParams p = greedy();
+  p.logprobs = true;
+  p.top_logprobs = 4;
+  Sampler s(p, 1);
+  std::vector<float> l = base;
+  const pie::SampledToken sampled = s.sample(l, {}, {}, {});
+  const pie::SampledToken direct = pie::token_logprob(base, sampled.token, 4);
+  EXPECT_EQ(direct.logprob, sampled.logprob);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(direct.top[i].token, sampled.top[i].token);
+    EXPECT_EQ(direct.top[i].logprob, sampled.top[i].logprob);
+  }
+  EXPECT_TRUE(pie::token_logprob(base, 3, 0).top.empty());
+  EXPECT_THROW(pie::token_logprob(base, 1000, 0), pie::Error);
+  EXPECT_THROW(pie::token_logprob(base, -1, 0), pie::Error);
+  EXPECT_THROW(pie::token_logprob(base, 0, 21), pie::Error);
+  std::vector<float> bad = base;
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(pie::token_logprob(bad, 0, 0), pie::Error);
+  EXPECT_THROW(pie::token_logprob(std::vector<float>(4, -kInf), 0, 0), pie::Error);
+}
+
 TEST(SamplerTest, LargeVocabularyTruncation) {
   // 128k tokens, a peaked distribution: the nucleus is small and the whole vocabulary is never needed.
   const std::vector<float> base = random_logits(128256, 5, 4.0f);

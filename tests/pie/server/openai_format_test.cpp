@@ -1,6 +1,7 @@
 // Response formatting: messages with tool calls, stream deltas, chunks, usage, SSE framing.
 #include <gtest/gtest.h>
 
+#include "pie/engine.h"
 #include "server/openai_format.h"
 
 namespace pie::server {
@@ -24,6 +25,35 @@ TEST(OpenAIFormat, MessageWithToolCallsHasNullContent) {
   EXPECT_EQ(t["content"], "hi");
   EXPECT_EQ(t["reasoning_content"], "hmm");
   EXPECT_FALSE(t.contains("tool_calls"));
+}
+
+// The echoed prompt's legacy logprobs: every prompt token, the first one's logprob and alternatives null,
+// offsets in the prompt's text; then the output's after them.
+TEST(OpenAIFormat, PromptLogprobsOfAnEcho) {
+  const tokenizers::Tokenizer& tok = *random_model()->tokenizer;
+  const std::vector<std::int32_t> prompt = tok.encode("Hi there");
+  ASSERT_GE(prompt.size(), 2u);
+  std::vector<SampledToken> logprobs;
+  for (std::size_t i = 1; i < prompt.size(); ++i) {
+    logprobs.push_back({prompt[i], -0.5f * static_cast<float>(i), {{prompt[i], -0.5f * static_cast<float>(i)}}});
+  }
+  Json p = prompt_logprobs_json(prompt, logprobs, tok);
+  ASSERT_EQ(p["tokens"].size(), prompt.size());
+  std::string spelled;
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    EXPECT_EQ(p["text_offset"][i], spelled.size());
+    spelled += p["tokens"][i].get<std::string>();
+  }
+  EXPECT_EQ(spelled, "Hi there");
+  EXPECT_TRUE(p["token_logprobs"][0].is_null());
+  EXPECT_TRUE(p["top_logprobs"][0].is_null());
+  EXPECT_EQ(p["token_logprobs"][1], -0.5);
+  EXPECT_EQ(p["top_logprobs"][1].size(), 1u);
+  const Json output = completion_logprobs_json({{prompt[0], -1.0f, {}}}, tok, spelled.size());
+  const Json both = concat_completion_logprobs(p, output);
+  ASSERT_EQ(both["tokens"].size(), prompt.size() + 1);
+  EXPECT_EQ(both["token_logprobs"].back(), -1.0);
+  EXPECT_EQ(both["text_offset"].back(), spelled.size());
 }
 
 TEST(OpenAIFormat, StreamedToolCallDeltas) {

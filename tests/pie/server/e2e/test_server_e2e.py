@@ -300,7 +300,23 @@ def test_completions(server):
     echo = c.completions.create(model=server.model, prompt="Hello", max_tokens=3, temperature=0, echo=True,
                                 logprobs=2)
     expect(echo.choices[0].text.startswith("Hello"), "echo")
-    expect(len(echo.choices[0].logprobs.tokens) == echo.usage.completion_tokens, "completion logprobs")
+    lp = echo.choices[0].logprobs
+    n_tokens = echo.usage.prompt_tokens + echo.usage.completion_tokens
+    expect(len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == n_tokens, f"echo logprobs: {lp}")
+    expect(lp.token_logprobs[0] is None and lp.top_logprobs[0] is None, "the first prompt token has a logprob")
+    expect(all(x <= 0 for x in lp.token_logprobs[1:]), f"logprobs: {lp.token_logprobs}")
+    expect(all(len(t) == 2 for t in lp.top_logprobs[1:]), f"alternatives: {lp.top_logprobs}")
+    expect("".join(lp.tokens) == echo.choices[0].text, f"tokens {lp.tokens} do not spell the text")
+    # Streamed: the echo chunk carries the prompt's logprobs, the later chunks the output's.
+    streamed = {"tokens": [], "token_logprobs": []}
+    for chunk in c.completions.create(model=server.model, prompt="Hello", max_tokens=3, temperature=0, echo=True,
+                                      logprobs=2, stream=True):
+        for ch in chunk.choices:
+            if ch.logprobs:
+                streamed["tokens"] += ch.logprobs.tokens
+                streamed["token_logprobs"] += ch.logprobs.token_logprobs
+    expect(streamed["tokens"] == lp.tokens, f"streamed {streamed['tokens']} != {lp.tokens}")
+    expect(streamed["token_logprobs"] == lp.token_logprobs, "streamed logprobs differ")
     text = ""
     for chunk in c.completions.create(model=server.model, prompt="Once upon a time", max_tokens=8,
                                       temperature=0, stream=True):
