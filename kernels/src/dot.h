@@ -54,6 +54,7 @@ struct TileKernels {
 };
 TileKernels tile_blocks_avx512(tensor::DType w);
 TileKernels tile_k_avx512(tensor::DType w);
+TileKernels tile_blocks_avx2(tensor::DType w);  // the same for q4_1, q5_0, q5_1 on AVX2 (dot_tile_blocks_avx2.cpp)
 inline TileKernels tile_avx512(tensor::DType w) {
   const TileKernels blocks = tile_blocks_avx512(w);
   return blocks.dot != nullptr ? blocks : tile_k_avx512(w);

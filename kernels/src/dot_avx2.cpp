@@ -113,7 +113,10 @@ void quantize_q8_K(const float* x, void* vy, std::int64_t n) {
 }  // namespace
 }  // namespace avx2
 
-DotFn dot_avx2_fn(tensor::DType w) { return avx2::table_fn(w); }
+DotFn dot_avx2_fn(tensor::DType w) {
+  const DotFn tile = tile_blocks_avx2(w).dot;  // takes packed activations, as matmul and vec_dot give it
+  return tile != nullptr ? tile : avx2::table_fn(w);
+}
 
 QuantizeFn quantize_avx2_fn(tensor::DType t) {
   if (t == tensor::DType::q8_0) return avx2::quantize_q8_0;

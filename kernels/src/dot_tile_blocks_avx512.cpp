@@ -1,13 +1,13 @@
 // AVX-512/VNNI kernels of q4_1, q5_0 and q5_1 weights against q8_0 activations: one template of R weight
 // rows x T tokens. matvec runs it with R = T = 1 (one sequential weight stream: several rows at once read
 // from DRAM at 0.5-0.7x the one-row rate on the development machine, software prefetch or not), matmul with
-// four rows (two passes of two, which keeps every accumulator in a register) x 1..4 tokens, so each weight
+// four rows (two passes of two, which keeps every accumulator in a register) x 1..8 tokens, so each weight
 // unpack serves every token of the tile and each activation load every row.
 //
 // Four blocks per step, split in halves: one zmm holds elements 0..15 of blocks 4g..4g+3 (16 bytes each),
 // another elements 16..31, so two vpdpbusd leave each block's sum in 4 lanes (not 8) and the f32 scaling
 // below runs once per four blocks. The activations are first repacked into that layout with their scales as
-// f32 (ActGroup, pack_q8_0), once per token.
+// f32 (ActGroup, act_pack.h), once per token.
 //
 // Per group and (row, token), with q the weight levels as u8 (q4_1: the nibble; q5_x: nibble | bit << 4)
 // and y the activation levels:
@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "act_pack.h"
 #include "dot.h"
 #include "quant_common.h"
 
@@ -45,40 +46,7 @@ using tensor::BlockQ8_0;
 
 #include "tile_avx512.inl"
 
-constexpr int kGroup = 4;  // blocks per step
-
-// Four q8_0 blocks of one token in the kernels' layout (zeros for blocks past the end of the row).
-struct ActGroup {
-  std::int8_t lo[64];   // elements 0..15 of block b at 16 b
-  std::int8_t hi[64];   // elements 16..31
-  float d[4];           // d_y
-  float s[4];           // d_y * sum(y)
-  std::int32_t sum[4];  // sum(y)
-  std::int32_t pad[4];
-};
-static_assert(sizeof(ActGroup) == 192);
-
-std::int64_t n_groups(std::int64_t n) { return (n / kQK + kGroup - 1) / kGroup; }
-
-std::size_t packed_bytes(std::int64_t n) { return static_cast<std::size_t>(n_groups(n)) * sizeof(ActGroup); }
-
-void pack_q8_0(const void* x, void* out, std::int64_t n) {
-  const auto* b = static_cast<const BlockQ8_0*>(x);
-  auto* g = static_cast<ActGroup*>(out);
-  const std::int64_t nb = n / kQK;
-  std::memset(out, 0, packed_bytes(n));
-  for (std::int64_t i = 0; i < nb; ++i) {
-    ActGroup& a = g[i / kGroup];
-    const int k = static_cast<int>(i % kGroup);
-    std::memcpy(a.lo + 16 * k, b[i].qs, 16);
-    std::memcpy(a.hi + 16 * k, b[i].qs + 16, 16);
-    int sum = 0;
-    for (int j = 0; j < kQK; ++j) sum += b[i].qs[j];
-    a.d[k] = fp16c(b[i].d);
-    a.sum[k] = sum;
-    a.s[k] = a.d[k] * static_cast<float>(sum);
-  }
-}
+constexpr int kGroup = kActGroupBlocks;  // blocks per step
 
 inline std::uint32_t load_u32(const void* p) {
   std::uint32_t v;
@@ -88,7 +56,8 @@ inline std::uint32_t load_u32(const void* p) {
 
 // Lane l of the result: v[l / 4] (each block's value in its 4 lanes), and v[l / 4] in lane 4 b only.
 inline __m512 per_block(__m128 v) {
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(v));
+  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 inline __m512i first_lane_i32(__m128i v) {
   return _mm512_maskz_permutexvar_epi32(0x1111, _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
@@ -146,17 +115,19 @@ inline void fifth_bits(const Block* a, int count, WGroup& w) {
   const __m128i qh = gather_u32(a, offsetof(Block, qh), count);
   const __m128i halves = _mm_shuffle_epi8(qh, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
   const __m512i sixteen = _mm512_set1_epi8(16);
-  w.lo = _mm512_mask_add_epi8(w.lo, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(halves))), w.lo, sixteen);
-  w.hi = _mm512_mask_add_epi8(w.hi, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_extract_epi64(halves, 1))), w.hi,
-                              sixteen);
+  const __mmask64 lo = _cvtu64_mask64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(halves)));
+  const __mmask64 hi = _cvtu64_mask64(static_cast<std::uint64_t>(_mm_extract_epi64(halves, 1)));
+  w.lo = _mm512_mask_add_epi8(w.lo, lo, w.lo, sixteen);
+  w.hi = _mm512_mask_add_epi8(w.hi, hi, w.hi, sixteen);
 }
 
 // d and m (two halves at the start of the block) per lane.
 template <typename Block>
 inline void scales_mins(const Block* a, int count, WGroup& w) {
   const __m256 dm = _mm256_cvtph_ps(gather_u32(a, 0, count));  // [d0 m0 d1 m1 d2 m2 d3 m3]
-  w.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6), _mm512_castps256_ps512(dm));
-  w.m = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), _mm512_castps256_ps512(dm));
+  const __m512 v = _mm512_castps256_ps512(dm);
+  w.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6), v);
+  w.m = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), v);
 }
 
 struct Q4_1 {
@@ -241,7 +212,8 @@ inline void product_half(const WGroup& w, const XGroup& x, __m512& acc) {
   const __m256i dot = _mm256_dpbusd_epi32(lo, _mm512_castsi512_si256(w.hi),
                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.g->hi)));
   __m256 a = _mm512_castps512_ps256(acc);
-  a = _mm256_fmadd_ps(_mm256_mul_ps(_mm512_castps512_ps256(w.d), _mm512_castps512_ps256(x.d)), _mm256_cvtepi32_ps(dot), a);
+  const __m256 scale = _mm256_mul_ps(_mm512_castps512_ps256(w.d), _mm512_castps512_ps256(x.d));
+  a = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), a);
   if constexpr (W::kMin) a = _mm256_fmadd_ps(_mm512_castps512_ps256(w.m), _mm512_castps512_ps256(x.s), a);
   acc = _mm512_insertf32x8(acc, a, 0);
 }
@@ -254,7 +226,9 @@ void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std:
   const Block* a[R];
   for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const Block*>(static_cast<const unsigned char*>(w) + r * stride);
   const ActGroup* b[T];
-  for (int t = 0; t < T; ++t) b[t] = reinterpret_cast<const ActGroup*>(static_cast<const unsigned char*>(x) + t * x_stride);
+  for (int t = 0; t < T; ++t) {
+    b[t] = reinterpret_cast<const ActGroup*>(static_cast<const unsigned char*>(x) + t * x_stride);
+  }
   const std::int64_t nb = n / kQK, full = nb / kGroup;
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r) {
@@ -319,9 +293,9 @@ void tile_any(std::int64_t n, const void* w, std::size_t stride, const void* x, 
 TileKernels tile_blocks_avx512(tensor::DType w) {
   using namespace avx512_blocks;
   switch (w) {
-    case tensor::DType::q4_1: return {dot1<Q4_1>, tile_any<Q4_1>, pack_q8_0, packed_bytes};
-    case tensor::DType::q5_0: return {dot1<Q5_0>, tile_any<Q5_0>, pack_q8_0, packed_bytes};
-    case tensor::DType::q5_1: return {dot1<Q5_1>, tile_any<Q5_1>, pack_q8_0, packed_bytes};
+    case tensor::DType::q4_1: return {dot1<Q4_1>, tile_any<Q4_1>, act_pack_q8_0, act_packed_bytes};
+    case tensor::DType::q5_0: return {dot1<Q5_0>, tile_any<Q5_0>, act_pack_q8_0, act_packed_bytes};
+    case tensor::DType::q5_1: return {dot1<Q5_1>, tile_any<Q5_1>, act_pack_q8_0, act_packed_bytes};
     default: return {};
   }
 }

@@ -28,6 +28,7 @@ detail::DotFn pick_dot(DType w, Isa isa, const char* op) {
 // The repacking the ISA's kernel of w wants of its activations (none: they are taken as vec_dot_type rows).
 detail::TileKernels pick_tile(DType w, Isa isa) {
   if (isa == Isa::avx512 && isa_supported(Isa::avx512)) return detail::tile_avx512(w);
+  if (isa != Isa::scalar && isa_supported(Isa::avx2)) return detail::tile_blocks_avx2(w);
   return {};
 }
 
@@ -156,12 +157,13 @@ Product prepare(const MatmulParams& p, std::int64_t n_tokens, float* y, Isa isa)
   const bool avx512 = isa == Isa::avx512 && isa_supported(Isa::avx512);
   q.dot4 = avx512 ? detail::dot4_avx512_fn(p.w_type) : nullptr;
   q.dot4x3 = q.dot4 != nullptr && n_tokens >= 3 ? detail::dot4x3_avx512_fn(p.w_type) : nullptr;
-  // Quantized types: four rows x up to four tokens per weight load (same bits per product as dot). Not for
-  // one token: there the one-row kernel streams the weights faster (measured, docs/PERFORMANCE.md).
-  q.dot4xt = avx512 && n_tokens >= 2 ? detail::dot4xt_avx512_fn(p.w_type) : nullptr;
-  q.act = vec_dot_type(p.w_type);
-  q.act_bytes = q.act == DType::f32 ? static_cast<std::size_t>(p.n_in) * sizeof(float) : tensor::row_bytes(q.act, p.n_in);
+  // Quantized types: four rows x up to kDot4xTMaxTokens tokens per weight load (same bits per product as
+  // dot). Not for one token: there the one-row kernel streams the weights faster (docs/PERFORMANCE.md).
   const detail::TileKernels tile = pick_tile(p.w_type, isa);
+  if (n_tokens >= 2) q.dot4xt = avx512 ? detail::dot4xt_avx512_fn(p.w_type) : tile.dot4xt;
+  q.act = vec_dot_type(p.w_type);
+  q.act_bytes = q.act == DType::f32 ? static_cast<std::size_t>(p.n_in) * sizeof(float)
+                                    : tensor::row_bytes(q.act, p.n_in);
   if (tile.pack != nullptr) {
     q.pack = tile.pack;
     q.act_bytes = tile.packed_bytes(p.n_in);
@@ -300,7 +302,8 @@ void matmul_multi(std::span<const MatmulParams> ps, const float* x, std::int64_t
     }
   }
   for (std::size_t i = 0; i < ps.size(); ++i) {
-    prod[i].xq = prod[i].act == DType::f32 ? reinterpret_cast<const unsigned char*>(x) : buf.data() + layouts[find(prod[i])].offset;
+    prod[i].xq = prod[i].act == DType::f32 ? reinterpret_cast<const unsigned char*>(x)
+                                           : buf.data() + layouts[find(prod[i])].offset;
   }
   // Every product's rows as one range: one parallel region for the lot.
   std::int64_t first[kMaxProducts + 1] = {0};

@@ -25,8 +25,9 @@ inline __m512i load_pair(const void* p0, const void* p1) {
 // Two blocks' 16 bytes of nibbles -> 64 u8 levels: block 0's elements 0..31 (low nibbles then high ones,
 // as bytes_from_nibbles_32), then block 1's.
 inline __m512i nibbles_pair(const std::uint8_t* q0, const std::uint8_t* q1) {
-  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0))),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)), 1);  // [q0 | q1]
+  const __m128i l0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q0));
+  const __m128i l1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1));
+  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(l0), l1, 1);  // [q0 | q1]
   const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);  // [q0 q1 q0>>4 q1>>4]
   return _mm512_and_si512(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
 }
