@@ -31,7 +31,7 @@ def gguf_seeds(data, out):
             with open(os.path.join(out, "head-" + name), "wb") as f:
                 f.write(head)
     here = os.path.dirname(os.path.abspath(__file__))
-    writer = os.path.join(here, "..", "tests", "tokenizers", "gguf_py_writer.py")
+    writer = os.path.join(here, "..", "tests", "tensor", "gguf_py_writer.py")
     subprocess.run([sys.executable, writer, os.path.join(out, "gguf-py-all-types.gguf"),
                     os.path.join(out, "..", "gguf-py-all-types.json")], check=False)
     try:

@@ -1,4 +1,4 @@
-// libFuzzer target: tokenizers::gguf::File::parse on arbitrary bytes. Any input must either parse or
+// libFuzzer target: tensor::gguf::File::parse on arbitrary bytes. Any input must either parse or
 // throw FormatError; a parsed file's metadata and tensor data must be readable without going out of bounds.
 // A file that parses is then loaded as a tokenizer (tokenizer.ggml.* metadata), which must either work
 // (encode and decode a text) or throw a tokenizers::Error.
@@ -7,10 +7,11 @@
 #include <span>
 #include <string>
 
-#include "tokenizers/gguf.h"
+#include "tensor/error.h"
+#include "tensor/gguf.h"
 #include "tokenizers/tokenizer.h"
 
-namespace gguf = tokenizers::gguf;
+namespace gguf = tensor::gguf;
 
 namespace {
 
@@ -28,10 +29,10 @@ std::size_t walk(const gguf::Value& v, std::string_view key) {
         break;
       default:
         // One of the two integer accessors may throw for a value out of its range.
-        try { n += static_cast<std::size_t>(v.as_uint(key) & 1); } catch (const tokenizers::FormatError&) {}
-        try { n += static_cast<std::size_t>(v.as_int(key) & 1); } catch (const tokenizers::FormatError&) {}
+        try { n += static_cast<std::size_t>(v.as_uint(key) & 1); } catch (const tensor::FormatError&) {}
+        try { n += static_cast<std::size_t>(v.as_int(key) & 1); } catch (const tensor::FormatError&) {}
     }
-  } catch (const tokenizers::FormatError&) {
+  } catch (const tensor::FormatError&) {
     __builtin_trap();  // a value's own type accessor must never refuse it
   }
   return n;
@@ -52,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (f.alignment() == 0) __builtin_trap();
     volatile std::size_t sink = n;
     (void)sink;
-  } catch (const tokenizers::FormatError&) {
+  } catch (const tensor::FormatError&) {
     return 0;
   }
   try {

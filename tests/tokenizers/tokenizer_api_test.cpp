@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "shared_data.h"
-#include "tokenizers/gguf.h"
+#include "tensor/gguf.h"
 #include "tokenizers/tokenizer.h"
 
 namespace {
@@ -13,7 +13,7 @@ namespace {
 using tokenizers::EncodeOptions;
 using tokenizers::TokenId;
 using tokenizers::Tokenizer;
-namespace gguf = tokenizers::gguf;
+namespace gguf = tensor::gguf;
 
 const Tokenizer& llama3() {
   static const Tokenizer tok = Tokenizer::load(orchard::testing::shared_data("tokenizers/llama3"));
@@ -232,6 +232,14 @@ TEST(TokenizerApi, SmallGgufVocabulary) {
   EncodeOptions parse;
   parse.parse_special = true;
   EXPECT_EQ(tok.encode("ab<|end|>", parse), (std::vector<TokenId>{256, 258}));
+}
+
+TEST(TokenizerApi, CorruptGgufContainerIsThisLayersFormatError) {
+  // The container reader (tensor/gguf.h) throws tensor errors; the tokenizer API reports its own types.
+  const std::vector<std::uint8_t> bytes = small_bpe_gguf().to_bytes();
+  const std::span<const std::uint8_t> cut(bytes.data(), bytes.size() / 2);
+  const std::string msg = expect_error<tokenizers::FormatError>([&] { Tokenizer::parse(cut, "cut.gguf"); });
+  EXPECT_NE(msg.find("cut.gguf"), std::string::npos) << msg;
 }
 
 TEST(TokenizerApi, MalformedGgufMetadataIsFormatError) {

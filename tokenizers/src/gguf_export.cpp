@@ -56,13 +56,13 @@ std::vector<std::pair<std::string, std::string>> ranked_merges(const Tokenizer::
   return out;
 }
 
-void set_id(gguf::Writer& w, const char* key, const std::optional<TokenId>& id) {
-  if (id) w.set(key, gguf::make_uint32(static_cast<std::uint32_t>(*id)));
+void set_id(tensor::gguf::Writer& w, const char* key, const std::optional<TokenId>& id) {
+  if (id) w.set(key, tensor::gguf::make_uint32(static_cast<std::uint32_t>(*id)));
 }
 
 }  // namespace
 
-void add_gguf_metadata(const Tokenizer& tokenizer, gguf::Writer& writer, std::size_t n_vocab) {
+void add_gguf_metadata(const Tokenizer& tokenizer, tensor::gguf::Writer& writer, std::size_t n_vocab) {
   const Tokenizer::Impl& impl = tokenizer.impl();
   const std::size_t n = impl.n_vocab();
   if (impl.kind == ModelKind::kWordPiece) {
@@ -76,7 +76,7 @@ void add_gguf_metadata(const Tokenizer& tokenizer, gguf::Writer& writer, std::si
   }
   const bool spm = impl.kind == ModelKind::kSentencePiece;
 
-  std::vector<gguf::Value> tokens, scores, types;
+  std::vector<tensor::gguf::Value> tokens, scores, types;
   tokens.reserve(n_vocab);
   types.reserve(n_vocab);
   if (spm) scores.reserve(n_vocab);
@@ -106,26 +106,26 @@ void add_gguf_metadata(const Tokenizer& tokenizer, gguf::Writer& writer, std::si
     if (spm && impl.spm_space != kSpm) text = replace_all(text, impl.spm_space, kSpm);  // llama2.c: ' '
     TokenType type = impl.types[i];
     if (spm && detail::parse_byte_token(text) >= 0 && type == TokenType::kNormal) type = TokenType::kByte;
-    tokens.push_back(gguf::make_string(std::move(text)));
-    types.push_back(gguf::make_int32(static_cast<std::int32_t>(type)));
-    if (spm) scores.push_back(gguf::make_float32(spm_score[i]));
+    tokens.push_back(tensor::gguf::make_string(std::move(text)));
+    types.push_back(tensor::gguf::make_int32(static_cast<std::int32_t>(type)));
+    if (spm) scores.push_back(tensor::gguf::make_float32(spm_score[i]));
   }
   for (std::size_t i = n; i < n_vocab; ++i) {
-    tokens.push_back(gguf::make_string(fmt::format("[PAD{}]", i)));
-    types.push_back(gguf::make_int32(static_cast<std::int32_t>(TokenType::kUnused)));
-    if (spm) scores.push_back(gguf::make_float32(-1e9f));
+    tokens.push_back(tensor::gguf::make_string(fmt::format("[PAD{}]", i)));
+    types.push_back(tensor::gguf::make_int32(static_cast<std::int32_t>(TokenType::kUnused)));
+    if (spm) scores.push_back(tensor::gguf::make_float32(-1e9f));
   }
 
-  gguf::Writer w = writer;  // all or nothing
-  w.set("tokenizer.ggml.model", gguf::make_string(spm ? "llama" : "gpt2"));
-  w.set("tokenizer.ggml.pre", gguf::make_string(spm ? "default" : impl.pre_name));
-  w.set("tokenizer.ggml.tokens", gguf::make_array(gguf::ValueType::kString, std::move(tokens)));
-  if (spm) w.set("tokenizer.ggml.scores", gguf::make_array(gguf::ValueType::kFloat32, std::move(scores)));
-  w.set("tokenizer.ggml.token_type", gguf::make_array(gguf::ValueType::kInt32, std::move(types)));
+  tensor::gguf::Writer w = writer;  // all or nothing
+  w.set("tokenizer.ggml.model", tensor::gguf::make_string(spm ? "llama" : "gpt2"));
+  w.set("tokenizer.ggml.pre", tensor::gguf::make_string(spm ? "default" : impl.pre_name));
+  w.set("tokenizer.ggml.tokens", tensor::gguf::make_array(tensor::gguf::ValueType::kString, std::move(tokens)));
+  if (spm) w.set("tokenizer.ggml.scores", tensor::gguf::make_array(tensor::gguf::ValueType::kFloat32, std::move(scores)));
+  w.set("tokenizer.ggml.token_type", tensor::gguf::make_array(tensor::gguf::ValueType::kInt32, std::move(types)));
   if (!spm) {
-    std::vector<gguf::Value> merges;
-    for (auto& [a, b] : ranked_merges(impl, true)) merges.push_back(gguf::make_string(a + " " + b));
-    w.set("tokenizer.ggml.merges", gguf::make_array(gguf::ValueType::kString, std::move(merges)));
+    std::vector<tensor::gguf::Value> merges;
+    for (auto& [a, b] : ranked_merges(impl, true)) merges.push_back(tensor::gguf::make_string(a + " " + b));
+    w.set("tokenizer.ggml.merges", tensor::gguf::make_array(tensor::gguf::ValueType::kString, std::move(merges)));
   }
   const SpecialTokens& sp = impl.special;
   set_id(w, "tokenizer.ggml.bos_token_id", sp.bos);
@@ -133,9 +133,9 @@ void add_gguf_metadata(const Tokenizer& tokenizer, gguf::Writer& writer, std::si
   set_id(w, "tokenizer.ggml.unknown_token_id", sp.unk);
   set_id(w, "tokenizer.ggml.padding_token_id", sp.pad);
   set_id(w, "tokenizer.ggml.eot_token_id", sp.eot);
-  w.set("tokenizer.ggml.add_bos_token", gguf::make_bool(impl.add_bos));
-  w.set("tokenizer.ggml.add_eos_token", gguf::make_bool(impl.add_eos));
-  if (spm) w.set("tokenizer.ggml.add_space_prefix", gguf::make_bool(impl.strip_leading_space));
+  w.set("tokenizer.ggml.add_bos_token", tensor::gguf::make_bool(impl.add_bos));
+  w.set("tokenizer.ggml.add_eos_token", tensor::gguf::make_bool(impl.add_eos));
+  if (spm) w.set("tokenizer.ggml.add_space_prefix", tensor::gguf::make_bool(impl.strip_leading_space));
   writer = std::move(w);
 }
 

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "tokenizer_impl.h"
-#include "tokenizers/gguf.h"
+#include "tensor/gguf.h"
 
 namespace tokenizers {
 
@@ -16,23 +16,23 @@ bool is_llama3_family(std::string_view pre) {
   return false;
 }
 
-std::optional<TokenId> optional_id(const gguf::File& file, std::string_view key) {
-  const gguf::Value* v = file.find(key);
+std::optional<TokenId> optional_id(const tensor::gguf::File& file, std::string_view key) {
+  const tensor::gguf::Value* v = file.find(key);
   if (v == nullptr) return std::nullopt;
   const std::int64_t id = v->as_int(key);
   if (id < 0 || id > 0x7FFFFFFF) return std::nullopt;  // -1 / 0xFFFFFFFF: none
   return static_cast<TokenId>(id);
 }
 
-std::optional<bool> optional_bool(const gguf::File& file, std::string_view key) {
-  const gguf::Value* v = file.find(key);
+std::optional<bool> optional_bool(const tensor::gguf::File& file, std::string_view key) {
+  const tensor::gguf::Value* v = file.find(key);
   if (v == nullptr) return std::nullopt;
   return v->as_bool(key);
 }
 
 }  // namespace
 
-std::shared_ptr<Tokenizer::Impl> load_gguf(const gguf::File& file) {
+std::shared_ptr<Tokenizer::Impl> load_gguf(const tensor::gguf::File& file) {
   auto impl = std::make_shared<Tokenizer::Impl>();
   impl->source = file.name();
   const std::string where = file.name();
@@ -41,15 +41,15 @@ std::shared_ptr<Tokenizer::Impl> load_gguf(const gguf::File& file) {
   };
 
   const std::string model = file.at("tokenizer.ggml.model").as_string("tokenizer.ggml.model");
-  const gguf::Array& tokens = file.at("tokenizer.ggml.tokens").as_array("tokenizer.ggml.tokens");
+  const tensor::gguf::Array& tokens = file.at("tokenizer.ggml.tokens").as_array("tokenizer.ggml.tokens");
   const std::size_t n = tokens.items.size();
   if (n == 0) throw err("tokenizer.ggml.tokens", "the vocabulary is empty");
   impl->texts.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     impl->texts.push_back(tokens.items[i].as_string(fmt::format("tokenizer.ggml.tokens[{}]", i)));
   }
-  if (const gguf::Value* v = file.find("tokenizer.ggml.token_type")) {
-    const gguf::Array& a = v->as_array("tokenizer.ggml.token_type");
+  if (const tensor::gguf::Value* v = file.find("tokenizer.ggml.token_type")) {
+    const tensor::gguf::Array& a = v->as_array("tokenizer.ggml.token_type");
     if (a.items.size() != n) throw err("tokenizer.ggml.token_type", fmt::format("{} entries for {} tokens", a.items.size(), n));
     impl->types.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -59,8 +59,8 @@ std::shared_ptr<Tokenizer::Impl> load_gguf(const gguf::File& file) {
       impl->types.push_back(static_cast<TokenType>(t));
     }
   }
-  if (const gguf::Value* v = file.find("tokenizer.ggml.scores")) {
-    const gguf::Array& a = v->as_array("tokenizer.ggml.scores");
+  if (const tensor::gguf::Value* v = file.find("tokenizer.ggml.scores")) {
+    const tensor::gguf::Array& a = v->as_array("tokenizer.ggml.scores");
     if (a.items.size() != n) throw err("tokenizer.ggml.scores", fmt::format("{} entries for {} tokens", a.items.size(), n));
     impl->scores.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -68,7 +68,7 @@ std::shared_ptr<Tokenizer::Impl> load_gguf(const gguf::File& file) {
     }
   }
   impl->pre_name = "default";
-  if (const gguf::Value* v = file.find("tokenizer.ggml.pre")) impl->pre_name = v->as_string("tokenizer.ggml.pre");
+  if (const tensor::gguf::Value* v = file.find("tokenizer.ggml.pre")) impl->pre_name = v->as_string("tokenizer.ggml.pre");
 
   SpecialTokens& sp = impl->special;
   auto ids = [&](std::string_view key, std::optional<TokenId>& slot) {
@@ -98,9 +98,9 @@ std::shared_ptr<Tokenizer::Impl> load_gguf(const gguf::File& file) {
     impl->strip_leading_space = prefix;
   } else if (model == "gpt2") {
     impl->kind = ModelKind::kBytePairByteLevel;
-    const gguf::Value* mv = file.find("tokenizer.ggml.merges");
+    const tensor::gguf::Value* mv = file.find("tokenizer.ggml.merges");
     if (mv == nullptr) throw err("tokenizer.ggml.merges", "missing (required for a gpt2 tokenizer)");
-    const gguf::Array& ma = mv->as_array("tokenizer.ggml.merges");
+    const tensor::gguf::Array& ma = mv->as_array("tokenizer.ggml.merges");
     std::vector<std::pair<std::string, std::string>> merges;
     merges.reserve(ma.items.size());
     for (std::size_t i = 0; i < ma.items.size(); ++i) {

@@ -9,7 +9,8 @@
 #include <fstream>
 
 #include "tokenizer_impl.h"
-#include "tokenizers/gguf.h"
+#include "tensor/error.h"
+#include "tensor/gguf.h"
 #include "unicode.h"
 
 namespace tokenizers {
@@ -199,6 +200,23 @@ void Tokenizer::Impl::finish() {
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
+namespace {
+
+// The GGUF container belongs to the tensor layer; its errors become this layer's, message unchanged, so a
+// caller of the tokenizer API sees only tokenizers::Error.
+template <class OpenFile>
+std::shared_ptr<Tokenizer::Impl> load_gguf_translating(OpenFile open_file) {
+  try {
+    return load_gguf(open_file());
+  } catch (const tensor::IoError& e) {
+    throw FileError(e.what());
+  } catch (const tensor::Error& e) {
+    throw FormatError(e.what());
+  }
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
@@ -220,7 +238,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
     in.read(head.data(), 4);
     head.resize(static_cast<std::size_t>(in.gcount()));
   }
-  if (head == "GGUF") return Tokenizer(load_gguf(gguf::File::open(path)));
+  if (head == "GGUF") return Tokenizer(load_gguf_translating([&] { return tensor::gguf::File::open(path); }));
   const std::string content = detail::read_file(path);
   const std::size_t first = content.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && content[first] == '{') return Tokenizer(load_hf_json(content, path.string()));
@@ -229,7 +247,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
 
 Tokenizer Tokenizer::parse(std::span<const std::uint8_t> bytes, const std::string& name) {
   const std::string_view view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  if (view.starts_with("GGUF")) return Tokenizer(load_gguf(gguf::File::parse(bytes, name)));
+  if (view.starts_with("GGUF")) {
+    return Tokenizer(load_gguf_translating([&] { return tensor::gguf::File::parse(bytes, name); }));
+  }
   const std::size_t first = view.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && view[first] == '{') return Tokenizer(load_hf_json(std::string(view), name));
   return Tokenizer(load_llama2c(std::string(view), name));

@@ -10,6 +10,7 @@
 #include "piece_cache.h"
 #include "pre_tokenizer.h"
 #include "string_map.h"
+#include "tensor/gguf.h"
 #include "tokenizers/tokenizer.h"
 
 namespace tokenizers {
@@ -78,10 +79,7 @@ struct Tokenizer::Impl {
 };
 
 // Loaders. Each throws FileError / FormatError.
-namespace gguf {
-class File;
-}
-std::shared_ptr<Tokenizer::Impl> load_gguf(const gguf::File& file);
+std::shared_ptr<Tokenizer::Impl> load_gguf(const tensor::gguf::File& file);
 std::shared_ptr<Tokenizer::Impl> load_hf_json(const std::string& content, const std::string& name);
 std::shared_ptr<Tokenizer::Impl> load_llama2c(const std::string& content, const std::string& name);
 std::shared_ptr<Tokenizer::Impl> load_tiktoken_folder(const std::filesystem::path& folder);

@@ -15,13 +15,13 @@
 #include "tensor/error.h"
 #include "tensor/half.h"
 #include "tokenizers/error.h"
-#include "tokenizers/gguf.h"
+#include "tensor/gguf.h"
 
 namespace pie {
 
 namespace {
 
-namespace gg = tokenizers::gguf;
+namespace gg = tensor::gguf;
 
 class GgufReader {
  public:
@@ -352,6 +352,10 @@ std::shared_ptr<const Model> load_gguf_model(const std::filesystem::path& path, 
     }
     model->tokenizer = std::make_shared<const tokenizers::Tokenizer>(tokenizers::Tokenizer::load(path));
   } catch (const tokenizers::Error& e) {
+    throw ModelError(e.what());
+  } catch (const tensor::IoError& e) {  // the container's own errors name the file already
+    throw ModelError(e.what());
+  } catch (const tensor::FormatError& e) {
     throw ModelError(e.what());
   } catch (const tensor::Error& e) {
     throw ModelError(fmt::format("[gguf] {}: {}", path.string(), e.what()));

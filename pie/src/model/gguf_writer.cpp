@@ -15,14 +15,14 @@
 #include "pie/model.h"
 #include "tensor/error.h"
 #include "tensor/thread_pool.h"
-#include "tokenizers/gguf.h"
+#include "tensor/gguf.h"
 #include "tokenizers/gguf_export.h"
 
 namespace pie {
 
 namespace {
 
-namespace gg = tokenizers::gguf;
+namespace gg = tensor::gguf;
 using tensor::DType;
 
 bool is_k_quant(DType t) {
@@ -258,7 +258,7 @@ class GgufModelWriter {
   void add(const std::string& name, std::vector<std::uint64_t> dims, DType type, std::vector<std::uint8_t> data) {
     try {
       writer_.add_tensor(name, std::move(dims), tensor::dtype_info(type).ggml_type, std::move(data));
-    } catch (const tokenizers::Error& e) {
+    } catch (const tensor::InputError& e) {
       fail(e.what());
     }
     ++done_;
@@ -354,9 +354,11 @@ class GgufModelWriter {
 void write_gguf_model(const Model& model, const std::filesystem::path& path, const ConvertOptions& options) {
   try {
     GgufModelWriter(model, path, options).write();
-  } catch (const tokenizers::FileError& e) {
+  } catch (const tensor::IoError& e) {
     throw Error(e.what());
   } catch (const tokenizers::Error& e) {
+    throw ModelError(e.what());
+  } catch (const tensor::InputError& e) {
     throw ModelError(e.what());
   } catch (const tensor::Error& e) {
     throw ModelError(fmt::format("[convert] {}: {}", path.string(), e.what()));

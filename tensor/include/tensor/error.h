@@ -31,4 +31,18 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// A file of a known kind (GGUF) whose content is malformed: bad magic, truncated, lengths beyond the
+// file, a metadata value of the wrong type. The message names the file and the offset or key at fault.
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Bad caller input to a writer: a metadata value that does not fit its type, a tensor whose bytes do
+// not match its shape.
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace tensor

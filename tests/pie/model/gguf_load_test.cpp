@@ -17,7 +17,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-namespace gg = tokenizers::gguf;
+namespace gg = tensor::gguf;
 using orchard::testing::shared_data;
 
 fs::path temp_path(const std::string& name) {

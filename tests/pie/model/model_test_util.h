@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "pie/model.h"
-#include "tokenizers/gguf.h"
+#include "tensor/gguf.h"
 
 namespace model_test {
 
@@ -97,8 +97,8 @@ struct TensorCopy {
 };
 inline void rewrite_gguf(const std::string& from, const std::string& to,
                          const std::function<bool(TensorCopy&)>& edit_tensor,
-                         const std::function<void(tokenizers::gguf::Writer&)>& edit_meta = {}) {
-  namespace gg = tokenizers::gguf;
+                         const std::function<void(tensor::gguf::Writer&)>& edit_meta = {}) {
+  namespace gg = tensor::gguf;
   const gg::File f = gg::File::open(from);
   gg::Writer w;
   for (const auto& [k, v] : f.metadata()) w.set(k, v);

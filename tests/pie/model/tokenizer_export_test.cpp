@@ -12,7 +12,7 @@
 
 namespace {
 
-namespace gg = tokenizers::gguf;
+namespace gg = tensor::gguf;
 using orchard::testing::shared_data;
 
 std::vector<std::string> test_strings() {

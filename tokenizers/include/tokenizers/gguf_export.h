@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "tokenizers/gguf.h"
+#include "tensor/gguf.h"
 #include "tokenizers/tokenizer.h"
 
 namespace tokenizers {
@@ -15,6 +15,6 @@ namespace tokenizers {
 // model's padded embedding rows) is padded with "[PAD<id>]" tokens of type unused, as
 // convert_hf_to_gguf.py does. Throws InputError for WordPiece vocabularies (not exported) and when
 // n_vocab is non-zero and smaller than the vocabulary; the writer is unchanged then.
-void add_gguf_metadata(const Tokenizer& tokenizer, gguf::Writer& writer, std::size_t n_vocab = 0);
+void add_gguf_metadata(const Tokenizer& tokenizer, tensor::gguf::Writer& writer, std::size_t n_vocab = 0);
 
 }  // namespace tokenizers

@@ -4,7 +4,7 @@
 //   kv      = string key | u32 value type | value        (array = u32 element type | u64 count | items)
 //   string  = u64 length | bytes (no terminator)
 //   tensor  = string name | u32 n_dims | u64 dims[n_dims] | u32 ggml type | u64 offset (from data start)
-#include "tokenizers/gguf.h"
+#include "tensor/gguf.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -23,7 +23,7 @@
 #include <system_error>
 #include <unordered_map>
 
-namespace tokenizers::gguf {
+namespace tensor::gguf {
 
 namespace {
 
@@ -426,17 +426,17 @@ File File::open(const std::filesystem::path& path) {
   impl->storage = std::make_unique<Storage>();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw FileError(fmt::format("[gguf] cannot open {}: {}", impl->name, std::strerror(errno)));
+    throw IoError(fmt::format("[gguf] cannot open {}: {}", impl->name, std::strerror(errno)));
   }
   struct stat sb {};
   if (::fstat(fd, &sb) != 0) {
     const int err = errno;
     ::close(fd);
-    throw FileError(fmt::format("[gguf] cannot stat {}: {}", impl->name, std::strerror(err)));
+    throw IoError(fmt::format("[gguf] cannot stat {}: {}", impl->name, std::strerror(err)));
   }
   if (!S_ISREG(sb.st_mode)) {
     ::close(fd);
-    throw FileError(fmt::format("[gguf] {} is not a regular file", impl->name));
+    throw IoError(fmt::format("[gguf] {} is not a regular file", impl->name));
   }
   const auto size = static_cast<std::size_t>(sb.st_size);
   if (size > 0) {
@@ -444,7 +444,7 @@ File File::open(const std::filesystem::path& path) {
     if (m == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      throw FileError(fmt::format("[gguf] cannot map {}: {}", impl->name, std::strerror(err)));
+      throw IoError(fmt::format("[gguf] cannot map {}: {}", impl->name, std::strerror(err)));
     }
     impl->storage->mapping = m;
     impl->storage->data = static_cast<const std::uint8_t*>(m);
@@ -753,13 +753,13 @@ void Writer::write(const std::filesystem::path& path) const {
   tmp += fmt::format(".tmp.{}", ::getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw FileError(fmt::format("[gguf writer] cannot create {}", tmp.string()));
+    if (!f) throw IoError(fmt::format("[gguf writer] cannot create {}", tmp.string()));
     f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     f.flush();
     if (!f) {
       std::error_code ec;
       std::filesystem::remove(tmp, ec);
-      throw FileError(fmt::format("[gguf writer] cannot write {}", tmp.string()));
+      throw IoError(fmt::format("[gguf writer] cannot write {}", tmp.string()));
     }
   }
   std::error_code ec;
@@ -767,7 +767,7 @@ void Writer::write(const std::filesystem::path& path) const {
   if (ec) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
-    throw FileError(fmt::format("[gguf writer] cannot rename {} to {}: {}", tmp.string(), path.string(),
+    throw IoError(fmt::format("[gguf writer] cannot rename {} to {}: {}", tmp.string(), path.string(),
                                 ec.message()));
   }
 }
@@ -831,4 +831,4 @@ std::string_view value_type_name(ValueType type) {
   return "invalid";
 }
 
-}  // namespace tokenizers::gguf
+}  // namespace tensor::gguf

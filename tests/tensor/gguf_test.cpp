@@ -1,6 +1,6 @@
 // GGUF container: writer -> reader round trips, the real vocab files, files written by gguf-py, and every
 // way a corrupt file must fail (a FormatError naming the problem, never a crash or a huge allocation).
-#include "tokenizers/gguf.h"
+#include "tensor/gguf.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 
 #include "shared_data.h"
 
-namespace gguf = tokenizers::gguf;
+namespace gguf = tensor::gguf;
 using gguf::ValueType;
 using ::testing::HasSubstr;
 
@@ -33,7 +33,7 @@ void expect_format_error(Fn&& fn, std::initializer_list<std::string> parts) {
   try {
     fn();
     ADD_FAILURE() << "expected a FormatError";
-  } catch (const tokenizers::FormatError& e) {
+  } catch (const tensor::FormatError& e) {
     for (const std::string& p : parts) EXPECT_THAT(e.what(), HasSubstr(p));
   }
 }
@@ -250,21 +250,21 @@ TEST(Gguf, WriterReplacesKeyInPlaceAndWritesFiles) {
 
 TEST(Gguf, WriterRejectsBadInput) {
   gguf::Writer w;
-  EXPECT_THROW(w.add_tensor("x", {3}, 0, Bytes(8)), tokenizers::InputError);       // 12 bytes needed
-  EXPECT_THROW(w.add_tensor("x", {16}, 2, Bytes(18)), tokenizers::InputError);     // not a whole block
-  EXPECT_THROW(w.add_tensor("x", {4}, 4, Bytes(4)), tokenizers::InputError);       // removed type
+  EXPECT_THROW(w.add_tensor("x", {3}, 0, Bytes(8)), tensor::InputError);       // 12 bytes needed
+  EXPECT_THROW(w.add_tensor("x", {16}, 2, Bytes(18)), tensor::InputError);     // not a whole block
+  EXPECT_THROW(w.add_tensor("x", {4}, 4, Bytes(4)), tensor::InputError);       // removed type
   w.add_tensor("x", {2}, 0, Bytes(8));
-  EXPECT_THROW(w.add_tensor("x", {2}, 0, Bytes(8)), tokenizers::InputError);       // duplicate
-  EXPECT_THROW(gguf::Writer(48), tokenizers::InputError);
+  EXPECT_THROW(w.add_tensor("x", {2}, 0, Bytes(8)), tensor::InputError);       // duplicate
+  EXPECT_THROW(gguf::Writer(48), tensor::InputError);
   gguf::Writer v;
   v.set("k", u(ValueType::kUint8, 256));
-  EXPECT_THROW(v.to_bytes(), tokenizers::InputError);
+  EXPECT_THROW(v.to_bytes(), tensor::InputError);
   gguf::Writer a;
   a.set("k", gguf::make_array(ValueType::kInt32, {gguf::make_string("s")}));
-  EXPECT_THROW(a.to_bytes(), tokenizers::InputError);
+  EXPECT_THROW(a.to_bytes(), tensor::InputError);
   gguf::Writer al(64);
   al.set("general.alignment", gguf::make_uint32(32));
-  EXPECT_THROW(al.to_bytes(), tokenizers::InputError);
+  EXPECT_THROW(al.to_bytes(), tensor::InputError);
 }
 
 TEST(Gguf, ValueAccessorsCheckTypes) {
@@ -285,11 +285,11 @@ TEST(Gguf, ValueAccessorsCheckTypes) {
 }
 
 TEST(Gguf, OpenErrors) {
-  EXPECT_THROW(gguf::File::open("/nonexistent/file.gguf"), tokenizers::FileError);
-  EXPECT_THROW(gguf::File::open(std::filesystem::temp_directory_path()), tokenizers::FileError);
+  EXPECT_THROW(gguf::File::open("/nonexistent/file.gguf"), tensor::IoError);
+  EXPECT_THROW(gguf::File::open(std::filesystem::temp_directory_path()), tensor::IoError);
   try {
     gguf::File::open("/nonexistent/file.gguf");
-  } catch (const tokenizers::FileError& e) {
+  } catch (const tensor::IoError& e) {
     EXPECT_THAT(e.what(), HasSubstr("/nonexistent/file.gguf"));
   }
 }
@@ -419,7 +419,7 @@ TEST(Gguf, TruncatedAtEveryCutPoint) {
     try {
       gguf::File::parse(prefix, "cut.gguf");
       ADD_FAILURE() << "prefix of " << cut << " bytes parsed";
-    } catch (const tokenizers::FormatError& e) {
+    } catch (const tensor::FormatError& e) {
       ASSERT_THAT(e.what(), HasSubstr("cut.gguf")) << cut;
     }
   }
@@ -436,7 +436,7 @@ TEST(Gguf, RandomCorruptionNeverCrashes) {
     try {
       gguf::File::parse(b);
       ++n_ok;
-    } catch (const tokenizers::FormatError&) {
+    } catch (const tensor::FormatError&) {
       ++n_err;
     }
   }
@@ -474,7 +474,7 @@ TEST(Gguf, RealVocabFilesParse) {
     EXPECT_EQ(g.metadata().size(), f.metadata().size());
     // Cut points through the real file: each refused with a FormatError.
     for (std::size_t cut = 0; cut + 1 < bytes.size(); cut += bytes.size() / 13 + 1) {
-      EXPECT_THROW(gguf::File::parse(std::span(bytes).first(cut)), tokenizers::FormatError) << cut;
+      EXPECT_THROW(gguf::File::parse(std::span(bytes).first(cut)), tensor::FormatError) << cut;
     }
   }
 }
@@ -483,7 +483,7 @@ TEST(Gguf, RealVocabFilesParse) {
 TEST(GgufPy, ReadsFilesWrittenByGgufPy) {
   const auto python = orchard::testing::source_dir() / ".venv/bin/python";
   if (!std::filesystem::exists(python)) GTEST_SKIP() << "no Python venv at " << python;
-  const auto script = orchard::testing::source_dir() / "tests/tokenizers/gguf_py_writer.py";
+  const auto script = orchard::testing::source_dir() / "tests/tensor/gguf_py_writer.py";
   const auto dir = std::filesystem::temp_directory_path() / ("orchard_ggufpy_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto out_gguf = dir / "py.gguf";

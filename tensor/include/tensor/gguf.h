@@ -1,7 +1,8 @@
 // GGUF container (v2 and v3): a bounds-checked, memory-mapped reader and a writer.
-// Spec: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md. It lives in the tokenizers layer
-// because that is the lowest layer that reads GGUF (tokenizer.ggml.* metadata); pie's model loader uses
-// the same reader for tensors, whose data are used in place from the mapping, never copied.
+// Spec: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md. It lives in the tensor layer, the
+// lowest, so that both readers of GGUF use it without depending on each other: the tokenizers layer
+// (tokenizer.ggml.* metadata) and pie's model loader (tensors, whose data are used in place from the
+// mapping, never copied).
 #pragma once
 
 #include <cstddef>
@@ -15,9 +16,9 @@
 #include <variant>
 #include <vector>
 
-#include "tokenizers/error.h"
+#include "tensor/error.h"
 
-namespace tokenizers::gguf {
+namespace tensor::gguf {
 
 // Metadata value types, numbered as in the file.
 enum class ValueType : std::uint32_t {
@@ -56,7 +57,7 @@ struct TensorInfo {
 
 class File {
  public:
-  // Maps and parses the header, metadata and tensor infos. Throws FileError (missing, unreadable) or
+  // Maps and parses the header, metadata and tensor infos. Throws IoError (missing, unreadable) or
   // FormatError (bad magic, unsupported version, truncated, counts or lengths beyond the file, duplicate
   // keys, tensor data outside the file), each naming the file and the offset or key at fault.
   static File open(const std::filesystem::path& path);
@@ -100,7 +101,7 @@ class Writer {
   // Throws InputError naming the key when a value does not fit its type (300 as uint8, an array item of
   // another type) or general.alignment disagrees with the writer's alignment.
   std::vector<std::uint8_t> to_bytes() const;
-  // Writes atomically (temporary file, then rename). Throws FileError.
+  // Writes atomically (temporary file, then rename). Throws IoError.
   void write(const std::filesystem::path& path) const;
 
  private:
@@ -138,4 +139,4 @@ std::uint32_t ggml_block_size(std::uint32_t type);
 // size); 0 when the type is unknown. Throws FormatError when n_elements is not a whole number of blocks.
 std::uint64_t tensor_bytes(std::uint32_t type, std::uint64_t n_elements);
 
-}  // namespace tokenizers::gguf
+}  // namespace tensor::gguf
