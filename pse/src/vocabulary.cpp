@@ -429,6 +429,36 @@ std::optional<TokenId> Vocabulary::find_token(std::string_view bytes) const {
   return std::nullopt;
 }
 
+std::optional<TokenId> Vocabulary::longest_text_prefix(std::string_view text) const {
+  // [lo, hi): the sorted text tokens that begin with text[0, d). Within it, a token of exactly d bytes
+  // sorts first, then the others by their byte d; bytes compare as unsigned, as std::string orders them.
+  std::size_t lo = 0, hi = sorted_.size();
+  std::optional<TokenId> best;
+  for (std::size_t d = 0; lo < hi; ++d) {
+    if (sorted_token_size(lo) == d) {
+      if (d > 0) best = sorted_[lo];
+      ++lo;
+      while (lo < hi && sorted_token_size(lo) == d) ++lo;  // tokens with the same bytes
+    }
+    if (d == text.size() || lo == hi) break;
+    const auto c = static_cast<unsigned char>(text[d]);
+    const auto byte_at = [&](std::size_t p) { return static_cast<unsigned char>(sorted_token(p)[d]); };
+    std::size_t a = lo, b = hi;  // first position whose byte d is >= c
+    while (a < b) {
+      const std::size_t mid = a + (b - a) / 2;
+      if (byte_at(mid) < c) a = mid + 1; else b = mid;
+    }
+    std::size_t e = a, f = hi;  // first position whose byte d is > c
+    while (e < f) {
+      const std::size_t mid = e + (f - e) / 2;
+      if (byte_at(mid) <= c) e = mid + 1; else f = mid;
+    }
+    lo = a;
+    hi = e;
+  }
+  return best;
+}
+
 bool Vocabulary::is_special(TokenId id) const {
   return id >= 0 && static_cast<std::size_t>(id) < tokens_.size() && kind_[id] != 0;
 }

@@ -78,7 +78,9 @@ TEST(TokenTerminals, MasksEqualBruteForceInEveryTableMode) {
         ++n;
       });
       EXPECT_EQ(n, 120u);
-      if (k != 1 && k != 5) EXPECT_GT(with_specials, 0u) << "grammar " << k << " never reached a named special";
+      if (k != 1 && k != 5) {
+        EXPECT_GT(with_specials, 0u) << "grammar " << k << " never reached a named special";
+      }
     }
   }
 }

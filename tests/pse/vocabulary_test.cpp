@@ -277,6 +277,42 @@ TEST(Vocabulary, GroupWordsHoldExactlyTheGroupsIds) {
   EXPECT_TRUE(v.group_words(static_cast<std::uint8_t>('c')).empty()) << "30 tokens: below kMinWordGroup";
 }
 
+TEST(Vocabulary, LongestTextPrefixMatchesALinearScan) {
+  // Random tokens over three bytes (one of them >= 0x80, to check unsigned order), duplicates and a
+  // special token that would match; every text's answer against the longest match found by a scan.
+  std::vector<std::string> tokens{"<s>", "a", "a"};
+  std::uint32_t seed = 11;
+  auto next = [&] { return seed = seed * 1103515245u + 12345u, (seed >> 16) & 0x7fff; };
+  const char alphabet[] = {'a', 'b', '\xC3'};
+  for (int i = 0; i < 400; ++i) {
+    std::string t(1 + next() % 5, 'a');
+    for (char& c : t) c = alphabet[next() % 3];
+    tokens.push_back(t);
+  }
+  tokens.push_back("bbbbbbbbbbbb");  // a special token: never a match
+  const auto special = static_cast<TokenId>(tokens.size() - 1);
+  Vocabulary v(tokens, {0, special}, {});
+  for (int i = 0; i < 2000; ++i) {
+    std::string text(next() % 9, 'a');
+    for (char& c : text) c = alphabet[next() % 3];
+    std::size_t best_len = 0;
+    for (std::size_t id = 0; id < tokens.size(); ++id) {
+      if (v.is_special(static_cast<TokenId>(id))) continue;
+      if (tokens[id].size() > best_len && text.starts_with(tokens[id])) best_len = tokens[id].size();
+    }
+    const std::optional<TokenId> got = v.longest_text_prefix(text);
+    if (best_len == 0) {
+      EXPECT_FALSE(got) << text;
+    } else {
+      ASSERT_TRUE(got) << text;
+      EXPECT_EQ(tokens[static_cast<std::size_t>(*got)].size(), best_len) << text;
+      EXPECT_TRUE(text.starts_with(tokens[static_cast<std::size_t>(*got)])) << text;
+    }
+  }
+  EXPECT_FALSE(v.longest_text_prefix("<s>x"));
+  EXPECT_FALSE(v.longest_text_prefix(""));
+}
+
 TEST(Vocabulary, EosIdsAreSpecialAndSorted) {
   Vocabulary v({"a", "</s>", "<eot>"}, {}, {2, 1, 2});
   EXPECT_EQ(v.eos_ids(), (std::vector<TokenId>{1, 2}));

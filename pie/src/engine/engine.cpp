@@ -68,18 +68,7 @@ struct Request;
 
 // The longest text token of `vocab` whose bytes start `text`, or -1.
 std::int32_t longest_prefix_token(const pse::Vocabulary& vocab, std::string_view text) {
-  if (text.empty()) return -1;
-  const auto b = static_cast<unsigned char>(text[0]);
-  std::int32_t best = -1;
-  std::size_t best_len = 0;
-  for (std::uint32_t p = vocab.first_byte_begin()[b]; p < vocab.first_byte_begin()[b + 1u]; ++p) {
-    const std::string_view t = vocab.sorted_token(p);
-    if (t.size() > best_len && t.size() <= text.size() && text.substr(0, t.size()) == t) {
-      best = vocab.text_tokens()[p];
-      best_len = t.size();
-    }
-  }
-  return best;
+  return vocab.longest_text_prefix(text).value_or(-1);
 }
 
 // The length of the longest prefix of text[from..] that ends on a whole UTF-8 character (the forced text

@@ -40,6 +40,9 @@ class Vocabulary {
   // The token whose bytes (a special token's: its name) are exactly `bytes`, a special one first; none
   // for empty bytes.
   std::optional<TokenId> find_token(std::string_view bytes) const;
+  // The longest text (non-special) token whose bytes begin `text`; none when no token does. Engines use
+  // it to spell forced text in tokens (jump-forward). O(length of the match x log of the vocabulary).
+  std::optional<TokenId> longest_text_prefix(std::string_view text) const;
   const std::vector<TokenId>& special_ids() const { return special_ids_; }  // ascending, eos ids included
   bool is_eos(TokenId id) const;
   const std::vector<TokenId>& eos_ids() const { return eos_ids_; }
