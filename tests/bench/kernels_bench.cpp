@@ -21,7 +21,8 @@ namespace {
 
 using tensor::DType;
 
-constexpr DType kTypes[] = {DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q6_K};
+constexpr DType kTypes[] = {DType::f16,  DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1,
+                            DType::q5_0, DType::q5_1, DType::q4_K, DType::q5_K, DType::q6_K};
 
 tensor::ThreadPool& pool_of(int threads) {
   static tensor::ThreadPool one(1), two(2);
@@ -94,9 +95,9 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_matvec)->Apply(matvec_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// Prefill / batched decode: y [tokens, n_out] = x W^T at TinyLlama-1.1B shapes (ff 5632 x 2048 and back),
-// reported as tokens per second through the one matrix. The weights fit the L2+L3 of a core poorly, so this
-// is compute-bound for the quantized types from a handful of tokens on.
+// Prefill / batched decode: y [tokens, n_out] = x W^T at TinyLlama-1.1B shapes (ff 5632 x 2048 and back)
+// and SmolLM2-135M's (ff 1536 x 576 and back), reported as tokens per second through the one matrix and as
+// multiply-adds per second. Compute-bound for the quantized types from a handful of tokens on.
 //
 //   build/tests/bench/kernels_bench --benchmark_filter='matmul/'
 void BM_matmul(benchmark::State& state) {
@@ -107,6 +108,20 @@ void BM_matmul(benchmark::State& state) {
   const kernels::MatmulParams p{t, w.data(), 0, n_out, n_in};
   std::vector<float> x(static_cast<std::size_t>(n_in * n_tokens)), y(static_cast<std::size_t>(n_out * n_tokens));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i * 7919 % 2001) - 1000) * 1e-3f;
+  // Check before timing: every token's first rows against the reference.
+  kernels::matmul(p, x.data(), n_tokens, y.data(), &pool_of(threads));
+  kernels::MatmulParams head = p;
+  head.n_out = 16;
+  std::vector<float> want(16);
+  for (std::int64_t tok = 0; tok < n_tokens; ++tok) {
+    kernels::matvec_ref(head, x.data() + tok * n_in, want.data());
+    for (int i = 0; i < 16; ++i) {
+      if (std::fabs(want[i] - y[tok * n_out + i]) > 1e-3f * (1.0f + std::fabs(want[i]))) {
+        state.SkipWithError("fast matmul disagrees with the reference");
+        return;
+      }
+    }
+  }
   for (auto _ : state) {
     kernels::matmul(p, x.data(), n_tokens, y.data(), &pool_of(threads));
     benchmark::DoNotOptimize(y.data());
@@ -114,13 +129,16 @@ void BM_matmul(benchmark::State& state) {
   }
   state.counters["tok/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens * n_out * n_in),
+                                               benchmark::Counter::kIsRate);
   state.SetLabel(std::string(tensor::dtype_name(t)) + " tokens " + std::to_string(n_tokens) + " threads " +
                  std::to_string(threads));
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
   for (int ti = 0; ti < static_cast<int>(std::size(kTypes)); ++ti) {
-    for (auto shape : {std::pair{5632, 2048}, std::pair{2048, 5632}}) {
+    for (auto shape : {std::pair{5632, 2048}, std::pair{2048, 5632}, std::pair{1536, 576}, std::pair{576, 1536}}) {
+      if (shape.second % tensor::block_size(kTypes[ti]) != 0) continue;  // 576 holds no 256-element K block
       for (int tokens : {1, 4, 16, 64}) {
         for (int threads : {1, 2}) b->Args({ti, shape.first, shape.second, tokens, threads});
       }
