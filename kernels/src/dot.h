@@ -54,10 +54,16 @@ struct TileKernels {
 };
 TileKernels tile_blocks_avx512(tensor::DType w);
 TileKernels tile_k_avx512(tensor::DType w);
-TileKernels tile_blocks_avx2(tensor::DType w);  // the same for q4_1, q5_0, q5_1 on AVX2 (dot_tile_blocks_avx2.cpp)
+// The same on AVX2 (dot_tile_blocks_avx2.cpp, dot_tile_k_avx2.cpp).
+TileKernels tile_blocks_avx2(tensor::DType w);
+TileKernels tile_k_avx2(tensor::DType w);
 inline TileKernels tile_avx512(tensor::DType w) {
   const TileKernels blocks = tile_blocks_avx512(w);
   return blocks.dot != nullptr ? blocks : tile_k_avx512(w);
+}
+inline TileKernels tile_avx2(tensor::DType w) {
+  const TileKernels blocks = tile_blocks_avx2(w);
+  return blocks.dot != nullptr ? blocks : tile_k_avx2(w);
 }
 
 QuantizeFn quantize_avx2_fn(tensor::DType t);

@@ -114,7 +114,7 @@ void quantize_q8_K(const float* x, void* vy, std::int64_t n) {
 }  // namespace avx2
 
 DotFn dot_avx2_fn(tensor::DType w) {
-  const DotFn tile = tile_blocks_avx2(w).dot;  // takes packed activations, as matmul and vec_dot give it
+  const DotFn tile = tile_avx2(w).dot;  // q4_1 / q5_x: packed activations, as matmul and vec_dot give them
   return tile != nullptr ? tile : avx2::table_fn(w);
 }
 

@@ -28,7 +28,7 @@ detail::DotFn pick_dot(DType w, Isa isa, const char* op) {
 // The repacking the ISA's kernel of w wants of its activations (none: they are taken as vec_dot_type rows).
 detail::TileKernels pick_tile(DType w, Isa isa) {
   if (isa == Isa::avx512 && isa_supported(Isa::avx512)) return detail::tile_avx512(w);
-  if (isa != Isa::scalar && isa_supported(Isa::avx2)) return detail::tile_blocks_avx2(w);
+  if (isa != Isa::scalar && isa_supported(Isa::avx2)) return detail::tile_avx2(w);
   return {};
 }
 
