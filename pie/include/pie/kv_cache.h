@@ -1,9 +1,10 @@
-// The paged KV cache: one arena of 16-token pages per layer for K and V (the layout of pal/paged_kv.h:
-// [n_pages][16][n_kv_head][head_dim]), a free list, a page table per sequence, reference counts, and the
-// prefix cache: a full page is addressed by a hash of every token up to its end, so a new sequence whose
-// prompt starts with the same tokens reuses those pages instead of recomputing them. Pages no sequence
-// references stay cached and are evicted least-recently-used when a sequence needs a page. Forks (n > 1
-// samples of one prompt) share the full pages and copy only the last partial one.
+// The paged KV cache's bookkeeping over a KvStorage (kv_storage.h: the pools of 16-token pages, owned by
+// the backend): a free list, a page table per sequence, reference counts, and the prefix cache: a full
+// page is addressed by a hash of every token up to its end, so a new sequence whose prompt starts with the
+// same tokens reuses those pages instead of recomputing them. Pages no sequence references stay cached and
+// are evicted least-recently-used when a sequence needs a page. Forks (n > 1 samples of one prompt) share
+// the full pages and copy only the last partial one; truncation (a rejected speculative tail) drops a
+// sequence's last entries, copying the page it now ends in when that page is shared.
 //
 // Not thread-safe: the engine loop owns it. Errors: bad configuration or ids throw pie::Error; running
 // out of pages is not an error (reserve() returns false and the scheduler preempts).
@@ -14,22 +15,9 @@
 #include <span>
 #include <vector>
 
-#include "tensor/dtype.h"
+#include "pie/kv_storage.h"
 
 namespace pie {
-
-inline constexpr std::int32_t kKvPageSize = 16;  // tokens per page (== pal::kPageSize)
-
-struct KvCacheConfig {
-  std::int32_t n_layer = 0;
-  std::int32_t n_kv_head = 0;
-  std::int32_t head_dim = 0;
-  tensor::DType dtype = tensor::DType::f32;  // f32 or f16
-  std::int32_t n_pages = 0;                  // pages per layer (K and V each)
-  bool prefix_caching = true;
-  // Bytes of K + V over all layers for one page.
-  std::size_t page_bytes() const;
-};
 
 struct KvCacheStats {
   std::int32_t n_pages = 0;
@@ -45,17 +33,18 @@ using SeqId = std::int64_t;
 
 class KvCache {
  public:
-  // Allocates the arena. Throws pie::Error on a bad config (zero sizes, dtype not f32/f16) or when the
-  // memory cannot be allocated.
+  // Keeps the pages of `storage` (its config says how many and their shape).
+  explicit KvCache(std::unique_ptr<KvStorage> storage);
+  // Over host storage (make_host_kv_storage). Throws pie::Error on a bad config (zero sizes, dtype not
+  // f32/f16) or when the memory cannot be allocated.
   explicit KvCache(const KvCacheConfig& config);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
   const KvCacheConfig& config() const;
-  // The K and V pools of a layer: [n_pages][16][n_kv_head][head_dim] of config().dtype.
-  void* k_pool(std::int32_t layer);
-  void* v_pool(std::int32_t layer);
+  // The pools the forward pass reads and writes.
+  KvStorage& storage();
 
   // A new, empty sequence.
   SeqId create();
@@ -74,6 +63,13 @@ class KvCache {
   SeqId fork(SeqId seq);
   // Drops the sequence: its pages lose a reference; committed full pages stay cached, others are freed.
   void release(SeqId seq);
+  // Forgets the sequence's entries past its first n_keep tokens (a rejected speculative tail): n_keep
+  // tokens stay committed, pages wholly past them are released, and when the page the sequence now ends
+  // in is also another sequence's or the prefix cache's, the sequence gets a private copy of its first
+  // n_keep % 16 slots, so later writes never touch what others read. Returns false, changing nothing,
+  // when that copy needs a page and none can be had. Throws pie::Error when n_keep is outside
+  // [0, n_committed].
+  bool truncate(SeqId seq, std::int32_t n_keep);
   // The sequence's pages in token order, and the tokens committed so far.
   std::span<const std::int32_t> pages(SeqId seq) const;
   std::int32_t n_committed(SeqId seq) const;

@@ -6,7 +6,6 @@
 #include <string>
 #include <unordered_map>
 
-#include "kv/kv_arena.h"
 #include "kv/prefix_hash.h"
 #include "pie/error.h"
 
@@ -14,49 +13,9 @@ namespace pie {
 
 namespace {
 
-std::size_t element_bytes(tensor::DType dtype) {
-  switch (dtype) {
-    case tensor::DType::f32: return 4;
-    case tensor::DType::f16: return 2;
-    default:
-      throw Error("[kv_cache] dtype " + std::string(tensor::dtype_name(dtype)) +
-                  " is not supported (f32 or f16)");
-  }
-}
-
-// Bytes of one page of one pool (K or V of one layer); throws on overflow.
-std::size_t pool_page_bytes(const KvCacheConfig& c) {
-  std::size_t b = element_bytes(c.dtype);
-  for (std::int64_t f : {std::int64_t{kKvPageSize}, std::int64_t{c.n_kv_head}, std::int64_t{c.head_dim}}) {
-    if (__builtin_mul_overflow(b, static_cast<std::size_t>(f), &b)) {
-      throw Error("[kv_cache] page size overflows");
-    }
-  }
-  return b;
-}
-
-void check_config(const KvCacheConfig& c) {
-  auto positive = [](const char* name, std::int32_t v) {
-    if (v <= 0) throw Error(std::string("[kv_cache] ") + name + " must be > 0, got " + std::to_string(v));
-  };
-  positive("n_layer", c.n_layer);
-  positive("n_kv_head", c.n_kv_head);
-  positive("head_dim", c.head_dim);
-  positive("n_pages", c.n_pages);
-  element_bytes(c.dtype);
-}
-
 constexpr std::int32_t kNone = -1;
 
 }  // namespace
-
-std::size_t KvCacheConfig::page_bytes() const {
-  std::size_t b = pool_page_bytes(*this);
-  if (__builtin_mul_overflow(b, static_cast<std::size_t>(n_layer < 0 ? 0 : n_layer) * 2, &b)) {
-    throw Error("[kv_cache] page size overflows");
-  }
-  return b;
-}
 
 struct KvCache::Impl {
   struct Page {
@@ -74,11 +33,11 @@ struct KvCache::Impl {
     std::int32_t n_committed = 0;
     std::int32_t n_hashed = 0;              // leading full pages whose chain keys are known
     std::uint64_t chain_key = kv_detail::kRootKey;  // key of page n_hashed - 1 (root when none)
+    std::vector<std::uint64_t> chain_keys;  // [n_hashed]: the key of each, so a truncation can go back
   };
 
+  std::unique_ptr<KvStorage> storage;
   KvCacheConfig config;
-  std::size_t bytes_per_pool_page = 0;  // one page of one pool (K or V of a layer)
-  kv_detail::KvArena arena;
   std::vector<Page> pages;
   std::vector<std::int32_t> free_list;  // a stack: the most recently freed page is reused first
   std::int32_t lru_head = kNone, lru_tail = kNone, n_lru = 0;
@@ -88,26 +47,16 @@ struct KvCache::Impl {
   SeqId next_id = 0;
   std::uint64_t lookup_tokens = 0, hit_tokens = 0, evictions = 0;
 
-  explicit Impl(const KvCacheConfig& c)
-      : config(validated(c)), bytes_per_pool_page(pie::pool_page_bytes(c)), arena(c.n_layer, pool_bytes_of(c)) {
-    pages.resize(static_cast<std::size_t>(c.n_pages));
+  explicit Impl(std::unique_ptr<KvStorage> s) : storage(std::move(s)) {
+    if (!storage) throw Error("[kv_cache] no storage");
+    config = storage->config();
+    config.validate();
+    pages.resize(static_cast<std::size_t>(config.n_pages));
     free_list.reserve(pages.size());
-    for (std::int32_t p = c.n_pages - 1; p >= 0; --p) {
+    for (std::int32_t p = config.n_pages - 1; p >= 0; --p) {
       free_list.push_back(p);
       pages[static_cast<std::size_t>(p)].on_free_list = true;
     }
-  }
-
-  static const KvCacheConfig& validated(const KvCacheConfig& c) {
-    check_config(c);
-    return c;
-  }
-  static std::size_t pool_bytes_of(const KvCacheConfig& c) {
-    std::size_t b = 0;
-    if (__builtin_mul_overflow(pie::pool_page_bytes(c), static_cast<std::size_t>(c.n_pages), &b)) {
-      throw Error("[kv_cache] pool of " + std::to_string(c.n_pages) + " pages: size overflows");
-    }
-    return b;
   }
 
   Page& page(std::int32_t p) { return pages[static_cast<std::size_t>(p)]; }
@@ -195,26 +144,13 @@ struct KvCache::Impl {
   }
 };
 
-KvCache::KvCache(const KvCacheConfig& config) : impl_(std::make_unique<Impl>(config)) {}
+KvCache::KvCache(std::unique_ptr<KvStorage> storage) : impl_(std::make_unique<Impl>(std::move(storage))) {}
+KvCache::KvCache(const KvCacheConfig& config) : KvCache(make_host_kv_storage(config)) {}
 KvCache::~KvCache() = default;
 
 const KvCacheConfig& KvCache::config() const { return impl_->config; }
 
-void* KvCache::k_pool(std::int32_t layer) {
-  if (layer < 0 || layer >= impl_->config.n_layer) {
-    throw Error("[kv_cache] k_pool: layer " + std::to_string(layer) + " outside [0, " +
-                std::to_string(impl_->config.n_layer) + ")");
-  }
-  return impl_->arena.k_pool(layer);
-}
-
-void* KvCache::v_pool(std::int32_t layer) {
-  if (layer < 0 || layer >= impl_->config.n_layer) {
-    throw Error("[kv_cache] v_pool: layer " + std::to_string(layer) + " outside [0, " +
-                std::to_string(impl_->config.n_layer) + ")");
-  }
-  return impl_->arena.v_pool(layer);
-}
+KvStorage& KvCache::storage() { return *impl_->storage; }
 
 SeqId KvCache::create() {
   const SeqId id = impl_->next_id++;
@@ -241,6 +177,7 @@ std::int32_t KvCache::attach_prefix(SeqId seq_id, std::span<const std::int32_t> 
     if (p == kNone) break;
     m.add_ref(p);
     s.pages.push_back(p);
+    s.chain_keys.push_back(key);
     chain = key;
   }
   const auto n_pages = static_cast<std::int32_t>(s.pages.size());
@@ -294,6 +231,7 @@ void KvCache::commit(SeqId seq_id, std::span<const std::int32_t> tokens, std::in
       m.by_key.emplace(key, p);
     }
     s.chain_key = key;
+    s.chain_keys.push_back(key);
     s.n_hashed = i + 1;
   }
 }
@@ -308,6 +246,7 @@ SeqId KvCache::fork(SeqId seq_id) {
   child.n_committed = s.n_committed;
   child.n_hashed = s.n_hashed;
   child.chain_key = s.chain_key;
+  child.chain_keys = s.chain_keys;
   child.pages.reserve(static_cast<std::size_t>(n_full + 1));
   for (std::int32_t i = 0; i < n_full; ++i) {
     const std::int32_t p = s.pages[static_cast<std::size_t>(i)];
@@ -317,11 +256,7 @@ SeqId KvCache::fork(SeqId seq_id) {
   if (partial) {
     const std::int32_t src = s.pages[static_cast<std::size_t>(n_full)];
     const std::int32_t dst = m.take_page();
-    const std::size_t bytes = m.bytes_per_pool_page;
-    for (std::int32_t l = 0; l < m.config.n_layer; ++l) {
-      std::memcpy(m.arena.k_pool(l) + std::size_t(dst) * bytes, m.arena.k_pool(l) + std::size_t(src) * bytes, bytes);
-      std::memcpy(m.arena.v_pool(l) + std::size_t(dst) * bytes, m.arena.v_pool(l) + std::size_t(src) * bytes, bytes);
-    }
+    m.storage->copy_page(src, dst, s.n_committed % kKvPageSize);
     child.pages.push_back(dst);
   }
   const SeqId id = m.next_id++;
@@ -339,6 +274,38 @@ void KvCache::release(SeqId seq_id) {
   const std::vector<std::int32_t>& ps = it->second.pages;
   for (auto p = ps.rbegin(); p != ps.rend(); ++p) m.drop_ref(*p);
   m.seqs.erase(it);
+}
+
+bool KvCache::truncate(SeqId seq_id, std::int32_t n_keep) {
+  Impl& m = *impl_;
+  Impl::Seq& s = m.seq(seq_id, "truncate");
+  if (n_keep < 0 || n_keep > s.n_committed) {
+    throw Error("[kv_cache] truncate: sequence " + std::to_string(seq_id) + ": n_keep " + std::to_string(n_keep) +
+                " must be in [0, " + std::to_string(s.n_committed) + "] (committed)");
+  }
+  const auto keep_pages = static_cast<std::size_t>((n_keep + kKvPageSize - 1) / kKvPageSize);
+  const std::int32_t tail_slots = n_keep % kKvPageSize;
+  // The page the sequence now ends in takes further writes: it must be this sequence's alone.
+  std::int32_t copy = kNone;
+  if (tail_slots != 0) {
+    const std::int32_t p = s.pages[keep_pages - 1];
+    if (m.page(p).ref > 1 || m.page(p).registered) {
+      if (m.available() < 1) return false;
+      copy = m.take_page();
+      m.storage->copy_page(p, copy, tail_slots);
+    }
+  }
+  for (std::size_t i = s.pages.size(); i > keep_pages; --i) m.drop_ref(s.pages[i - 1]);
+  s.pages.resize(keep_pages);
+  if (copy != kNone) {
+    m.drop_ref(s.pages.back());
+    s.pages.back() = copy;
+  }
+  s.n_committed = n_keep;
+  s.n_hashed = std::min(s.n_hashed, n_keep / kKvPageSize);
+  s.chain_keys.resize(static_cast<std::size_t>(s.n_hashed));
+  s.chain_key = s.n_hashed > 0 ? s.chain_keys.back() : kv_detail::kRootKey;
+  return true;
 }
 
 std::span<const std::int32_t> KvCache::pages(SeqId seq_id) const {

@@ -166,8 +166,8 @@ struct ModelRunner::Impl {
     const ModelConfig& c = model->config;
     const std::int64_t row = static_cast<std::int64_t>(c.n_kv_head) * c.head_dim;
     const bool f16 = kv.config().dtype == tensor::DType::f16;
-    void* kp = kv.k_pool(layer);
-    void* vp = kv.v_pool(layer);
+    void* kp = kv.storage().k_pool(layer);
+    void* vp = kv.storage().v_pool(layer);
     for_rows(n_tokens, 16, [&](std::int64_t t0, std::int64_t t1) {
       for (std::int64_t t = t0; t < t1; ++t) {
         const std::int64_t off = (static_cast<std::int64_t>(token_page[t]) * kKvPageSize + token_slot[t]) * row;
@@ -190,8 +190,8 @@ struct ModelRunner::Impl {
 
   pal::PagedKv paged(const AttentionGroup& g, KvCache& kv, std::int32_t layer) const {
     pal::PagedKv p;
-    p.k_pages = kv.k_pool(layer);
-    p.v_pages = kv.v_pool(layer);
+    p.k_pages = kv.storage().k_pool(layer);
+    p.v_pages = kv.storage().v_pool(layer);
     p.dtype = kv.config().dtype;
     p.n_pages = kv.config().n_pages;
     p.n_kv_heads = model->config.n_kv_head;

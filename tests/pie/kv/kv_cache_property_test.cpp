@@ -1,7 +1,7 @@
 // Random operation sequences against a simple model of what each sequence holds: page accounting adds up,
 // no page is both free and referenced, only full committed pages are ever shared, and every committed
-// slot of every live sequence holds the value written for its exact token prefix (so prefix hits, forks and
-// evictions never hand a sequence the wrong content).
+// slot of every live sequence holds the value written for its exact token prefix (so prefix hits, forks,
+// truncations and evictions never hand a sequence the wrong content).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,8 +54,9 @@ class Harness {
     for (int op = 0; op < n_ops; ++op) {
       const int r = pick(100);
       if (seqs_.empty() || r < 30) new_request();
-      else if (r < 70) step(any_seq());
-      else if (r < 82) fork(any_seq());
+      else if (r < 64) step(any_seq());
+      else if (r < 72) truncate(any_seq());
+      else if (r < 84) fork(any_seq());
       else release(any_seq());
       check();
       if (::testing::Test::HasFatalFailure()) return;
@@ -68,6 +69,7 @@ class Harness {
   const KvCache& kv() const { return kv_; }
   int reserve_failures() const { return reserve_failures_; }
   int forks() const { return forks_; }
+  int truncations() const { return truncations_; }
 
  private:
   int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
@@ -95,8 +97,8 @@ class Harness {
     for (std::int32_t t = m.committed; t < upto; ++t) {
       const std::size_t slot = (std::size_t(pages[std::size_t(t / kPage)]) * kPage + std::size_t(t % kPage)) * 4;
       const float v = prefix_value(m.tokens, std::size_t(t));
-      static_cast<float*>(kv_.k_pool(0))[slot] = v;
-      static_cast<float*>(kv_.v_pool(1))[slot + 3] = -v;
+      static_cast<float*>(kv_.storage().k_pool(0))[slot] = v;
+      static_cast<float*>(kv_.storage().v_pool(1))[slot + 3] = -v;
     }
     kv_.commit(s, m.tokens, upto);
     m.committed = upto;
@@ -165,6 +167,23 @@ class Harness {
     ++forks_;
   }
 
+  // Drops a random tail (a rejected speculative draft); the next step writes other tokens there.
+  void truncate(SeqId s) {
+    Model& m = seqs_.at(s);
+    const std::int32_t keep = pick(m.committed + 1);
+    const std::vector<std::int32_t> before(kv_.pages(s).begin(), kv_.pages(s).end());
+    if (!kv_.truncate(s, keep)) {
+      EXPECT_EQ(kv_.n_available(), 0);
+      EXPECT_NE(keep % kPage, 0);
+      EXPECT_EQ(std::vector<std::int32_t>(kv_.pages(s).begin(), kv_.pages(s).end()), before);
+      return;
+    }
+    m.committed = keep;
+    m.tokens.resize(std::size_t(keep));
+    EXPECT_EQ(static_cast<std::int32_t>(kv_.pages(s).size()), (keep + kPage - 1) / kPage);
+    ++truncations_;
+  }
+
   void release(SeqId s) {
     kv_.release(s);
     seqs_.erase(s);
@@ -190,8 +209,8 @@ class Harness {
         const std::size_t slot = (std::size_t(pages[std::size_t(t / kPage)]) * kPage + std::size_t(t % kPage)) * 4;
         h = fnv_step(h, m.tokens[std::size_t(t)]);
         const float v = value_of(h);
-        ASSERT_EQ(static_cast<const float*>(kv_.k_pool(0))[slot], v) << "seq " << s << " token " << t;
-        ASSERT_EQ(static_cast<const float*>(kv_.v_pool(1))[slot + 3], -v) << "seq " << s << " token " << t;
+        ASSERT_EQ(static_cast<const float*>(kv_.storage().k_pool(0))[slot], v) << "seq " << s << " token " << t;
+        ASSERT_EQ(static_cast<const float*>(kv_.storage().v_pool(1))[slot + 3], -v) << "seq " << s << " token " << t;
       }
     }
     // Referenced pages are exactly the used ones (none of them free or cached).
@@ -207,7 +226,7 @@ class Harness {
   std::mt19937 rng_;
   KvCache kv_;
   std::map<SeqId, Model> seqs_;
-  int reserve_failures_ = 0, fork_failures_ = 0, forks_ = 0;
+  int reserve_failures_ = 0, fork_failures_ = 0, forks_ = 0, truncations_ = 0;
 };
 
 TEST(KvCachePropertyTest, RandomOperationsAgainstAModel) {
@@ -228,6 +247,7 @@ TEST(KvCachePropertyTest, PrefixCacheIsExercised) {
   EXPECT_GT(st.evictions, 0u);
   EXPECT_GT(h.reserve_failures(), 0);
   EXPECT_GT(h.forks(), 0);
+  EXPECT_GT(h.truncations(), 0);
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ TEST(KvCacheTest, PoolsAreAlignedAndDistinct) {
   const std::size_t pool = 8 * 16 * 2 * 4 * 2;
   std::vector<std::uintptr_t> starts;
   for (std::int32_t l = 0; l < c.n_layer; ++l) {
-    for (void* p : {kv.k_pool(l), kv.v_pool(l)}) {
+    for (void* p : {kv.storage().k_pool(l), kv.storage().v_pool(l)}) {
       EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u);
       starts.push_back(reinterpret_cast<std::uintptr_t>(p));
       std::memset(p, 0x5a, pool);  // the whole pool is writable
@@ -103,9 +103,9 @@ TEST(KvCacheTest, PoolsAreAlignedAndDistinct) {
   }
   std::sort(starts.begin(), starts.end());
   for (std::size_t i = 1; i < starts.size(); ++i) EXPECT_GE(starts[i] - starts[i - 1], pool);
-  EXPECT_THROW(kv.k_pool(-1), pie::Error);
-  EXPECT_THROW(kv.k_pool(2), pie::Error);
-  EXPECT_THROW(kv.v_pool(2), pie::Error);
+  EXPECT_THROW(kv.storage().k_pool(-1), pie::Error);
+  EXPECT_THROW(kv.storage().k_pool(2), pie::Error);
+  EXPECT_THROW(kv.storage().v_pool(2), pie::Error);
 }
 
 TEST(KvCacheTest, ReserveAndReleaseAccounting) {
@@ -386,8 +386,8 @@ void fill_page(KvCache& kv, std::int32_t page, float base) {
   const KvCacheConfig& c = kv.config();
   const std::size_t n = std::size_t(16) * c.n_kv_head * c.head_dim;
   for (std::int32_t l = 0; l < c.n_layer; ++l) {
-    float* k = static_cast<float*>(kv.k_pool(l)) + std::size_t(page) * n;
-    float* v = static_cast<float*>(kv.v_pool(l)) + std::size_t(page) * n;
+    float* k = static_cast<float*>(kv.storage().k_pool(l)) + std::size_t(page) * n;
+    float* v = static_cast<float*>(kv.storage().v_pool(l)) + std::size_t(page) * n;
     for (std::size_t i = 0; i < n; ++i) {
       k[i] = base + static_cast<float>(l * 100000 + i);
       v[i] = -base - static_cast<float>(l * 100000 + i);
@@ -395,14 +395,16 @@ void fill_page(KvCache& kv, std::int32_t page, float base) {
   }
 }
 
-bool same_page_bytes(KvCache& kv, std::int32_t p, std::int32_t q) {
+// Whether token slots [0, n_slots) of pages p and q hold the same K and V in every layer.
+bool same_page_bytes(KvCache& kv, std::int32_t p, std::int32_t q, std::int32_t n_slots = 16) {
   const KvCacheConfig& c = kv.config();
-  const std::size_t bytes = std::size_t(16) * c.n_kv_head * c.head_dim * 4;
+  const std::size_t slot_bytes = std::size_t(c.n_kv_head) * c.head_dim * 4;
+  const std::size_t page_bytes = 16 * slot_bytes, bytes = slot_bytes * std::size_t(n_slots);
   for (std::int32_t l = 0; l < c.n_layer; ++l) {
-    const auto* k = static_cast<const std::byte*>(kv.k_pool(l));
-    const auto* v = static_cast<const std::byte*>(kv.v_pool(l));
-    if (std::memcmp(k + p * bytes, k + q * bytes, bytes) != 0) return false;
-    if (std::memcmp(v + p * bytes, v + q * bytes, bytes) != 0) return false;
+    const auto* k = static_cast<const std::byte*>(kv.storage().k_pool(l));
+    const auto* v = static_cast<const std::byte*>(kv.storage().v_pool(l));
+    if (std::memcmp(k + p * page_bytes, k + q * page_bytes, bytes) != 0) return false;
+    if (std::memcmp(v + p * page_bytes, v + q * page_bytes, bytes) != 0) return false;
   }
   return true;
 }
@@ -422,12 +424,12 @@ TEST(KvCacheTest, ForkSharesFullPagesAndCopiesThePartialOne) {
   EXPECT_EQ(kv.n_committed(b), 21);
   EXPECT_EQ(kv.pages(b)[0], kv.pages(a)[0]);
   EXPECT_NE(kv.pages(b)[1], kv.pages(a)[1]);
-  EXPECT_TRUE(same_page_bytes(kv, kv.pages(a)[1], kv.pages(b)[1]));
+  EXPECT_TRUE(same_page_bytes(kv, kv.pages(a)[1], kv.pages(b)[1], 5));  // the 5 committed slots
   // A write to one copy leaves the other unchanged.
   fill_page(kv, kv.pages(b)[1], 50.0f);
   EXPECT_FALSE(same_page_bytes(kv, kv.pages(a)[1], kv.pages(b)[1]));
-  static_cast<float*>(kv.k_pool(1))[std::size_t(kv.pages(a)[1]) * 16 * 2 * 4] = 123.0f;
-  EXPECT_EQ(static_cast<float*>(kv.k_pool(1))[std::size_t(kv.pages(b)[1]) * 16 * 2 * 4], 50.0f + 100000.0f);
+  static_cast<float*>(kv.storage().k_pool(1))[std::size_t(kv.pages(a)[1]) * 16 * 2 * 4] = 123.0f;
+  EXPECT_EQ(static_cast<float*>(kv.storage().k_pool(1))[std::size_t(kv.pages(b)[1]) * 16 * 2 * 4], 50.0f + 100000.0f);
   EXPECT_EQ(kv.stats().n_used, 3);
   expect_accounting(kv);
   // Both continue on their own.
@@ -488,6 +490,107 @@ TEST(KvCacheTest, RefCountsAfterForkAndReleaseInAnyOrder) {
     const SeqId d = kv.create();
     EXPECT_EQ(kv.attach_prefix(d, t), 32);
   }
+}
+
+TEST(KvCacheTest, TruncateDropsTheTailAndItsPages) {
+  KvCache kv(small_config(8));
+  const std::vector<std::int32_t> t = iota_tokens(40);
+  const SeqId a = kv.create();
+  ASSERT_TRUE(kv.reserve(a, 48));  // 3 pages, 40 committed
+  kv.commit(a, t, 40);
+  const std::vector<std::int32_t> pages(kv.pages(a).begin(), kv.pages(a).end());
+  // Inside the partial third page, which only a holds and no prefix names: cut in place.
+  ASSERT_TRUE(kv.truncate(a, 36));
+  EXPECT_EQ(kv.n_committed(a), 36);
+  EXPECT_EQ(std::vector<std::int32_t>(kv.pages(a).begin(), kv.pages(a).end()), pages);
+  // Inside the first page: a full page the prefix cache names, so a gets a copy of its 12 kept slots;
+  // the original and the second page stay cached for their prefix, the third is free again.
+  ASSERT_TRUE(kv.truncate(a, 12));
+  EXPECT_EQ(kv.n_committed(a), 12);
+  ASSERT_EQ(kv.pages(a).size(), 1u);
+  EXPECT_NE(kv.pages(a)[0], pages[0]);
+  EXPECT_EQ(kv.stats().n_used, 1);
+  EXPECT_EQ(kv.stats().n_cached, 2);
+  expect_accounting(kv);
+  // Other tokens appended after the cut are hashed from the cut, not from the old content.
+  std::vector<std::int32_t> u(t.begin(), t.begin() + 12);
+  for (std::int32_t i = 0; i < 21; ++i) u.push_back(1000 + i);
+  ASSERT_TRUE(kv.reserve(a, 33));
+  kv.commit(a, u, 33);
+  kv.release(a);
+  const SeqId b = kv.create();
+  EXPECT_EQ(kv.attach_prefix(b, u), 32);
+  EXPECT_NE(kv.pages(b)[0], pages[0]);
+  const SeqId c = kv.create();
+  EXPECT_EQ(kv.attach_prefix(c, t), 32);  // t's own pages are still cached, unchanged
+  EXPECT_EQ(kv.pages(c)[0], pages[0]);
+  EXPECT_EQ(kv.pages(c)[1], pages[1]);
+  ASSERT_TRUE(kv.truncate(c, 0));
+  EXPECT_TRUE(kv.pages(c).empty());
+  expect_accounting(kv);
+}
+
+TEST(KvCacheTest, TruncateCopiesAPageOthersHold) {
+  KvCache kv(small_config(8));
+  const std::vector<std::int32_t> t = iota_tokens(32);
+  const SeqId a = kv.create();
+  ASSERT_TRUE(kv.reserve(a, 32));
+  fill_page(kv, kv.pages(a)[0], 1.0f);
+  fill_page(kv, kv.pages(a)[1], 7.0f);
+  kv.commit(a, t, 32);
+  const SeqId b = kv.fork(a);  // shares both (full) pages
+  ASSERT_GE(b, 0);
+  const std::int32_t shared = kv.pages(a)[1];
+  ASSERT_TRUE(kv.truncate(b, 20));
+  EXPECT_EQ(kv.pages(b)[0], kv.pages(a)[0]);  // untouched: b does not end in it
+  EXPECT_NE(kv.pages(b)[1], shared);          // a private copy of the 4 kept slots
+  EXPECT_TRUE(same_page_bytes(kv, shared, kv.pages(b)[1], 4));
+  // b's writes past the cut never reach what a (and the prefix cache) read.
+  fill_page(kv, kv.pages(b)[1], 50.0f);
+  EXPECT_EQ(static_cast<float*>(kv.storage().k_pool(0))[std::size_t(shared) * 16 * 2 * 4], 7.0f);
+  EXPECT_EQ(kv.n_committed(a), 32);
+  kv.release(a);
+  const SeqId c = kv.create();
+  std::vector<std::int32_t> t_next = t;
+  t_next.push_back(99);
+  EXPECT_EQ(kv.attach_prefix(c, t_next), 32);
+  EXPECT_EQ(kv.pages(c)[1], shared);
+  expect_accounting(kv);
+}
+
+TEST(KvCacheTest, TruncateCopiesACachedPageAttachedAsPrefix) {
+  KvCache kv(small_config(4));
+  std::vector<std::int32_t> t = iota_tokens(33);
+  kv.release(run_prompt(kv, t));  // pages 0 and 1 cached
+  const SeqId b = kv.create();
+  ASSERT_EQ(kv.attach_prefix(b, t), 32);
+  const std::int32_t cached = kv.pages(b)[1];
+  ASSERT_TRUE(kv.truncate(b, 24));
+  EXPECT_NE(kv.pages(b)[1], cached);
+  const SeqId c = kv.create();
+  EXPECT_EQ(kv.attach_prefix(c, t), 32);  // the cached page is still the prefix's
+  EXPECT_EQ(kv.pages(c)[1], cached);
+  expect_accounting(kv);
+}
+
+TEST(KvCacheTest, TruncateWithoutAPageForTheCopyChangesNothing) {
+  KvCache kv(small_config(2));
+  const std::vector<std::int32_t> t = iota_tokens(32);
+  const SeqId a = kv.create();
+  ASSERT_TRUE(kv.reserve(a, 32));
+  kv.commit(a, t, 32);
+  const SeqId b = kv.fork(a);
+  ASSERT_GE(b, 0);
+  const std::vector<std::int32_t> before(kv.pages(b).begin(), kv.pages(b).end());
+  EXPECT_FALSE(kv.truncate(b, 20));
+  EXPECT_EQ(std::vector<std::int32_t>(kv.pages(b).begin(), kv.pages(b).end()), before);
+  EXPECT_EQ(kv.n_committed(b), 32);
+  EXPECT_TRUE(kv.truncate(b, 16));  // at a page boundary: no copy needed
+  EXPECT_EQ(kv.pages(b).size(), 1u);
+  EXPECT_THROW(kv.truncate(b, 17), pie::Error);  // past what is committed
+  EXPECT_THROW(kv.truncate(b, -1), pie::Error);
+  EXPECT_THROW(kv.truncate(77, 0), pie::Error);
+  expect_accounting(kv);
 }
 
 TEST(KvCacheTest, InvalidIdsAndArgumentsThrow) {

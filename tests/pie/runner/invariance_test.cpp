@@ -85,6 +85,54 @@ void check_model(const std::string& name) {
   }
 }
 
+// Speculative decoding's rollback: a sequence that computes a wrong tail, truncates it from the KV cache
+// and computes other tokens instead gives bit-identical logits to one that computed those tokens in the
+// first place; and the sequence it was forked from, which holds the page the truncated one now ends in,
+// reads its own K/V there, untouched by the other's writes (the truncation copied the page).
+void check_truncation(const std::string& name) {
+  const Golden g = load_golden(name);
+  std::vector<std::int32_t> tokens = g.prompt;
+  tokens.insert(tokens.end(), g.greedy.begin(), g.greedy.end());
+  const auto n = static_cast<std::int32_t>(tokens.size());
+  std::vector<std::int32_t> other = tokens;  // b's continuation after position 60
+  for (std::size_t i = 60; i < tokens.size(); ++i) other[i] = (tokens[i] + 13) % 256;
+  ModelRunner runner(load_hf_model(test_model_dir(name)), nullptr);
+  const Logits alone_a = run_probe(runner, tokens, n, false);
+  const Logits alone_b = run_probe(runner, other, n, false);
+
+  KvCache kv = make_kv(runner, 64);
+  Seq a;
+  a.id = kv.create();
+  a.tokens = tokens;
+  run_step(runner, kv, {{&a, 64}});  // four full pages
+  kv.commit(a.id, a.tokens, a.n_cached);
+  Seq b = a;
+  b.id = kv.fork(a.id);
+  ASSERT_GE(b.id, 0);
+  // b computes 8 wrong tokens, then drops them and 4 of a's: it now ends inside a page a holds too.
+  for (std::size_t i = 64; i < 72; ++i) b.tokens[i] = (tokens[i] + 7) % 256;
+  run_step(runner, kv, {{&b, 8}});
+  kv.commit(b.id, b.tokens, b.n_cached);
+  ASSERT_TRUE(kv.truncate(b.id, 60));
+  b.n_cached = 60;
+  b.tokens = other;
+  const auto rest_b = run_step(runner, kv, {{&b, n - 60}});
+  const auto rest_a = run_step(runner, kv, {{&a, n - 64}});
+  for (std::int32_t pos = 60; pos < n; ++pos) {
+    ASSERT_TRUE(same_bits(rest_b[0][static_cast<std::size_t>(pos - 60)], alone_b[static_cast<std::size_t>(pos)]))
+        << name << ": the truncated sequence differs at position " << pos;
+    if (pos >= 64) {
+      ASSERT_TRUE(same_bits(rest_a[0][static_cast<std::size_t>(pos - 64)], alone_a[static_cast<std::size_t>(pos)]))
+          << name << ": the sequence forked from differs at position " << pos;
+    }
+  }
+}
+
+TEST(RunnerInvarianceTest, TruncatedTailRecomputesIdentically) {
+  check_truncation("llama");
+  check_truncation("qwen3");
+}
+
 TEST(RunnerInvarianceTest, Llama) { check_model("llama"); }      // generic attention kernel (head dim 12)
 TEST(RunnerInvarianceTest, Mistral) { check_model("mistral"); }  // sliding window
 TEST(RunnerInvarianceTest, Qwen3) { check_model("qwen3"); }      // SIMD attention kernel (head dim 64)
