@@ -107,9 +107,10 @@ std::string served_model_name(const Model& model) {
   std::filesystem::path path = model.path;
   if (!path.empty() && !path.has_filename()) path = path.parent_path();  // "folder/"
   // A folder's name whole; a file's without its extension (".gguf", ".bin").
+  std::error_code error;  // a path that cannot be examined is taken for a file
   std::string base = path.empty() ? std::string()
-                     : std::filesystem::is_directory(path) ? path.filename().string()
-                                                           : path.stem().string();
+                     : std::filesystem::is_directory(path, error) ? path.filename().string()
+                                                                  : path.stem().string();
   std::string name = model_name_slug(base);
   if (name.empty()) name = model_name_slug(model.name);
   return name.empty() ? "orchard" : name;
