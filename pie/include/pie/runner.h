@@ -1,6 +1,8 @@
-// The forward pass on CPU: token ids -> logits, over the paged KV cache, for a batch that mixes prefill
-// chunks and decode rows (one query token). Every kernel comes from kernels/ (matmul and quantized dot
-// products, norms, activations, embedding) and pal/ (RoPE, paged attention), parallel on a thread pool.
+// The forward pass: token ids -> logits, over the paged KV cache, for a batch that mixes prefill chunks
+// and decode rows (one query token). The runner lays the batch out (positions, KV slots, attention
+// groups) and has the model's architecture builder (pie/src/models/) run it on a Backend (pie/backend.h):
+// the CPU backend by default. begin() returns while the backend computes, so the caller's threads can
+// fill grammar masks meanwhile; wait() returns with the logits.
 //
 // Batch invariance: a token's logits are bit-for-bit the same whatever else is in the batch, however its
 // prompt was split into prefill chunks, and whether its K/V came from this step or from the prefix cache:
@@ -11,6 +13,7 @@
 #include <memory>
 #include <span>
 
+#include "pie/backend.h"
 #include "pie/kv_cache.h"
 #include "pie/model.h"
 
@@ -35,20 +38,34 @@ struct ForwardBatch {
 
 class ModelRunner {
  public:
-  // pool: the threads of the forward pass (nullptr: the calling thread). Throws ModelError when the model
-  // uses something the CPU kernels lack.
+  // Runs on `backend`. Throws ModelError when the model's architecture has no builder or its weights do
+  // not fit it (naming the weight), pie::Error without a backend.
+  ModelRunner(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend);
+  // On the CPU backend over `pool` (the caller keeps it alive; nullptr: one thread computes).
   ModelRunner(std::shared_ptr<const Model> model, tensor::ThreadPool* pool);
   ~ModelRunner();
 
-  // The KV cache shape this model needs (n_pages and dtype from the caller).
+  // The KV cache shape this model needs (n_pages and dtype from the caller), and its pages in the
+  // backend's memory (KvCache's storage).
   KvCacheConfig kv_config(std::int32_t n_pages, tensor::DType dtype = tensor::DType::f32) const;
+  std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) const;
 
-  // Runs the batch: writes K/V of every query token into `kv` and the logits of logit_rows into
-  // logits [logit_rows.size()][n_vocab]. Throws pie::Error (nothing sampled) on an inconsistent batch
-  // (token id out of range, page table that does not match seq_lens, logits too small).
+  // Starts the batch: the backend writes K/V of every query token into `kv` and the logits of logit_rows
+  // into logits [logit_rows.size()][n_vocab]. The batch's spans, `kv` and `logits` must stay valid and
+  // untouched until wait(). Throws pie::Error (nothing started) on an inconsistent batch (token id out of
+  // range, page table that does not match seq_lens, logits too small, a KV cache of another shape or
+  // device) or while a batch is under way.
+  void begin(const ForwardBatch& batch, KvCache& kv, std::span<float> logits);
+  // Returns once the batch begun is done. Throws pie::Error when it failed (its logits are then
+  // undefined); no effect when none was begun.
+  void wait();
+  // begin() then wait().
   void forward(const ForwardBatch& batch, KvCache& kv, std::span<float> logits);
 
   const Model& model() const;
+  Backend& backend() const;
+  // How long the last batch took on the backend (from its start there to its end), in seconds.
+  double last_step_seconds() const;
 
   struct Impl;
 

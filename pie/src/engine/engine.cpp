@@ -25,7 +25,6 @@
 #include "pse/thread_pool.h"
 #include "request_check.h"
 #include "request_stream.h"
-#include "tensor/thread_pool.h"
 
 namespace pie {
 
@@ -171,7 +170,6 @@ struct Engine::Impl {
   EngineOptions options;
   std::int32_t context_length = 0;
   std::int32_t n_vocab = 0;
-  std::unique_ptr<tensor::ThreadPool> forward_pool;
   std::unique_ptr<pse::ThreadPool> mask_pool;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<KvCache> kv;
@@ -252,11 +250,10 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   context_length = options.context_length > 0 ? options.context_length : std::min(trained, 8192);
   options.context_length = context_length;
 
-  forward_pool = std::make_unique<tensor::ThreadPool>(options.n_threads);
-  // Masks fill on their own threads while the forward pass runs on forward_pool.
+  // Masks fill on their own threads while the backend runs the forward pass on its own.
   const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
   mask_pool = std::make_unique<pse::ThreadPool>(std::clamp<std::size_t>(hw / 4, 2, 8));
-  runner = std::make_unique<ModelRunner>(model, forward_pool.get());
+  runner = std::make_unique<ModelRunner>(model, make_cpu_backend(options.n_threads));
 
   const std::size_t page_bytes = runner->kv_config(1, options.kv_dtype).page_bytes();
   const std::int64_t context_pages = (context_length + kKvPageSize - 1) / kKvPageSize;
@@ -281,7 +278,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   if (n_pages > std::numeric_limits<std::int32_t>::max()) n_pages = std::numeric_limits<std::int32_t>::max();
   KvCacheConfig kv_config = runner->kv_config(static_cast<std::int32_t>(n_pages), options.kv_dtype);
   kv_config.prefix_caching = options.prefix_caching;
-  kv = std::make_unique<KvCache>(kv_config);
+  kv = std::make_unique<KvCache>(runner->make_kv_storage(kv_config));
   pages = std::make_unique<KvCachePages>(*kv);
   scheduler = std::make_unique<Scheduler>(
       SchedulerConfig{options.max_running, std::max(options.max_batch_tokens, options.max_running)}, *pages);
@@ -603,19 +600,16 @@ bool Engine::Impl::step() {
   std::span<float> logits(step_logits);
   std::string forward_error;
   std::atomic<double> mask_time{0.0};
-  double forward_time = 0;
-  mask_pool->parallel_for(1 + mask_rows.size(), [&](std::size_t i) {
+  bool begun = false;
+  try {
+    runner->begin(batch, *kv, logits);
+    begun = true;
+  } catch (const std::exception& e) {
+    forward_error = e.what();
+  }
+  mask_pool->parallel_for(mask_rows.size(), [&](std::size_t i) {
     const auto t0 = Clock::now();
-    if (i == 0) {
-      try {
-        runner->forward(batch, *kv, logits);
-      } catch (const std::exception& e) {
-        forward_error = e.what();
-      }
-      forward_time = seconds_since(t0);
-      return;
-    }
-    const std::size_t row = mask_rows[i - 1];
+    const std::size_t row = mask_rows[i];
     try {
       row_samples[row]->matcher->fill_next_token_bitmask(masks.subspan(row * words, words));
     } catch (const std::exception& e) {
@@ -625,6 +619,15 @@ bool Engine::Impl::step() {
     while (!mask_time.compare_exchange_weak(cur, cur + seconds_since(t0))) {
     }
   });
+  double forward_time = 0;
+  if (begun) {
+    try {
+      runner->wait();
+      forward_time = runner->last_step_seconds();
+    } catch (const std::exception& e) {
+      forward_error = e.what();
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(stats_mutex);
     ++stats.steps;

@@ -1,0 +1,129 @@
+// The device a model runs on, as the forward pass sees it: where the step's activations and the KV pages
+// live, and the operations a decoder block is built from. The architecture builders (pie/src/models/, one
+// file per architecture) call these operations and nothing else; each backend implements them once: the
+// CPU backend over kernels/ and pal/ on a thread pool (make_cpu_backend), CUDA over its kernels.
+//
+// A forward pass is one unit of device work: begin() starts the builder's calls and returns while the
+// device works (the CPU backend runs them on its own thread, so the caller's threads stay free for the
+// grammar masks); wait() returns once they are done and the logits are in host memory.
+//
+// Batch invariance: every operation computes each row from that row alone (and attention each query row
+// from its own sequence), in an order that depends on the row's length only, so a token's logits are
+// bit-identical whatever else the step holds.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pal/attention.h"
+#include "pal/rope.h"
+#include "pie/kv_storage.h"
+#include "pie/model.h"
+
+namespace tensor {
+class ThreadPool;
+}
+
+namespace pie {
+
+// A dense row-major f32 matrix in the backend's memory: [n_rows, n_cols], rows n_cols floats apart.
+// A step's activations (one row per token) are these.
+struct Rows {
+  float* data = nullptr;
+  std::int64_t n_rows = 0;
+  std::int64_t n_cols = 0;
+  float* row(std::int64_t r) const { return data + r * n_cols; }
+  // The same memory as [n_rows * n_cols / cols, cols] (per-head views of [tokens, heads * head_dim]).
+  Rows reshaped(std::int64_t cols) const { return {data, n_rows * n_cols / cols, cols}; }
+};
+
+// Which projection of the model a product computes; adapters (LoRA) name the projections they modify
+// by site and layer, and a backend may fuse them into the product.
+enum class ProjectionSite : std::uint8_t { q, k, v, o, gate, up, down, output };
+
+struct Projection {
+  ProjectionSite site = ProjectionSite::q;
+  std::int32_t layer = -1;  // -1 for the output projection
+  const Weight* weight = nullptr;  // [n_out, n_in]
+  Rows out;                        // [n_tokens, n_out]
+};
+
+// The sequences of a step as attention reads them: one group of decode rows (one query token per
+// sequence) or of prefill chunks (several), in pal's layout. Host memory; the runner fills it.
+struct AttentionGroup {
+  std::vector<std::int32_t> page_indptr{0};  // [n_seqs + 1]
+  std::vector<std::int32_t> page_indices;
+  std::vector<std::int32_t> seq_lens;        // [n_seqs]
+  std::vector<std::int32_t> qo_indptr{0};    // [n_seqs + 1]: rows of the gathered queries
+  std::vector<std::int32_t> rows;            // the step's row (token) index of each gathered query
+  bool empty() const { return seq_lens.empty(); }
+};
+
+// Where each of the step's tokens goes: its position and KV slot, and the attention groups.
+struct StepLayout {
+  std::vector<std::int32_t> positions;  // [n_tokens]
+  std::vector<std::int32_t> kv_slots;   // [n_tokens]: page * kKvPageSize + slot of its K/V
+  AttentionGroup decode, prefill;
+  std::int64_t n_tokens() const { return static_cast<std::int64_t>(positions.size()); }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda"
+  virtual tensor::Device device() const = 0;
+
+  // KV pages in the backend's memory. Throws pie::Error on a bad config or when memory cannot be had.
+  virtual std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) = 0;
+
+  // Scratch activations: slot `slot` (a small integer the builder chooses) as [n_rows, n_cols], reused
+  // from step to step (grown, never shrunk). Contents are undefined until written.
+  virtual Rows scratch(int slot, std::int64_t n_rows, std::int64_t n_cols) = 0;
+  // Host memory the backend's results can be read from after wait(): `host` itself when the backend
+  // computes in host memory, else a device buffer copied to `host` at wait().
+  virtual Rows output_rows(std::span<float> host, std::int64_t n_rows, std::int64_t n_cols) = 0;
+
+  // out[t] = table[tokens[t]] (any weight type), tokens < table.n_out.
+  virtual void embed(const Weight& table, std::span<const std::int32_t> tokens, const Rows& out) = 0;
+  // out[r] = x[r] / rms(x[r]) * weight (weight: f32 of n_cols); out may be x.
+  virtual void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) = 0;
+  // Every projection of `in` (all [n_rows] of them) in one call: outs[i].out = in W_i^T.
+  virtual void project(const Rows& in, std::span<const Projection> outs) = 0;
+  // x[r] += bias (f32 of n_cols) for every row.
+  virtual void add_bias(const Rows& x, const Weight& bias) = 0;
+  // acc += x, element-wise.
+  virtual void add(const Rows& acc, const Rows& x) = 0;
+  // gate = silu(gate) * up, element-wise (SwiGLU).
+  virtual void swiglu(const Rows& gate, const Rows& up) = 0;
+  // RoPE on the heads of q and k at the step's positions, then k and v written to the KV pages of
+  // `layer` at the step's slots.
+  virtual void rope_append(const StepLayout& layout, const pal::RopeTable& rope, const Rows& q, const Rows& k,
+                           const Rows& v, KvStorage& kv, std::int32_t layer) = 0;
+  // Paged attention of every query row of q ([n_tokens, n_heads * head_dim]) over the KV pages of
+  // `layer`, into out (same shape).
+  virtual void attention(const StepLayout& layout, const pal::AttentionParams& params, const Rows& q,
+                         KvStorage& kv, std::int32_t layer, const Rows& out) = 0;
+  // out[i] = x[rows[i]].
+  virtual void gather_rows(const Rows& x, std::span<const std::int32_t> rows, const Rows& out) = 0;
+  // x = cap * tanh(x / cap), element-wise.
+  virtual void soft_cap(const Rows& x, float cap) = 0;
+
+  // Runs `step` (a forward pass's calls of the operations above) as one unit of device work: returns once
+  // it is under way. One at a time: begin() after begin() without wait() throws pie::Error.
+  virtual void begin(std::function<void()> step) = 0;
+  // Returns when the step begun is done and its output rows are in host memory; rethrows what the step
+  // threw. No effect without a step begun.
+  virtual void wait() = 0;
+};
+
+// The CPU backend: kernels/ and pal/ (AVX-512 / AVX2 where the CPU has them) on a pool of n_threads
+// (0: every core), each step run by a thread of its own. Throws pie::Error on a negative n_threads.
+std::unique_ptr<Backend> make_cpu_backend(std::int32_t n_threads);
+// The same on a pool the caller owns and keeps alive (nullptr: one thread computes everything).
+std::unique_ptr<Backend> make_cpu_backend(tensor::ThreadPool* pool);
+
+}  // namespace pie

@@ -1,0 +1,296 @@
+// The CPU backend: each operation is a kernels/ or pal/ call, parallel over rows on the thread pool, in
+// host memory (the KV pages in a host KvStorage, the output rows the caller's own buffer). A step runs on
+// the backend's step thread, which is the pool's thread 0, so the thread that begins a step is free until
+// it waits.
+//
+// Batch invariance: products go through kernels::matmul over all of the step's rows (a row's dot products
+// do not depend on the other rows); row-wise kernels are called per row (their SIMD / tail split depends
+// on the row length only); pal's attention visits each query row's keys in fixed 512-key chunks.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "pal/attention.h"
+#include "pal/rope.h"
+#include "pie/backend.h"
+#include "pie/error.h"
+#include "tensor/half.h"
+#include "tensor/thread_pool.h"
+
+namespace pie {
+namespace {
+
+kernels::MatmulParams params_of(const Weight& w) {
+  kernels::MatmulParams p;
+  p.w_type = w.type;
+  p.w = w.data;
+  p.w_row_bytes = w.row_bytes();
+  p.n_out = w.n_out;
+  p.n_in = w.n_in;
+  return p;
+}
+
+const float* floats(const Weight& w) { return static_cast<const float*>(w.data); }
+
+// Runs each step on a thread of its own; begin() hands it over, wait() waits for it.
+class StepThread {
+ public:
+  StepThread() : thread_([this] { loop(); }) {}
+  ~StepThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+  void begin(std::function<void()> step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_ || running_) throw Error("[backend] begin: a step is already under way (wait() first)");
+    step_ = std::move(step);
+    pending_ = true;
+    error_ = nullptr;
+    wake_.notify_all();
+  }
+
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return !pending_ && !running_; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [this] { return pending_ || stopping_; });
+      if (!pending_) return;
+      std::function<void()> step = std::move(step_);
+      pending_ = false;
+      running_ = true;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        step();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      running_ = false;
+      error_ = error;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::function<void()> step_;
+  bool pending_ = false, running_ = false, stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(std::unique_ptr<tensor::ThreadPool> owned, tensor::ThreadPool* pool)
+      : owned_pool_(std::move(owned)), pool_(owned_pool_ ? owned_pool_.get() : pool) {}
+
+  std::string name() const override { return "cpu"; }
+  tensor::Device device() const override { return tensor::Device::cpu; }
+
+  std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) override {
+    return make_host_kv_storage(config);
+  }
+
+  Rows scratch(int slot, std::int64_t n_rows, std::int64_t n_cols) override {
+    if (slot < 0 || slot > 64) throw Error(fmt::format("[backend] scratch slot {} outside [0, 64]", slot));
+    if (static_cast<std::size_t>(slot) >= scratch_.size()) scratch_.resize(static_cast<std::size_t>(slot) + 1);
+    std::vector<float>& v = scratch_[static_cast<std::size_t>(slot)];
+    const auto n = static_cast<std::size_t>(n_rows * n_cols);
+    if (v.size() < n) v.resize(n);
+    return {v.data(), n_rows, n_cols};
+  }
+
+  Rows output_rows(std::span<float> host, std::int64_t n_rows, std::int64_t n_cols) override {
+    if (static_cast<std::int64_t>(host.size()) < n_rows * n_cols) {
+      throw Error(fmt::format("[backend] output rows: {} floats for [{}, {}]", host.size(), n_rows, n_cols));
+    }
+    return {host.data(), n_rows, n_cols};
+  }
+
+  void embed(const Weight& table, std::span<const std::int32_t> tokens, const Rows& out) override {
+    kernels::EmbeddingParams p;
+    p.table_type = table.type;
+    p.table = table.data;
+    p.n_vocab = table.n_out;
+    p.n_embd = table.n_in;
+    for_rows(static_cast<std::int64_t>(tokens.size()), 8, [&](std::int64_t t0, std::int64_t t1) {
+      kernels::embedding(p, tokens.data() + t0, t1 - t0, out.row(t0));
+    });
+  }
+
+  void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) override {
+    const std::int64_t n = x.n_cols;
+    for_rows(x.n_rows, std::max<std::int64_t>(1, 4096 / n), [&](std::int64_t r0, std::int64_t r1) {
+      kernels::NormParams p;
+      p.n_rows = r1 - r0;
+      p.n = n;
+      p.eps = eps;
+      kernels::rms_norm(p, x.row(r0), floats(weight), out.row(r0));
+    });
+  }
+
+  void project(const Rows& in, std::span<const Projection> outs) override {
+    if (outs.size() == 1) {
+      kernels::matmul(params_of(*outs[0].weight), in.data, in.n_rows, outs[0].out.data, pool_);
+      return;
+    }
+    // Several products of one input in one call: the activations converted once, one parallel region.
+    if (outs.size() > kMaxProducts) throw Error(fmt::format("[backend] project: {} products", outs.size()));
+    std::array<kernels::MatmulParams, kMaxProducts> ps;
+    std::array<float*, kMaxProducts> ys{};
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      ps[i] = params_of(*outs[i].weight);
+      ys[i] = outs[i].out.data;
+    }
+    kernels::matmul_multi(std::span(ps).first(outs.size()), in.data, in.n_rows, std::span(ys).first(outs.size()),
+                          pool_);
+  }
+
+  void add_bias(const Rows& x, const Weight& bias) override {
+    for (std::int64_t r = 0; r < x.n_rows; ++r) kernels::add({x.n_cols}, x.row(r), floats(bias), x.row(r));
+  }
+
+  void add(const Rows& acc, const Rows& x) override {
+    for_rows(acc.n_rows, 16, [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t t = t0; t < t1; ++t) kernels::add({acc.n_cols}, acc.row(t), x.row(t), acc.row(t));
+    });
+  }
+
+  void swiglu(const Rows& gate, const Rows& up) override {
+    for_rows(gate.n_rows, 4, [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t t = t0; t < t1; ++t) kernels::swiglu({gate.n_cols}, gate.row(t), up.row(t), gate.row(t));
+    });
+  }
+
+  void rope_append(const StepLayout& layout, const pal::RopeTable& rope, const Rows& q, const Rows& k, const Rows& v,
+                   KvStorage& kv, std::int32_t layer) override {
+    const std::int64_t head_dim = kv.config().head_dim;
+    pal::rope(rope, layout.positions.data(), q.data, q.n_rows, static_cast<std::int32_t>(q.n_cols / head_dim), pool_);
+    pal::rope(rope, layout.positions.data(), k.data, k.n_rows, static_cast<std::int32_t>(k.n_cols / head_dim), pool_);
+    const std::int64_t row = k.n_cols;
+    const bool f16 = kv.config().dtype == tensor::DType::f16;
+    void* kp = kv.k_pool(layer);
+    void* vp = kv.v_pool(layer);
+    for_rows(k.n_rows, 16, [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t t = t0; t < t1; ++t) {
+        const std::int64_t off = static_cast<std::int64_t>(layout.kv_slots[static_cast<std::size_t>(t)]) * row;
+        const float* ks = k.row(t);
+        const float* vs = v.row(t);
+        if (f16) {
+          auto* kd = static_cast<std::uint16_t*>(kp) + off;
+          auto* vd = static_cast<std::uint16_t*>(vp) + off;
+          for (std::int64_t i = 0; i < row; ++i) {
+            kd[i] = tensor::f32_to_f16(ks[i]);
+            vd[i] = tensor::f32_to_f16(vs[i]);
+          }
+        } else {
+          std::memcpy(static_cast<float*>(kp) + off, ks, sizeof(float) * row);
+          std::memcpy(static_cast<float*>(vp) + off, vs, sizeof(float) * row);
+        }
+      }
+    });
+  }
+
+  // Decode rows (sequences with one query token) through decode_attention, the others through
+  // prefill_attention, gathered into contiguous queries and scattered back.
+  void attention(const StepLayout& layout, const pal::AttentionParams& params, const Rows& q, KvStorage& kv,
+                 std::int32_t layer, const Rows& out) override {
+    const std::int64_t row = q.n_cols;
+    for (const AttentionGroup* g : {&layout.decode, &layout.prefill}) {
+      if (g->empty()) continue;
+      const auto n_rows = static_cast<std::int64_t>(g->rows.size());
+      const Rows gq = scratch(kGatheredQ, n_rows, row);
+      const Rows go = scratch(kGatheredOut, n_rows, row);
+      for (std::int64_t i = 0; i < n_rows; ++i) {
+        std::memcpy(gq.row(i), q.row(g->rows[static_cast<std::size_t>(i)]), sizeof(float) * row);
+      }
+      pal::PagedKv p;
+      p.k_pages = kv.k_pool(layer);
+      p.v_pages = kv.v_pool(layer);
+      p.dtype = kv.config().dtype;
+      p.n_pages = kv.config().n_pages;
+      p.n_kv_heads = kv.config().n_kv_head;
+      p.head_dim = kv.config().head_dim;
+      p.n_seqs = static_cast<std::int32_t>(g->seq_lens.size());
+      p.page_indptr = g->page_indptr.data();
+      p.page_indices = g->page_indices.data();
+      p.seq_lens = g->seq_lens.data();
+      if (g == &layout.decode) {
+        pal::decode_attention(p, params, {gq.data, go.data}, pool_);
+      } else {
+        pal::prefill_attention(p, params, {g->qo_indptr.data(), gq.data, go.data}, pool_);
+      }
+      for (std::int64_t i = 0; i < n_rows; ++i) {
+        std::memcpy(out.row(g->rows[static_cast<std::size_t>(i)]), go.row(i), sizeof(float) * row);
+      }
+    }
+  }
+
+  void gather_rows(const Rows& x, std::span<const std::int32_t> rows, const Rows& out) override {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      std::memcpy(out.row(static_cast<std::int64_t>(i)), x.row(rows[i]), sizeof(float) * x.n_cols);
+    }
+  }
+
+  void soft_cap(const Rows& x, float cap) override {
+    const std::int64_t n = x.n_rows * x.n_cols;
+    for (std::int64_t i = 0; i < n; ++i) x.data[i] = cap * std::tanh(x.data[i] / cap);
+  }
+
+  void begin(std::function<void()> step) override { step_thread_.begin(std::move(step)); }
+  void wait() override { step_thread_.wait(); }
+
+ private:
+  static constexpr std::size_t kMaxProducts = 8;  // kernels::matmul_multi's bound
+  // Scratch slots of the backend's own (the builders use the low ones).
+  static constexpr int kGatheredQ = 63, kGatheredOut = 64;
+
+  // fn(begin, end) over rows, on the pool when there are enough of them.
+  void for_rows(std::int64_t n, std::int64_t grain, tensor::FunctionRef<void(std::int64_t, std::int64_t)> fn) {
+    if (pool_ != nullptr && pool_->n_threads() > 1 && n > grain) {
+      pool_->parallel_for(n, fn, grain);
+    } else if (n > 0) {
+      fn(0, n);
+    }
+  }
+
+  std::unique_ptr<tensor::ThreadPool> owned_pool_;
+  tensor::ThreadPool* pool_;
+  std::vector<std::vector<float>> scratch_;
+  StepThread step_thread_;  // last: stopped (joined) before the pool and scratch go
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(std::int32_t n_threads) {
+  if (n_threads < 0) throw Error(fmt::format("[backend] n_threads must be >= 0, got {}", n_threads));
+  return std::make_unique<CpuBackend>(std::make_unique<tensor::ThreadPool>(n_threads), nullptr);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(tensor::ThreadPool* pool) {
+  return std::make_unique<CpuBackend>(nullptr, pool);
+}
+
+}  // namespace pie

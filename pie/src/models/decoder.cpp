@@ -1,0 +1,162 @@
+#include "models/decoder.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+
+#include "pal/error.h"
+#include "pie/error.h"
+
+namespace pie::models {
+namespace {
+
+// Scratch slots of the step's activations.
+enum Slot : int { kX, kXn, kQ, kK, kV, kAttn, kProj, kGate, kUp, kLast };
+
+std::string shape_of(const Weight& w) {
+  return fmt::format("[{}, {}] {}", w.n_out, w.n_in, tensor::dtype_name(w.type));
+}
+
+std::string where(const char* name, std::int32_t layer) {
+  return layer >= 0 ? fmt::format("layer {}: {}", layer, name) : std::string(name);
+}
+
+void require_matrix(const Weight& w, const char* name, std::int32_t layer, std::int64_t n_out, std::int64_t n_in) {
+  if (!w) throw ModelError(fmt::format("[runner] {} is missing", where(name, layer)));
+  if (w.n_out != n_out || w.n_in != n_in) {
+    throw ModelError(fmt::format("[runner] {} is {}, expected [{}, {}]", where(name, layer), shape_of(w), n_out, n_in));
+  }
+  if (w.type == tensor::DType::q8_K) {
+    throw ModelError(fmt::format("[runner] {}: q8_K is an activation type, not a weight type", where(name, layer)));
+  }
+  if (w.n_in % tensor::block_size(w.type) != 0) {
+    throw ModelError(fmt::format("[runner] {}: rows of {} cannot hold {} blocks of {}", where(name, layer), w.n_in,
+                                 tensor::dtype_name(w.type), tensor::block_size(w.type)));
+  }
+}
+
+void require_vector(const Weight& w, const char* name, std::int32_t layer, std::int64_t n) {
+  if (!w) throw ModelError(fmt::format("[runner] {} is missing", where(name, layer)));
+  if (w.type != tensor::DType::f32 || w.n_out * w.n_in != n) {
+    throw ModelError(
+        fmt::format("[runner] {} is {}, expected f32 of {} elements", where(name, layer), shape_of(w), n));
+  }
+}
+
+}  // namespace
+
+void check_decoder_weights(const Model& model, const DecoderShape& shape) {
+  const ModelConfig& c = model.config;
+  c.validate();
+  if (c.rope.head_dim != c.head_dim || c.head_dim % 2 != 0) {
+    throw ModelError(fmt::format("[runner] RoPE head dim {} / model head dim {}: must be equal and even",
+                                 c.rope.head_dim, c.head_dim));
+  }
+  try {
+    pal::validate_rope(c.rope);
+  } catch (const pal::Error& e) {
+    throw ModelError(fmt::format("[runner] {}", e.what()));
+  }
+  if (static_cast<std::int32_t>(model.layers.size()) != c.n_layer) {
+    throw ModelError(fmt::format("[runner] the model has {} layers of weights, its config says {}",
+                                 model.layers.size(), c.n_layer));
+  }
+  const std::int64_t q_dim = static_cast<std::int64_t>(c.n_head) * c.head_dim;
+  const std::int64_t kv_dim = static_cast<std::int64_t>(c.n_kv_head) * c.head_dim;
+  require_matrix(model.token_embd, "token_embd", -1, c.n_vocab, c.n_embd);
+  require_matrix(model.output, "output", -1, c.n_vocab, c.n_embd);
+  require_vector(model.output_norm, "output_norm", -1, c.n_embd);
+  for (std::int32_t i = 0; i < c.n_layer; ++i) {
+    const LayerWeights& l = model.layers[static_cast<std::size_t>(i)];
+    require_vector(l.attn_norm, "attn_norm", i, c.n_embd);
+    require_matrix(l.wq, "wq", i, q_dim, c.n_embd);
+    require_matrix(l.wk, "wk", i, kv_dim, c.n_embd);
+    require_matrix(l.wv, "wv", i, kv_dim, c.n_embd);
+    require_matrix(l.wo, "wo", i, c.n_embd, q_dim);
+    if (shape.qkv_bias || c.attention_bias) {
+      require_vector(l.bq, "bq", i, q_dim);
+      require_vector(l.bk, "bk", i, kv_dim);
+      require_vector(l.bv, "bv", i, kv_dim);
+    }
+    if (shape.qk_norm || c.qk_norm) {
+      require_vector(l.q_norm, "q_norm", i, c.head_dim);
+      require_vector(l.k_norm, "k_norm", i, c.head_dim);
+    }
+    if (l.post_attn_norm) require_vector(l.post_attn_norm, "post_attn_norm", i, c.n_embd);
+    if (l.post_ffn_norm) require_vector(l.post_ffn_norm, "post_ffn_norm", i, c.n_embd);
+    require_vector(l.ffn_norm, "ffn_norm", i, c.n_embd);
+    require_matrix(l.w_gate, "w_gate", i, c.n_ff, c.n_embd);
+    require_matrix(l.w_up, "w_up", i, c.n_ff, c.n_embd);
+    require_matrix(l.w_down, "w_down", i, c.n_embd, c.n_ff);
+  }
+}
+
+Decoder::Decoder(const ForwardContext& context)
+    : f_(context), c_(context.model.config), n_tokens_(static_cast<std::int64_t>(context.tokens.size())) {
+  x_ = f_.backend.scratch(kX, n_tokens_, c_.n_embd);
+  xn_ = f_.backend.scratch(kXn, n_tokens_, c_.n_embd);
+}
+
+void Decoder::embed() { f_.backend.embed(f_.model.token_embd, f_.tokens, x_); }
+
+void Decoder::attention_block(std::int32_t layer) {
+  Backend& b = f_.backend;
+  const LayerWeights& l = f_.model.layers[static_cast<std::size_t>(layer)];
+  const std::int64_t q_dim = static_cast<std::int64_t>(c_.n_head) * c_.head_dim;
+  const std::int64_t kv_dim = static_cast<std::int64_t>(c_.n_kv_head) * c_.head_dim;
+  const Rows q = b.scratch(kQ, n_tokens_, q_dim), k = b.scratch(kK, n_tokens_, kv_dim),
+             v = b.scratch(kV, n_tokens_, kv_dim), attn = b.scratch(kAttn, n_tokens_, q_dim),
+             proj = b.scratch(kProj, n_tokens_, c_.n_embd);
+  b.rms_norm(x_, l.attn_norm, c_.norm_eps, xn_);
+  const Projection qkv[] = {{ProjectionSite::q, layer, &l.wq, q},
+                            {ProjectionSite::k, layer, &l.wk, k},
+                            {ProjectionSite::v, layer, &l.wv, v}};
+  b.project(xn_, qkv);
+  if (l.bq) b.add_bias(q, l.bq);
+  if (l.bk) b.add_bias(k, l.bk);
+  if (l.bv) b.add_bias(v, l.bv);
+  if (l.q_norm) b.rms_norm(q.reshaped(c_.head_dim), l.q_norm, c_.norm_eps, q.reshaped(c_.head_dim));
+  if (l.k_norm) b.rms_norm(k.reshaped(c_.head_dim), l.k_norm, c_.norm_eps, k.reshaped(c_.head_dim));
+  b.rope_append(f_.layout, f_.rope, q, k, v, f_.kv, layer);
+  pal::AttentionParams params;
+  params.n_q_heads = c_.n_head;
+  params.scale = c_.attention_scale > 0 ? c_.attention_scale : 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+  params.logit_soft_cap = c_.attn_logit_softcap;
+  params.sliding_window = c_.sliding_window;
+  b.attention(f_.layout, params, q, f_.kv, layer, attn);
+  const Projection o[] = {{ProjectionSite::o, layer, &l.wo, proj}};
+  b.project(attn, o);
+  if (l.post_attn_norm) b.rms_norm(proj, l.post_attn_norm, c_.norm_eps, proj);
+  b.add(x_, proj);
+}
+
+void Decoder::swiglu_block(std::int32_t layer) {
+  Backend& b = f_.backend;
+  const LayerWeights& l = f_.model.layers[static_cast<std::size_t>(layer)];
+  const Rows gate = b.scratch(kGate, n_tokens_, c_.n_ff), up = b.scratch(kUp, n_tokens_, c_.n_ff),
+             proj = b.scratch(kProj, n_tokens_, c_.n_embd);
+  b.rms_norm(x_, l.ffn_norm, c_.norm_eps, xn_);
+  const Projection gate_up[] = {{ProjectionSite::gate, layer, &l.w_gate, gate},
+                                {ProjectionSite::up, layer, &l.w_up, up}};
+  b.project(xn_, gate_up);
+  b.swiglu(gate, up);
+  const Projection down[] = {{ProjectionSite::down, layer, &l.w_down, proj}};
+  b.project(gate, down);
+  if (l.post_ffn_norm) b.rms_norm(proj, l.post_ffn_norm, c_.norm_eps, proj);
+  b.add(x_, proj);
+}
+
+void Decoder::output() {
+  const auto n_rows = static_cast<std::int64_t>(f_.logit_rows.size());
+  if (n_rows == 0) return;
+  Backend& b = f_.backend;
+  const Rows last = b.scratch(kLast, n_rows, c_.n_embd);
+  b.gather_rows(x_, f_.logit_rows, last);
+  b.rms_norm(last, f_.model.output_norm, c_.norm_eps, last);
+  const Projection head[] = {{ProjectionSite::output, -1, &f_.model.output, f_.logits}};
+  b.project(last, head);
+  if (c_.final_logit_softcap > 0) b.soft_cap(f_.logits, c_.final_logit_softcap);
+}
+
+}  // namespace pie::models
