@@ -64,6 +64,7 @@ class Server:
             self.proc.kill()
             raise RuntimeError(f"orchard serve did not start: {line!r}; log: {self.log.name}")
         self.host, self.port, self.model = m.group(1), int(m.group(2)), m.group(3)
+        self.model_arg = model
         self.client = openai.OpenAI(base_url=f"http://{self.host}:{self.port}/v1", api_key="none", max_retries=0,
                                     timeout=120)
 
@@ -93,6 +94,8 @@ def test_names(server):
     ids = [m.id for m in server.client.models.list().data]
     expect(ids == [server.model, ALIAS], f"models: {ids}")
     expect(" " not in server.model, f"served name {server.model!r} is not a slug")
+    if server.model_arg == STORE_NAME:
+        expect(server.model == STORE_NAME, f"a stored model is served as {server.model!r}, not its store name")
     for name in ("default", ALIAS, server.model, server.model + ":latest"):
         r = chat(server, "Hi", model=name, max_tokens=2)
         expect(r.model == server.model, f"{name}: answered as {r.model}")
