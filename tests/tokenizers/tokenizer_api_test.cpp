@@ -178,8 +178,9 @@ TEST(TokenizerApi, MissingFilesAreFileErrors) {
   std::filesystem::remove(junk);
 }
 
-// A small byte-level GGUF vocabulary: the 256 byte tokens, "ab", "abc" and a control token.
-gguf::Writer small_bpe_gguf() {
+// A small byte-level GGUF vocabulary: the 256 byte tokens, "ab", "abc" and a control token, then `extra`
+// (text, token type) from id 259.
+gguf::Writer small_bpe_gguf(const std::vector<std::pair<std::string, int>>& extra = {}) {
   gguf::Writer w;
   std::vector<gguf::Value> tokens, types;
   // GPT-2 byte-to-unicode: printable bytes map to themselves, others to U+0100 + n.
@@ -203,6 +204,10 @@ gguf::Writer small_bpe_gguf() {
   types.push_back(gguf::make_int32(1));
   tokens.push_back(gguf::make_string("<|end|>"));
   types.push_back(gguf::make_int32(3));
+  for (const auto& [text, type] : extra) {
+    tokens.push_back(gguf::make_string(text));
+    types.push_back(gguf::make_int32(type));
+  }
   w.set("tokenizer.ggml.model", gguf::make_string("gpt2"));
   w.set("tokenizer.ggml.pre", gguf::make_string("gpt-2"));
   w.set("tokenizer.ggml.tokens", gguf::make_array(gguf::ValueType::kString, tokens));
@@ -240,6 +245,20 @@ TEST(TokenizerApi, CorruptGgufContainerIsThisLayersFormatError) {
   const std::span<const std::uint8_t> cut(bytes.data(), bytes.size() / 2);
   const std::string msg = expect_error<tokenizers::FormatError>([&] { Tokenizer::parse(cut, "cut.gguf"); });
   EXPECT_NE(msg.find("cut.gguf"), std::string::npos) << msg;
+}
+
+// As llama.cpp: the fill-in-the-middle padding, repository and file separators end generation (the first
+// spelling of each family found, control or user-defined only), and so do the ids of the GGUF's fim keys.
+TEST(TokenizerApi, FimSeparatorsEndGeneration) {
+  auto w = small_bpe_gguf({{"<|fim_pad|>", 3},     // 259: the padding family
+                           {"<|repo_name|>", 3},   // 260: the repository family, its first spelling
+                           {"<reponame>", 3},      // 261: a later spelling of the same family: not taken
+                           {"<|file_sep|>", 4},    // 262: user-defined counts too
+                           {"<fim-pad>", 1},       // 263: plain text: not taken
+                           {"<fim_middle>", 3}});  // 264: named by the GGUF's fim key below
+  w.set("tokenizer.ggml.fim_sep_token_id", gguf::make_uint32(264));
+  const Tokenizer tok = load_gguf_bytes(w, "fim.gguf");
+  EXPECT_EQ(tok.special_tokens().end_of_generation, (std::vector<TokenId>{258, 259, 260, 262, 264}));
 }
 
 TEST(TokenizerApi, MalformedGgufMetadataIsFormatError) {

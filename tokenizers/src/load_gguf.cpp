@@ -159,6 +159,13 @@ std::shared_ptr<Tokenizer::Impl> load_gguf(const tensor::gguf::File& file) {
   std::optional<TokenId> eom;
   ids("tokenizer.ggml.eom_token_id", eom);
   if (eom) sp.end_of_generation.push_back(*eom);
+  // Fill-in-the-middle separators end generation, as in llama.cpp (also found by their texts: finish()).
+  for (const char* key : {"tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+                          "tokenizer.ggml.fim_sep_token_id"}) {
+    std::optional<TokenId> fim;
+    ids(key, fim);
+    if (fim) sp.end_of_generation.push_back(*fim);
+  }
   if (impl->kind == ModelKind::kWordPiece) {
     if (sp.cls) sp.bos = sp.cls;
     if (sp.sep) sp.eos = sp.sep;

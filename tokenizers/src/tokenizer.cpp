@@ -166,10 +166,28 @@ void Tokenizer::Impl::finish() {
   static const char* const kEogTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                                           "<|eom_id|>", "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>",
                                           "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>"};
+  const auto special_id = [&](const char* t) -> std::optional<TokenId> {
+    const TokenId* id = text_to_id.find(t);
+    if (id == nullptr) return std::nullopt;
+    const TokenType ty = types[static_cast<std::size_t>(*id)];
+    if (ty != TokenType::kControl && ty != TokenType::kUserDefined) return std::nullopt;
+    return *id;
+  };
   for (const char* t : kEogTexts) {
-    if (const TokenId* id = text_to_id.find(t)) {
-      const TokenType ty = types[static_cast<std::size_t>(*id)];
-      if (ty == TokenType::kControl || ty == TokenType::kUserDefined) eog.push_back(*id);
+    if (const auto id = special_id(t)) eog.push_back(*id);
+  }
+  // As llama.cpp: the fill-in-the-middle padding, repository and file separators (the first of each
+  // family's spellings) also end generation; a code model that writes one has left the file it was in.
+  static const std::vector<std::vector<const char*>> kFimEogTexts = {
+      {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"},
+      {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"},
+      {"<|file_sep|>"}};
+  for (const auto& family : kFimEogTexts) {
+    for (const char* t : family) {
+      if (const auto id = special_id(t)) {
+        eog.push_back(*id);
+        break;
+      }
     }
   }
   std::sort(eog.begin(), eog.end());
