@@ -77,6 +77,10 @@ class Backend {
   virtual std::string name() const = 0;  // "cpu", "cuda"
   virtual tensor::Device device() const = 0;
 
+  // The model's weights resident in the backend's memory for as long as the returned pointer lives: the
+  // model's own tensors for the CPU backend, device copies on a GPU. Throws pie::Error when they cannot
+  // be placed there.
+  virtual std::shared_ptr<const ModelWeights> upload(std::shared_ptr<const Model> model) = 0;
   // KV pages in the backend's memory. Throws pie::Error on a bad config or when memory cannot be had.
   virtual std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) = 0;
 

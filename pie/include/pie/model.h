@@ -1,7 +1,9 @@
-// A loaded model: its configuration, its tokenizer and chat template, and its weights as typed views into
-// storage the Model owns (a memory-mapped file, or buffers it converted). Immutable after loading and
-// safe to share across threads. Weight matrices are [n_out rows][n_in] in row-major order, the layout of
-// kernels::MatmulParams (PyTorch's Linear.weight; GGUF's dims reversed), of any tensor::DType.
+// A loaded model: its configuration, its tokenizer and chat template, and its weights as tensors
+// (tensor::Tensor: dtype, shape, device) viewing storage the Model owns (a memory-mapped file, or buffers
+// it converted), in host memory; a backend keeps them resident on its device (Backend::upload). Immutable
+// after loading and safe to share across threads. Weight matrices are [n_out, n_in] (rows of n_in) in
+// row-major order, the layout of kernels::MatmulParams (PyTorch's Linear.weight; GGUF's dims reversed),
+// of any tensor::DType; vectors are [n].
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 
 #include "pal/rope.h"
 #include "tensor/dtype.h"
+#include "tensor/tensor.h"
 #include "tokenizers/tokenizer.h"
 
 namespace pie {
@@ -48,25 +51,32 @@ struct ModelConfig {
   void validate() const;
 };
 
-// A view of one weight tensor.
-struct Weight {
-  tensor::DType type = tensor::DType::f32;
-  const void* data = nullptr;  // nullptr: absent (optional weights)
-  std::int64_t n_out = 0;      // rows (1 for vectors)
-  std::int64_t n_in = 0;       // elements per row
-  std::size_t row_bytes() const { return tensor::row_bytes(type, n_in); }
-  explicit operator bool() const { return data != nullptr; }
-};
+// A weight: a [n_out, n_in] matrix or an [n] vector; an empty (default) tensor is an absent optional one.
+using Weight = tensor::Tensor;
+// A weight's rows (1 for a vector), elements per row, and bytes per row.
+inline std::int64_t n_out(const Weight& w) { return w.rank() == 2 ? w.dim(0) : 1; }
+inline std::int64_t n_in(const Weight& w) { return w.rank() == 0 ? 0 : w.dim(w.rank() - 1); }
+inline std::size_t row_bytes(const Weight& w) { return tensor::row_bytes(w.dtype(), n_in(w)); }
 
 struct LayerWeights {
   Weight attn_norm;                      // f32 [n_embd]
   Weight wq, wk, wv, wo;                 // [n_head*head_dim, n_embd] ... [n_embd, n_head*head_dim]
   Weight bq, bk, bv;                     // f32 biases (attention_bias) or absent
   Weight q_norm, k_norm;                 // f32 [head_dim] (qk_norm) or absent
-  Weight post_attn_norm;                 // f32 [n_embd] (Gemma 2) or absent
+  Weight post_attn_norm;                 // f32 [n_embd] or absent
   Weight ffn_norm;                       // f32 [n_embd]
   Weight w_gate, w_up, w_down;           // [n_ff, n_embd], [n_ff, n_embd], [n_embd, n_ff]
-  Weight post_ffn_norm;                  // f32 [n_embd] (Gemma 2) or absent
+  Weight post_ffn_norm;                  // f32 [n_embd] or absent
+};
+
+struct ModelWeights {
+  Weight token_embd;                     // [n_vocab, n_embd]
+  Weight output_norm;                    // f32 [n_embd]
+  Weight output;                         // [n_vocab, n_embd] (the same tensor as token_embd when tied)
+  std::vector<LayerWeights> layers;
+  // Bytes and elements of every weight, a tied output counted once.
+  std::size_t bytes() const;
+  std::int64_t n_parameters() const;
 };
 
 struct Model {
@@ -75,15 +85,16 @@ struct Model {
   ModelConfig config;
   std::shared_ptr<const tokenizers::Tokenizer> tokenizer;
   std::string chat_template;             // Jinja source; empty when the model has none
-  Weight token_embd;                     // [n_vocab, n_embd]
-  Weight output_norm;                    // f32 [n_embd]
-  Weight output;                         // [n_vocab, n_embd] (== token_embd when tied)
-  std::vector<LayerWeights> layers;
-  // Keeps every buffer and mapping the views above point into alive.
+  ModelWeights weights;                  // in host memory
+  // Keeps every buffer and mapping the weights view alive.
   std::vector<std::shared_ptr<const void>> storage;
   // Tensor type counts for display ("q8_0: 154, f32: 65").
   std::string describe() const;
 };
+
+// A weight viewing `bytes` at `data`, which the model's storage keeps alive: [n_out, n_in] of `type`, or
+// [n_in] when n_out is 0. Throws tensor::ShapeError when the bytes do not hold it.
+Weight weight_view(const void* data, std::size_t bytes, tensor::DType type, std::int64_t n_out, std::int64_t n_in);
 
 struct LoadOptions {
   // llama2.c checkpoints: the tokenizer .bin (default: tokenizer.bin or tok*.bin beside the checkpoint).

@@ -32,15 +32,15 @@ namespace {
 
 kernels::MatmulParams params_of(const Weight& w) {
   kernels::MatmulParams p;
-  p.w_type = w.type;
-  p.w = w.data;
-  p.w_row_bytes = w.row_bytes();
-  p.n_out = w.n_out;
-  p.n_in = w.n_in;
+  p.w_type = w.dtype();
+  p.w = w.data();
+  p.w_row_bytes = static_cast<std::size_t>(w.strides().bytes[0]);
+  p.n_out = w.dim(0);
+  p.n_in = w.dim(1);
   return p;
 }
 
-const float* floats(const Weight& w) { return static_cast<const float*>(w.data); }
+const float* floats(const Weight& w) { return w.data_as<const float>(); }
 
 // Runs each step on a thread of its own; begin() hands it over, wait() waits for it.
 class StepThread {
@@ -109,6 +109,13 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   tensor::Device device() const override { return tensor::Device::cpu; }
 
+  // Host memory is the CPU's: the model's tensors are used where they are (mapped files, owned buffers).
+  std::shared_ptr<const ModelWeights> upload(std::shared_ptr<const Model> model) override {
+    if (!model) throw Error("[backend] upload: no model");
+    const ModelWeights* weights = &model->weights;
+    return std::shared_ptr<const ModelWeights>(std::move(model), weights);
+  }
+
   std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) override {
     return make_host_kv_storage(config);
   }
@@ -131,10 +138,10 @@ class CpuBackend final : public Backend {
 
   void embed(const Weight& table, std::span<const std::int32_t> tokens, const Rows& out) override {
     kernels::EmbeddingParams p;
-    p.table_type = table.type;
-    p.table = table.data;
-    p.n_vocab = table.n_out;
-    p.n_embd = table.n_in;
+    p.table_type = table.dtype();
+    p.table = table.data();
+    p.n_vocab = table.dim(0);
+    p.n_embd = table.dim(1);
     for_rows(static_cast<std::int64_t>(tokens.size()), 8, [&](std::int64_t t0, std::int64_t t1) {
       kernels::embedding(p, tokens.data() + t0, t1 - t0, out.row(t0));
     });

@@ -86,19 +86,19 @@ std::shared_ptr<const Model> build_random_model() {
   // scale (tied to the output) sets the logits' spread, about 2: peaked enough to be non-uniform, flat
   // enough that sampling explores.
   auto matrix = [&](std::int64_t n_out, std::int64_t n_in, float stddev) {
-    Weight w{tensor::DType::f32, cursor, n_out, n_in};
+    const Weight w = weight_view(cursor, sizeof(float) * n_out * n_in, tensor::DType::f32, n_out, n_in);
     for (std::int64_t i = 0; i < n_out * n_in; ++i) *cursor++ = rng.next(stddev);
     return w;
   };
   auto ones = [&](std::int64_t n) {
-    Weight w{tensor::DType::f32, cursor, 1, n};
+    const Weight w = weight_view(cursor, sizeof(float) * n, tensor::DType::f32, 0, n);
     for (std::int64_t i = 0; i < n; ++i) *cursor++ = 1.0f;
     return w;
   };
   const auto inv_sqrt = [](std::int64_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); };
-  model->token_embd = matrix(c.n_vocab, e, 2.0f * inv_sqrt(e));
-  model->output = model->token_embd;
-  model->output_norm = ones(e);
+  model->weights.token_embd = matrix(c.n_vocab, e, 2.0f * inv_sqrt(e));
+  model->weights.output = model->weights.token_embd;
+  model->weights.output_norm = ones(e);
   for (std::int32_t l = 0; l < c.n_layer; ++l) {
     LayerWeights lw;
     lw.attn_norm = ones(e);
@@ -110,7 +110,7 @@ std::shared_ptr<const Model> build_random_model() {
     lw.w_gate = matrix(ff, e, inv_sqrt(e));
     lw.w_up = matrix(ff, e, inv_sqrt(e));
     lw.w_down = matrix(e, ff, inv_sqrt(ff));
-    model->layers.push_back(lw);
+    model->weights.layers.push_back(lw);
   }
   model->storage.push_back(buffer);
   return model;

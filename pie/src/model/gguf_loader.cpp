@@ -81,14 +81,14 @@ class GgufReader {
     if (t == nullptr) return {};
     const tensor::DType type = storage_type(*t);
     check_dims(*t, {n});
-    const Weight raw = view(*t, type, 1, n);
+    const Weight raw = view(*t, type, 0, n);
     if (type == tensor::DType::f32) return raw;
     if (type != tensor::DType::f16 && type != tensor::DType::bf16) {
       fail(fmt::format("tensor '{}': type {} is not supported for a vector (f32, f16, bf16 are)", name,
                        tensor::dtype_name(type)));
     }
     std::vector<float> values(static_cast<std::size_t>(n));
-    const auto* src = static_cast<const std::uint16_t*>(raw.data);
+    const auto* src = raw.data_as<const std::uint16_t>();
     for (std::int64_t i = 0; i < n; ++i) {
       values[static_cast<std::size_t>(i)] = type == tensor::DType::f16 ? tensor::f16_to_f32(src[i]) : tensor::bf16_to_f32(src[i]);
     }
@@ -98,7 +98,7 @@ class GgufReader {
   // The raw f32 values of a small f32 vector (rope_freqs.weight).
   std::vector<float> f32_values(const std::string& name, std::int64_t n) {
     const Weight w = vector(name, n);
-    const auto* p = static_cast<const float*>(w.data);
+    const auto* p = w.data_as<const float>();
     return {p, p + n};
   }
 
@@ -151,7 +151,8 @@ class GgufReader {
       fail(fmt::format("tensor '{}': rows of {} elements are not whole {} blocks", t.name, n_in,
                        tensor::dtype_name(type)));
     }
-    const std::uint64_t want = tensor::row_bytes(type, n_in) * static_cast<std::uint64_t>(n_out);
+    const auto rows = static_cast<std::uint64_t>(std::max<std::int64_t>(n_out, 1));  // n_out 0: a vector
+    const std::uint64_t want = tensor::row_bytes(type, n_in) * rows;
     const std::span<const std::uint8_t> data = file_.tensor_data(t);
     if (data.size() != want) {
       fail(fmt::format("tensor '{}': {} bytes of data, expected {}", t.name, data.size(), want));
@@ -167,12 +168,7 @@ class GgufReader {
       ptr = copy->data();
       model_.storage.push_back(std::move(copy));
     }
-    Weight w;
-    w.type = type;
-    w.data = ptr;
-    w.n_out = n_out;
-    w.n_in = n_in;
-    return w;
+    return weight_view(ptr, data.size(), type, n_out, n_in);
   }
 
   const gg::File& file_;
@@ -185,12 +181,7 @@ class GgufReader {
 };
 
 // Row slices of a fused matrix (phi3's attn_qkv and gate+up ffn_up).
-Weight rows(const Weight& w, std::int64_t first, std::int64_t n) {
-  Weight out = w;
-  out.data = static_cast<const std::uint8_t*>(w.data) + static_cast<std::size_t>(first) * w.row_bytes();
-  out.n_out = n;
-  return out;
-}
+Weight rows(const Weight& w, std::int64_t first, std::int64_t n) { return w.slice(0, first, first + n); }
 
 void read_config(GgufReader& r, const gg::File& file, Model& model) {
   ModelConfig& c = model.config;
@@ -283,18 +274,18 @@ void read_weights(GgufReader& r, Model& model) {
   }
 
   const std::int64_t n_embd = c.n_embd, hd = c.head_dim, n_q = c.n_head * hd, n_kv = c.n_kv_head * hd;
-  model.token_embd = r.matrix("token_embd.weight", c.n_vocab, n_embd);
-  model.output_norm = r.vector("output_norm.weight", n_embd);
-  model.output = r.matrix("output.weight", c.n_vocab, n_embd, false);
-  c.tied_embeddings = !model.output;
-  if (c.tied_embeddings) model.output = model.token_embd;
+  model.weights.token_embd = r.matrix("token_embd.weight", c.n_vocab, n_embd);
+  model.weights.output_norm = r.vector("output_norm.weight", n_embd);
+  model.weights.output = r.matrix("output.weight", c.n_vocab, n_embd, false);
+  c.tied_embeddings = !model.weights.output;
+  if (c.tied_embeddings) model.weights.output = model.weights.token_embd;
 
   c.attention_bias = r.has_tensor("blk.0.attn_q.bias");
   c.qk_norm = r.has_tensor("blk.0.attn_q_norm.weight");
   const bool gemma2 = c.arch == Architecture::gemma2;
-  model.layers.resize(static_cast<std::size_t>(c.n_layer));
+  model.weights.layers.resize(static_cast<std::size_t>(c.n_layer));
   for (std::int32_t i = 0; i < c.n_layer; ++i) {
-    LayerWeights& l = model.layers[static_cast<std::size_t>(i)];
+    LayerWeights& l = model.weights.layers[static_cast<std::size_t>(i)];
     auto name = [i](const char* t) { return fmt::format("blk.{}.{}", i, t); };
     l.attn_norm = r.vector(name("attn_norm.weight"), n_embd);
     if (c.arch == Architecture::phi3 && r.has_tensor(name("attn_qkv.weight"))) {

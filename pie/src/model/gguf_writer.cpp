@@ -81,8 +81,8 @@ class GgufModelWriter {
     }
     if (!model_.tokenizer) fail("the model has no tokenizer (GGUF files carry one)");
     if (options_.type == DType::q8_K) fail("q8_K is not a storage type");
-    if (static_cast<std::int64_t>(model_.layers.size()) != c_.n_layer) {
-      fail(fmt::format("{} layers of weights for n_layer {}", model_.layers.size(), c_.n_layer));
+    if (static_cast<std::int64_t>(model_.weights.layers.size()) != c_.n_layer) {
+      fail(fmt::format("{} layers of weights for n_layer {}", model_.weights.layers.size(), c_.n_layer));
     }
     const bool neox_arch = model_detail::gguf_rope_is_neox(c_.arch);
     if (neox_arch && c_.rope.layout != pal::RopeLayout::neox) {
@@ -192,32 +192,33 @@ class GgufModelWriter {
   std::vector<std::uint8_t> convert(const std::string& name, const Weight& w, DType type,
                                     const std::vector<std::int64_t>& order) {
     if (!w) fail(fmt::format("tensor '{}' is absent", name));
-    const std::size_t src_row = w.row_bytes();
-    const std::size_t dst_row = tensor::row_bytes(type, w.n_in);
-    std::vector<std::uint8_t> out(dst_row * static_cast<std::size_t>(w.n_out));
-    const auto* src = static_cast<const std::uint8_t*>(w.data);
+    const std::size_t src_row = pie::row_bytes(w);
+    const std::size_t dst_row = tensor::row_bytes(type, pie::n_in(w));
+    std::vector<std::uint8_t> out(dst_row * static_cast<std::size_t>(pie::n_out(w)));
+    const auto* src = w.data_as<const std::uint8_t>();
     auto rows = [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> tmp(static_cast<std::size_t>(w.n_in));
+      std::vector<float> tmp(static_cast<std::size_t>(pie::n_in(w)));
       for (std::int64_t r = begin; r < end; ++r) {
         const std::int64_t from = order.empty() ? r : order[static_cast<std::size_t>(r)];
         const std::uint8_t* in = src + static_cast<std::size_t>(from) * src_row;
         std::uint8_t* dst = out.data() + static_cast<std::size_t>(r) * dst_row;
-        if (w.type == type) {
+        if (w.dtype() == type) {
           std::memcpy(dst, in, dst_row);
         } else {
-          kernels::dequantize_row(w.type, in, tmp.data(), w.n_in);
-          kernels::quantize_row(type, tmp.data(), dst, w.n_in);
+          kernels::dequantize_row(w.dtype(), in, tmp.data(), pie::n_in(w));
+          kernels::quantize_row(type, tmp.data(), dst, pie::n_in(w));
         }
       }
     };
-    pool().parallel_for(w.n_out, rows, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(1, w.n_in)));
+    const std::int64_t grain = std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(1, pie::n_in(w)));
+    pool().parallel_for(pie::n_out(w), rows, grain);
     return out;
   }
 
   void matrix(const std::string& name, const Weight& w, std::int64_t n_out, std::int64_t n_in,
               bool is_output = false, const std::vector<std::int64_t>& order = {}) {
-    if (w.n_out != n_out || w.n_in != n_in) {
-      fail(fmt::format("tensor '{}' is [{}, {}], expected [{}, {}]", name, w.n_out, w.n_in, n_out, n_in));
+    if (pie::n_out(w) != n_out || pie::n_in(w) != n_in) {
+      fail(fmt::format("tensor '{}' is [{}, {}], expected [{}, {}]", name, pie::n_out(w), pie::n_in(w), n_out, n_in));
     }
     const DType type = choose(name, n_in, is_output);
     add(name, {static_cast<std::uint64_t>(n_in), static_cast<std::uint64_t>(n_out)}, type, convert(name, w, type, order));
@@ -227,8 +228,10 @@ class GgufModelWriter {
   void fused(const std::string& name, std::initializer_list<const Weight*> parts, std::int64_t n_in) {
     std::int64_t n_out = 0;
     for (const Weight* p : parts) {
-      if (!*p || p->n_in != n_in) fail(fmt::format("tensor '{}': a part is absent or has {} columns, expected {}", name, p->n_in, n_in));
-      n_out += p->n_out;
+      if (!*p || pie::n_in(*p) != n_in) {
+        fail(fmt::format("tensor '{}': a part is absent or has {} columns, expected {}", name, pie::n_in(*p), n_in));
+      }
+      n_out += pie::n_out(*p);
     }
     const DType type = choose(name, n_in, false);
     std::vector<std::uint8_t> data;
@@ -240,11 +243,11 @@ class GgufModelWriter {
   }
 
   void vector(const std::string& name, const Weight& w, std::int64_t n, const std::vector<std::int64_t>& order = {}) {
-    if (!w || w.n_out * w.n_in != n) {
-      fail(fmt::format("tensor '{}' is absent or has {} elements, expected {}", name, w ? w.n_out * w.n_in : 0, n));
+    if (!w || w.numel() != n) {
+      fail(fmt::format("tensor '{}' is absent or has {} elements, expected {}", name, w ? w.numel() : 0, n));
     }
     std::vector<float> values(static_cast<std::size_t>(n));
-    kernels::dequantize_row(w.type, w.data, values.data(), n);
+    kernels::dequantize_row(w.dtype(), w.data(), values.data(), n);
     if (!order.empty()) {
       std::vector<float> reordered(values.size());
       for (std::size_t i = 0; i < values.size(); ++i) reordered[i] = values[static_cast<std::size_t>(order[i])];
@@ -281,10 +284,11 @@ class GgufModelWriter {
 
   void tensors() {
     const std::int64_t n_embd = c_.n_embd, hd = c_.head_dim, n_q = c_.n_head * hd, n_kv = c_.n_kv_head * hd;
-    const bool tied = c_.tied_embeddings || !model_.output || model_.output.data == model_.token_embd.data;
+    const ModelWeights& w = model_.weights;
+    const bool tied = c_.tied_embeddings || !w.output || w.output.data() == w.token_embd.data();
     const bool phi3 = c_.arch == Architecture::phi3, gemma2 = c_.arch == Architecture::gemma2;
     total_ = 2 + (tied ? 0 : 1) + (c_.rope.scaling == pal::RopeScaling::llama3 ? 1 : 0);
-    for (const LayerWeights& l : model_.layers) {
+    for (const LayerWeights& l : model_.weights.layers) {
       total_ += (phi3 ? 2 : 4) + (phi3 ? 1 : 2) + 3 + (l.bq ? 3 : 0) + (l.q_norm ? 2 : 0) + (gemma2 ? 2 : 0);
     }
     if (c_.rope.scaling == pal::RopeScaling::llama3) {
@@ -294,12 +298,12 @@ class GgufModelWriter {
       add("rope_freqs.weight", {factors.size()}, DType::f32, std::move(bytes));
     }
     // With tied embeddings llama.cpp treats token_embd as the output projection when choosing its type.
-    matrix("token_embd.weight", model_.token_embd, c_.n_vocab, n_embd, tied);
-    vector("output_norm.weight", model_.output_norm, n_embd);
-    if (!tied) matrix("output.weight", model_.output, c_.n_vocab, n_embd, true);
+    matrix("token_embd.weight", model_.weights.token_embd, c_.n_vocab, n_embd, tied);
+    vector("output_norm.weight", model_.weights.output_norm, n_embd);
+    if (!tied) matrix("output.weight", model_.weights.output, c_.n_vocab, n_embd, true);
     const std::vector<std::int64_t> q_order = pair_order(c_.n_head), k_order = pair_order(c_.n_kv_head);
     for (std::int32_t i = 0; i < c_.n_layer; ++i) {
-      const LayerWeights& l = model_.layers[static_cast<std::size_t>(i)];
+      const LayerWeights& l = model_.weights.layers[static_cast<std::size_t>(i)];
       auto name = [i](const char* t) { return fmt::format("blk.{}.{}", i, t); };
       vector(name("attn_norm.weight"), l.attn_norm, n_embd);
       if (phi3) {

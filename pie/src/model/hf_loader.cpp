@@ -11,6 +11,7 @@
 #include <string>
 
 #include "model/safetensors.h"
+#include "model/weights.h"
 #include "pal/error.h"
 #include "pie/error.h"
 #include "pie/model.h"
@@ -262,25 +263,20 @@ class WeightBinder {
   Weight matrix(const std::string& name, std::int64_t n_out, std::int64_t n_in) {
     const SafetensorsTensor& t = set_.get(name);
     check_shape(t, {n_out, n_in});
-    Weight w;
-    w.type = t.dtype;
-    w.n_out = n_out;
-    w.n_in = n_in;
     const std::size_t elem = tensor::row_bytes(t.dtype, 1);
-    if (reinterpret_cast<std::uintptr_t>(t.data) % elem == 0) {
-      w.data = t.data;
-    } else {
+    const std::byte* data = t.data;
+    if (reinterpret_cast<std::uintptr_t>(t.data) % elem != 0) {
       auto copy = std::make_shared<std::vector<std::byte>>(t.data, t.data + t.n_bytes);
-      w.data = copy->data();
+      data = copy->data();
       model_.storage.push_back(copy);
     }
-    return w;
+    return weight_view(data, t.n_bytes, t.dtype, n_out, n_in);
   }
   // A vector [n] as f32.
   Weight vector(const std::string& name, std::int64_t n) {
     const SafetensorsTensor& t = set_.get(name);
     check_shape(t, {n});
-    auto values = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n));
+    auto values = std::make_unique<std::vector<float>>(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
       const std::byte* p = t.data + static_cast<std::size_t>(i) * tensor::row_bytes(t.dtype, 1);
       float x = 0;
@@ -293,13 +289,7 @@ class WeightBinder {
       }
       (*values)[static_cast<std::size_t>(i)] = x;
     }
-    Weight w;
-    w.type = tensor::DType::f32;
-    w.data = values->data();
-    w.n_out = 1;
-    w.n_in = n;
-    model_.storage.push_back(values);
-    return w;
+    return model_detail::own_f32(model_, std::move(*values));
   }
   Weight optional_vector(const std::string& name, std::int64_t n) {
     return set_.find(name) != nullptr ? vector(name, n) : Weight{};
@@ -348,17 +338,17 @@ std::shared_ptr<const Model> load_hf_model(const std::filesystem::path& folder, 
   WeightBinder bind(set, *model);
   const std::int64_t q_dim = static_cast<std::int64_t>(cfg.n_head) * cfg.head_dim;
   const std::int64_t kv_dim = static_cast<std::int64_t>(cfg.n_kv_head) * cfg.head_dim;
-  model->token_embd = bind.matrix("model.embed_tokens.weight", cfg.n_vocab, cfg.n_embd);
-  model->output_norm = bind.vector("model.norm.weight", cfg.n_embd);
+  model->weights.token_embd = bind.matrix("model.embed_tokens.weight", cfg.n_vocab, cfg.n_embd);
+  model->weights.output_norm = bind.vector("model.norm.weight", cfg.n_embd);
   if (cfg.tied_embeddings) {
-    model->output = model->token_embd;
+    model->weights.output = model->weights.token_embd;
   } else {
-    model->output = bind.matrix("lm_head.weight", cfg.n_vocab, cfg.n_embd);
+    model->weights.output = bind.matrix("lm_head.weight", cfg.n_vocab, cfg.n_embd);
   }
-  model->layers.resize(static_cast<std::size_t>(cfg.n_layer));
+  model->weights.layers.resize(static_cast<std::size_t>(cfg.n_layer));
   for (std::int32_t i = 0; i < cfg.n_layer; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    LayerWeights& l = model->layers[static_cast<std::size_t>(i)];
+    LayerWeights& l = model->weights.layers[static_cast<std::size_t>(i)];
     l.attn_norm = bind.vector(p + "input_layernorm.weight", cfg.n_embd);
     l.wq = bind.matrix(p + "self_attn.q_proj.weight", q_dim, cfg.n_embd);
     l.wk = bind.matrix(p + "self_attn.k_proj.weight", kv_dim, cfg.n_embd);

@@ -3,6 +3,7 @@
 // order, each matrix row-major [n_out][n_in]. Its RoPE rotates adjacent pairs, theta 10000, eps 1e-5.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -111,33 +112,30 @@ std::shared_ptr<const Model> load_llama2c_model(const std::filesystem::path& che
 
   const auto* base = reinterpret_cast<const float*>(file->data() + kHeaderBytes);
   const float* at = base;
-  // Takes the next n_out * n_in floats as one tensor.
+  // Takes the next n_out * n_in floats as one tensor (n_out 0: a vector of n_in).
   auto take = [&](std::int64_t n_out, std::int64_t n_in) {
-    Weight w;
-    w.type = tensor::DType::f32;
-    w.data = at;
-    w.n_out = n_out;
-    w.n_in = n_in;
-    at += n_out * n_in;
+    const std::int64_t n = std::max<std::int64_t>(n_out, 1) * n_in;
+    const Weight w = weight_view(at, static_cast<std::size_t>(n) * sizeof(float), tensor::DType::f32, n_out, n_in);
+    at += n;
     return w;
   };
-  model->layers.resize(static_cast<std::size_t>(n_layers));
+  model->weights.layers.resize(static_cast<std::size_t>(n_layers));
   auto per_layer = [&](Weight LayerWeights::*field, std::int64_t n_out, std::int64_t n_in) {
-    for (LayerWeights& l : model->layers) l.*field = take(n_out, n_in);
+    for (LayerWeights& l : model->weights.layers) l.*field = take(n_out, n_in);
   };
-  model->token_embd = take(vocab, dim);
-  per_layer(&LayerWeights::attn_norm, 1, dim);
+  model->weights.token_embd = take(vocab, dim);
+  per_layer(&LayerWeights::attn_norm, 0, dim);
   per_layer(&LayerWeights::wq, dim, dim);
   per_layer(&LayerWeights::wk, kv_dim, dim);
   per_layer(&LayerWeights::wv, kv_dim, dim);
   per_layer(&LayerWeights::wo, dim, dim);
-  per_layer(&LayerWeights::ffn_norm, 1, dim);
+  per_layer(&LayerWeights::ffn_norm, 0, dim);
   per_layer(&LayerWeights::w_gate, hidden, dim);  // w1
   per_layer(&LayerWeights::w_down, dim, hidden);  // w2
   per_layer(&LayerWeights::w_up, hidden, dim);    // w3
-  model->output_norm = take(1, dim);
+  model->weights.output_norm = take(0, dim);
   at += seq_len * head_size;  // freq_cis_real and freq_cis_imag: RoPE is computed, not read
-  model->output = shared_classifier ? model->token_embd : take(vocab, dim);
+  model->weights.output = shared_classifier ? model->weights.token_embd : take(vocab, dim);
   model->storage.push_back(file);
 
   const std::filesystem::path tok_path = options.tokenizer_path ? *options.tokenizer_path : find_tokenizer(checkpoint);

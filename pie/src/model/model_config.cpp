@@ -83,20 +83,39 @@ void ModelConfig::validate() const {
   }
 }
 
-std::string Model::describe() const {
-  std::array<int, tensor::kNumDTypes> counts{};
-  auto count = [&](const Weight& w) {
-    if (w) ++counts[static_cast<std::size_t>(w.type)];
-  };
-  count(token_embd);
-  count(output_norm);
-  if (output && output.data != token_embd.data) count(output);
-  for (const LayerWeights& l : layers) {
-    for (const Weight* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+namespace {
+
+// Calls fn(weight) for every present weight of `w`, a tied output once.
+template <class Fn>
+void for_each_weight(const ModelWeights& w, Fn fn) {
+  if (w.token_embd) fn(w.token_embd);
+  if (w.output_norm) fn(w.output_norm);
+  if (w.output && w.output.data() != w.token_embd.data()) fn(w.output);
+  for (const LayerWeights& l : w.layers) {
+    for (const Weight* x : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
                             &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
-      count(*w);
+      if (*x) fn(*x);
     }
   }
+}
+
+}  // namespace
+
+std::size_t ModelWeights::bytes() const {
+  std::size_t n = 0;
+  for_each_weight(*this, [&](const Weight& w) { n += w.nbytes(); });
+  return n;
+}
+
+std::int64_t ModelWeights::n_parameters() const {
+  std::int64_t n = 0;
+  for_each_weight(*this, [&](const Weight& w) { n += w.numel(); });
+  return n;
+}
+
+std::string Model::describe() const {
+  std::array<int, tensor::kNumDTypes> counts{};
+  for_each_weight(weights, [&](const Weight& w) { ++counts[static_cast<std::size_t>(w.dtype())]; });
   std::vector<std::pair<int, tensor::DType>> order;
   for (const tensor::DTypeInfo& info : tensor::all_dtypes()) {
     const int c = counts[static_cast<std::size_t>(info.dtype)];

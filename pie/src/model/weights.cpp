@@ -10,17 +10,24 @@
 #include "pal/error.h"
 #include "pie/error.h"
 
+namespace pie {
+
+Weight weight_view(const void* data, std::size_t bytes, tensor::DType type, std::int64_t n_out, std::int64_t n_in) {
+  // The model's storage owns the bytes; the tensor only views them (read-only).
+  tensor::Buffer buffer = tensor::Buffer::borrow(const_cast<void*>(data), bytes, /*writable=*/false);
+  if (n_out == 0) return tensor::Tensor::view(buffer, 0, type, {n_in});
+  return tensor::Tensor::view(buffer, 0, type, {n_out, n_in});
+}
+
+}  // namespace pie
+
 namespace pie::model_detail {
 
 Weight own_f32(Model& model, std::vector<float> values) {
   auto buffer = std::make_shared<const std::vector<float>>(std::move(values));
-  Weight w;
-  w.type = tensor::DType::f32;
-  w.data = buffer->data();
-  w.n_out = 1;
-  w.n_in = static_cast<std::int64_t>(buffer->size());
   model.storage.push_back(buffer);
-  return w;
+  return weight_view(buffer->data(), buffer->size() * sizeof(float), tensor::DType::f32, 0,
+                     static_cast<std::int64_t>(buffer->size()));
 }
 
 const char* gguf_arch_name(Architecture arch) {

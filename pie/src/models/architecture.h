@@ -15,7 +15,8 @@ namespace pie::models {
 
 // What a builder works with during one forward pass.
 struct ForwardContext {
-  const Model& model;
+  const Model& model;            // its config
+  const ModelWeights& weights;   // resident in the backend's memory (Backend::upload)
   Backend& backend;
   KvStorage& kv;
   const StepLayout& layout;

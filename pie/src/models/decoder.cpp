@@ -15,7 +15,7 @@ namespace {
 enum Slot : int { kX, kXn, kQ, kK, kV, kAttn, kProj, kGate, kUp, kLast };
 
 std::string shape_of(const Weight& w) {
-  return fmt::format("[{}, {}] {}", w.n_out, w.n_in, tensor::dtype_name(w.type));
+  return fmt::format("{} {}", w.shape().to_string(), tensor::dtype_name(w.dtype()));
 }
 
 std::string where(const char* name, std::int32_t layer) {
@@ -24,21 +24,14 @@ std::string where(const char* name, std::int32_t layer) {
 
 void require_matrix(const Weight& w, const char* name, std::int32_t layer, std::int64_t n_out, std::int64_t n_in) {
   if (!w) throw ModelError(fmt::format("[runner] {} is missing", where(name, layer)));
-  if (w.n_out != n_out || w.n_in != n_in) {
+  if (w.rank() != 2 || w.dim(0) != n_out || w.dim(1) != n_in) {
     throw ModelError(fmt::format("[runner] {} is {}, expected [{}, {}]", where(name, layer), shape_of(w), n_out, n_in));
-  }
-  if (w.type == tensor::DType::q8_K) {
-    throw ModelError(fmt::format("[runner] {}: q8_K is an activation type, not a weight type", where(name, layer)));
-  }
-  if (w.n_in % tensor::block_size(w.type) != 0) {
-    throw ModelError(fmt::format("[runner] {}: rows of {} cannot hold {} blocks of {}", where(name, layer), w.n_in,
-                                 tensor::dtype_name(w.type), tensor::block_size(w.type)));
   }
 }
 
 void require_vector(const Weight& w, const char* name, std::int32_t layer, std::int64_t n) {
   if (!w) throw ModelError(fmt::format("[runner] {} is missing", where(name, layer)));
-  if (w.type != tensor::DType::f32 || w.n_out * w.n_in != n) {
+  if (w.dtype() != tensor::DType::f32 || w.rank() != 1 || w.numel() != n) {
     throw ModelError(
         fmt::format("[runner] {} is {}, expected f32 of {} elements", where(name, layer), shape_of(w), n));
   }
@@ -58,17 +51,17 @@ void check_decoder_weights(const Model& model, const DecoderShape& shape) {
   } catch (const pal::Error& e) {
     throw ModelError(fmt::format("[runner] {}", e.what()));
   }
-  if (static_cast<std::int32_t>(model.layers.size()) != c.n_layer) {
+  if (static_cast<std::int32_t>(model.weights.layers.size()) != c.n_layer) {
     throw ModelError(fmt::format("[runner] the model has {} layers of weights, its config says {}",
-                                 model.layers.size(), c.n_layer));
+                                 model.weights.layers.size(), c.n_layer));
   }
   const std::int64_t q_dim = static_cast<std::int64_t>(c.n_head) * c.head_dim;
   const std::int64_t kv_dim = static_cast<std::int64_t>(c.n_kv_head) * c.head_dim;
-  require_matrix(model.token_embd, "token_embd", -1, c.n_vocab, c.n_embd);
-  require_matrix(model.output, "output", -1, c.n_vocab, c.n_embd);
-  require_vector(model.output_norm, "output_norm", -1, c.n_embd);
+  require_matrix(model.weights.token_embd, "token_embd", -1, c.n_vocab, c.n_embd);
+  require_matrix(model.weights.output, "output", -1, c.n_vocab, c.n_embd);
+  require_vector(model.weights.output_norm, "output_norm", -1, c.n_embd);
   for (std::int32_t i = 0; i < c.n_layer; ++i) {
-    const LayerWeights& l = model.layers[static_cast<std::size_t>(i)];
+    const LayerWeights& l = model.weights.layers[static_cast<std::size_t>(i)];
     require_vector(l.attn_norm, "attn_norm", i, c.n_embd);
     require_matrix(l.wq, "wq", i, q_dim, c.n_embd);
     require_matrix(l.wk, "wk", i, kv_dim, c.n_embd);
@@ -98,11 +91,11 @@ Decoder::Decoder(const ForwardContext& context)
   xn_ = f_.backend.scratch(kXn, n_tokens_, c_.n_embd);
 }
 
-void Decoder::embed() { f_.backend.embed(f_.model.token_embd, f_.tokens, x_); }
+void Decoder::embed() { f_.backend.embed(f_.weights.token_embd, f_.tokens, x_); }
 
 void Decoder::attention_block(std::int32_t layer) {
   Backend& b = f_.backend;
-  const LayerWeights& l = f_.model.layers[static_cast<std::size_t>(layer)];
+  const LayerWeights& l = f_.weights.layers[static_cast<std::size_t>(layer)];
   const std::int64_t q_dim = static_cast<std::int64_t>(c_.n_head) * c_.head_dim;
   const std::int64_t kv_dim = static_cast<std::int64_t>(c_.n_kv_head) * c_.head_dim;
   const Rows q = b.scratch(kQ, n_tokens_, q_dim), k = b.scratch(kK, n_tokens_, kv_dim),
@@ -133,7 +126,7 @@ void Decoder::attention_block(std::int32_t layer) {
 
 void Decoder::swiglu_block(std::int32_t layer) {
   Backend& b = f_.backend;
-  const LayerWeights& l = f_.model.layers[static_cast<std::size_t>(layer)];
+  const LayerWeights& l = f_.weights.layers[static_cast<std::size_t>(layer)];
   const Rows gate = b.scratch(kGate, n_tokens_, c_.n_ff), up = b.scratch(kUp, n_tokens_, c_.n_ff),
              proj = b.scratch(kProj, n_tokens_, c_.n_embd);
   b.rms_norm(x_, l.ffn_norm, c_.norm_eps, xn_);
@@ -153,8 +146,8 @@ void Decoder::output() {
   Backend& b = f_.backend;
   const Rows last = b.scratch(kLast, n_rows, c_.n_embd);
   b.gather_rows(x_, f_.logit_rows, last);
-  b.rms_norm(last, f_.model.output_norm, c_.norm_eps, last);
-  const Projection head[] = {{ProjectionSite::output, -1, &f_.model.output, f_.logits}};
+  b.rms_norm(last, f_.weights.output_norm, c_.norm_eps, last);
+  const Projection head[] = {{ProjectionSite::output, -1, &f_.weights.output, f_.logits}};
   b.project(last, head);
   if (c_.final_logit_softcap > 0) b.soft_cap(f_.logits, c_.final_logit_softcap);
 }

@@ -37,6 +37,7 @@ void clear(AttentionGroup& g) {
 struct ModelRunner::Impl {
   std::shared_ptr<const Model> model;
   std::unique_ptr<Backend> backend;
+  std::shared_ptr<const ModelWeights> weights;  // resident on the backend's device
   const models::ArchitectureBuilder* builder = nullptr;
   // The step under way (begin .. wait): its layout and RoPE table outlive the backend's work.
   StepLayout layout;
@@ -77,6 +78,7 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, std::unique_ptr<Bac
   if (!backend) throw Error("[runner] no backend");
   impl_->builder = &models::builder_for(model->config.arch);
   impl_->builder->check(*model);
+  impl_->weights = backend->upload(model);
   impl_->model = std::move(model);
   impl_->backend = std::move(backend);
 }
@@ -125,7 +127,7 @@ void ModelRunner::begin(const ForwardBatch& batch, KvCache& kv, std::span<float>
   if (batch.tokens.empty()) return;
   m.lay_out(batch);
   const models::ForwardContext context{
-      *m.model, *m.backend, kv.storage(), m.layout, *m.rope, batch.tokens, batch.logit_rows,
+      *m.model, *m.weights, *m.backend, kv.storage(), m.layout, *m.rope, batch.tokens, batch.logit_rows,
       m.backend->output_rows(logits, static_cast<std::int64_t>(batch.logit_rows.size()), m.model->config.n_vocab)};
   const models::ArchitectureBuilder* builder = m.builder;
   double* seconds = &m.step_seconds;

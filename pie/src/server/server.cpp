@@ -56,18 +56,6 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-std::int64_t parameter_count(const Model& m) {
-  auto n = [](const Weight& w) { return w ? w.n_out * w.n_in : 0; };
-  std::int64_t total = n(m.token_embd) + n(m.output_norm) + (m.output.data != m.token_embd.data ? n(m.output) : 0);
-  for (const LayerWeights& l : m.layers) {
-    for (const Weight* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
-                            &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
-      total += n(*w);
-    }
-  }
-  return total;
-}
-
 std::string parameter_size(std::int64_t count) {
   if (count >= 1'000'000'000) return fmt::format("{:.1f}B", static_cast<double>(count) / 1e9);
   if (count >= 1'000'000) return fmt::format("{:.1f}M", static_cast<double>(count) / 1e6);
@@ -290,7 +278,7 @@ struct Server::Impl {
                 {"format", m.path.extension() == ".gguf" ? "gguf" : "orchard"},
                 {"family", arch},
                 {"families", Json::array({arch})},
-                {"parameter_size", parameter_size(parameter_count(m))},
+                {"parameter_size", parameter_size(m.weights.n_parameters())},
                 {"quantization_level", m.describe()}};
   }
 
@@ -318,7 +306,7 @@ struct Server::Impl {
     const Model& m = model->model();
     std::string arch = architecture_name(m.config.arch);
     Json info{{"general.architecture", arch},
-              {"general.parameter_count", parameter_count(m)},
+              {"general.parameter_count", m.weights.n_parameters()},
               {arch + ".context_length", m.config.context_length},
               {arch + ".embedding_length", m.config.n_embd},
               {arch + ".block_count", m.config.n_layer},

@@ -94,6 +94,9 @@ class Tensor {
   std::size_t nbytes() const;  // bytes spanned when dense
 
   std::byte* data() const { return buffer_.data() + offset_; }
+  // A default-constructed tensor views nothing (an absent optional weight).
+  bool empty() const { return buffer_.empty(); }
+  explicit operator bool() const { return !empty(); }
   template <typename T>
   T* data_as() const {
     return reinterpret_cast<T*>(data());

@@ -62,7 +62,7 @@ TEST(DefaultModel, IsDeterministicAndTokenizes) {
   EXPECT_EQ(tok.decode(ids), text);
   EXPECT_LT(ids.size(), text.size() * 3 / 4) << "merges should shorten common English and JSON";
   EXPECT_FALSE(m->chat_template.empty());
-  EXPECT_EQ(m->layers.size(), 4u);
+  EXPECT_EQ(m->weights.layers.size(), 4u);
   EXPECT_EQ(m->config.n_kv_head * 2, m->config.n_head);  // GQA
 }
 

@@ -51,10 +51,10 @@ float formula(std::int64_t k, int index) { return static_cast<float>((k * 7 + in
 
 void expect_formula(const pie::Weight& w, int index, const char* what) {
   SCOPED_TRACE(what);
-  const std::int64_t n = w.n_out * w.n_in;
+  const std::int64_t n = pie::n_out(w) * pie::n_in(w);
   for (std::int64_t k = 0; k < n; ++k) {
-    const float v = w.type == tensor::DType::f16 ? tensor::f16_to_f32(static_cast<const std::uint16_t*>(w.data)[k])
-                                                  : static_cast<const float*>(w.data)[k];
+    const float v = w.dtype() == tensor::DType::f16 ? tensor::f16_to_f32(w.data_as<const std::uint16_t>()[k])
+                                                  : w.data_as<const float>()[k];
     ASSERT_EQ(v, formula(k, index)) << "element " << k;
   }
 }
@@ -84,17 +84,17 @@ TEST(GgufPy, LlamaLoadsWithItsConfig) {
   EXPECT_EQ(m->chat_template, "{{ messages[0]['content'] }}");
   EXPECT_EQ(m->tokenizer->vocab_size(), 64u);
   EXPECT_EQ(m->describe(), "f32: 20, f16: 1");  // the f16 ffn_norms became f32
-  expect_formula(m->token_embd, 0, "token_embd");
-  expect_formula(m->output_norm, 1, "output_norm");
-  EXPECT_EQ(m->output.type, tensor::DType::f16);
-  expect_formula(m->output, 2, "output");
-  EXPECT_EQ(m->layers[1].wk.n_out, 16);
-  EXPECT_EQ(m->layers[1].wk.n_in, 32);
-  expect_formula(m->layers[1].wk, 14, "blk.1.attn_k");
-  EXPECT_EQ(m->layers[0].ffn_norm.type, tensor::DType::f32);  // converted from f16
-  expect_formula(m->layers[0].ffn_norm, 8, "blk.0.ffn_norm");
-  EXPECT_EQ(m->layers[1].w_down.n_in, 96);
-  expect_formula(m->layers[1].w_down, 20, "blk.1.ffn_down");
+  expect_formula(m->weights.token_embd, 0, "token_embd");
+  expect_formula(m->weights.output_norm, 1, "output_norm");
+  EXPECT_EQ(m->weights.output.dtype(), tensor::DType::f16);
+  expect_formula(m->weights.output, 2, "output");
+  EXPECT_EQ(pie::n_out(m->weights.layers[1].wk), 16);
+  EXPECT_EQ(pie::n_in(m->weights.layers[1].wk), 32);
+  expect_formula(m->weights.layers[1].wk, 14, "blk.1.attn_k");
+  EXPECT_EQ(m->weights.layers[0].ffn_norm.dtype(), tensor::DType::f32);  // converted from f16
+  expect_formula(m->weights.layers[0].ffn_norm, 8, "blk.0.ffn_norm");
+  EXPECT_EQ(pie::n_in(m->weights.layers[1].w_down), 96);
+  expect_formula(m->weights.layers[1].w_down, 20, "blk.1.ffn_down");
 }
 
 TEST(GgufPy, Qwen2HasBiasesAndNeoxRope) {
@@ -106,8 +106,8 @@ TEST(GgufPy, Qwen2HasBiasesAndNeoxRope) {
   EXPECT_EQ(m->config.rope.layout, pal::RopeLayout::neox);
   EXPECT_TRUE(m->config.attention_bias);
   // token_embd, output_norm, output, then attn_norm, q, k, v, q bias (7), k bias, v bias, ...
-  expect_formula(m->layers[0].bq, 7, "blk.0.attn_q.bias");
-  expect_formula(m->layers[0].bv, 9, "blk.0.attn_v.bias");
+  expect_formula(m->weights.layers[0].bq, 7, "blk.0.attn_q.bias");
+  expect_formula(m->weights.layers[0].bv, 9, "blk.0.attn_v.bias");
 }
 
 // A GGUF written by our writer from stories260K (f32), the base of the corrupt-file cases.
@@ -153,12 +153,12 @@ TEST_F(CorruptGguf, UnalignedDataIsCopied) {
   ASSERT_GT(misaligned, 0u) << "the test file happens to be aligned";
   const auto a = pie::load_gguf_model(base_);
   const auto b = pie::load_gguf_model(bad_);
-  ASSERT_EQ(a->layers.size(), b->layers.size());
-  for (std::size_t i = 0; i < a->layers.size(); ++i) {
+  ASSERT_EQ(a->weights.layers.size(), b->weights.layers.size());
+  for (std::size_t i = 0; i < a->weights.layers.size(); ++i) {
     for (auto field : {&pie::LayerWeights::attn_norm, &pie::LayerWeights::wq, &pie::LayerWeights::w_down}) {
-      const pie::Weight &x = a->layers[i].*field, &y = b->layers[i].*field;
-      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(y.data) % 4, 0u);
-      EXPECT_EQ(std::memcmp(x.data, y.data, x.row_bytes() * static_cast<std::size_t>(x.n_out)), 0);
+      const pie::Weight &x = a->weights.layers[i].*field, &y = b->weights.layers[i].*field;
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(y.data()) % 4, 0u);
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), pie::row_bytes(x) * static_cast<std::size_t>(pie::n_out(x))), 0);
     }
   }
 }

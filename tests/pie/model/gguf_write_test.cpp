@@ -33,20 +33,21 @@ std::shared_ptr<const tokenizers::Tokenizer> tok512() {
 }
 
 std::vector<float> dequantize(const pie::Weight& w, std::int64_t row) {
-  std::vector<float> out(static_cast<std::size_t>(w.n_in));
-  kernels::dequantize_row(w.type, static_cast<const std::uint8_t*>(w.data) + row * w.row_bytes(), out.data(), w.n_in);
+  std::vector<float> out(static_cast<std::size_t>(pie::n_in(w)));
+  const std::uint8_t* bytes = w.data_as<const std::uint8_t>() + row * pie::row_bytes(w);
+  kernels::dequantize_row(w.dtype(), bytes, out.data(), pie::n_in(w));
   return out;
 }
 
 // Calls f(name, a, b) for every pair of corresponding weights of two models.
 template <class F>
 void for_each_weight(const pie::Model& a, const pie::Model& b, F&& f) {
-  f("token_embd", a.token_embd, b.token_embd);
-  f("output_norm", a.output_norm, b.output_norm);
-  f("output", a.output, b.output);
-  ASSERT_EQ(a.layers.size(), b.layers.size());
-  for (std::size_t i = 0; i < a.layers.size(); ++i) {
-    const pie::LayerWeights &x = a.layers[i], &y = b.layers[i];
+  f("token_embd", a.weights.token_embd, b.weights.token_embd);
+  f("output_norm", a.weights.output_norm, b.weights.output_norm);
+  f("output", a.weights.output, b.weights.output);
+  ASSERT_EQ(a.weights.layers.size(), b.weights.layers.size());
+  for (std::size_t i = 0; i < a.weights.layers.size(); ++i) {
+    const pie::LayerWeights &x = a.weights.layers[i], &y = b.weights.layers[i];
     const std::string p = "blk." + std::to_string(i) + ".";
     f(p + "attn_norm", x.attn_norm, y.attn_norm);
     f(p + "wq", x.wq, y.wq);
@@ -72,9 +73,9 @@ void expect_identical_weights(const pie::Model& a, const pie::Model& b) {
     SCOPED_TRACE(name);
     ASSERT_EQ(static_cast<bool>(x), static_cast<bool>(y));
     if (!x) return;
-    ASSERT_EQ(x.type, y.type);
-    ASSERT_EQ(x.n_out * x.n_in, y.n_out * y.n_in);
-    EXPECT_EQ(std::memcmp(x.data, y.data, x.row_bytes() * static_cast<std::size_t>(x.n_out)), 0);
+    ASSERT_EQ(x.dtype(), y.dtype());
+    ASSERT_EQ(pie::n_out(x) * pie::n_in(x), pie::n_out(y) * pie::n_in(y));
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), pie::row_bytes(x) * static_cast<std::size_t>(pie::n_out(x))), 0);
   });
 }
 
@@ -177,20 +178,21 @@ TEST_P(EveryType, RoundTripsWithinItsError) {
     SCOPED_TRACE(name);
     if (!x) return;
     ASSERT_TRUE(y);
-    const bool vector = x.n_out == 1;
+    const bool vector = pie::n_out(x) == 1;
     const DType want = vector ? DType::f32 : (name == "output" && k_quant) ? DType::q6_K : type;
-    ASSERT_EQ(y.type, want);
-    ASSERT_EQ(y.n_out, x.n_out);
-    ASSERT_EQ(y.n_in, x.n_in);
-    std::vector<std::uint8_t> expected(y.row_bytes());
+    ASSERT_EQ(y.dtype(), want);
+    ASSERT_EQ(pie::n_out(y), pie::n_out(x));
+    ASSERT_EQ(pie::n_in(y), pie::n_in(x));
+    std::vector<std::uint8_t> expected(pie::row_bytes(y));
     double err = 0, sum = 0;
-    for (std::int64_t r = 0; r < x.n_out; ++r) {
-      const float* row = static_cast<const float*>(x.data) + r * x.n_in;
-      kernels::quantize_row(want, row, expected.data(), x.n_in);
-      ASSERT_EQ(std::memcmp(expected.data(), static_cast<const std::uint8_t*>(y.data) + r * y.row_bytes(), expected.size()), 0)
+    for (std::int64_t r = 0; r < pie::n_out(x); ++r) {
+      const float* row = x.data_as<const float>() + r * pie::n_in(x);
+      kernels::quantize_row(want, row, expected.data(), pie::n_in(x));
+      const std::uint8_t* got = y.data_as<const std::uint8_t>() + r * pie::row_bytes(y);
+      ASSERT_EQ(std::memcmp(expected.data(), got, expected.size()), 0)
           << "row " << r;
       const std::vector<float> d = dequantize(y, r);
-      for (std::int64_t i = 0; i < x.n_in; ++i) {
+      for (std::int64_t i = 0; i < pie::n_in(x); ++i) {
         err += (d[i] - row[i]) * (d[i] - row[i]);
         sum += row[i] * row[i];
       }
@@ -216,9 +218,9 @@ TEST(GgufWrite, RowsTheTypeCannotHoldFallBackAsLlamaCpp) {
   pie::write_gguf_model(*m, out, o);
   const auto back = pie::load_gguf_model(out);
   fs::remove(out);
-  EXPECT_EQ(back->layers[0].wq.type, DType::q5_0);      // 64 per row: q4_K -> q5_0
-  EXPECT_EQ(back->layers[0].w_down.type, DType::f16);   // 172 per row: not even q5_0 blocks
-  EXPECT_EQ(back->token_embd.type, DType::q8_0);        // tied output: q6_K -> q8_0
+  EXPECT_EQ(back->weights.layers[0].wq.dtype(), DType::q5_0);      // 64 per row: q4_K -> q5_0
+  EXPECT_EQ(back->weights.layers[0].w_down.dtype(), DType::f16);   // 172 per row: not even q5_0 blocks
+  EXPECT_EQ(back->weights.token_embd.dtype(), DType::q8_0);        // tied output: q6_K -> q8_0
   ASSERT_EQ(notices.size(), 3u);
   EXPECT_EQ(notices[0], "q4_K cannot hold rows of 64 elements: 30 tensors written as q5_0 (blk.0.attn_q.weight, ...)");
 }
@@ -241,17 +243,19 @@ TEST(GgufWrite, NeoxLlamaIsPermutedForAdjacentPairRope) {
   std::vector<float> x(static_cast<std::size_t>(c.n_embd));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i) + 0.1f);
   auto project = [&](const pie::Weight& w, const pie::Weight& b) {
-    std::vector<float> y(static_cast<std::size_t>(w.n_out));
-    for (std::int64_t r = 0; r < w.n_out; ++r) {
-      double s = static_cast<const float*>(b.data)[r];
-      for (std::int64_t i = 0; i < w.n_in; ++i) s += static_cast<const float*>(w.data)[r * w.n_in + i] * x[static_cast<std::size_t>(i)];
+    std::vector<float> y(static_cast<std::size_t>(pie::n_out(w)));
+    for (std::int64_t r = 0; r < pie::n_out(w); ++r) {
+      double s = b.data_as<const float>()[r];
+      for (std::int64_t i = 0; i < pie::n_in(w); ++i) {
+        s += w.data_as<const float>()[r * pie::n_in(w) + i] * x[static_cast<std::size_t>(i)];
+      }
       y[static_cast<std::size_t>(r)] = static_cast<float>(s);
     }
     return y;
   };
   const std::int32_t pos = 5;
   for (int which = 0; which < 2; ++which) {
-    const pie::LayerWeights &a = hf->layers[0], &b = gguf->layers[0];
+    const pie::LayerWeights &a = hf->weights.layers[0], &b = gguf->weights.layers[0];
     std::vector<float> qa = which == 0 ? project(a.wq, a.bq) : project(a.wk, a.bk);
     std::vector<float> qb = which == 0 ? project(b.wq, b.bq) : project(b.wk, b.bk);
     const std::int32_t n_heads = which == 0 ? c.n_head : c.n_kv_head;
@@ -376,14 +380,15 @@ TEST(GgufWrite, Errors) {
   m->config.rope.layout = pal::RopeLayout::gptj;
   EXPECT_NE(error_of<pie::ModelError>([&] { pie::write_gguf_model(*m, out, o); }).find("GPT-J RoPE"), std::string::npos);
   m->config = c;
-  m->layers[0].wk.n_out = 16;
+  const pie::Weight wk = m->weights.layers[0].wk;
+  m->weights.layers[0].wk = wk.slice(0, 0, 16);  // too few rows
   EXPECT_NE(error_of<pie::ModelError>([&] { pie::write_gguf_model(*m, out, o); }).find("blk.0.attn_k.weight"),
             std::string::npos);
   m->tokenizer = nullptr;
   EXPECT_NE(error_of<pie::ModelError>([&] { pie::write_gguf_model(*m, out, o); }).find("no tokenizer"), std::string::npos);
   m->config.n_vocab = 100;  // fewer rows than the tokenizer: validated before anything is written
   m->tokenizer = tok512();
-  m->layers[0].wk.n_out = 32;
+  m->weights.layers[0].wk = wk;
   EXPECT_NE(error_of<pie::ModelError>([&] { pie::write_gguf_model(*m, out, o); }).find("more than the model's 100 rows"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(out));

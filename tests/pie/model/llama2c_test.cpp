@@ -88,28 +88,28 @@ TEST(Llama2c, WeightsAreViewsInRunCOrder) {
     std::memcpy(&v, bytes.data() + 28 + 4 * at, 4);
     return v;
   };
-  auto at = [](const pie::Weight& w, std::int64_t i) { return static_cast<const float*>(w.data)[i]; };
+  auto at = [](const pie::Weight& w, std::int64_t i) { return w.data_as<const float>()[i]; };
   const std::size_t vocab = 512, dim = 64, kv = 32, hidden = 172, L = 5;
-  EXPECT_EQ(m->token_embd.n_out, 512);
-  EXPECT_EQ(m->token_embd.n_in, 64);
-  EXPECT_EQ(at(m->token_embd, 100), value(100));
+  EXPECT_EQ(pie::n_out(m->weights.token_embd), 512);
+  EXPECT_EQ(pie::n_in(m->weights.token_embd), 64);
+  EXPECT_EQ(at(m->weights.token_embd, 100), value(100));
   std::size_t off = vocab * dim;
-  EXPECT_EQ(at(m->layers[0].attn_norm, 3), value(off + 3));
+  EXPECT_EQ(at(m->weights.layers[0].attn_norm, 3), value(off + 3));
   off += L * dim;  // rms_att
-  EXPECT_EQ(at(m->layers[1].wq, 5), value(off + dim * dim + 5));
+  EXPECT_EQ(at(m->weights.layers[1].wq, 5), value(off + dim * dim + 5));
   off += L * dim * dim;  // wq
-  EXPECT_EQ(m->layers[2].wk.n_out, 32);
-  EXPECT_EQ(at(m->layers[2].wk, 7), value(off + 2 * kv * dim + 7));
+  EXPECT_EQ(pie::n_out(m->weights.layers[2].wk), 32);
+  EXPECT_EQ(at(m->weights.layers[2].wk, 7), value(off + 2 * kv * dim + 7));
   off += 2 * L * kv * dim + L * dim * dim + L * dim;  // wk, wv, wo, rms_ffn
-  EXPECT_EQ(at(m->layers[4].w_gate, 0), value(off + 4 * hidden * dim));
+  EXPECT_EQ(at(m->weights.layers[4].w_gate, 0), value(off + 4 * hidden * dim));
   off += L * hidden * dim;  // w1
-  EXPECT_EQ(m->layers[3].w_down.n_out, 64);
-  EXPECT_EQ(m->layers[3].w_down.n_in, 172);
-  EXPECT_EQ(at(m->layers[3].w_down, 171), value(off + 3 * hidden * dim + 171));
+  EXPECT_EQ(pie::n_out(m->weights.layers[3].w_down), 64);
+  EXPECT_EQ(pie::n_in(m->weights.layers[3].w_down), 172);
+  EXPECT_EQ(at(m->weights.layers[3].w_down, 171), value(off + 3 * hidden * dim + 171));
   off += 2 * L * hidden * dim;  // w2, w3
-  EXPECT_EQ(at(m->layers[4].w_up, hidden * dim - 1), value(off - 1));
-  EXPECT_EQ(at(m->output_norm, 63), value(off + 63));
-  EXPECT_EQ(m->output.data, m->token_embd.data);
+  EXPECT_EQ(at(m->weights.layers[4].w_up, hidden * dim - 1), value(off - 1));
+  EXPECT_EQ(at(m->weights.output_norm, 63), value(off + 63));
+  EXPECT_EQ(m->weights.output.data(), m->weights.token_embd.data());
 }
 
 TEST(Llama2c, LoadModelRecognisesIt) {

@@ -60,9 +60,13 @@ TEST(Model, DescribeCountsTypes) {
   pie::ModelConfig c = model_test::llama_config(16, 32, 64, 4, 4, 2);
   c.tied_embeddings = true;
   auto m = model_test::make_model(c, nullptr);
-  m->layers[0].wq.type = tensor::DType::q8_0;  // only the label matters here
-  m->layers[1].wq.type = tensor::DType::q8_0;
-  m->layers[1].wk.type = tensor::DType::f16;
+  // Only the label matters here: the same bytes viewed as another type.
+  auto retype = [](const pie::Weight& w, tensor::DType t) {
+    return pie::weight_view(w.data(), w.nbytes(), t, pie::n_out(w), pie::n_in(w));
+  };
+  m->weights.layers[0].wq = retype(m->weights.layers[0].wq, tensor::DType::q8_0);
+  m->weights.layers[1].wq = retype(m->weights.layers[1].wq, tensor::DType::q8_0);
+  m->weights.layers[1].wk = retype(m->weights.layers[1].wk, tensor::DType::f16);
   // token_embd + output_norm + 2 * 9 per layer; the tied output is not counted twice.
   EXPECT_EQ(m->describe(), "f32: 17, q8_0: 2, f16: 1");
 }

@@ -27,19 +27,16 @@ inline std::shared_ptr<pie::Model> make_model(const pie::ModelConfig& c,
     auto buf = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n_out * n_in));
     for (float& v : *buf) v = offset + scale * normal(rng);
     m->storage.push_back(buf);
-    pie::Weight w;
-    w.type = tensor::DType::f32;
-    w.data = buf->data();
-    w.n_out = n_out;
-    w.n_in = n_in;
-    return w;
+    // One row is a vector ([n_in]), as the loaders give norms and biases.
+    return pie::weight_view(buf->data(), buf->size() * sizeof(float), tensor::DType::f32, n_out == 1 ? 0 : n_out,
+                            n_in);
   };
   const std::int64_t e = c.n_embd, hd = c.head_dim, q = c.n_head * hd, kv = c.n_kv_head * hd;
-  m->token_embd = make(c.n_vocab, e);
-  m->output_norm = make(1, e, 1.0f, 0.1f);
-  m->output = c.tied_embeddings ? m->token_embd : make(c.n_vocab, e);
-  m->layers.resize(static_cast<std::size_t>(c.n_layer));
-  for (pie::LayerWeights& l : m->layers) {
+  m->weights.token_embd = make(c.n_vocab, e);
+  m->weights.output_norm = make(1, e, 1.0f, 0.1f);
+  m->weights.output = c.tied_embeddings ? m->weights.token_embd : make(c.n_vocab, e);
+  m->weights.layers.resize(static_cast<std::size_t>(c.n_layer));
+  for (pie::LayerWeights& l : m->weights.layers) {
     l.attn_norm = make(1, e, 1.0f, 0.1f);
     l.wq = make(q, e);
     l.wk = make(kv, e);

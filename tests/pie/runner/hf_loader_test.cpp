@@ -45,11 +45,11 @@ TEST(HfLoaderTest, LlamaConfigAndWeights) {
   EXPECT_FALSE(c.attention_bias);
   EXPECT_FALSE(c.qk_norm);
   EXPECT_EQ(c.sliding_window, 0);
-  EXPECT_NE(m->output.data, m->token_embd.data);
-  EXPECT_EQ(m->layers.size(), 2u);
-  EXPECT_EQ(m->layers[1].wk.n_out, 24);
-  EXPECT_EQ(m->layers[1].wk.type, tensor::DType::f32);
-  EXPECT_FALSE(m->layers[0].bq);
+  EXPECT_NE(m->weights.output.data(), m->weights.token_embd.data());
+  EXPECT_EQ(m->weights.layers.size(), 2u);
+  EXPECT_EQ(pie::n_out(m->weights.layers[1].wk), 24);
+  EXPECT_EQ(m->weights.layers[1].wk.dtype(), tensor::DType::f32);
+  EXPECT_FALSE(m->weights.layers[0].bq);
   EXPECT_EQ(m->tokenizer, nullptr);
   EXPECT_TRUE(m->chat_template.empty());
   EXPECT_EQ(m->name, "llama");
@@ -68,9 +68,9 @@ TEST(HfLoaderTest, MistralQwen2Qwen3Configs) {
   EXPECT_TRUE(qwen2->config.attention_bias);
   EXPECT_TRUE(qwen2->config.tied_embeddings);
   EXPECT_EQ(qwen2->config.sliding_window, 0);
-  EXPECT_EQ(qwen2->output.data, qwen2->token_embd.data);
-  EXPECT_TRUE(qwen2->layers[0].bq && qwen2->layers[0].bk && qwen2->layers[0].bv);
-  EXPECT_EQ(qwen2->layers[0].bk.n_in, 32);
+  EXPECT_EQ(qwen2->weights.output.data(), qwen2->weights.token_embd.data());
+  EXPECT_TRUE(qwen2->weights.layers[0].bq && qwen2->weights.layers[0].bk && qwen2->weights.layers[0].bv);
+  EXPECT_EQ(pie::n_in(qwen2->weights.layers[0].bk), 32);
 
   const auto qwen3 = load_hf_model(test_model_dir("qwen3"));
   EXPECT_EQ(qwen3->config.arch, Architecture::qwen3);
@@ -78,14 +78,14 @@ TEST(HfLoaderTest, MistralQwen2Qwen3Configs) {
   EXPECT_FALSE(qwen3->config.attention_bias);
   EXPECT_EQ(qwen3->config.head_dim, 64);
   EXPECT_EQ(qwen3->config.n_embd, 48);
-  EXPECT_EQ(qwen3->layers[1].q_norm.n_in, 64);
-  EXPECT_EQ(qwen3->layers[0].wq.n_out, 128);
+  EXPECT_EQ(pie::n_in(qwen3->weights.layers[1].q_norm), 64);
+  EXPECT_EQ(pie::n_out(qwen3->weights.layers[0].wq), 128);
 }
 
 TEST(HfLoaderTest, LoadModelRecognisesTheFolder) {
   const auto m = load_model(test_model_dir("qwen3"));
   EXPECT_EQ(m->config.arch, Architecture::qwen3);
-  EXPECT_EQ(m->layers.size(), 2u);
+  EXPECT_EQ(m->weights.layers.size(), 2u);
 }
 
 // The llama test model copied to a temp folder with its config edited.
@@ -222,8 +222,8 @@ TEST(HfLoaderTest, HalfPrecisionWeights) {
     }
     write_safetensors(dir.path / "model.safetensors", tensors);
     const auto m = load_hf_model(dir.path);
-    EXPECT_EQ(m->layers[0].wq.type, std::string(dtype) == "F16" ? tensor::DType::f16 : tensor::DType::bf16);
-    EXPECT_EQ(m->layers[0].attn_norm.type, tensor::DType::f32);
+    EXPECT_EQ(m->weights.layers[0].wq.dtype(), std::string(dtype) == "F16" ? tensor::DType::f16 : tensor::DType::bf16);
+    EXPECT_EQ(m->weights.layers[0].attn_norm.dtype(), tensor::DType::f32);
     const std::vector<float> got = prompt_logits(m, g.prompt);
     EXPECT_LE(relative_error(got, g.logits.back()), 3e-2) << dtype;
   }

@@ -23,31 +23,31 @@ using tensor::DType;
 std::shared_ptr<const Model> quantized(const Model& src, DType type, bool twin) {
   auto m = std::make_shared<Model>(src);
   auto convert = [&](Weight& w) {
-    const auto* f = static_cast<const float*>(w.data);
-    const std::size_t qrow = tensor::row_bytes(type, w.n_in);
-    auto q = std::make_shared<std::vector<std::uint8_t>>(qrow * static_cast<std::size_t>(w.n_out));
-    auto back = std::make_shared<std::vector<float>>(static_cast<std::size_t>(w.n_out * w.n_in));
-    for (std::int64_t r = 0; r < w.n_out; ++r) {
-      kernels::quantize_row_ref(type, f + r * w.n_in, q->data() + static_cast<std::size_t>(r) * qrow, w.n_in);
-      kernels::dequantize_row_ref(type, q->data() + static_cast<std::size_t>(r) * qrow, back->data() + r * w.n_in, w.n_in);
+    const auto* f = w.data_as<const float>();
+    const std::size_t qrow = tensor::row_bytes(type, pie::n_in(w));
+    auto q = std::make_shared<std::vector<std::uint8_t>>(qrow * static_cast<std::size_t>(pie::n_out(w)));
+    auto back = std::make_shared<std::vector<float>>(static_cast<std::size_t>(pie::n_out(w) * pie::n_in(w)));
+    for (std::int64_t r = 0; r < pie::n_out(w); ++r) {
+      std::uint8_t* qr = q->data() + static_cast<std::size_t>(r) * qrow;
+      kernels::quantize_row_ref(type, f + r * pie::n_in(w), qr, pie::n_in(w));
+      kernels::dequantize_row_ref(type, qr, back->data() + r * pie::n_in(w), pie::n_in(w));
     }
     if (twin) {
-      w.data = back->data();
+      w = weight_view(back->data(), back->size() * sizeof(float), DType::f32, pie::n_out(w), pie::n_in(w));
       m->storage.push_back(back);
     } else {
-      w.type = type;
-      w.data = q->data();
+      w = weight_view(q->data(), q->size(), type, pie::n_out(w), pie::n_in(w));
       m->storage.push_back(q);
     }
   };
-  const bool tied = src.output.data == src.token_embd.data;
-  convert(m->token_embd);
+  const bool tied = src.weights.output.data() == src.weights.token_embd.data();
+  convert(m->weights.token_embd);
   if (tied) {
-    m->output = m->token_embd;
+    m->weights.output = m->weights.token_embd;
   } else {
-    convert(m->output);
+    convert(m->weights.output);
   }
-  for (LayerWeights& l : m->layers) {
+  for (LayerWeights& l : m->weights.layers) {
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) convert(*w);
   }
   return m;
@@ -74,12 +74,13 @@ std::shared_ptr<const Model> random_wide_model() {
     auto v = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n_out * n_in));
     for (float& x : *v) x = offset + scale * dist(rng);
     m->storage.push_back(v);
-    return Weight{DType::f32, v->data(), n_out, n_in};
+    // One row is a vector ([n_in]), as the loaders give norms.
+    return weight_view(v->data(), v->size() * sizeof(float), DType::f32, n_out == 1 ? 0 : n_out, n_in);
   };
   auto matrix = [&](std::int64_t n_out, std::int64_t n_in) { return weight(n_out, n_in, 1.0f / std::sqrt(float(n_in)), 0); };
-  m->token_embd = weight(c.n_vocab, c.n_embd, 1.0f, 0);
-  m->output = matrix(c.n_vocab, c.n_embd);
-  m->output_norm = weight(1, c.n_embd, 0.1f, 1.0f);
+  m->weights.token_embd = weight(c.n_vocab, c.n_embd, 1.0f, 0);
+  m->weights.output = matrix(c.n_vocab, c.n_embd);
+  m->weights.output_norm = weight(1, c.n_embd, 0.1f, 1.0f);
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights l;
     l.attn_norm = weight(1, c.n_embd, 0.1f, 1.0f);
@@ -91,7 +92,7 @@ std::shared_ptr<const Model> random_wide_model() {
     l.w_gate = matrix(c.n_ff, c.n_embd);
     l.w_up = matrix(c.n_ff, c.n_embd);
     l.w_down = matrix(c.n_embd, c.n_ff);
-    m->layers.push_back(l);
+    m->weights.layers.push_back(l);
   }
   return m;
 }

@@ -47,18 +47,17 @@ std::shared_ptr<const Model> synthetic_model(tensor::DType type) {
       for (float& x : row) x = dist(rng) * scale;
       kernels::quantize_row(type, row.data(), bytes->data() + static_cast<std::size_t>(r) * tensor::row_bytes(type, n_in), n_in);
     }
-    Weight w{type, bytes->data(), n_out, n_in};
     m->storage.push_back(bytes);
-    return w;
+    return weight_view(bytes->data(), bytes->size(), type, n_out, n_in);
   };
   auto ones = [&](std::int64_t n) {
     auto v = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n), 1.0f);
     m->storage.push_back(v);
-    return Weight{tensor::DType::f32, v->data(), 1, n};
+    return weight_view(v->data(), v->size() * sizeof(float), tensor::DType::f32, 0, n);
   };
-  m->token_embd = matrix(c.n_vocab, c.n_embd);
-  m->output = matrix(c.n_vocab, c.n_embd);
-  m->output_norm = ones(c.n_embd);
+  m->weights.token_embd = matrix(c.n_vocab, c.n_embd);
+  m->weights.output = matrix(c.n_vocab, c.n_embd);
+  m->weights.output_norm = ones(c.n_embd);
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights l;
     l.attn_norm = ones(c.n_embd);
@@ -70,7 +69,7 @@ std::shared_ptr<const Model> synthetic_model(tensor::DType type) {
     l.w_gate = matrix(c.n_ff, c.n_embd);
     l.w_up = matrix(c.n_ff, c.n_embd);
     l.w_down = matrix(c.n_embd, c.n_ff);
-    m->layers.push_back(l);
+    m->weights.layers.push_back(l);
   }
   return m;
 }
