@@ -21,7 +21,9 @@
 
 namespace pie {
 
-enum class Architecture : std::uint8_t { llama, mistral, qwen2, qwen3, gemma2, phi3 };
+// The architectures with a forward pass (pie/src/models/). Others (gemma2, phi3, ...) are refused by name
+// when a model is loaded.
+enum class Architecture : std::uint8_t { llama, mistral, qwen2, qwen3 };
 // "llama", "mistral", ... (GGUF general.architecture spelling).
 const char* architecture_name(Architecture arch);
 // Throws ModelError naming the architecture when it is not one of the above.
@@ -34,17 +36,17 @@ struct ModelConfig {
   std::int32_t n_layer = 0;
   std::int32_t n_head = 0;       // query heads
   std::int32_t n_kv_head = 0;    // key/value heads (GQA when < n_head)
-  std::int32_t head_dim = 0;     // usually n_embd / n_head (Qwen3 and Gemma 2 may differ)
+  std::int32_t head_dim = 0;     // usually n_embd / n_head (Qwen3's may differ)
   std::int32_t n_ff = 0;         // feed-forward hidden size
   std::int32_t context_length = 0;  // the trained context (max_position_embeddings)
   float norm_eps = 1e-5f;        // RMSNorm epsilon
   pal::RopeConfig rope;          // head_dim, rotary_dim, theta, layout, scaling
-  std::int32_t sliding_window = 0;  // 0: full attention (Mistral, Gemma 2's local layers: the window)
+  std::int32_t sliding_window = 0;  // 0: full attention (Mistral: the window)
   bool attention_bias = false;   // q/k/v projections have biases (Qwen2)
   bool qk_norm = false;          // RMSNorm over each head of q and k before RoPE (Qwen3)
   bool tied_embeddings = false;  // the output projection is the token embedding
-  float attn_logit_softcap = 0;  // Gemma 2
-  float final_logit_softcap = 0; // Gemma 2
+  float attn_logit_softcap = 0;  // 0: off; else attention logits = cap * tanh(logits / cap)
+  float final_logit_softcap = 0; // 0: off; the same on the output logits
   float attention_scale = 0;     // 0: 1 / sqrt(head_dim)
 
   // Checks the sizes against each other; throws ModelError naming the field.
@@ -63,10 +65,8 @@ struct LayerWeights {
   Weight wq, wk, wv, wo;                 // [n_head*head_dim, n_embd] ... [n_embd, n_head*head_dim]
   Weight bq, bk, bv;                     // f32 biases (attention_bias) or absent
   Weight q_norm, k_norm;                 // f32 [head_dim] (qk_norm) or absent
-  Weight post_attn_norm;                 // f32 [n_embd] or absent
   Weight ffn_norm;                       // f32 [n_embd]
   Weight w_gate, w_up, w_down;           // [n_ff, n_embd], [n_ff, n_embd], [n_embd, n_ff]
-  Weight post_ffn_norm;                  // f32 [n_embd] or absent
 };
 
 struct ModelWeights {

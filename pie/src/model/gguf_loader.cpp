@@ -180,8 +180,6 @@ class GgufReader {
   std::uint64_t done_bytes_ = 0;
 };
 
-// Row slices of a fused matrix (phi3's attn_qkv and gate+up ffn_up).
-Weight rows(const Weight& w, std::int64_t first, std::int64_t n) { return w.slice(0, first, first + n); }
 
 void read_config(GgufReader& r, const gg::File& file, Model& model) {
   ModelConfig& c = model.config;
@@ -213,6 +211,8 @@ void read_config(GgufReader& r, const gg::File& file, Model& model) {
   c.norm_eps = static_cast<float>(r.optional_float("attention.layer_norm_rms_epsilon", 1e-5));
   c.sliding_window = r.optional_int("attention.sliding_window", 0);
   c.attention_scale = static_cast<float>(r.optional_float("attention.scale", 0));
+  c.attn_logit_softcap = static_cast<float>(r.optional_float("attn_logit_softcapping", 0));
+  c.final_logit_softcap = static_cast<float>(r.optional_float("final_logit_softcapping", 0));
 
   pal::RopeConfig& rope = c.rope;
   rope.head_dim = c.head_dim;
@@ -247,16 +247,6 @@ void read_config(GgufReader& r, const gg::File& file, Model& model) {
     const std::vector<float> factors = r.f32_values("rope_freqs.weight", rope.rotary_dim / 2);
     model_detail::fit_llama3_rope(rope, factors, original > 0 ? original : 8192, model.path.string());
   }
-
-  if (c.arch == Architecture::gemma2) {
-    c.attn_logit_softcap = static_cast<float>(r.optional_float("attn_logit_softcapping", 0));
-    c.final_logit_softcap = static_cast<float>(r.optional_float("final_logit_softcapping", 0));
-    // llama.cpp scales Gemma 2 27B queries by 1/sqrt(n_embd / n_head) (query_pre_attn_scalar), the
-    // smaller ones by 1/sqrt(head_dim).
-    if (c.attention_scale == 0 && c.n_layer == 46 && c.n_embd % c.n_head == 0) {
-      c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
-    }
-  }
 }
 
 void read_weights(GgufReader& r, Model& model) {
@@ -282,22 +272,14 @@ void read_weights(GgufReader& r, Model& model) {
 
   c.attention_bias = r.has_tensor("blk.0.attn_q.bias");
   c.qk_norm = r.has_tensor("blk.0.attn_q_norm.weight");
-  const bool gemma2 = c.arch == Architecture::gemma2;
   model.weights.layers.resize(static_cast<std::size_t>(c.n_layer));
   for (std::int32_t i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = model.weights.layers[static_cast<std::size_t>(i)];
     auto name = [i](const char* t) { return fmt::format("blk.{}.{}", i, t); };
     l.attn_norm = r.vector(name("attn_norm.weight"), n_embd);
-    if (c.arch == Architecture::phi3 && r.has_tensor(name("attn_qkv.weight"))) {
-      const Weight qkv = r.matrix(name("attn_qkv.weight"), n_q + 2 * n_kv, n_embd);
-      l.wq = rows(qkv, 0, n_q);
-      l.wk = rows(qkv, n_q, n_kv);
-      l.wv = rows(qkv, n_q + n_kv, n_kv);
-    } else {
-      l.wq = r.matrix(name("attn_q.weight"), n_q, n_embd);
-      l.wk = r.matrix(name("attn_k.weight"), n_kv, n_embd);
-      l.wv = r.matrix(name("attn_v.weight"), n_kv, n_embd);
-    }
+    l.wq = r.matrix(name("attn_q.weight"), n_q, n_embd);
+    l.wk = r.matrix(name("attn_k.weight"), n_kv, n_embd);
+    l.wv = r.matrix(name("attn_v.weight"), n_kv, n_embd);
     l.wo = r.matrix(name("attn_output.weight"), n_embd, n_q);
     if (c.attention_bias) {
       l.bq = r.vector(name("attn_q.bias"), n_q);
@@ -308,19 +290,10 @@ void read_weights(GgufReader& r, Model& model) {
       l.q_norm = r.vector(name("attn_q_norm.weight"), hd);
       l.k_norm = r.vector(name("attn_k_norm.weight"), hd);
     }
-    if (gemma2) l.post_attn_norm = r.vector(name("post_attention_norm.weight"), n_embd);
     l.ffn_norm = r.vector(name("ffn_norm.weight"), n_embd);
-    if (c.arch == Architecture::phi3 && !r.has_tensor(name("ffn_gate.weight"))) {
-      // Phi-3 stores gate and up as one [2 * n_ff, n_embd] ffn_up, gate first.
-      const Weight gate_up = r.matrix(name("ffn_up.weight"), 2 * static_cast<std::int64_t>(c.n_ff), n_embd);
-      l.w_gate = rows(gate_up, 0, c.n_ff);
-      l.w_up = rows(gate_up, c.n_ff, c.n_ff);
-    } else {
-      l.w_gate = r.matrix(name("ffn_gate.weight"), c.n_ff, n_embd);
-      l.w_up = r.matrix(name("ffn_up.weight"), c.n_ff, n_embd);
-    }
+    l.w_gate = r.matrix(name("ffn_gate.weight"), c.n_ff, n_embd);
+    l.w_up = r.matrix(name("ffn_up.weight"), c.n_ff, n_embd);
     l.w_down = r.matrix(name("ffn_down.weight"), n_embd, c.n_ff);
-    if (gemma2) l.post_ffn_norm = r.vector(name("post_ffw_norm.weight"), n_embd);
   }
 }
 

@@ -142,10 +142,8 @@ class GgufModelWriter {
     set_u32("rope.dimension_count", c_.rope.rotary_dim);
     if (c_.sliding_window > 0) set_u32("attention.sliding_window", c_.sliding_window);
     if (c_.attention_scale > 0) set_f32("attention.scale", c_.attention_scale);
-    if (c_.arch == Architecture::gemma2) {
-      set_f32("attn_logit_softcapping", c_.attn_logit_softcap);
-      set_f32("final_logit_softcapping", c_.final_logit_softcap);
-    }
+    if (c_.attn_logit_softcap > 0) set_f32("attn_logit_softcapping", c_.attn_logit_softcap);
+    if (c_.final_logit_softcap > 0) set_f32("final_logit_softcapping", c_.final_logit_softcap);
     const pal::RopeConfig& rope = c_.rope;
     if (rope.scaling == pal::RopeScaling::linear || rope.scaling == pal::RopeScaling::yarn) {
       writer_.set(key("rope.scaling.type"), gg::make_string(rope.scaling == pal::RopeScaling::linear ? "linear" : "yarn"));
@@ -224,24 +222,6 @@ class GgufModelWriter {
     add(name, {static_cast<std::uint64_t>(n_in), static_cast<std::uint64_t>(n_out)}, type, convert(name, w, type, order));
   }
 
-  // Rows of several weights stacked into one matrix (Phi-3's attn_qkv and gate+up ffn_up).
-  void fused(const std::string& name, std::initializer_list<const Weight*> parts, std::int64_t n_in) {
-    std::int64_t n_out = 0;
-    for (const Weight* p : parts) {
-      if (!*p || pie::n_in(*p) != n_in) {
-        fail(fmt::format("tensor '{}': a part is absent or has {} columns, expected {}", name, pie::n_in(*p), n_in));
-      }
-      n_out += pie::n_out(*p);
-    }
-    const DType type = choose(name, n_in, false);
-    std::vector<std::uint8_t> data;
-    for (const Weight* p : parts) {
-      std::vector<std::uint8_t> part = convert(name, *p, type, {});
-      data.insert(data.end(), part.begin(), part.end());
-    }
-    add(name, {static_cast<std::uint64_t>(n_in), static_cast<std::uint64_t>(n_out)}, type, std::move(data));
-  }
-
   void vector(const std::string& name, const Weight& w, std::int64_t n, const std::vector<std::int64_t>& order = {}) {
     if (!w || w.numel() != n) {
       fail(fmt::format("tensor '{}' is absent or has {} elements, expected {}", name, w ? w.numel() : 0, n));
@@ -286,11 +266,8 @@ class GgufModelWriter {
     const std::int64_t n_embd = c_.n_embd, hd = c_.head_dim, n_q = c_.n_head * hd, n_kv = c_.n_kv_head * hd;
     const ModelWeights& w = model_.weights;
     const bool tied = c_.tied_embeddings || !w.output || w.output.data() == w.token_embd.data();
-    const bool phi3 = c_.arch == Architecture::phi3, gemma2 = c_.arch == Architecture::gemma2;
     total_ = 2 + (tied ? 0 : 1) + (c_.rope.scaling == pal::RopeScaling::llama3 ? 1 : 0);
-    for (const LayerWeights& l : model_.weights.layers) {
-      total_ += (phi3 ? 2 : 4) + (phi3 ? 1 : 2) + 3 + (l.bq ? 3 : 0) + (l.q_norm ? 2 : 0) + (gemma2 ? 2 : 0);
-    }
+    for (const LayerWeights& l : w.layers) total_ += 4 + 2 + 3 + (l.bq ? 3 : 0) + (l.q_norm ? 2 : 0);
     if (c_.rope.scaling == pal::RopeScaling::llama3) {
       const std::vector<float> factors = model_detail::llama3_rope_factors(c_.rope);
       std::vector<std::uint8_t> bytes(factors.size() * sizeof(float));
@@ -306,13 +283,9 @@ class GgufModelWriter {
       const LayerWeights& l = model_.weights.layers[static_cast<std::size_t>(i)];
       auto name = [i](const char* t) { return fmt::format("blk.{}.{}", i, t); };
       vector(name("attn_norm.weight"), l.attn_norm, n_embd);
-      if (phi3) {
-        fused(name("attn_qkv.weight"), {&l.wq, &l.wk, &l.wv}, n_embd);
-      } else {
-        matrix(name("attn_q.weight"), l.wq, n_q, n_embd, false, q_order);
-        matrix(name("attn_k.weight"), l.wk, n_kv, n_embd, false, k_order);
-        matrix(name("attn_v.weight"), l.wv, n_kv, n_embd);
-      }
+      matrix(name("attn_q.weight"), l.wq, n_q, n_embd, false, q_order);
+      matrix(name("attn_k.weight"), l.wk, n_kv, n_embd, false, k_order);
+      matrix(name("attn_v.weight"), l.wv, n_kv, n_embd);
       matrix(name("attn_output.weight"), l.wo, n_embd, n_q);
       if (l.bq) {
         vector(name("attn_q.bias"), l.bq, n_q, q_order);
@@ -323,16 +296,10 @@ class GgufModelWriter {
         vector(name("attn_q_norm.weight"), l.q_norm, hd);
         vector(name("attn_k_norm.weight"), l.k_norm, hd);
       }
-      if (gemma2) vector(name("post_attention_norm.weight"), l.post_attn_norm, n_embd);
       vector(name("ffn_norm.weight"), l.ffn_norm, n_embd);
-      if (phi3) {
-        fused(name("ffn_up.weight"), {&l.w_gate, &l.w_up}, n_embd);
-      } else {
-        matrix(name("ffn_gate.weight"), l.w_gate, c_.n_ff, n_embd);
-        matrix(name("ffn_up.weight"), l.w_up, c_.n_ff, n_embd);
-      }
+      matrix(name("ffn_gate.weight"), l.w_gate, c_.n_ff, n_embd);
+      matrix(name("ffn_up.weight"), l.w_up, c_.n_ff, n_embd);
       matrix(name("ffn_down.weight"), l.w_down, n_embd, c_.n_ff);
-      if (gemma2) vector(name("post_ffw_norm.weight"), l.post_ffn_norm, n_embd);
     }
   }
 

@@ -15,13 +15,11 @@ namespace pie {
 
 namespace {
 
-constexpr std::array<std::pair<Architecture, const char*>, 6> kArchNames{{
+constexpr std::array<std::pair<Architecture, const char*>, 4> kArchNames{{
     {Architecture::llama, "llama"},
     {Architecture::mistral, "mistral"},
     {Architecture::qwen2, "qwen2"},
     {Architecture::qwen3, "qwen3"},
-    {Architecture::gemma2, "gemma2"},
-    {Architecture::phi3, "phi3"},
 }};
 
 }  // namespace
@@ -37,8 +35,7 @@ Architecture architecture_from_name(const std::string& name) {
   for (const auto& [a, n] : kArchNames) {
     if (name == n) return a;
   }
-  throw ModelError(fmt::format("[model] architecture '{}' is not supported (llama, mistral, qwen2, qwen3, gemma2, phi3 are)",
-                               name));
+  throw ModelError(fmt::format("[model] architecture '{}' is not supported (llama, mistral, qwen2, qwen3 are)", name));
 }
 
 void ModelConfig::validate() const {
@@ -93,7 +90,7 @@ void for_each_weight(const ModelWeights& w, Fn fn) {
   if (w.output && w.output.data() != w.token_embd.data()) fn(w.output);
   for (const LayerWeights& l : w.layers) {
     for (const Weight* x : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
-                            &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
+                            &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
       if (*x) fn(*x);
     }
   }

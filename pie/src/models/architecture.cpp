@@ -12,7 +12,6 @@ const ArchitectureBuilder& builder_for(Architecture arch) {
     case Architecture::mistral: return kMistral;
     case Architecture::qwen2: return kQwen2;
     case Architecture::qwen3: return kQwen3;
-    default: break;
   }
   throw ModelError(fmt::format("[runner] architecture {} is not supported (llama, mistral, qwen2, qwen3 are)",
                                architecture_name(arch)));

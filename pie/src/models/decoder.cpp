@@ -76,8 +76,6 @@ void check_decoder_weights(const Model& model, const DecoderShape& shape) {
       require_vector(l.q_norm, "q_norm", i, c.head_dim);
       require_vector(l.k_norm, "k_norm", i, c.head_dim);
     }
-    if (l.post_attn_norm) require_vector(l.post_attn_norm, "post_attn_norm", i, c.n_embd);
-    if (l.post_ffn_norm) require_vector(l.post_ffn_norm, "post_ffn_norm", i, c.n_embd);
     require_vector(l.ffn_norm, "ffn_norm", i, c.n_embd);
     require_matrix(l.w_gate, "w_gate", i, c.n_ff, c.n_embd);
     require_matrix(l.w_up, "w_up", i, c.n_ff, c.n_embd);
@@ -120,7 +118,6 @@ void Decoder::attention_block(std::int32_t layer) {
   b.attention(f_.layout, params, q, f_.kv, layer, attn);
   const Projection o[] = {{ProjectionSite::o, layer, &l.wo, proj}};
   b.project(attn, o);
-  if (l.post_attn_norm) b.rms_norm(proj, l.post_attn_norm, c_.norm_eps, proj);
   b.add(x_, proj);
 }
 
@@ -136,7 +133,6 @@ void Decoder::swiglu_block(std::int32_t layer) {
   b.swiglu(gate, up);
   const Projection down[] = {{ProjectionSite::down, layer, &l.w_down, proj}};
   b.project(gate, down);
-  if (l.post_ffn_norm) b.rms_norm(proj, l.post_ffn_norm, c_.norm_eps, proj);
   b.add(x_, proj);
 }
 

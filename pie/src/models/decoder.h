@@ -1,6 +1,6 @@
 // The pieces decoder-only architectures are built from, over the backend's operations: the token
 // embedding, a pre-norm attention block (RMSNorm, q/k/v projections with optional biases and per-head
-// q/k norms, RoPE, paged attention, the output projection, optional post-norm, the residual add), a
+// q/k norms, RoPE, paged attention, the output projection, the residual add), a
 // pre-norm SwiGLU feed-forward block, and the output head (final norm, logits of the wanted rows, optional
 // soft-capping). An architecture's file (llama.cpp, qwen3.cpp, ...) calls them in its order.
 #pragma once
@@ -29,9 +29,9 @@ class Decoder {
   // The residual stream from the token embeddings.
   void embed();
   // x += o_proj(attention(rope(q), rope(k), v)) of norm(x), as the model's config says: q/k/v biases
-  // when the layer has them, per-head q/k norms (qk_norm), the sliding window, an optional post-norm.
+  // when the layer has them, per-head q/k norms (qk_norm), the sliding window.
   void attention_block(std::int32_t layer);
-  // x += down(silu(gate(norm(x))) * up(norm(x))), with the layer's optional post-norm.
+  // x += down(silu(gate(norm(x))) * up(norm(x))).
   void swiglu_block(std::int32_t layer);
   // The logits of the wanted rows: norm(x[rows]) output^T, soft-capped when the config says so.
   void output();
@@ -43,7 +43,7 @@ class Decoder {
   Rows x_, xn_;  // [n_tokens, n_embd]: the residual stream, its norm
 };
 
-// The Llama family's forward pass (Llama, Mistral, Qwen2, Qwen3 and Phi-3 share it; their weights and
+// The Llama family's forward pass (Llama, Mistral, Qwen2 and Qwen3 share it; their weights and
 // configs differ): embed, then per layer the attention and SwiGLU blocks, then the output head.
 void forward_llama_blocks(const ForwardContext& context);
 

@@ -51,10 +51,6 @@ inline std::shared_ptr<pie::Model> make_model(const pie::ModelConfig& c,
       l.q_norm = make(1, hd, 1.0f, 0.1f);
       l.k_norm = make(1, hd, 1.0f, 0.1f);
     }
-    if (c.arch == pie::Architecture::gemma2) {
-      l.post_attn_norm = make(1, e, 1.0f, 0.1f);
-      l.post_ffn_norm = make(1, e, 1.0f, 0.1f);
-    }
     l.ffn_norm = make(1, e, 1.0f, 0.1f);
     l.w_gate = make(c.n_ff, e);
     l.w_up = make(c.n_ff, e);

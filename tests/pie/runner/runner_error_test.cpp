@@ -175,7 +175,6 @@ TEST(RunnerErrorTest, UnrunnableModels) {
       "output_norm is [48] f16, expected f32");
   expect_model_error([](Model& m) { m.weights.layers.pop_back(); },
                      "the model has 1 layers of weights, its config says 2");
-  expect_model_error([](Model& m) { m.config.arch = Architecture::gemma2; }, "gemma2 is not supported");
   expect_model_error([](Model& m) { m.config.qk_norm = true; }, "layer 0: q_norm is missing");
 }
 
