@@ -63,7 +63,14 @@ struct Usage {
 // has finish != none; after every sample finished, one final event with `done` and the usage.
 struct Event {
   std::int32_t index = 0;                 // which sample (0 .. n-1)
-  std::vector<std::int32_t> tokens;       // tokens appended this step (more than one when forced)
+  // Tokens appended this step: tokens[0] was sampled, the rest (if any) forced: the grammar's jump-forward
+  // spelled the only text it allowed there.
+  std::vector<std::int32_t> tokens;
+  // How many tokens the grammar's mask allowed at the step that sampled tokens[0], or, on a sample's last
+  // event when it ended by sampling end-of-sequence, at that step (end-of-sequence tokens included);
+  // -1 when the sample has no grammar or no token was sampled.
+  std::int32_t n_allowed = -1;
+  std::int32_t end_token = -1;            // the end-of-sequence token that ended the sample, if one did
   std::string text;                       // text delta
   std::vector<SampledToken> logprobs;     // one per sampled token when logprobs were asked for
   // prompt_logprobs, on one event of index 0 before any token (none for a one-token prompt): entry i is
@@ -121,6 +128,13 @@ struct EngineStats {
   std::uint64_t steps = 0;
 };
 
+// A constraint compiled by Engine::compile.
+struct CompiledConstraint {
+  pse::CompiledGrammar grammar;
+  bool cached = false;   // found in the engine's compile cache
+  double seconds = 0;    // time compile() took (the lookup when cached)
+};
+
 class Engine {
  public:
   // Starts the loop thread. Throws ModelError when the model cannot run, pie::Error on bad options.
@@ -134,6 +148,12 @@ class Engine {
   // invalid sampling parameters, n < 1; pse errors from the constraint come back as RequestError naming
   // "grammar") and queues the request. Thread-safe.
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
+
+  // Compiles a constraint against the model's vocabulary as submit() does, through the same cache (a
+  // request with it that follows finds it compiled; the compile counts in stats()). Throws pse's errors
+  // as they are (pse::GrammarError, pse::LimitError, ...), pie::RequestError (param
+  // "grammar_special_tokens") when a listed text is not a special token. Thread-safe.
+  CompiledConstraint compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens = {});
 
   const Model& model() const;
   const EngineOptions& options() const;

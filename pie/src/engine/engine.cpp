@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -121,6 +122,17 @@ std::vector<std::int32_t> spell(const tokenizers::Tokenizer& tokenizer, const ps
   return out;
 }
 
+// The tokens a mask allows among the model's n_vocab rows.
+std::int32_t count_allowed(std::span<const std::uint32_t> mask, std::int32_t n_vocab) {
+  std::int32_t n = 0;
+  const auto full = static_cast<std::size_t>(n_vocab / 32);
+  for (std::size_t w = 0; w < full && w < mask.size(); ++w) n += std::popcount(mask[w]);
+  if (n_vocab % 32 != 0 && full < mask.size()) {
+    n += std::popcount(mask[full] & ((1u << (n_vocab % 32)) - 1u));
+  }
+  return n;
+}
+
 // One of a request's n samples: its sequence, sampler, grammar cursor, detokenizer and stop matcher.
 struct Sample {
   Request* request = nullptr;
@@ -133,6 +145,8 @@ struct Sample {
   std::vector<std::int32_t> output;
   bool finished = false;
   bool hit_stop_string = false;  // the text after it (and what the stop matcher holds back) is dropped
+  std::int32_t end_token = -1;    // the end-of-sequence token sampled last, for the last event
+  std::int32_t end_allowed = -1;  // and the number of tokens its mask allowed
 };
 
 struct Request {
@@ -210,8 +224,10 @@ struct Engine::Impl {
   void take_incoming(std::deque<std::unique_ptr<Request>>& batch);
   void process_cancellations();
   void finish(Sample& s, FinishReason reason, std::string error = {});
+  // finish() for a sample that sampled end-of-sequence `token` under a mask allowing n_allowed tokens.
+  void finish_at_end(Sample& s, std::int32_t token, std::int32_t n_allowed);
   void emit(Sample& s, std::vector<std::int32_t> tokens, std::string text, std::vector<SampledToken> logprobs,
-            FinishReason reason, std::string error = {});
+            FinishReason reason, std::string error = {}, std::int32_t n_allowed = -1, std::int32_t end_token = -1);
   void fail_request(Request& r, const std::string& error);
   void handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask);
   void fork_samples(Request& r);
@@ -321,10 +337,13 @@ void Engine::Impl::publish_stats() {
 }
 
 void Engine::Impl::emit(Sample& s, std::vector<std::int32_t> tokens, std::string text,
-                        std::vector<SampledToken> logprobs, FinishReason reason, std::string error) {
+                        std::vector<SampledToken> logprobs, FinishReason reason, std::string error,
+                        std::int32_t n_allowed, std::int32_t end_token) {
   Event e;
   e.index = s.index;
   e.tokens = std::move(tokens);
+  e.n_allowed = n_allowed;
+  e.end_token = end_token;
   e.text = std::move(text);
   e.logprobs = std::move(logprobs);
   e.finish = reason;
@@ -358,7 +377,7 @@ void Engine::Impl::finish(Sample& s, FinishReason reason, std::string error) {
   }
   Request& r = *s.request;
   if (reason == FinishReason::error) r.failed = true;
-  emit(s, {}, std::move(tail), {}, reason, std::move(error));
+  emit(s, {}, std::move(tail), {}, reason, std::move(error), s.end_allowed, s.end_token);
   r.usage.completion_tokens += static_cast<std::int32_t>(s.output.size());
   if (++r.n_finished == static_cast<std::int32_t>(r.samples.size())) {
     if (!r.admitted) {
@@ -374,6 +393,12 @@ void Engine::Impl::finish(Sample& s, FinishReason reason, std::string error) {
     std::lock_guard<std::mutex> lock(stats_mutex);
     if (r.failed) ++stats.requests_failed;
   }
+}
+
+void Engine::Impl::finish_at_end(Sample& s, std::int32_t token, std::int32_t n_allowed) {
+  s.end_token = token;
+  s.end_allowed = n_allowed;
+  finish(s, FinishReason::stop);
 }
 
 void Engine::Impl::fail_request(Request& r, const std::string& error) {
@@ -467,6 +492,7 @@ void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<cons
     return;
   }
   const std::int32_t token = sampled.token;
+  const std::int32_t n_allowed = s.matcher ? count_allowed(mask, n_vocab) : -1;
   const bool end = is_eos(token) && (s.matcher ? s.matcher->can_stop() : !q.ignore_eos);
   if (end) {
     // The end-of-sequence token is not part of the output.
@@ -474,7 +500,7 @@ void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<cons
       logprobs.push_back(std::move(sampled));
       emit(s, {}, {}, std::move(logprobs), FinishReason::none);
     }
-    finish(s, FinishReason::stop);
+    finish_at_end(s, token, n_allowed);
     return;
   }
   if (s.matcher && !s.matcher->accept_token(token)) {
@@ -518,7 +544,7 @@ void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<cons
     going = false;
   }
   if (going) scheduler->append(*s.seq, added);
-  emit(s, std::move(added), std::move(text), std::move(logprobs), FinishReason::none);
+  emit(s, std::move(added), std::move(text), std::move(logprobs), FinishReason::none, {}, n_allowed);
   if (!going) finish(s, reason);
 }
 
@@ -808,13 +834,27 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   return stream;
 }
 
+CompiledConstraint Engine::compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens) {
+  return impl_->grammars->compile_typed(grammar, special_tokens);
+}
+
 const Model& Engine::model() const { return *impl_->model; }
 
 const EngineOptions& Engine::options() const { return impl_->options; }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
-  return impl_->stats;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+    s = impl_->stats;
+  }
+  // Read now, not as the loop last published them: compiles run on callers' threads (submit, compile),
+  // also while the loop is idle.
+  const detail::GrammarCacheStats g = impl_->grammars->stats();
+  s.grammar_compiles = g.compiles;
+  s.grammar_cache_hits = g.hits;
+  s.grammar_compile_seconds = g.compile_seconds;
+  return s;
 }
 
 void Engine::shutdown(bool cancel_running) {

@@ -30,22 +30,28 @@ std::shared_ptr<pse::Compiler> GrammarCache::compiler_for(const std::vector<std:
   return compiler;
 }
 
+CompiledConstraint GrammarCache::compile_typed(const pse::Grammar& grammar,
+                                               const std::vector<std::string>& special_tokens) {
+  auto compiler = compiler_for(special_tokens);
+  const std::size_t hits_before = compiler->cache_hits();
+  const auto t0 = std::chrono::steady_clock::now();
+  pse::CompiledGrammar compiled = compiler->compile(grammar);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool cached = compiler->cache_hits() > hits_before;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cached) {
+    ++stats_.hits;
+  } else {
+    ++stats_.compiles;
+    stats_.compile_seconds += seconds;
+  }
+  return {std::move(compiled), cached, seconds};
+}
+
 pse::CompiledGrammar GrammarCache::compile(const pse::Grammar& grammar,
                                            const std::vector<std::string>& special_tokens) {
   try {
-    auto compiler = compiler_for(special_tokens);
-    const std::size_t hits_before = compiler->cache_hits();
-    const auto t0 = std::chrono::steady_clock::now();
-    pse::CompiledGrammar compiled = compiler->compile(grammar);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (compiler->cache_hits() > hits_before) {
-      ++stats_.hits;
-    } else {
-      ++stats_.compiles;
-      stats_.compile_seconds += seconds;
-    }
-    return compiled;
+    return compile_typed(grammar, special_tokens).grammar;
   } catch (const pse::Error& e) {
     throw RequestError(std::string("[request] grammar: ") + e.what(), "grammar");
   }

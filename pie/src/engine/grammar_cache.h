@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pie/engine.h"
 #include "pse/compiler.h"
 #include "tokenizers/tokenizer.h"
 
@@ -27,6 +28,8 @@ class GrammarCache {
                pse::CompileOptions options, std::size_t capacity);
   // Throws RequestError (param "grammar", or "grammar_special_tokens") for any pse error.
   pse::CompiledGrammar compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens);
+  // The same, throwing pse errors as they are, and saying whether the cache had it and how long it took.
+  CompiledConstraint compile_typed(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens);
   GrammarCacheStats stats() const;
 
  private:

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -11,7 +12,9 @@
 
 #include "engine_test_util.h"
 #include "pie/engine.h"
+#include "pie/grammar_vocabulary.h"
 #include "pse/gbnf.h"
+#include "pse/matcher.h"
 
 namespace pie {
 namespace {
@@ -349,6 +352,80 @@ TEST(Engine, Cancellation) {
   EXPECT_EQ(st.kv_pages_used, 0);
   EXPECT_GT(st.steps, 0u);
   EXPECT_GT(st.forward_seconds, 0.0);
+}
+
+
+// The bits of a mask among the model's rows.
+std::int32_t allowed_in(const std::vector<std::uint32_t>& mask, std::int32_t n_vocab) {
+  std::int32_t n = 0;
+  for (std::int32_t id = 0; id < n_vocab; ++id) n += (mask[static_cast<std::size_t>(id) / 32] >> (id % 32)) & 1u;
+  return n;
+}
+
+// Each token event says which token was sampled (the first) and which were forced (the rest), and how
+// many tokens the mask allowed at that step, as a fresh matcher replaying the tokens finds; a sample that
+// ends by sampling end-of-sequence names that token and its step's count. Unconstrained: no counts.
+TEST(Engine, EventsTellSampledForcedAndAllowedTokens) {
+  Engine engine(random_model(), small_options());
+  const Model& model = engine.model();
+  const std::int32_t n_vocab = model.config.n_vocab;
+  const std::int32_t eos = model.tokenizer->special_tokens().end_of_generation.empty()
+                               ? *model.tokenizer->special_tokens().eos
+                               : model.tokenizer->special_tokens().end_of_generation.front();
+  const pse::Grammar g = pse::parse_gbnf(R"(root ::= "The answer is " [0-9] [0-9]? "!"?)");
+  pse::Matcher replay(pse::compile_grammar(g, grammar_vocabulary(*model.tokenizer, static_cast<std::size_t>(n_vocab))));
+  GenerateRequest r = request("Question", 1.0f, 11, 64);
+  r.ignore_eos = false;
+  r.grammar = g;
+  r.sampling.logit_bias = {{eos, 100.0f}};  // end as soon as the grammar may stop
+  auto stream = engine.submit(r);
+  int n_sampled = 0, n_forced = 0;
+  bool ended = false;
+  std::vector<std::uint32_t> mask(replay.mask_words());
+  while (auto e = stream->next()) {
+    if (e->done) break;
+    if (!e->tokens.empty()) {
+      ++n_sampled;
+      replay.fill_next_token_bitmask(mask);
+      EXPECT_EQ(e->n_allowed, allowed_in(mask, n_vocab));
+      EXPECT_GT(e->n_allowed, 0);
+      ASSERT_TRUE(replay.accept_token(e->tokens[0]));
+      for (std::size_t i = 1; i < e->tokens.size(); ++i) {
+        // A forced token spells the start of the only text the grammar allows.
+        const std::string& bytes = model.tokenizer->token_bytes(e->tokens[i]);
+        EXPECT_TRUE(replay.forced_continuation().starts_with(bytes)) << bytes;
+        ASSERT_TRUE(replay.accept_token(e->tokens[i]));
+        ++n_forced;
+      }
+      EXPECT_EQ(e->end_token, -1);
+    }
+    if (e->finish != FinishReason::none) {
+      EXPECT_EQ(e->finish, FinishReason::stop) << e->error;
+      if (e->end_token >= 0) {
+        ended = true;
+        EXPECT_EQ(e->end_token, eos);
+        replay.fill_next_token_bitmask(mask);
+        EXPECT_TRUE(replay.can_stop());
+        EXPECT_EQ(e->n_allowed, allowed_in(mask, n_vocab));  // end-of-sequence among them
+      }
+    }
+  }
+  EXPECT_GE(n_sampled, 2);  // the first token of "The answer", then a digit
+  EXPECT_GT(n_forced, 0);   // the rest of "The answer is "
+  EXPECT_TRUE(ended);       // the biased end-of-sequence token, once the grammar allowed it
+
+  // Unconstrained: no mask, no count; the sampled end-of-sequence token is still named.
+  GenerateRequest free = request("Question", 1.0f, 11, 8);
+  free.ignore_eos = false;
+  free.sampling.logit_bias = {{eos, 100.0f}};
+  auto free_stream = engine.submit(free);
+  bool free_ended = false;
+  while (auto e = free_stream->next()) {
+    if (e->done) break;
+    EXPECT_EQ(e->n_allowed, -1);
+    if (e->finish != FinishReason::none) free_ended = e->end_token == eos;
+  }
+  EXPECT_TRUE(free_ended);
 }
 
 }  // namespace
