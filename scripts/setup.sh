@@ -11,6 +11,8 @@ apt_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-dev            # libFuzzer targets
   python3 python3-venv python3-pip
+  libjs-marked libjs-highlight.js libjs-chart.js node-dompurify   # the web page, embedded at build time
+  chromium chromium-driver         # its browser tests (headless)
 )
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -34,7 +34,8 @@ int run_serve(std::span<const std::string> args) {
       "              [--quiet]",
       "Serves MODEL over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions, GET /v1/models)\n"
       "and Ollama's (POST /api/chat, /api/generate, /api/show, GET /api/tags, /api/version), plus GET /health\n"
-      "and GET /metrics (Prometheus). Without -m, the default model (SmolLM2-135M-Instruct, fetched into the\n"
+      "and GET /metrics (Prometheus), and a web page at GET / (chat, a structured-output playground, a live\n"
+      "dashboard). Without -m, the default model (SmolLM2-135M-Instruct, fetched into the\n"
       "model store at set-up). Structured output (response_format, tools with\n"
       "tool_choice, grammar, regex) is enforced by a grammar: the output always parses.\n\n"
       "The API key may also come from the ORCHARD_API_KEY environment variable. SIGINT or SIGTERM stop\n"
@@ -45,7 +46,8 @@ int run_serve(std::span<const std::string> args) {
   parser.option("model", 'm', "MODEL", kModelOptionHelp, &model_path)
       .option("host", 0, "HOST", "address to listen on (default 127.0.0.1)", &host)
       .option("port", 'p', "PORT", "port (default 8080; 0: any free port)", &port)
-      .option("api-key", 0, "KEY", "require 'Authorization: Bearer KEY' (all routes but /health)", &api_key)
+      .option("api-key", 0, "KEY", "require 'Authorization: Bearer KEY' (all routes but /health and the page's files)",
+              &api_key)
       .option("parallel", 0, "N", "sequences generated at once (default 16)", &parallel)
       .option("ctx", 'c', "N", "context length per sequence (default: the model's, at most 8192)", &ctx)
       .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)

@@ -2,6 +2,8 @@
 //   OpenAI: POST /v1/chat/completions, POST /v1/completions, GET /v1/models
 //   Ollama: POST /api/chat, POST /api/generate, GET /api/tags, POST /api/show, GET /api/version
 //   GET /health, GET /metrics (Prometheus text)
+//   Extensions: POST /v1/grammar/compile (compile or check a constraint), "token_detail" in OpenAI requests
+//   GET / (and /ui/...): the web page (chat, structured-output playground, dashboard), embedded at build time
 // HTTP/1.1 with keep-alive; streams as server-sent events (OpenAI) or NDJSON (Ollama). A bad request is a
 // 4xx with OpenAI's error object and never touches the others; a client that goes away mid-stream has its
 // request cancelled and its KV pages freed. One JSON log line per request on stderr.
@@ -26,7 +28,8 @@ namespace pie {
 struct ServerOptions {
   std::string host = "127.0.0.1";    // loopback unless told otherwise
   int port = 8080;                   // 0: any free port (Server::port() says which)
-  std::string api_key;               // non-empty: every route but /health needs "Authorization: Bearer KEY"
+  // Non-empty: every route but /health and the web page's files needs "Authorization: Bearer KEY".
+  std::string api_key;
   std::size_t max_body_bytes = 16u << 20;  // larger bodies are refused with 413
   std::int32_t http_threads = 0;     // connections served at once; 0: max(128, 4 * engine max_running)
   // The name clients use; empty: the slug of the model file's stem (llama.cpp's choice; a folder's name).

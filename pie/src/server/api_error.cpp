@@ -17,6 +17,7 @@ nlohmann::ordered_json error_body(const ApiError& error) {
   inner["type"] = error.type();
   inner["param"] = error.param().empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(error.param());
   inner["code"] = error.code().empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(error.code());
+  if (!error.location().is_null()) inner["location"] = error.location();
   nlohmann::ordered_json body;
   body["error"] = std::move(inner);
   return body;
@@ -34,9 +35,12 @@ ApiError api_error_from_exception(std::exception_ptr error, const std::string& c
       message += fmt::format(" (keyword \"{}\")", e.keyword());
     }
     return ApiError::invalid(message, constraint_param,
-                             e.keyword().empty() ? "invalid_schema" : "unsupported_schema_keyword");
+                             e.keyword().empty() ? "invalid_schema" : "unsupported_schema_keyword")
+        .with_location(nlohmann::ordered_json{{"pointer", e.pointer()}, {"keyword", e.keyword()}});
   } catch (const pse::GrammarError& e) {
-    return ApiError::invalid(e.what(), constraint_param, "invalid_grammar");
+    ApiError out = ApiError::invalid(e.what(), constraint_param, "invalid_grammar");
+    if (e.line() > 0) out.with_location(nlohmann::ordered_json{{"line", e.line()}, {"column", e.column()}});
+    return out;
   } catch (const pse::LimitError& e) {
     return ApiError::invalid(e.what(), constraint_param, "constraint_too_large");
   } catch (const pse::Error& e) {

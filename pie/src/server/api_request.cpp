@@ -172,18 +172,28 @@ void parse_openai_common(const Json& body, GenerationParams& p) {
     p.include_usage = get_bool(*options, "include_usage", "stream_options").value_or(false);
   }
 
+  p.constraint = parse_constraint(body);
+  // Extension: per-token detail (sampled or forced, tokens the mask allowed) in the response.
+  p.token_detail = get_bool(body, "token_detail", "").value_or(false);
+}
+
+}  // namespace
+
+Constraint parse_constraint(const Json& body) {
+  if (!body.is_object()) throw ApiError::invalid("the request must be a JSON object", {}, "invalid_json");
+  Constraint c;
   // Extensions: a GBNF or Lark grammar, or a regex, the output must match.
   int n_constraints = 0;
   if (auto grammar = get_string(body, "grammar", "")) {
-    p.constraint = {Constraint::Kind::grammar, {}, *grammar, "grammar"};
+    c = {Constraint::Kind::grammar, {}, *grammar, "grammar"};
     ++n_constraints;
   }
   if (auto lark = get_string(body, "lark", "")) {
-    p.constraint = {Constraint::Kind::lark, {}, *lark, "lark"};
+    c = {Constraint::Kind::lark, {}, *lark, "lark"};
     ++n_constraints;
   }
   if (auto regex = get_string(body, "regex", "")) {
-    p.constraint = {Constraint::Kind::regex, {}, *regex, "regex"};
+    c = {Constraint::Kind::regex, {}, *regex, "regex"};
     ++n_constraints;
   }
   if (const Json* format = member(body, "response_format")) {
@@ -193,7 +203,7 @@ void parse_openai_common(const Json& body, GenerationParams& p) {
       throw ApiError::invalid("'response_format.type' is required", "response_format.type");
     }
     if (*type == "json_object") {
-      p.constraint = {Constraint::Kind::json_object, Json{{"type", "object"}}, {}, "response_format"};
+      c = {Constraint::Kind::json_object, Json{{"type", "object"}}, {}, "response_format"};
       ++n_constraints;
     } else if (*type == "json_schema") {
       const Json* spec = member(*format, "json_schema");
@@ -213,8 +223,7 @@ void parse_openai_common(const Json& body, GenerationParams& p) {
       if (!value.is_object() && !value.is_boolean()) {
         wrong_type("response_format.json_schema.schema", "an object", value);
       }
-      p.constraint = {Constraint::Kind::json_schema, std::move(value), {},
-                      "response_format.json_schema.schema"};
+      c = {Constraint::Kind::json_schema, std::move(value), {}, "response_format.json_schema.schema"};
       ++n_constraints;
     } else if (*type != "text") {
       throw ApiError::invalid(
@@ -225,9 +234,12 @@ void parse_openai_common(const Json& body, GenerationParams& p) {
   }
   if (n_constraints > 1) {
     throw ApiError::invalid("at most one of 'response_format', 'grammar', 'lark' and 'regex' may be given",
-                            p.constraint.param);
+                            c.param);
   }
+  return c;
 }
+
+namespace {
 
 // Message content: a string, null, or an array of text parts (joined with newlines).
 std::string parse_content(const Json& content, const std::string& path, bool allow_null) {

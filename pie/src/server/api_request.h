@@ -41,6 +41,7 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   Constraint constraint;
+  bool token_detail = false;         // extension: each token sampled or forced, and its step's mask count
 };
 
 struct ChatRequest {
@@ -60,6 +61,10 @@ struct CompletionRequest {
   std::vector<std::int32_t> prompt_tokens;  // token ids (when prompt_text is empty)
   bool echo = false;
 };
+
+// The output constraint of an OpenAI request body: response_format (json_object, json_schema), or the
+// extensions grammar (GBNF), lark, regex; at most one. Throws ApiError naming the field.
+Constraint parse_constraint(const Json& body);
 
 // OpenAI POST /v1/chat/completions and /v1/completions bodies. Throw ApiError.
 ChatRequest parse_openai_chat(const Json& body);

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/token_detail.h"
 
 namespace pie::server {
 namespace {
@@ -42,6 +43,7 @@ Generation::Generation(const ServedModel& model, PreparedRequest prepared, Gener
     : model_(model), prepared_(std::move(prepared)), setup_(std::move(setup)),
       start_(std::chrono::steady_clock::now()) {
   for (std::int32_t i = 0; i < prepared_.request.n; ++i) choices_.emplace_back(i, prepared_);
+  if (setup_.token_detail) token_detail_.assign(choices_.size(), Json::array());
   prepared_.request.id = setup_.header.id;
 }
 
@@ -159,24 +161,34 @@ std::string Generation::on_event(const Event& event) {
   if (per_choice) {
     ChoiceOutput& choice = choices_[static_cast<std::size_t>(event.index)];
     StreamDelta delta = choice.push(event);
+    const tokenizers::Tokenizer& tok = *model_.model().tokenizer;
+    Json detail = setup_.token_detail ? token_detail_json(event, tok) : Json::array();
+    if (setup_.token_detail) {
+      for (const Json& d : detail) token_detail_[static_cast<std::size_t>(event.index)].push_back(d);
+    }
+    // A chunk's detail rides in its choice, beside the delta (a chunk is sent for it alone if need be).
+    auto with_detail = [&detail](Json chunk) {
+      if (!detail.empty()) chunk["choices"][0]["token_detail"] = detail;
+      return chunk;
+    };
     if (setup_.stream) {
-      const tokenizers::Tokenizer& tok = *model_.model().tokenizer;
       bool logprobs = prepared_.request.sampling.logprobs && !event.logprobs.empty();
       switch (setup_.api) {
         case Api::openai_chat:
-          if (!delta.empty() || logprobs) {
-            out += sse_event(chat_chunk_json(setup_.header, choice.index(), chat_delta_json(delta), std::nullopt,
-                                             logprobs ? chat_logprobs_json(event.logprobs, tok) : Json(),
-                                             setup_.include_usage));
+          if (!delta.empty() || logprobs || !detail.empty()) {
+            out += sse_event(with_detail(chat_chunk_json(setup_.header, choice.index(), chat_delta_json(delta),
+                                                         std::nullopt,
+                                                         logprobs ? chat_logprobs_json(event.logprobs, tok) : Json(),
+                                                         setup_.include_usage)));
           }
           break;
         case Api::openai_completion:
-          if (!event.text.empty() || logprobs) {
+          if (!event.text.empty() || logprobs || !detail.empty()) {
             std::size_t offset = choice.text().size() - event.text.size() +
                                  (setup_.echo ? prepared_.prompt_text.size() : 0);
-            out += sse_event(completion_chunk_json(
+            out += sse_event(with_detail(completion_chunk_json(
                 setup_.header, choice.index(), event.text, std::nullopt,
-                logprobs ? completion_logprobs_json(event.logprobs, tok, offset) : Json(), setup_.include_usage));
+                logprobs ? completion_logprobs_json(event.logprobs, tok, offset) : Json(), setup_.include_usage)));
           }
           break;
         case Api::ollama_chat:
@@ -313,6 +325,7 @@ std::string Generation::response_body() {
                                {"message", chat_message_json(c.parsed())},
                                {"logprobs", logprobs ? chat_logprobs_json(c.logprobs(), tok) : Json()},
                                {"finish_reason", c.finish_reason_name()}});
+        if (setup_.token_detail) choices.back()["token_detail"] = token_detail_[static_cast<std::size_t>(c.index())];
       }
       body["choices"] = std::move(choices);
       body["usage"] = usage_json(usage_);
@@ -339,6 +352,7 @@ std::string Generation::response_body() {
                                {"text", prefix + c.text()},
                                {"logprobs", std::move(choice_logprobs)},
                                {"finish_reason", c.finish_reason_name()}});
+        if (setup_.token_detail) choices.back()["token_detail"] = token_detail_[static_cast<std::size_t>(c.index())];
       }
       body["choices"] = std::move(choices);
       body["usage"] = usage_json(usage_);

@@ -25,6 +25,7 @@ struct GenerationSetup {
   bool include_usage = false;  // OpenAI streams: a last chunk with the usage
   bool echo = false;           // completions: the prompt before the output
   ResponseHeader header;       // id, created, model
+  bool token_detail = false;   // OpenAI routes: each choice's token_detail (server/token_detail.h)
 };
 
 class Generation {
@@ -68,6 +69,7 @@ class Generation {
   GenerationSetup setup_;
   std::shared_ptr<RequestStream> stream_;
   std::vector<ChoiceOutput> choices_;
+  std::vector<Json> token_detail_;             // per choice, with setup_.token_detail
   std::vector<SampledToken> prompt_logprobs_;  // Event::prompt_logprobs, once received
   bool echo_pending_ = false;                  // streaming echo held back for the prompt logprobs
   Usage usage_;

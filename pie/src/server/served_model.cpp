@@ -27,7 +27,8 @@ std::int32_t resolve_context(const Engine& engine) {
   return std::max<std::int32_t>(ctx, 1);
 }
 
-// The grammar of response_format / grammar / regex. pse errors surface as ApiError naming the field.
+}  // namespace
+
 // JSON output is laid out as the server was told (compact by default): it starts at the first JSON byte
 // and ends at the last, with no whitespace runs for the model to spend its tokens on.
 std::optional<pse::Grammar> constraint_grammar(const Constraint& c, pse::JsonLayout layout) {
@@ -53,6 +54,8 @@ std::optional<pse::Grammar> constraint_grammar(const Constraint& c, pse::JsonLay
   }
   return std::nullopt;
 }
+
+namespace {
 
 // Sampling, n, stop and max_tokens, shared by every route.
 void fill_common(const ServedModel& model, const GenerationParams& p, PreparedRequest& out) {

@@ -81,6 +81,10 @@ struct PreparedRequest {
   std::string constraint_param;   // the field that held the constraint, named by compile errors
 };
 
+// The grammar of a request's constraint (nullopt for none); JSON is laid out as `layout` says. pse's
+// errors surface as ApiError naming the field that held the constraint, with their location.
+std::optional<pse::Grammar> constraint_grammar(const Constraint& c, pse::JsonLayout layout);
+
 // Throw ApiError (400 naming the field) for a conversation the template rejects, a constraint or tool
 // schema pse cannot enforce, or a prompt that does not tokenize.
 PreparedRequest prepare_chat(const ServedModel& model, const ChatRequest& request);

@@ -19,8 +19,10 @@
 #include "server/api_error.h"
 #include "server/api_request.h"
 #include "server/generation.h"
+#include "server/grammar_compile.h"
 #include "server/metrics.h"
 #include "server/served_model.h"
+#include "server/web_routes.h"
 
 namespace pie {
 
@@ -239,7 +241,7 @@ struct Server::Impl {
     server::ChatRequest request = server::parse_openai_chat(server::parse_body(req.body));
     check_model(request.params.model, false);
     server::GenerationSetup setup{Api::openai_chat, request.params.stream, request.params.include_usage, false,
-                                  {server::make_response_id("chatcmpl-")}};
+                                  {server::make_response_id("chatcmpl-")}, request.params.token_detail};
     generate(req, res, server::prepare_chat(*model, request), setup);
   }
 
@@ -247,7 +249,7 @@ struct Server::Impl {
     server::CompletionRequest request = server::parse_openai_completion(server::parse_body(req.body));
     check_model(request.params.model, false);
     server::GenerationSetup setup{Api::openai_completion, request.params.stream, request.params.include_usage,
-                                  request.echo, {server::make_response_id("cmpl-")}};
+                                  request.echo, {server::make_response_id("cmpl-")}, request.params.token_detail};
     generate(req, res, server::prepare_completion(*model, request), setup);
   }
 
@@ -350,7 +352,8 @@ struct Server::Impl {
         send_error(req, res, ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down"));
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (!options.api_key.empty() && req.path != "/health") {
+      // The page's files hold no data (server/web_routes.h); what it shows comes through the API, keyed.
+      if (!options.api_key.empty() && req.path != "/health" && !server::is_web_path(req.path)) {
         std::string header = req.get_header_value("Authorization");
         std::string expected = "Bearer " + options.api_key;
         if (!same_secret(header, expected)) {
@@ -428,6 +431,19 @@ struct Server::Impl {
       guarded("/health", req, res, [&] {
         res.set_content(server::dump_json(Json{{"status", "ok"}, {"model", model->name()}}), "application/json");
       });
+    });
+    http.Post("/v1/grammar/compile", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded("/v1/grammar/compile", req, res, [&] {
+        server::CompileRequest request = server::parse_compile_request(server::parse_body(req.body));
+        check_model(request.model, false);
+        res.set_content(server::dump_json(server::compile_response(*model, request)), "application/json");
+      });
+    });
+    http.Get("/", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded("/", req, res, [&] { server::answer_web_asset(req, res); });
+    });
+    http.Get(R"(/ui/.+)", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded("/ui/{file}", req, res, [&] { server::answer_web_asset(req, res); });
     });
     http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       guarded("/metrics", req, res, [&] {

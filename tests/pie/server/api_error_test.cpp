@@ -41,6 +41,18 @@ TEST(ApiError, SchemaErrorNamesKeywordAndPointer) {
   EXPECT_EQ(e.code(), "unsupported_schema_keyword");
   EXPECT_NE(std::string(e.what()).find("dependentSchemas"), std::string::npos);
   EXPECT_NE(std::string(e.what()).find("/properties/a"), std::string::npos);
+  Json body = error_body(e);
+  EXPECT_EQ(body["error"]["location"], (Json{{"pointer", "/properties/a"}, {"keyword", "dependentSchemas"}}));
+}
+
+// A grammar error's place goes to the body's "location"; an error with no place has none.
+TEST(ApiError, GrammarErrorLocation) {
+  Json body = error_body(map(pse::GrammarError("[gbnf] line 3, column 14: expected ')'", 3, 14), "grammar"));
+  EXPECT_EQ(body["error"]["location"], (Json{{"line", 3}, {"column", 14}}));
+  EXPECT_EQ(body["error"]["param"], "grammar");
+  Json nowhere = error_body(map(pse::GrammarError("[gbnf] the root rule 'root' is not defined"), "grammar"));
+  EXPECT_FALSE(nowhere["error"].contains("location"));
+  EXPECT_FALSE(error_body(ApiError::invalid("bad", "temperature"))["error"].contains("location"));
 }
 
 TEST(ApiError, OtherMappings) {
