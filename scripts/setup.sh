@@ -10,7 +10,7 @@ apt_packages=(
   libre2-dev nlohmann-json3-dev libutfcpp-dev libfmt-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-dev            # libFuzzer targets
-  python3 python3-venv python3-pip
+  python3 python3-venv python3-pip python3-dev   # python3-dev: headers for the Python package's module
   libjs-marked libjs-highlight.js libjs-chart.js node-dompurify   # the web page, embedded at build time
   chromium chromium-driver         # its browser tests (headless)
 )

@@ -238,7 +238,7 @@ class Engine:
         return self._tokenizer_info
 
     def _bodies(self, prompt, messages, schema, grammar, lark, regex, tools, tool_choice, max_tokens, temperature,
-                top_p, top_k, min_p, seed, stop):
+                top_p, top_k, min_p, seed, stop, parallel_tool_calls=None):
         if (prompt is None) == (messages is None):
             raise ValueError("generate: give exactly one of prompt= and messages=")
         constraints = [n for n, v in (("schema", schema), ("grammar", grammar), ("lark", lark), ("regex", regex))
@@ -266,8 +266,10 @@ class Engine:
             fields["tools"] = [_tool(t) for t in tools]
             if tool_choice is not None:
                 fields["tool_choice"] = _tool_choice(tool_choice)
-        elif tool_choice is not None:
-            raise ValueError("generate: tool_choice needs tools=")
+            if parallel_tool_calls is not None:
+                fields["parallel_tool_calls"] = bool(parallel_tool_calls)
+        elif tool_choice is not None or parallel_tool_calls is not None:
+            raise ValueError("generate: tool_choice and parallel_tool_calls need tools=")
 
         if prompt is not None:
             if isinstance(prompt, str):
@@ -303,8 +305,8 @@ class Engine:
         return _completion(native.reply(), want_json)
 
     def generate(self, prompt=None, messages=None, *, schema=None, grammar=None, lark=None, regex=None, tools=None,
-                 tool_choice=None, max_tokens=256, temperature=None, top_p=None, top_k=None, min_p=None, seed=None,
-                 stop=None, stream=False):
+                 tool_choice=None, parallel_tool_calls=None, max_tokens=256, temperature=None, top_p=None, top_k=None,
+                 min_p=None, seed=None, stop=None, stream=False):
         """Generates an answer.
 
         prompt: text (or token ids) continued as is; or messages: a conversation ([{"role", "content"}, ...])
@@ -314,7 +316,8 @@ class Engine:
         At most one constraint: schema (a JSON Schema: dict, JSON text or pydantic model class; the output is
         compact JSON that validates), grammar (GBNF text), lark (Lark text) or regex (the whole output matches);
         or tools (OpenAI tool dicts, or bare {"name", "description", "parameters"}) with tool_choice ("auto",
-        "required", "none" or a function's name), whose calls come back in .tool_calls with parsed arguments.
+        "required", "none" or a function's name) and parallel_tool_calls (default True; False: at most one call),
+        whose calls come back in .tool_calls with parsed arguments.
 
         temperature (default 1; 0 is greedy), top_p, top_k, min_p, seed, stop: as the OpenAI API. stream=True
         returns a Stream of Deltas instead (one request only).
@@ -324,7 +327,7 @@ class Engine:
         does not compile.
         """
         bodies, batched = self._bodies(prompt, messages, schema, grammar, lark, regex, tools, tool_choice, max_tokens,
-                                       temperature, top_p, top_k, min_p, seed, stop)
+                                       temperature, top_p, top_k, min_p, seed, stop, parallel_tool_calls)
         want_json = schema is not None
         if stream:
             if batched:
@@ -367,8 +370,8 @@ class Engine:
         self.close()
 
 
-_GENERATE_KEYWORDS = ("schema", "grammar", "lark", "regex", "tools", "tool_choice", "max_tokens", "temperature",
-                      "top_p", "top_k", "min_p", "seed", "stop")
+_GENERATE_KEYWORDS = ("schema", "grammar", "lark", "regex", "tools", "tool_choice", "parallel_tool_calls",
+                      "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop")
 
 
 def _defaults(kwargs):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """MaskBench with llguidance and xgrammar (and Orchard), the same files, protocol and tokenizer in one run.
 
-  maskbench_peers.py [--sample-every N] [--time-limit S] [--mem-limit GB] [--peers llguidance,xgrammar]
+  maskbench_peers.py [--sample-every N] [--time-limit S] [--mem-limit GB] [--peers llguidance,xgrammar,...]
                      [--orchard BIN [--orchard-both]] [--jsonl DIR] [-t TOKENIZER_DIR] DIR|FILE...
 
   e.g. (from the repository root)
@@ -33,6 +33,10 @@ Peers, each with its documented defaults:
   xgrammar    GrammarCompiler(max_threads=1, cache_enabled=False).compile_json_schema(schema) with the
               default options (any_whitespace=True, strict_mode=True, no whitespace bound); a test runs
               after GrammarMatcher.reset(); "may stop" is is_completed().
+  orchard-python  Orchard's Python API (orchard.grammar, XGrammar's names; PYTHONPATH=build/python or pip
+              install .): GrammarCompiler(cache_enabled=False).compile_json_schema(schema, strict_mode=False)
+              (the schema as written, as the C++ run), a numpy bitmask; "may stop" is is_completed(). Beside
+              --orchard's C++ run it measures what the Python call costs per mask.
 Timing is the Python call around each peer's fill + commit, as in MaskBench (perf_counter; the garbage
 collector is off inside the timed loops).
 
@@ -66,7 +70,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama3_vocab  # noqa: E402  (next to this script)
 
-PEERS = ("llguidance", "xgrammar")
+PEERS = ("llguidance", "xgrammar", "orchard-python")
 KILL_GRACE_S = 2.0
 READY_TIMEOUT_S = 600.0  # a worker's start: imports and the 128,256-token vocabulary
 PERCENTILES = (("p25", 0.25), ("p50", 0.5), ("p75", 0.75), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99),
@@ -196,6 +200,42 @@ class XgrammarPeer:
         return self.m.is_completed()
 
 
+class OrchardPythonPeer:
+    """Orchard through its Python API (orchard.grammar, XGrammar's names): the package built at
+    build/python (PYTHONPATH) or installed with pip. The schema as written (strict_mode=False), the
+    defaults otherwise (token tables built in the background), as `orchard grammar bench --maskbench`
+    compiles it; a numpy bitmask."""
+
+    def __init__(self, tokens, eos):
+        import numpy as np
+        import orchard.grammar as ogr
+
+        self.ogr = ogr
+        info = ogr.TokenizerInfo(list(tokens), ogr.VocabType.RAW, stop_token_ids=list(eos),
+                                 special_token_ids=list(range(llama3_vocab.N_REGULAR, llama3_vocab.N_VOCAB)))
+        self.compiler = ogr.GrammarCompiler(info, cache_enabled=False)
+        self.mask = ogr.allocate_token_bitmask(1, len(tokens), library="numpy")
+        self.view = self.mask.view(np.uint32)
+        self.version = _version("orchard") if _version("orchard") != "?" else "build/python"
+        self.m = None
+
+    def compile(self, schema_text):
+        self.m = self.ogr.GrammarMatcher(self.compiler.compile_json_schema(schema_text, strict_mode=False))
+
+    def reset(self):
+        self.m.reset()
+
+    def step(self, t):
+        self.m.fill_next_token_bitmask(self.mask)
+        return self.m.accept_token(t)
+
+    def allowed(self, t):
+        return (int(self.view[0, t >> 5]) >> (t & 31)) & 1 == 1
+
+    def can_stop(self):
+        return self.m.is_completed()
+
+
 def _version(module):
     from importlib.metadata import version
 
@@ -294,7 +334,8 @@ def run_schema(peer, job, time_limit_s, conn):
 def worker_main(conn, peer_name, tokenizer_dir, time_limit_s):
     try:
         tokens, eos = llama3_vocab.llama3_tokens(tokenizer_dir)
-        peer = {"llguidance": LlguidancePeer, "xgrammar": XgrammarPeer}[peer_name](tokens, eos)
+        peer = {"llguidance": LlguidancePeer, "xgrammar": XgrammarPeer,
+                "orchard-python": OrchardPythonPeer}[peer_name](tokens, eos)
     except Exception as e:
         conn.send(("failed", f"{type(e).__name__}: {e}"))
         return
@@ -538,7 +579,7 @@ def parse_args(argv):
     ap.add_argument("--mem-limit", type=float, default=8.0, metavar="GB",
                     help="resident memory of a peer's worker, in GiB (default 8; 0: none)")
     ap.add_argument("--peers", default=",".join(PEERS), metavar="LIST",
-                    help="comma-separated peers to run (default llguidance,xgrammar; '' for none)")
+                    help="comma-separated peers to run (default llguidance,xgrammar,orchard-python; '' for none)")
     ap.add_argument("--orchard", metavar="BIN", help="also run BIN grammar bench --maskbench on the same files")
     ap.add_argument("--orchard-both", "--orchard-lazy", action="store_true", dest="orchard_both",
                     help="with --orchard: run it three times, with --tables compile (every token table built in "
