@@ -146,7 +146,9 @@ class TokenizerInfo:
         encoded = [""] * n
         for text, i in vocab.items():
             encoded[i] = text
-        vocab_type = _detect_vocab_type(tokenizer, vocab)
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        spec = json.loads(backend.to_str()) if backend is not None else None
+        vocab_type = _detect_vocab_type(tokenizer, spec, vocab)
         tokens = [_decode_token(t, vocab_type) for t in encoded]
         special = set(getattr(tokenizer, "all_special_ids", []) or [])
         for i, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
@@ -160,7 +162,7 @@ class TokenizerInfo:
             stop = [] if eos is None else _id_list(eos, "eos_token_id")
         special |= set(stop)
         native = _orchard.Vocabulary(tokens, sorted(i for i in special if 0 <= i < n), stop, cls._rows(vocab_size, n))
-        return cls._from_native(native, vocab_type, _add_prefix_space(tokenizer))
+        return cls._from_native(native, vocab_type, _add_prefix_space(tokenizer, spec))
 
     @property
     def vocab_size(self):
@@ -193,10 +195,10 @@ class TokenizerInfo:
                 f"stop_token_ids={self.stop_token_ids})")
 
 
-def _detect_vocab_type(tokenizer, vocab):
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        decoder = json.loads(backend.to_str()).get("decoder") or {}
+def _detect_vocab_type(tokenizer, spec, vocab):
+    """The spelling, from a fast tokenizer's decoder (spec: its tokenizer.json), else from the slow one."""
+    if spec is not None:
+        decoder = spec.get("decoder") or {}
         kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", []) or []}
         if "ByteLevel" in kinds:
             return VocabType.BYTE_LEVEL
@@ -212,9 +214,8 @@ def _detect_vocab_type(tokenizer, vocab):
     return VocabType.BYTE_LEVEL if spelled > len(vocab) // 20 else VocabType.RAW
 
 
-def _add_prefix_space(tokenizer):
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
+def _add_prefix_space(tokenizer, spec):
+    if spec is None:
         return bool(getattr(tokenizer, "add_prefix_space", False))
-    pre = json.loads(backend.to_str()).get("pre_tokenizer") or {}
+    pre = spec.get("pre_tokenizer") or {}
     return bool(pre.get("add_prefix_space", False)) or pre.get("prepend_scheme") in ("always", "first")
