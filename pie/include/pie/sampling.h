@@ -58,6 +58,16 @@ class Sampler {
   SampledToken sample(std::span<float> logits, std::span<const std::uint32_t> mask,
                       std::span<const std::int32_t> prompt, std::span<const std::int32_t> output);
 
+  // Speculative decoding: decides a drafted token at this position, for a drafter that proposed it with
+  // certainty (prompt lookup). Keeps it with probability p(draft) under this sampler's distribution
+  // (penalties, bias, mask, temperature, top-k, top-p, min-p), else draws from p without the draft,
+  // renormalized: the token is distributed as sample() would draw it (Leviathan et al. 2023, Chen et al.
+  // 2023). Greedy: keeps the draft iff it is the best token, else gives the best. Sets `accepted`;
+  // logprobs as sample(). Throws as sample(), and pie::Error for a draft outside the logits.
+  SampledToken verify(std::span<float> logits, std::span<const std::uint32_t> mask,
+                      std::span<const std::int32_t> prompt, std::span<const std::int32_t> output,
+                      std::int32_t draft, bool& accepted);
+
   const SamplingParams& params() const { return params_; }
 
  private:
@@ -66,10 +76,26 @@ class Sampler {
     std::int32_t id;
     float weight;  // exp((logit - max) / temperature)
   };
-  // Temperature > 0: top-k, top-p, min-p and the draw at u in [0, 1) over the processed logits.
-  std::int32_t sample_truncated(std::span<const float> logits, float max, double u);
+  // The processed logits' maximum and best token (lowest id on ties), after steps 1-4 of sample().
+  struct Prepared {
+    float max;
+    std::int32_t best;
+  };
+  Prepared prepare(std::span<float> logits, std::span<const std::uint32_t> mask,
+                   std::span<const std::int32_t> prompt, std::span<const std::int32_t> output);
+  // Temperature > 0: what top-k, top-p and min-p keep of the processed logits, as weights: dense
+  // (weights_ over every id, with block_sums_) or sparse (candidates_[0, n_sparse)), total their sum.
+  struct Kept {
+    bool dense;
+    std::size_t n_sparse;
+    double total;
+  };
+  Kept keep(std::span<const float> logits, float max);
   // Top-p alone when the nucleus is wide: weights_ hold every token's weight, need is top_p of their sum.
-  std::int32_t sample_wide_nucleus(std::span<const float> logits, float max, float inv_t, double need, double u);
+  Kept keep_wide_nucleus(std::span<const float> logits, float max, float inv_t, double need);
+  std::int32_t pick(const Kept& kept, double u) const;  // the draw at u in [0, 1)
+  double weight_of(const Kept& kept, std::int32_t id) const;
+  void drop(Kept& kept, std::int32_t id);                // id's weight becomes 0
 
   SamplingParams params_;
   std::uint64_t rng_state_[4];

@@ -107,7 +107,7 @@ void check_tokens(std::span<const std::int32_t> tokens, std::size_t n_vocab, con
 
 }  // namespace
 
-std::int32_t Sampler::sample_truncated(std::span<const float> logits, float max, double u) {
+Sampler::Kept Sampler::keep(std::span<const float> logits, float max) {
   const std::size_t n = logits.size();
   const float inv_t = 1.0f / params_.temperature;
   const bool use_k = params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < n;
@@ -120,8 +120,7 @@ std::int32_t Sampler::sample_truncated(std::span<const float> logits, float max,
     weights_.resize(n);
     block_sums_.resize(n_blocks);
     sampling_detail::exp_shifted(logits, max, inv_t, min_p, weights_.data());
-    const double total = sampling_detail::block_sums(weights_, block_sums_.data());
-    return static_cast<std::int32_t>(sampling_detail::pick_weighted(weights_, block_sums_.data(), u * total));
+    return {true, 0, sampling_detail::block_sums(weights_, block_sums_.data())};
   }
 
   std::size_t m = 0;  // candidates_[0, m): what top-k and top-p keep
@@ -156,7 +155,7 @@ std::int32_t Sampler::sample_truncated(std::span<const float> logits, float max,
         found = true;
       }
     }
-    if (!found) return sample_wide_nucleus(logits, max, inv_t, need, u);
+    if (!found) return keep_wide_nucleus(logits, max, inv_t, need);
   }
   // min-p: weights of at least min_p times the best one's (which is 1, and kept by top-k and top-p).
   double kept = 0;
@@ -167,10 +166,18 @@ std::int32_t Sampler::sample_truncated(std::span<const float> logits, float max,
       kept += candidates_[j].weight;
     }
   }
-  const double target = u * kept;
+  return {false, k, kept};
+}
+
+std::int32_t Sampler::pick(const Kept& kept, double u) const {
+  if (kept.dense) {
+    return static_cast<std::int32_t>(sampling_detail::pick_weighted(weights_, block_sums_.data(), u * kept.total));
+  }
+  const double target = u * kept.total;
   double cum = 0;
   std::int32_t chosen = candidates_[0].id;
-  for (std::size_t j = 0; j < k; ++j) {
+  for (std::size_t j = 0; j < kept.n_sparse; ++j) {
+    if (candidates_[j].weight == 0) continue;  // dropped
     cum += candidates_[j].weight;
     chosen = candidates_[j].id;
     if (cum > target) break;
@@ -178,8 +185,31 @@ std::int32_t Sampler::sample_truncated(std::span<const float> logits, float max,
   return chosen;
 }
 
-std::int32_t Sampler::sample_wide_nucleus(std::span<const float> logits, float max, float inv_t, double need,
-                                          double u) {
+double Sampler::weight_of(const Kept& kept, std::int32_t id) const {
+  if (kept.dense) return weights_[std::size_t(id)];
+  for (std::size_t j = 0; j < kept.n_sparse; ++j) {
+    if (candidates_[j].id == id) return candidates_[j].weight;
+  }
+  return 0;
+}
+
+void Sampler::drop(Kept& kept, std::int32_t id) {
+  double w = 0;
+  if (kept.dense) {
+    w = weights_[std::size_t(id)];
+    weights_[std::size_t(id)] = 0;
+    block_sums_[std::size_t(id) / sampling_detail::kSumBlock] -= w;
+  } else {
+    for (std::size_t j = 0; j < kept.n_sparse; ++j) {
+      if (candidates_[j].id != id) continue;
+      w = candidates_[j].weight;
+      candidates_[j].weight = 0;
+    }
+  }
+  kept.total -= w;
+}
+
+Sampler::Kept Sampler::keep_wide_nucleus(std::span<const float> logits, float max, float inv_t, double need) {
   const std::size_t n = logits.size();
   // Mass per bucket, then the bucket where the running mass (best first) reaches need.
   bucket_mass_.assign(kBuckets, 0.0);
@@ -219,16 +249,15 @@ std::int32_t Sampler::sample_wide_nucleus(std::span<const float> logits, float m
     const bool in = l > cut.logit || (l == cut.logit && static_cast<std::int32_t>(i) <= cut.id);
     if (!in || weights_[i] < min_p) weights_[i] = 0.0f;
   }
-  const double kept = sampling_detail::block_sums(weights_, block_sums_.data());
-  return static_cast<std::int32_t>(sampling_detail::pick_weighted(weights_, block_sums_.data(), u * kept));
+  return {true, 0, sampling_detail::block_sums(weights_, block_sums_.data())};
 }
 
 Sampler::Sampler(SamplingParams params, std::uint64_t seed) : params_(std::move(params)) {
   sampling_detail::seed_xoshiro(rng_state_, seed);
 }
 
-SampledToken Sampler::sample(std::span<float> logits, std::span<const std::uint32_t> mask,
-                             std::span<const std::int32_t> prompt, std::span<const std::int32_t> output) {
+Sampler::Prepared Sampler::prepare(std::span<float> logits, std::span<const std::uint32_t> mask,
+                                   std::span<const std::int32_t> prompt, std::span<const std::int32_t> output) {
   const std::size_t n = logits.size();
   if (n == 0 || n > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw Error("[sampler] logits must hold 1 to 2^31 - 1 entries, got " + std::to_string(n));
@@ -305,17 +334,50 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const std::uint3
     throw Error("[sampler] logit of token " + std::to_string(mr.bad) + " is " + buf);
   }
   if (mr.first < 0) throw RequestError("[sampler] no token can be sampled: every allowed token has logit -inf");
-  const float max = mr.max;
-  const auto best = static_cast<std::int32_t>(mr.first);
+  return {mr.max, static_cast<std::int32_t>(mr.first)};
+}
 
+SampledToken Sampler::sample(std::span<float> logits, std::span<const std::uint32_t> mask,
+                             std::span<const std::int32_t> prompt, std::span<const std::int32_t> output) {
+  const Prepared pr = prepare(logits, mask, prompt, output);
   // Exactly one draw per call, whatever the path, so the stream position is the number of tokens sampled.
   const double u = sampling_detail::next_uniform(rng_state_);
-
   SampledToken out;
-  out.token = params_.temperature > 0.0f ? sample_truncated(logits, max, u) : best;
-
+  out.token = params_.temperature > 0.0f ? pick(keep(logits, pr.max), u) : pr.best;
   if (params_.logprobs || params_.top_logprobs > 0) {
-    fill_logprobs(logits, max, params_.top_logprobs, weights_, block_sums_, out);
+    fill_logprobs(logits, pr.max, params_.top_logprobs, weights_, block_sums_, out);
+  }
+  return out;
+}
+
+SampledToken Sampler::verify(std::span<float> logits, std::span<const std::uint32_t> mask,
+                             std::span<const std::int32_t> prompt, std::span<const std::int32_t> output,
+                             std::int32_t draft, bool& accepted) {
+  if (draft < 0 || static_cast<std::size_t>(draft) >= logits.size()) {
+    throw Error("[sampler] verify: draft token " + std::to_string(draft) + " is outside the " +
+                std::to_string(logits.size()) + " logits");
+  }
+  const Prepared pr = prepare(logits, mask, prompt, output);
+  const double u = sampling_detail::next_uniform(rng_state_);
+  SampledToken out;
+  if (params_.temperature <= 0.0f) {
+    accepted = draft == pr.best;
+    out.token = pr.best;
+  } else {
+    // Keep the draft with probability p(draft); otherwise draw from p without it, renormalized. Together:
+    // p(draft) for the draft, (1 - p(draft)) p(x) / (1 - p(draft)) = p(x) for any other x.
+    Kept kept = keep(logits, pr.max);
+    const double p_draft = weight_of(kept, draft) / kept.total;
+    accepted = u < p_draft;
+    if (accepted) {
+      out.token = draft;
+    } else {
+      drop(kept, draft);
+      out.token = kept.total > 0 ? pick(kept, sampling_detail::next_uniform(rng_state_)) : pr.best;
+    }
+  }
+  if (params_.logprobs || params_.top_logprobs > 0) {
+    fill_logprobs(logits, pr.max, params_.top_logprobs, weights_, block_sums_, out);
   }
   return out;
 }

@@ -322,6 +322,96 @@ TEST(SamplerTest, WideNucleusDistribution) {
   }
 }
 
+// Speculative verification keeps the sampling distribution whatever the draft: the most likely token, an
+// unlikely one, one outside what truncation keeps (never accepted) and one the mask forbids; and it accepts
+// a draft about p(draft) of the time.
+TEST(SamplerTest, VerifyKeepsTheDistributionWhateverTheDraft) {
+  const std::vector<float> base{1.0f, 0.5f, 0.0f, -0.5f, 2.0f, 1.5f, -1.0f, 0.25f};
+  const std::vector<std::uint32_t> mask = allow_only(base.size(), {0, 1, 2, 3, 4, 5, 7});  // 6 forbidden
+  std::vector<float> masked = base;
+  masked[6] = -kInf;
+  const int n = 20000;
+  struct Case {
+    const char* name;
+    SamplingParams params;
+    std::vector<double> expected;
+  };
+  std::vector<Case> cases;
+  {
+    SamplingParams p;
+    p.temperature = 0.8f;
+    cases.push_back({"temperature", p, softmax(masked, 0.8)});
+  }
+  {
+    SamplingParams p;
+    p.top_k = 3;  // tokens 4, 5, 0
+    std::vector<float> kept(base.size(), -kInf);
+    for (int i : {4, 5, 0}) kept[std::size_t(i)] = base[std::size_t(i)];
+    cases.push_back({"top_k", p, softmax(kept, 1.0)});
+  }
+  {
+    SamplingParams p;
+    p.min_p = 0.3f;  // tokens 4, 5, 0
+    std::vector<float> kept(base.size(), -kInf);
+    for (int i : {4, 5, 0}) kept[std::size_t(i)] = base[std::size_t(i)];
+    cases.push_back({"min_p", p, softmax(kept, 1.0)});
+  }
+  {
+    SamplingParams p;
+    p.top_p = 0.5f;  // tokens 4 (.30 of the masked mass), 5, ...: as sample() keeps them
+    cases.push_back({"top_p", p, {}});
+  }
+  for (Case& c : cases) {
+    if (c.expected.empty()) {  // the distribution sample() draws from, measured
+      Sampler ref(c.params, 1);
+      std::vector<int> counts(base.size(), 0);
+      for (int i = 0; i < 200000; ++i) {
+        std::vector<float> l = base;
+        ++counts[std::size_t(ref.sample(l, mask, {}, {}).token)];
+      }
+      for (int k : counts) c.expected.push_back(k / 200000.0);
+    }
+    for (std::int32_t draft : {4, 1, 3, 6}) {
+      SCOPED_TRACE(std::string(c.name) + ", draft " + std::to_string(draft));
+      Sampler s(c.params, 7 + static_cast<std::uint64_t>(draft));
+      std::vector<int> counts(base.size(), 0);
+      int accepted = 0;
+      for (int i = 0; i < n; ++i) {
+        std::vector<float> l = base;
+        bool ok = false;
+        const std::int32_t t = s.verify(l, mask, {}, {}, draft, ok).token;
+        ++counts[std::size_t(t)];
+        accepted += ok ? 1 : 0;
+        ASSERT_EQ(ok, t == draft);
+      }
+      EXPECT_LT(chi_square(counts, c.expected, n), 24.32);
+      const double p = c.expected[std::size_t(draft)];
+      EXPECT_NEAR(accepted / double(n), p, 4 * std::sqrt(p * (1 - p) / n) + 1e-9);
+      EXPECT_EQ(counts[6], 0);
+    }
+  }
+}
+
+TEST(SamplerTest, VerifyGreedyKeepsOnlyTheBest) {
+  Sampler s(greedy(), 1);
+  const std::vector<float> base{0.1f, 2.0f, 2.0f, -1.0f};
+  bool ok = false;
+  std::vector<float> l = base;
+  EXPECT_EQ(s.verify(l, {}, {}, {}, 1, ok).token, 1);  // the best, lowest id on ties
+  EXPECT_TRUE(ok);
+  l = base;
+  EXPECT_EQ(s.verify(l, {}, {}, {}, 2, ok).token, 1);
+  EXPECT_FALSE(ok);
+  l = base;
+  EXPECT_EQ(s.verify(l, allow_only(4, {0, 2}), {}, {}, 2, ok).token, 2);  // the mask decides what is best
+  EXPECT_TRUE(ok);
+  l = base;
+  EXPECT_THROW(s.verify(l, {}, {}, {}, 4, ok), pie::Error);
+  EXPECT_THROW(s.verify(l, {}, {}, {}, -1, ok), pie::Error);
+  l = base;
+  EXPECT_THROW(s.verify(l, allow_only(4, {}), {}, {}, 1, ok), pie::RequestError);
+}
+
 TEST(SamplerTest, MaskIsAlwaysRespected) {
   const std::vector<float> base = random_logits(300, 4);
   std::int32_t best = 0;
