@@ -35,6 +35,7 @@ class KvPages {
   virtual void commit(SeqId seq, std::span<const std::int32_t> tokens, std::int32_t n_computed) = 0;
   virtual SeqId fork(SeqId seq) = 0;  // -1: no page for the copy
   virtual void release(SeqId seq) = 0;
+  virtual bool truncate(SeqId seq, std::int32_t n_keep) = 0;  // false: no page for a copy
 };
 
 struct SchedulerConfig {
@@ -98,6 +99,19 @@ class Scheduler {
   // ignored.
   void remove(SequenceId id);
 
+  // Speculative decoding: `draft` tokens follow a decoding sequence's last token (its one token left to
+  // compute) tentatively. They run in the same step, in one chunk with it; when the step's token budget
+  // is short the last of them are dropped first, and a preempted sequence drops them all (n_draft() says
+  // how many remain once schedule() ran). After the step, truncate() drops the ones not kept. Throws
+  // pie::Error on an unknown id, a sequence that is not running and decoding, or one with a draft already.
+  void draft(SequenceId id, std::span<const std::int32_t> draft);
+  std::int32_t n_draft(SequenceId id) const;
+  // Keeps the first n_keep tokens of a sequence and forgets the rest, K/V included (a rejected draft).
+  // When the KV cache cannot give the page truncation must copy, the sequence is preempted instead and
+  // recomputes its kept tokens later. Throws pie::Error on an unknown id or n_keep outside
+  // [1, its tokens].
+  void truncate(SequenceId id, std::int32_t n_keep);
+
   // Plans the next step (admissions, page reservations, preemptions). Call complete() once its forward
   // pass ran (or remove() the sequences that failed) before the next schedule().
   Step schedule();
@@ -121,10 +135,12 @@ class Scheduler {
     SeqId kv_seq = -1;             // -1 while waiting
     std::uint64_t admitted_at = 0; // admission counter (larger: more recent)
     SequenceOptions options;
+    std::int32_t n_draft = 0;      // the last n_draft tokens are a tentative draft
   };
   Sequence& get(SequenceId id);
   const Sequence& get(SequenceId id) const;
   void preempt(SequenceId id, Step& step, std::int32_t& budget);
+  void requeue(SequenceId id);  // releases the pages, back to the front of the queue
   SequenceId youngest_running() const;
 
   SchedulerConfig config_;

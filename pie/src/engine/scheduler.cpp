@@ -85,6 +85,44 @@ SequenceId Scheduler::fork(SequenceId id) {
   return child_id;
 }
 
+void Scheduler::draft(SequenceId id, std::span<const std::int32_t> draft) {
+  Sequence& s = get(id);
+  if (s.kv_seq < 0 || static_cast<std::int32_t>(s.tokens.size()) - s.n_computed != 1) {
+    throw Error("[scheduler] draft: sequence " + std::to_string(id) + " is not decoding (running, one token to compute)");
+  }
+  if (s.n_draft > 0) throw Error("[scheduler] draft: sequence " + std::to_string(id) + " has a draft already");
+  s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+  s.n_draft = static_cast<std::int32_t>(draft.size());
+}
+
+std::int32_t Scheduler::n_draft(SequenceId id) const { return get(id).n_draft; }
+
+void Scheduler::truncate(SequenceId id, std::int32_t n_keep) {
+  Sequence& s = get(id);
+  if (n_keep < 1 || n_keep > static_cast<std::int32_t>(s.tokens.size())) {
+    throw Error("[scheduler] truncate: sequence " + std::to_string(id) + ": n_keep " + std::to_string(n_keep) +
+                " outside [1, " + std::to_string(s.tokens.size()) + "]");
+  }
+  s.tokens.resize(static_cast<std::size_t>(n_keep));
+  s.n_draft = 0;
+  if (s.kv_seq < 0 || s.n_computed <= n_keep) return;
+  if (kv_.truncate(s.kv_seq, n_keep)) {
+    s.n_computed = n_keep;
+  } else {
+    requeue(id);
+    ++n_preemptions_;
+  }
+}
+
+void Scheduler::requeue(SequenceId id) {
+  Sequence& s = get(id);
+  kv_.release(s.kv_seq);
+  s.kv_seq = -1;
+  s.n_computed = 0;
+  std::erase(running_, id);
+  waiting_.push_front(id);
+}
+
 void Scheduler::remove(SequenceId id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return;
@@ -117,11 +155,10 @@ void Scheduler::preempt(SequenceId id, Step& step, std::int32_t& budget) {
       ++it;
     }
   }
-  kv_.release(s.kv_seq);
-  s.kv_seq = -1;
-  s.n_computed = 0;
-  std::erase(running_, id);
-  waiting_.push_front(id);
+  // A draft is for the step it was made for: a preempted sequence recomputes only what it has.
+  s.tokens.resize(s.tokens.size() - static_cast<std::size_t>(s.n_draft));
+  s.n_draft = 0;
+  requeue(id);
   step.preempted.push_back(id);
   ++n_preemptions_;
 }
@@ -162,16 +199,25 @@ Step Scheduler::schedule() {
   };
   auto is_running = [&](SequenceId id) { return std::find(running_.begin(), running_.end(), id) != running_.end(); };
 
-  // Decode rows first, so that prefill never stalls them.
+  // Decode rows first, so that prefill never stalls them; a drafted row takes its draft along, as far as
+  // the budget goes (the rest of the draft is dropped).
   const std::vector<SequenceId> snapshot = running_;
   for (SequenceId id : snapshot) {
     if (budget < 1) break;
-    if (is_running(id) && pending(id) == 1) place(id, 1);
+    if (!is_running(id)) continue;
+    Sequence& s = get(id);
+    if (pending(id) != 1 + s.n_draft) continue;
+    const std::int32_t n = std::min(1 + s.n_draft, budget);
+    if (n < 1 + s.n_draft) {
+      s.tokens.resize(static_cast<std::size_t>(s.n_computed + n));
+      s.n_draft = n - 1;
+    }
+    place(id, n);
   }
   // Then prefill chunks (prompts, recomputation after preemption, forced tokens).
   for (SequenceId id : snapshot) {
     if (budget < 1) break;
-    if (!is_running(id)) continue;
+    if (!is_running(id) || get(id).n_draft > 0) continue;  // a drafted row runs whole, as a decode row
     const std::int32_t n = pending(id);
     if (n > 1) place(id, std::min(n, budget));
   }
@@ -215,6 +261,7 @@ void Scheduler::complete(const Step& step) {
     if (it == sequences_.end() || it->second.kv_seq != c.kv_seq) continue;
     Sequence& s = it->second;
     s.n_computed = std::max(s.n_computed, c.begin + c.n_tokens);
+    s.n_draft = 0;  // computed: the caller keeps it or truncates it away
     kv_.commit(s.kv_seq, s.tokens, s.n_computed);
   }
 }

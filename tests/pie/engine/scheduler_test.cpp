@@ -54,6 +54,13 @@ class FakePages final : public KvPages {
     EXPECT_TRUE(owned_.count(seq)) << "double release of " << seq;
     owned_.erase(seq);
   }
+  bool truncate(SeqId seq, std::int32_t n_keep) override {
+    EXPECT_TRUE(owned_.count(seq));
+    if (truncate_fails) return false;
+    owned_[seq] = (n_keep + kKvPageSize - 1) / kKvPageSize;
+    ++truncations;
+    return true;
+  }
   std::int32_t used() const {
     std::int32_t u = 0;
     for (auto& [s, n] : owned_) u += n;
@@ -63,7 +70,9 @@ class FakePages final : public KvPages {
 
   std::int32_t cached_prefix = 0;
   bool fork_fails = false;
+  bool truncate_fails = false;
   int commits = 0;
+  int truncations = 0;
 
  private:
   std::int32_t n_pages_;
@@ -340,6 +349,101 @@ TEST(Scheduler, DecodeRowsBeyondTheBudgetWait) {
     total += step.n_tokens;
   }
   EXPECT_EQ(total, 12);
+}
+
+// Speculative decoding: a draft runs in one chunk with its row's last token; the rejected part is truncated
+// away (tokens and K/V); a short budget trims the draft; preemption drops it.
+TEST(Scheduler, DraftRunsWithItsRowThenIsTruncated) {
+  FakePages pages(100);
+  Scheduler s({.max_running = 4, .max_batch_tokens = 64}, pages);
+  const SequenceId a = s.add(prompt(20));
+  run_step(s);  // prefill, then one sampled token appended: 21 tokens, 20 computed
+  const std::vector<std::int32_t> draft{31, 32, 33};
+  s.draft(a, draft);
+  EXPECT_EQ(s.n_draft(a), 3);
+  const Step step = s.schedule();
+  ASSERT_EQ(step.chunks.size(), 1u);
+  EXPECT_EQ(step.chunks[0].begin, 20);
+  EXPECT_EQ(step.chunks[0].n_tokens, 4);
+  EXPECT_TRUE(step.chunks[0].wants_logits);
+  s.complete(step);
+  EXPECT_EQ(s.n_draft(a), 0);
+  EXPECT_EQ(s.n_computed(a), 24);
+  // One draft token kept: 22 tokens, 22 computed; the engine appends its next token.
+  s.truncate(a, 22);
+  EXPECT_EQ(s.tokens(a).size(), 22u);
+  EXPECT_EQ(s.tokens(a).back(), 31);
+  EXPECT_EQ(s.n_computed(a), 22);
+  EXPECT_EQ(pages.truncations, 1);
+  const std::int32_t next = 40;
+  s.append(a, std::span<const std::int32_t>(&next, 1));
+  const Step after = s.schedule();
+  ASSERT_EQ(after.chunks.size(), 1u);
+  EXPECT_EQ(after.chunks[0].begin, 22);
+  EXPECT_EQ(after.chunks[0].n_tokens, 1);
+}
+
+TEST(Scheduler, ShortBudgetTrimsTheDraft) {
+  FakePages pages(100);
+  Scheduler s({.max_running = 4, .max_batch_tokens = 3}, pages);
+  const SequenceId a = s.add(prompt(3));
+  run_step(s);
+  const std::vector<std::int32_t> draft{1, 2, 3, 4, 5};
+  s.draft(a, draft);
+  const Step step = s.schedule();
+  ASSERT_EQ(step.chunks.size(), 1u);
+  EXPECT_EQ(step.chunks[0].n_tokens, 3);  // the row's token and two of the draft
+  EXPECT_EQ(s.n_draft(a), 2);
+  EXPECT_EQ(s.tokens(a).size(), 6u);
+  EXPECT_TRUE(step.chunks[0].wants_logits);
+}
+
+TEST(Scheduler, PreemptionDropsTheDraft) {
+  FakePages pages(5);
+  Scheduler s({.max_running = 4, .max_batch_tokens = 64}, pages);
+  s.add(prompt(47));
+  run_step(s);  // 48 tokens, three pages
+  const SequenceId b = s.add(prompt(20));
+  run_step(s);  // b admitted with two pages: the cache is full
+  const std::vector<std::int32_t> draft{1, 2};
+  s.draft(b, draft);  // b's row fits its pages, but the first row's 49th token needs a fourth page
+  const Step step = s.schedule();
+  ASSERT_EQ(step.preempted.size(), 1u);
+  EXPECT_EQ(step.preempted[0], b);
+  EXPECT_EQ(s.n_draft(b), 0);
+  EXPECT_EQ(s.tokens(b).size(), 21u);  // its draft is gone
+}
+
+TEST(Scheduler, TruncateWithoutAPageRequeues) {
+  FakePages pages(100);
+  Scheduler s({.max_running = 4, .max_batch_tokens = 64}, pages);
+  const SequenceId a = s.add(prompt(20));
+  run_step(s);
+  pages.truncate_fails = true;
+  s.truncate(a, 18);
+  EXPECT_FALSE(s.is_running(a));
+  EXPECT_EQ(s.n_waiting(), 1u);
+  EXPECT_EQ(s.tokens(a).size(), 18u);
+  pages.truncate_fails = false;
+  const Step step = s.schedule();  // readmitted: recomputes its 18 tokens
+  ASSERT_EQ(step.chunks.size(), 1u);
+  EXPECT_EQ(step.chunks[0].n_tokens, 18);
+}
+
+TEST(Scheduler, DraftAndTruncateErrors) {
+  FakePages pages(100);
+  Scheduler s({.max_running = 1, .max_batch_tokens = 64}, pages);
+  const SequenceId a = s.add(prompt(5)), b = s.add(prompt(5));
+  const std::vector<std::int32_t> draft{1};
+  EXPECT_THROW(s.draft(a, draft), Error);  // not running yet
+  run_step(s);
+  EXPECT_THROW(s.draft(b, draft), Error);  // still queued
+  s.draft(a, draft);
+  EXPECT_THROW(s.draft(a, draft), Error);  // one draft at a time
+  EXPECT_THROW(s.draft(999, draft), Error);
+  EXPECT_THROW(s.truncate(a, 0), Error);
+  EXPECT_THROW(s.truncate(a, 8), Error);  // 7 tokens
+  EXPECT_THROW(s.truncate(999, 1), Error);
 }
 
 }  // namespace
