@@ -23,6 +23,7 @@
 #include "pie/error.h"
 #include "pie/model.h"
 #include "pie/sampling.h"
+#include "pie/speculation.h"
 #include "pse/compiler.h"
 #include "pse/grammar.h"
 
@@ -39,6 +40,9 @@ struct GenerateRequest {
   // The constraint (nullopt: free text). The engine compiles it against the model's vocabulary (cached by
   // content). End-of-sequence is allowed exactly when the grammar may stop.
   std::optional<pse::Grammar> grammar;
+  // Speculative decoding for this request (nullopt: the engine's EngineOptions::speculative). The output is
+  // the same as without it: greedy tokens identical, sampled ones from the same distribution.
+  std::optional<SpeculativeOptions> speculative;
   // Token texts that count as plain text for the grammar although the tokenizer marks them special
   // (tool-call markers such as "<tool_call>" or "[TOOL_CALLS]"), so a grammar can require them.
   std::vector<std::string> grammar_special_tokens;
@@ -56,6 +60,8 @@ struct Usage {
   std::int32_t prompt_tokens = 0;
   std::int32_t cached_prompt_tokens = 0;  // served from the prefix cache
   std::int32_t completion_tokens = 0;     // summed over samples
+  std::int32_t draft_tokens = 0;          // speculative decoding: tokens drafted and scored
+  std::int32_t accepted_draft_tokens = 0; // of those, kept (each one a forward pass saved)
 };
 
 // One event of a request's stream. Token events carry the sample's new token(s) and the text they
@@ -114,11 +120,17 @@ struct EngineOptions {
   // the longest time to first token. At first use: each build runs in a mask fill. The compile cache
   // keeps the built tables for the next request with the same constraint.
   pse::TableBuild grammar_tables = pse::TableBuild::kInBackground;
+  // Speculative decoding for requests that do not choose (GenerateRequest::speculative). It runs only
+  // while at most speculative_max_batch sequences are decoding: larger batches are compute-bound on the
+  // CPU, where scoring drafts costs what it saves.
+  SpeculativeOptions speculative;
+  std::int32_t speculative_max_batch = 4;
 };
 
 struct EngineStats {
   std::uint64_t requests = 0, requests_failed = 0, requests_running = 0, requests_queued = 0;
   std::uint64_t prompt_tokens = 0, generated_tokens = 0, forced_tokens = 0, preemptions = 0;
+  std::uint64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding
   std::int32_t kv_pages = 0, kv_pages_used = 0, kv_pages_cached = 0, kv_pages_free = 0;
   std::uint64_t prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
   std::uint64_t grammar_compiles = 0, grammar_cache_hits = 0;

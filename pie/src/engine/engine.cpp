@@ -59,6 +59,7 @@ class KvCachePages final : public KvPages {
   }
   SeqId fork(SeqId seq) override { return kv_.fork(seq); }
   void release(SeqId seq) override { kv_.release(seq); }
+  bool truncate(SeqId seq, std::int32_t n_keep) override { return kv_.truncate(seq, n_keep); }
 
  private:
   KvCache& kv_;
@@ -143,6 +144,9 @@ struct Sample {
   std::optional<tokenizers::StreamingDetokenizer> detok;
   std::optional<StopStringMatcher> stops;
   std::vector<std::int32_t> output;
+  // Speculative decoding: the tokens drafted for the coming step (empty: none), and how many to draft.
+  std::vector<std::int32_t> draft;
+  DraftLength draft_length;
   bool finished = false;
   bool hit_stop_string = false;  // the text after it (and what the stop matcher holds back) is dropped
   std::int32_t end_token = -1;    // the end-of-sequence token sampled last, for the last event
@@ -164,6 +168,17 @@ struct Request {
   // chunks run (again, identically, when a preempted prompt runs again); sent once it is whole.
   std::vector<SampledToken> prompt_logprobs;
   bool prompt_logprobs_sent = false;
+  SpeculativeOptions speculative;  // the request's, or the engine's default
+};
+
+// A drafted row of the step: its sample, its first logits row and how many (the row's token and its
+// draft), and the first position's index into the step's masks (one mask per position, when constrained).
+struct DraftedRow {
+  Sample* sample = nullptr;
+  std::int32_t first_position = 0;  // the position of the row's token (its sequence's n_computed)
+  std::size_t first_logits = 0;
+  std::size_t n = 0;
+  std::size_t first_mask = 0;
 };
 
 // A prompt position whose logits give the logprob of the token after it, and its row of the step's logits.
@@ -209,6 +224,7 @@ struct Engine::Impl {
   // which a fresh allocation would page-fault in (and zero) at every step.
   std::vector<float> step_logits;
   std::vector<std::uint32_t> step_masks;
+  std::vector<std::uint32_t> step_draft_masks;
 
   mutable std::mutex stats_mutex;
   EngineStats stats;
@@ -229,7 +245,17 @@ struct Engine::Impl {
   void emit(Sample& s, std::vector<std::int32_t> tokens, std::string text, std::vector<SampledToken> logprobs,
             FinishReason reason, std::string error = {}, std::int32_t n_allowed = -1, std::int32_t end_token = -1);
   void fail_request(Request& r, const std::string& error);
+  struct RowOutput;
+  bool push_token(Sample& s, std::int32_t token, RowOutput& out);
+  bool take_sampled(Sample& s, SampledToken sampled, RowOutput& out, bool& ended);
+  void close_row(Sample& s, RowOutput& out, bool going);
+  void count_generated(std::size_t n_tokens, std::int32_t n_forced);
   void handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask);
+  // Speculative decoding: drafts for the decoding rows before the step is scheduled, and a drafted row's
+  // verification from its logits (one row per position) and masks.
+  void propose_drafts();
+  void verify_row(Sample& s, std::int32_t first_position, std::span<float> logits,
+                  std::span<const std::uint32_t> masks);
   void fork_samples(Request& r);
   void drop_finished();
   void publish_stats();
@@ -260,6 +286,10 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   }
   if (options.kv_dtype != tensor::DType::f32 && options.kv_dtype != tensor::DType::f16) {
     throw Error("[engine] kv_dtype must be f32 or f16");
+  }
+  options.speculative.validate();
+  if (options.speculative_max_batch < 0) {
+    throw Error(fmt::format("[engine] speculative_max_batch must be >= 0, got {}", options.speculative_max_batch));
   }
   n_vocab = model->config.n_vocab;
   const std::int32_t trained = model->config.context_length > 0 ? model->config.context_length : 8192;
@@ -446,73 +476,80 @@ void Engine::Impl::fork_samples(Request& r) {
   }
 }
 
-// Samples the sample's next token from its logits row, then appends the forced continuation, and emits.
-void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask) {
-  Request& r = *s.request;
-  const GenerateRequest& q = r.req;
-  const auto prompt_len = static_cast<std::int32_t>(q.prompt.size());
-  const std::int32_t limit = std::min(q.max_tokens, context_length - prompt_len);
-  std::vector<std::int32_t> added;
+// What a row's tokens add to its sample in one step, emitted as one event.
+struct Engine::Impl::RowOutput {
+  std::vector<std::int32_t> added;  // added[0] sampled (or verified), the rest forced
   std::vector<SampledToken> logprobs;
   std::string text;
   FinishReason reason = FinishReason::none;
+  std::int32_t n_allowed = -1;  // tokens the mask allowed when added[0] was sampled (-1: no grammar)
+};
 
-  // Appends one token: grammar, detokenizer, stop strings, limits. Returns false when the sample ended.
-  auto push_token = [&](std::int32_t token) -> bool {
-    s.output.push_back(token);
-    added.push_back(token);
-    std::string piece = s.detok->push(token);
-    if (s.stops) {
-      auto res = s.stops->push(piece);
-      text += res.text;
-      if (res.stopped) {
-        s.hit_stop_string = true;
-        reason = FinishReason::stop;
-        return false;
-      }
-    } else {
-      text += piece;
-    }
-    if (s.matcher && s.matcher->must_stop()) {
-      reason = FinishReason::stop;
+// Appends one token: grammar, detokenizer, stop strings, limits. Returns false when the sample ended (with
+// out.reason set).
+bool Engine::Impl::push_token(Sample& s, std::int32_t token, RowOutput& out) {
+  const GenerateRequest& q = s.request->req;
+  const std::int32_t limit = std::min(q.max_tokens, context_length - static_cast<std::int32_t>(q.prompt.size()));
+  s.output.push_back(token);
+  out.added.push_back(token);
+  std::string piece = s.detok->push(token);
+  if (s.stops) {
+    auto res = s.stops->push(piece);
+    out.text += res.text;
+    if (res.stopped) {
+      s.hit_stop_string = true;
+      out.reason = FinishReason::stop;
       return false;
     }
-    if (static_cast<std::int32_t>(s.output.size()) >= limit) {
-      reason = FinishReason::length;
-      return false;
-    }
-    return true;
-  };
-
-  SampledToken sampled;
-  try {
-    sampled = s.sampler->sample(logits, mask, q.prompt, s.output);
-  } catch (const std::exception& e) {
-    finish(s, FinishReason::error, fmt::format("sampling failed: {}", e.what()));
-    return;
+  } else {
+    out.text += piece;
   }
+  if (s.matcher && s.matcher->must_stop()) {
+    out.reason = FinishReason::stop;
+    return false;
+  }
+  if (static_cast<std::int32_t>(s.output.size()) >= limit) {
+    out.reason = FinishReason::length;
+    return false;
+  }
+  return true;
+}
+
+// A sampled (or verified) token: the end of the sample when it is an end-of-sequence token the grammar
+// allows (then the sample is finished here, with what `out` holds), else accepted by the grammar and
+// pushed. Returns whether the sample goes on; `ended` tells that it was finished here.
+bool Engine::Impl::take_sampled(Sample& s, SampledToken sampled, RowOutput& out, bool& ended) {
+  const GenerateRequest& q = s.request->req;
   const std::int32_t token = sampled.token;
-  const std::int32_t n_allowed = s.matcher ? count_allowed(mask, n_vocab) : -1;
-  const bool end = is_eos(token) && (s.matcher ? s.matcher->can_stop() : !q.ignore_eos);
-  if (end) {
+  ended = false;
+  if (is_eos(token) && (s.matcher ? s.matcher->can_stop() : !q.ignore_eos)) {
     // The end-of-sequence token is not part of the output.
-    if (q.sampling.logprobs) {
-      logprobs.push_back(std::move(sampled));
-      emit(s, {}, {}, std::move(logprobs), FinishReason::none);
+    if (q.sampling.logprobs) out.logprobs.push_back(std::move(sampled));
+    count_generated(out.added.size(), 0);
+    if (!out.added.empty() || !out.logprobs.empty() || !out.text.empty()) {
+      emit(s, std::move(out.added), std::move(out.text), std::move(out.logprobs), FinishReason::none);
     }
-    finish_at_end(s, token, n_allowed);
-    return;
+    finish_at_end(s, token, out.n_allowed);
+    ended = true;
+    return false;
   }
   if (s.matcher && !s.matcher->accept_token(token)) {
     finish(s, FinishReason::error,
            fmt::format("the grammar rejected token {} that its own mask allowed (a dead end)", token));
-    return;
+    ended = true;
+    return false;
   }
-  if (q.sampling.logprobs) logprobs.push_back(std::move(sampled));
-  bool going = push_token(token);
+  if (q.sampling.logprobs) out.logprobs.push_back(std::move(sampled));
+  return push_token(s, token, out);
+}
 
-  // Jump-forward: tokens that lie entirely inside the forced text are appended without sampling. The last
-  // one is kept back for sampling when the output can still go on (it could merge with what follows).
+// After a row's sampled tokens: the forced continuation (jump-forward: tokens that lie entirely inside the
+// text the grammar forces are appended without sampling; the last one is kept back for sampling when the
+// output can still go on, since it could merge with what follows), the context limit, the scheduler, the
+// event, and the end of the sample when it ended.
+void Engine::Impl::close_row(Sample& s, RowOutput& out, bool going) {
+  const auto prompt_len = static_cast<std::int32_t>(s.request->req.prompt.size());
+  const std::size_t sampled = out.added.size();
   std::int32_t n_forced = 0;
   if (going && s.matcher) {
     try {
@@ -526,7 +563,7 @@ void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<cons
             break;
           }
           ++n_forced;
-          going = push_token(ids[i]);
+          going = push_token(s, ids[i], out);
         }
       }
     } catch (const std::exception& e) {
@@ -534,22 +571,49 @@ void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<cons
       return;
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(stats_mutex);
-    stats.generated_tokens += added.size();
-    stats.forced_tokens += static_cast<std::uint64_t>(n_forced);
-  }
+  count_generated(sampled + static_cast<std::size_t>(n_forced), n_forced);
   if (going && prompt_len + static_cast<std::int32_t>(s.output.size()) >= context_length) {
-    reason = FinishReason::length;
+    out.reason = FinishReason::length;
     going = false;
   }
-  if (going) scheduler->append(*s.seq, added);
-  emit(s, std::move(added), std::move(text), std::move(logprobs), FinishReason::none, {}, n_allowed);
-  if (!going) finish(s, reason);
+  if (going) scheduler->append(*s.seq, std::span<const std::int32_t>(out.added).subspan(out.added.size() - 1 - n_forced));
+  emit(s, std::move(out.added), std::move(out.text), std::move(out.logprobs), FinishReason::none, {},
+       out.n_allowed);
+  if (!going) finish(s, out.reason);
+}
+
+void Engine::Impl::count_generated(std::size_t n_tokens, std::int32_t n_forced) {
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  stats.generated_tokens += n_tokens;
+  stats.forced_tokens += static_cast<std::uint64_t>(n_forced);
+}
+
+// Samples the sample's next token from its logits row, then appends the forced continuation, and emits.
+void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask) {
+  const GenerateRequest& q = s.request->req;
+  SampledToken sampled;
+  try {
+    sampled = s.sampler->sample(logits, mask, q.prompt, s.output);
+  } catch (const std::exception& e) {
+    finish(s, FinishReason::error, fmt::format("sampling failed: {}", e.what()));
+    return;
+  }
+  RowOutput out;
+  out.n_allowed = s.matcher ? count_allowed(mask, n_vocab) : -1;
+  bool ended = false;
+  const bool going = take_sampled(s, std::move(sampled), out, ended);
+  if (!ended) close_row(s, out, going);
 }
 
 bool Engine::Impl::step() {
+  propose_drafts();
   Step plan = scheduler->schedule();
+  // A preempted sequence's draft was dropped; a short budget may have cut one.
+  for (auto& [id, sample] : by_seq) {
+    if (sample->draft.empty()) continue;
+    const std::int32_t left = scheduler->contains(id) ? scheduler->n_draft(id) : 0;  // failed: removed
+    sample->draft.resize(static_cast<std::size_t>(left));
+  }
   for (SequenceId id : plan.failed) {
     auto it = by_seq.find(id);
     if (it == by_seq.end()) continue;
@@ -583,6 +647,8 @@ bool Engine::Impl::step() {
   std::vector<Sample*> row_samples;
   std::vector<std::size_t> sample_logits;
   std::vector<PromptRow> prompt_rows;
+  std::vector<DraftedRow> drafted;
+  std::size_t n_draft_masks = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     const auto seq_tokens = scheduler->tokens(c.id);
     tokens.insert(tokens.end(), seq_tokens.begin() + c.begin, seq_tokens.begin() + c.begin + c.n_tokens);
@@ -605,7 +671,13 @@ bool Engine::Impl::step() {
         logit_rows.push_back(first_index + (p - c.begin));
       }
     }
-    if (c.wants_logits) {
+    if (c.wants_logits && !sample->draft.empty()) {
+      // A drafted row: the logits of its token and of each drafted token, one mask per position.
+      const std::size_t n = sample->draft.size() + 1;
+      drafted.push_back({sample, c.begin, logit_rows.size(), n, sample->matcher ? n_draft_masks : 0});
+      if (sample->matcher) n_draft_masks += n;
+      for (std::size_t i = 0; i < n; ++i) logit_rows.push_back(static_cast<std::int32_t>(tokens.size() - n + i));
+    } else if (c.wants_logits) {
       sample_logits.push_back(logit_rows.size());
       logit_rows.push_back(static_cast<std::int32_t>(tokens.size()) - 1);
       row_samples.push_back(sample);
@@ -622,6 +694,14 @@ bool Engine::Impl::step() {
     if (row_samples[i]->matcher) mask_rows.push_back(i);
   }
   std::vector<std::string> mask_errors(row_samples.size());
+  // A drafted row's masks: one per position, the matcher walked through the draft and back.
+  step_draft_masks.resize(n_draft_masks * words);
+  std::span<std::uint32_t> draft_masks(step_draft_masks);
+  std::vector<std::size_t> drafted_masks;
+  for (std::size_t i = 0; i < drafted.size(); ++i) {
+    if (drafted[i].sample->matcher) drafted_masks.push_back(i);
+  }
+  std::vector<std::string> draft_mask_errors(drafted.size());
   step_logits.resize(logit_rows.size() * static_cast<std::size_t>(n_vocab));
   std::span<float> logits(step_logits);
   std::string forward_error;
@@ -633,13 +713,31 @@ bool Engine::Impl::step() {
   } catch (const std::exception& e) {
     forward_error = e.what();
   }
-  mask_pool->parallel_for(mask_rows.size(), [&](std::size_t i) {
+  mask_pool->parallel_for(mask_rows.size() + drafted_masks.size(), [&](std::size_t i) {
     const auto t0 = Clock::now();
-    const std::size_t row = mask_rows[i];
-    try {
-      row_samples[row]->matcher->fill_next_token_bitmask(masks.subspan(row * words, words));
-    } catch (const std::exception& e) {
-      mask_errors[row] = e.what();
+    if (i >= mask_rows.size()) {
+      const DraftedRow& d = drafted[drafted_masks[i - mask_rows.size()]];
+      pse::Matcher& m = *d.sample->matcher;
+      std::size_t walked = 0;
+      try {
+        for (std::size_t p = 0; p < d.n; ++p) {
+          if (p > 0) {
+            if (!m.accept_token(d.sample->draft[p - 1])) throw Error("a drafted token the grammar vetted was rejected");
+            ++walked;
+          }
+          m.fill_next_token_bitmask(draft_masks.subspan((d.first_mask + p) * words, words));
+        }
+      } catch (const std::exception& e) {
+        draft_mask_errors[drafted_masks[i - mask_rows.size()]] = e.what();
+      }
+      if (walked > 0) m.rollback(static_cast<std::int32_t>(walked));
+    } else {
+      const std::size_t row = mask_rows[i];
+      try {
+        row_samples[row]->matcher->fill_next_token_bitmask(masks.subspan(row * words, words));
+      } catch (const std::exception& e) {
+        mask_errors[row] = e.what();
+      }
     }
     double cur = mask_time.load();
     while (!mask_time.compare_exchange_weak(cur, cur + seconds_since(t0))) {
@@ -668,6 +766,7 @@ bool Engine::Impl::step() {
   if (!forward_error.empty()) {
     // Nothing was sampled; every request in the batch fails (the batch itself was inconsistent).
     for (Sample* s : row_samples) fail_request(*s->request, "forward pass failed: " + forward_error);
+    for (const DraftedRow& d : drafted) fail_request(*d.sample->request, "forward pass failed: " + forward_error);
     for (const ScheduledChunk& c : plan.chunks) {
       auto it = by_seq.find(c.id);
       if (it != by_seq.end()) fail_request(*it->second->request, "forward pass failed: " + forward_error);
@@ -738,7 +837,124 @@ bool Engine::Impl::step() {
     }
     handle_row(s, row_logits, mask);
   }
+
+  for (std::size_t i = 0; i < drafted.size(); ++i) {
+    const DraftedRow& d = drafted[i];
+    Sample& s = *d.sample;
+    if (s.finished) continue;
+    if (!draft_mask_errors[i].empty()) {
+      finish(s, FinishReason::error, "grammar mask failed: " + draft_mask_errors[i]);
+      continue;
+    }
+    std::span<const std::uint32_t> row_masks;
+    if (s.matcher) {
+      row_masks = draft_masks.subspan(d.first_mask * words, d.n * words);
+    } else if (s.request->req.ignore_eos) {
+      row_masks = no_eos_mask;  // the same mask at every position
+    }
+    verify_row(s, d.first_position, logits.subspan(d.first_logits * static_cast<std::size_t>(n_vocab),
+                                                   d.n * static_cast<std::size_t>(n_vocab)),
+               row_masks);
+  }
   return true;
+}
+
+void Engine::Impl::propose_drafts() {
+  // Decoding rows (running, one token to compute) of requests that speculate, and how many rows decode.
+  std::vector<Sample*> rows;
+  std::int32_t n_decoding = 0;
+  for (auto& r : active) {
+    for (Sample& s : r->samples) {
+      if (s.finished || !s.seq || !scheduler->is_running(*s.seq) || !s.draft.empty()) continue;
+      const auto n_tokens = static_cast<std::int32_t>(scheduler->tokens(*s.seq).size());
+      if (n_tokens - scheduler->n_computed(*s.seq) != 1) continue;
+      ++n_decoding;
+      if (r->speculative.mode != DraftMode::off) rows.push_back(&s);
+    }
+  }
+  if (rows.empty() || n_decoding > options.speculative_max_batch) return;
+  for (Sample* s : rows) {
+    const GenerateRequest& q = s->request->req;
+    const std::span<const std::int32_t> context = scheduler->tokens(*s->seq);
+    const auto n_tokens = static_cast<std::int32_t>(context.size());
+    const std::int32_t limit = std::min(q.max_tokens, context_length - static_cast<std::int32_t>(q.prompt.size()));
+    // Each kept draft token is an output token (the last may reach the limit: no token is sampled after
+    // it then), and each takes a position of the context.
+    const std::int32_t room =
+        std::min(limit - static_cast<std::int32_t>(s->output.size()), context_length - n_tokens);
+    const std::int32_t k = std::min(room, s->draft_length.next());
+    if (k <= 0) continue;
+    std::vector<std::int32_t> draft = prompt_lookup(context, k);
+    // A draft is text: it stops before a token that ends generation or is special.
+    const auto text_end = std::find_if(draft.begin(), draft.end(), [&](std::int32_t t) {
+      return is_eos(t) || model->tokenizer->is_special(t);
+    });
+    draft.erase(text_end, draft.end());
+    // And before the first token the grammar rejects.
+    if (s->matcher && !draft.empty()) {
+      std::size_t ok = 0;
+      while (ok < draft.size() && s->matcher->accept_token(draft[ok])) ++ok;
+      if (ok > 0) s->matcher->rollback(static_cast<std::int32_t>(ok));
+      draft.resize(ok);
+    }
+    if (draft.empty()) continue;
+    scheduler->draft(*s->seq, draft);
+    s->draft = std::move(draft);
+  }
+}
+
+// Verifies a drafted row: position by position, the drafted token is kept or replaced (Sampler::verify,
+// each position under its own mask); the first replacement, or the token after a fully kept draft, ends
+// the row. Each kept token is an event of its own (events carry one sampled token, then forced ones).
+// The K/V of the row's token and of the kept drafts stay; the rest is truncated.
+void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<float> logits,
+                              std::span<const std::uint32_t> masks) {
+  Request& r = *s.request;
+  const GenerateRequest& q = r.req;
+  const std::vector<std::int32_t> draft = std::move(s.draft);
+  s.draft.clear();
+  const auto vocab = static_cast<std::size_t>(n_vocab);
+  const std::size_t words = (vocab + 31) / 32;
+  const bool per_position = s.matcher.has_value();
+  std::int32_t kept = 0;
+  bool going = true, ended = false;
+  RowOutput out;
+  for (std::size_t i = 0; i <= draft.size(); ++i) {
+    const std::span<float> row = logits.subspan(i * vocab, vocab);
+    const std::span<const std::uint32_t> mask = per_position ? masks.subspan(i * words, words) : masks;
+    out = RowOutput{};
+    out.n_allowed = per_position ? count_allowed(mask, n_vocab) : -1;
+    SampledToken sampled;
+    bool accepted = false;
+    try {
+      sampled = i < draft.size() ? s.sampler->verify(row, mask, q.prompt, s.output, draft[i], accepted)
+                                 : s.sampler->sample(row, mask, q.prompt, s.output);
+    } catch (const std::exception& e) {
+      finish(s, FinishReason::error, fmt::format("sampling failed: {}", e.what()));
+      ended = true;
+      break;
+    }
+    going = take_sampled(s, std::move(sampled), out, ended);
+    if (ended || !accepted) break;
+    ++kept;
+    if (!going) break;  // a kept draft token that ends the sample (a limit, a stop string)
+    // A kept draft token the sample goes on after: its own event; its K/V is in the cache already.
+    count_generated(1, 0);
+    emit(s, std::move(out.added), std::move(out.text), std::move(out.logprobs), FinishReason::none, {},
+         out.n_allowed);
+  }
+  const auto n_draft = static_cast<std::int32_t>(draft.size());
+  s.draft_length.record(n_draft, kept);
+  r.usage.draft_tokens += n_draft;
+  r.usage.accepted_draft_tokens += kept;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    stats.draft_tokens += static_cast<std::uint64_t>(n_draft);
+    stats.accepted_draft_tokens += static_cast<std::uint64_t>(kept);
+  }
+  if (ended) return;
+  if (going) scheduler->truncate(*s.seq, first_position + 1 + kept);
+  close_row(s, out, going);
 }
 
 void Engine::Impl::run_loop() {
@@ -801,6 +1017,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
                                                                   std::random_device{}();
   if (request.id.empty()) request.id = fmt::format("req-{}", m.next_id.fetch_add(1));
   r->req = std::move(request);
+  r->speculative = r->req.speculative.value_or(m.options.speculative);
   r->usage.prompt_tokens = static_cast<std::int32_t>(r->req.prompt.size());
   if (r->req.prompt_logprobs) r->prompt_logprobs.resize(r->req.prompt.size() - 1);
   r->channel = std::make_shared<detail::RequestChannel>(r->req.id, m.signal);
@@ -810,6 +1027,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
     s.request = r.get();
     s.index = i;
     s.sampler.emplace(r->req.sampling, r->seed + static_cast<std::uint64_t>(i));
+    if (r->speculative.k > 0) s.draft_length = DraftLength(r->speculative.k);
     s.detok.emplace(*m.model->tokenizer, tokenizers::DecodeOptions{.skip_special = true});
     if (!r->req.stop.empty()) s.stops.emplace(r->req.stop);
   }

@@ -34,6 +34,7 @@ void check_request(const GenerateRequest& request, const Model& model, std::int3
     if (request.stop[i].empty()) throw RequestError(fmt::format("[request] stop[{}] is empty", i), "stop");
   }
   request.sampling.validate(n_vocab);
+  if (request.speculative) request.speculative->validate();
 }
 
 }  // namespace pie::detail
