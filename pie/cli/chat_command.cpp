@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "grammar_source.h"
 #include "model_option.h"
+#include "speculative_flags.h"
 #include "pie/chat_session.h"
 #include "pie/engine.h"
 #include "pie/model_store.h"
@@ -171,6 +172,8 @@ int run_chat(std::span<const std::string> args) {
       .option("ctx", 'c', "N", "context length (default: the model's, at most 8192)", &ctx);
   grammar.add_options(parser);
   chat_options.add_options(parser);
+  SpeculativeFlags spec;
+  spec.add_options(parser);
   if (!parser.parse(args)) return 0;
 
   Json sampling{{"temperature", temp ? parse_double(*temp, "--temp") : 0.8},
@@ -181,6 +184,7 @@ int run_chat(std::span<const std::string> args) {
   Json fields = chat_options.fields(sampling, grammar);
   pie::EngineOptions engine_options;
   engine_options.max_running = 1;
+  engine_options.speculative = spec.get();
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 1, 1024));
   if (ctx) engine_options.context_length = static_cast<std::int32_t>(parse_int(*ctx, "--ctx", 16, 1 << 20));
 

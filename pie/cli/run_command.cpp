@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "grammar_source.h"
 #include "model_option.h"
+#include "speculative_flags.h"
 #include "pie/chat_session.h"
 #include "pie/engine.h"
 #include "pie/model_store.h"
@@ -35,6 +36,7 @@ struct RunSettings {
   int parallel = 1;             // concurrent requests (seeds seed, seed + 1, ...)
   std::optional<bool> add_bos;  // --bos / --no-bos; nullopt: as the model's metadata says
   bool json_stats = false;
+  pie::SpeculativeOptions speculative;
 };
 
 struct RunSummary {
@@ -53,16 +55,21 @@ void print_summary(const RunSummary& r, const pie::EngineStats& st, const std::s
     std::fprintf(stderr,
                  "{\"requests\": %zu, \"completion_tokens\": %d, \"forced_tokens\": %llu, \"prompt_tokens\": %d, "
                  "\"seconds\": %.6f, \"decode_seconds\": %.6f, \"submit_seconds\": %.6f, \"tokens_per_second\": %.3f, "
-                 "\"steps\": %llu, \"forward_seconds\": %.6f, \"mask_seconds\": %.6f, \"finish\": \"%s\"}\n",
+                 "\"steps\": %llu, \"forward_seconds\": %.6f, \"mask_seconds\": %.6f, \"draft_tokens\": %llu, "
+                 "\"accepted_draft_tokens\": %llu, \"finish\": \"%s\"}\n",
                  r.requests, r.usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens),
                  r.usage.prompt_tokens, r.total_s, r.decode_s, r.submit_s, rate,
-                 static_cast<unsigned long long>(st.steps), st.forward_seconds, st.mask_seconds, r.finish.c_str());
+                 static_cast<unsigned long long>(st.steps), st.forward_seconds, st.mask_seconds,
+                 static_cast<unsigned long long>(st.draft_tokens),
+                 static_cast<unsigned long long>(st.accepted_draft_tokens), r.finish.c_str());
   } else {
+    const std::string drafts =
+        st.draft_tokens > 0 ? fmt::format("; drafts kept {} of {}", st.accepted_draft_tokens, st.draft_tokens) : "";
     std::fprintf(stderr,
-                 "orchard run: %d tokens (%llu forced) in %.2f s, %.1f tokens/s; prompt %d tokens; finish %s; "
+                 "orchard run: %d tokens (%llu forced) in %.2f s, %.1f tokens/s; prompt %d tokens; finish %s%s; "
                  "model %s (loaded in %.2f s)\n",
                  r.usage.completion_tokens, static_cast<unsigned long long>(st.forced_tokens), r.total_s, rate,
-                 r.usage.prompt_tokens, r.finish.c_str(), model_name.c_str(), r.load_s);
+                 r.usage.prompt_tokens, r.finish.c_str(), drafts.c_str(), model_name.c_str(), r.load_s);
   }
 }
 
@@ -80,6 +87,7 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
 
   pie::EngineOptions options;
   options.n_threads = settings.n_threads;
+  options.speculative = settings.speculative;
   options.max_running = settings.parallel;
   pie::Engine engine(model, options);
   const auto t0 = std::chrono::steady_clock::now();
@@ -147,6 +155,7 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
                   const RunSettings& settings) {
   pie::EngineOptions options;
   options.n_threads = settings.n_threads;
+  options.speculative = settings.speculative;
   options.max_running = 1;
   auto engine = std::make_shared<pie::Engine>(model, options);
   pie::ChatSession session(engine);
@@ -222,6 +231,8 @@ int run_run(std::span<const std::string> args) {
       .flag("chat", 0, "format the prompt through the model's chat template, as one user message", &chat);
   grammar.add_options(parser);
   chat_options.add_options(parser);
+  SpeculativeFlags spec;
+  spec.add_options(parser);
   if (!parser.parse(args)) return 0;
   if (prompt && prompt_file) throw UsageError("give -p PROMPT or -f FILE, not both");
   if (bos && no_bos) throw UsageError("give --bos or --no-bos, not both");
@@ -250,6 +261,7 @@ int run_run(std::span<const std::string> args) {
   settings.parallel = parallel ? static_cast<int>(parse_int(*parallel, "--parallel", 1, 256)) : 1;
   if (bos || no_bos) settings.add_bos = bos;
   settings.json_stats = json_stats;
+  settings.speculative = spec.get();
 
   // A model that cannot be found or loaded, a bad prompt, grammar or request: thrown to main, which
   // writes one line and exits with status 2. A generation that fails once running: status 1.

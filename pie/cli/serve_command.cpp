@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "grammar_source.h"
 #include "model_option.h"
+#include "speculative_flags.h"
 #include "pie/engine.h"
 #include "pie/model.h"
 #include "pie/model_store.h"
@@ -65,12 +66,15 @@ int run_serve(std::span<const std::string> args) {
               "runs) or indented (one member per line)",
               &json_layout)
       .flag("quiet", 'q', "no per-request log lines", &quiet);
+  SpeculativeFlags spec;
+  spec.add_options(parser);
   if (!parser.parse(args)) return 0;
 
   pie::EngineOptions engine_options;
   if (parallel) engine_options.max_running = static_cast<std::int32_t>(parse_int(*parallel, "--parallel", 1, 4096));
   if (ctx) engine_options.context_length = static_cast<std::int32_t>(parse_int(*ctx, "--ctx", 16, 1 << 20));
   engine_options.grammar_tables = table_build_option(grammar_tables, "--grammar-tables");
+  engine_options.speculative = spec.get();
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
   pie::ServerOptions options;
   if (host) options.host = *host;

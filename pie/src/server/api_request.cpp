@@ -122,6 +122,35 @@ std::vector<std::string> parse_stop(const Json& v, const std::string& path) {
   return stops;
 }
 
+// Extension "speculative": "ngram" or "off", or {"mode": "ngram" | "off", "k": 0..16} (k 0: adaptive).
+std::optional<SpeculativeOptions> parse_speculative(const Json& body, const std::string& scope) {
+  const Json* v = member(body, "speculative");
+  if (v == nullptr) return std::nullopt;
+  const std::string path = scope.empty() ? "speculative" : scope + ".speculative";
+  SpeculativeOptions out;
+  auto mode = [&](const Json& m, const std::string& where) {
+    if (!m.is_string()) wrong_type(where, "\"ngram\" or \"off\"", m);
+    const std::string name = m.get<std::string>();
+    if (name == "ngram") return DraftMode::ngram;
+    if (name == "off") return DraftMode::off;
+    throw ApiError::invalid(fmt::format("'{}' must be \"ngram\" or \"off\", got \"{}\"", where, name), where);
+  };
+  if (v->is_string()) {
+    out.mode = mode(*v, path);
+  } else if (v->is_object()) {
+    if (const Json* m = member(*v, "mode")) out.mode = mode(*m, path + ".mode");
+    if (auto k = get_int(*v, "k", path, 0, kMaxDraftTokens)) out.k = static_cast<std::int32_t>(*k);
+    for (const auto& [key, value] : v->items()) {
+      if (key != "mode" && key != "k") {
+        throw ApiError::invalid(fmt::format("'{}' has an unknown field '{}' (mode, k)", path, key), path);
+      }
+    }
+  } else {
+    wrong_type(path, "a string or an object", *v);
+  }
+  return out;
+}
+
 // Fields shared by OpenAI's chat and text completions.
 void parse_openai_common(const Json& body, GenerationParams& p) {
   p.model = get_string(body, "model", "").value_or("");
@@ -175,6 +204,7 @@ void parse_openai_common(const Json& body, GenerationParams& p) {
   p.constraint = parse_constraint(body);
   // Extension: per-token detail (sampled or forced, tokens the mask allowed) in the response.
   p.token_detail = get_bool(body, "token_detail", "").value_or(false);
+  p.speculative = parse_speculative(body, "");
 }
 
 }  // namespace
@@ -467,6 +497,7 @@ void parse_ollama_common(const Json& body, GenerationParams& p) {
                          std::numeric_limits<std::int64_t>::max())) {
       s.seed = static_cast<std::uint64_t>(*v);
     }
+    p.speculative = parse_speculative(*options, "options");
     // num_predict: -1 (and -2) mean "until the context is full" in Ollama.
     if (auto v = get_int(*options, "num_predict", "options", -2, std::numeric_limits<std::int32_t>::max())) {
       if (*v > 0) p.max_tokens = static_cast<std::int32_t>(*v);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pie/sampling.h"
+#include "pie/speculation.h"
 #include "pie/tool_calls.h"
 
 namespace pie::server {
@@ -42,6 +43,7 @@ struct GenerationParams {
   bool include_usage = false;        // stream_options.include_usage
   Constraint constraint;
   bool token_detail = false;         // extension: each token sampled or forced, and its step's mask count
+  std::optional<SpeculativeOptions> speculative;  // extension; nullopt: the server's --spec
 };
 
 struct ChatRequest {

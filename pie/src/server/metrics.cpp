@@ -101,6 +101,10 @@ std::string Metrics::render(const EngineStats& s, std::int64_t in_flight) const 
   metric(out, "orchard_engine_generated_tokens_total", "counter", "Tokens sampled.", u(s.generated_tokens));
   metric(out, "orchard_engine_forced_tokens_total", "counter", "Tokens appended by jump-forward.",
          u(s.forced_tokens));
+  metric(out, "orchard_engine_draft_tokens_total", "counter", "Speculative decoding: tokens drafted and scored.",
+         u(s.draft_tokens));
+  metric(out, "orchard_engine_accepted_draft_tokens_total", "counter",
+         "Speculative decoding: drafted tokens kept.", u(s.accepted_draft_tokens));
   metric(out, "orchard_engine_preemptions_total", "counter", "Sequences preempted for KV space.",
          u(s.preemptions));
   metric(out, "orchard_kv_pages", "gauge", "KV cache pages in the pool.", u(s.kv_pages));

@@ -31,6 +31,12 @@ Json usage_json(const Usage& usage) {
   out["completion_tokens"] = usage.completion_tokens;
   out["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   out["prompt_tokens_details"] = Json{{"cached_tokens", usage.cached_prompt_tokens}};
+  // Speculative decoding, in OpenAI's words for predicted outputs: draft tokens kept and rejected.
+  if (usage.draft_tokens > 0) {
+    out["completion_tokens_details"] =
+        Json{{"accepted_prediction_tokens", usage.accepted_draft_tokens},
+             {"rejected_prediction_tokens", usage.draft_tokens - usage.accepted_draft_tokens}};
+  }
   return out;
 }
 

@@ -60,6 +60,7 @@ namespace {
 // Sampling, n, stop and max_tokens, shared by every route.
 void fill_common(const ServedModel& model, const GenerationParams& p, PreparedRequest& out) {
   out.request.sampling = p.sampling;
+  out.request.speculative = p.speculative;
   out.request.n = p.n;
   out.request.stop = p.stop;
   auto prompt_size = static_cast<std::int32_t>(out.request.prompt.size());

@@ -114,6 +114,26 @@ TEST(ParseOpenAIChat, ErrorsNameTheField) {
   EXPECT_EQ(param_of([&] { parse_openai_chat(no_content); }), "messages[0].content");
 }
 
+TEST(ParseOpenAIChat, SpeculativeExtension) {
+  EXPECT_FALSE(parse_openai_chat(chat()).params.speculative);
+  const auto named = parse_openai_chat(chat({{"speculative", "ngram"}})).params.speculative;
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->mode, DraftMode::ngram);
+  EXPECT_EQ(named->k, 0);
+  const auto full = parse_openai_chat(chat({{"speculative", Json{{"mode", "ngram"}, {"k", 5}}}})).params.speculative;
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->k, 5);
+  EXPECT_EQ(parse_openai_chat(chat({{"speculative", "off"}})).params.speculative->mode, DraftMode::off);
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"speculative", "eagle"}})); }), "speculative");
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"speculative", 3}})); }), "speculative");
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"speculative", Json{{"k", 17}}}})); }), "speculative.k");
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"speculative", Json{{"depth", 2}}}})); }), "speculative");
+  const Json ollama{{"model", "m"},
+                    {"messages", Json::array({Json{{"role", "user"}, {"content", "hi"}}})},
+                    {"options", Json{{"speculative", "ngram"}}}};
+  EXPECT_EQ(parse_ollama_chat(ollama).params.speculative->mode, DraftMode::ngram);
+}
+
 TEST(ParseOpenAIChat, ResponseFormats) {
   ChatRequest text = parse_openai_chat(chat({{"response_format", Json{{"type", "text"}}}}));
   EXPECT_EQ(text.params.constraint.kind, Constraint::Kind::none);

@@ -100,6 +100,12 @@ TEST(OpenAIFormat, ChunksUsageAndFraming) {
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["total_tokens"], 16);
   EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+  EXPECT_FALSE(usage["usage"].contains("completion_tokens_details"));  // no speculation: nothing to say
+  // Speculative decoding, as OpenAI's predicted-output counts.
+  Usage spec{10, 0, 6, 9, 7};
+  const Json details = usage_json(spec)["completion_tokens_details"];
+  EXPECT_EQ(details["accepted_prediction_tokens"], 7);
+  EXPECT_EQ(details["rejected_prediction_tokens"], 2);
 
   EXPECT_EQ(sse_event(Json{{"a", 1}}), "data: {\"a\":1}\n\n");
   // Invalid UTF-8 (a token holding half a character) is replaced, never thrown on.
