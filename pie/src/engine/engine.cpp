@@ -248,7 +248,8 @@ struct Engine::Impl {
   struct RowOutput;
   bool push_token(Sample& s, std::int32_t token, RowOutput& out);
   bool take_sampled(Sample& s, SampledToken sampled, RowOutput& out, bool& ended);
-  void close_row(Sample& s, RowOutput& out, bool going);
+  // n_known: leading tokens of out.added the scheduler has already (a kept draft token).
+  void close_row(Sample& s, RowOutput& out, bool going, std::size_t n_known = 0);
   void count_generated(std::size_t n_tokens, std::int32_t n_forced);
   void handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask);
   // Speculative decoding: drafts for the decoding rows before the step is scheduled, and a drafted row's
@@ -547,7 +548,7 @@ bool Engine::Impl::take_sampled(Sample& s, SampledToken sampled, RowOutput& out,
 // text the grammar forces are appended without sampling; the last one is kept back for sampling when the
 // output can still go on, since it could merge with what follows), the context limit, the scheduler, the
 // event, and the end of the sample when it ended.
-void Engine::Impl::close_row(Sample& s, RowOutput& out, bool going) {
+void Engine::Impl::close_row(Sample& s, RowOutput& out, bool going, std::size_t n_known) {
   const auto prompt_len = static_cast<std::int32_t>(s.request->req.prompt.size());
   const std::size_t sampled = out.added.size();
   std::int32_t n_forced = 0;
@@ -576,7 +577,7 @@ void Engine::Impl::close_row(Sample& s, RowOutput& out, bool going) {
     out.reason = FinishReason::length;
     going = false;
   }
-  if (going) scheduler->append(*s.seq, std::span<const std::int32_t>(out.added).subspan(out.added.size() - 1 - n_forced));
+  if (going) scheduler->append(*s.seq, std::span<const std::int32_t>(out.added).subspan(n_known));
   emit(s, std::move(out.added), std::move(out.text), std::move(out.logprobs), FinishReason::none, {},
        out.n_allowed);
   if (!going) finish(s, out.reason);
@@ -890,10 +891,14 @@ void Engine::Impl::propose_drafts() {
       return is_eos(t) || model->tokenizer->is_special(t);
     });
     draft.erase(text_end, draft.end());
-    // And before the first token the grammar rejects.
+    // And before the first token the grammar rejects, and after one past which the grammar forces text:
+    // decoding without a draft appends that text's tokens there (jump-forward), so must this.
     if (s->matcher && !draft.empty()) {
       std::size_t ok = 0;
-      while (ok < draft.size() && s->matcher->accept_token(draft[ok])) ++ok;
+      while (ok < draft.size() && s->matcher->accept_token(draft[ok])) {
+        ++ok;
+        if (!s->matcher->forced_continuation().empty()) break;
+      }
       if (ok > 0) s->matcher->rollback(static_cast<std::int32_t>(ok));
       draft.resize(ok);
     }
@@ -917,7 +922,7 @@ void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<
   const std::size_t words = (vocab + 31) / 32;
   const bool per_position = s.matcher.has_value();
   std::int32_t kept = 0;
-  bool going = true, ended = false;
+  bool going = true, ended = false, last_accepted = false;
   RowOutput out;
   for (std::size_t i = 0; i <= draft.size(); ++i) {
     const std::span<float> row = logits.subspan(i * vocab, vocab);
@@ -935,9 +940,13 @@ void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<
       break;
     }
     going = take_sampled(s, std::move(sampled), out, ended);
+    last_accepted = accepted;
     if (ended || !accepted) break;
     ++kept;
     if (!going) break;  // a kept draft token that ends the sample (a limit, a stop string)
+    // The grammar forces text after it (only after the last draft token: drafts are cut there): the row
+    // ends with that text's tokens, as decoding without a draft would append them.
+    if (s.matcher && !s.matcher->forced_continuation().empty()) break;
     // A kept draft token the sample goes on after: its own event; its K/V is in the cache already.
     count_generated(1, 0);
     emit(s, std::move(out.added), std::move(out.text), std::move(out.logprobs), FinishReason::none, {},
@@ -954,7 +963,8 @@ void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<
   }
   if (ended) return;
   if (going) scheduler->truncate(*s.seq, first_position + 1 + kept);
-  close_row(s, out, going);
+  // When the row ends on a kept draft token, the scheduler has it already (its K/V computed).
+  close_row(s, out, going, last_accepted ? 1 : 0);
 }
 
 void Engine::Impl::run_loop() {

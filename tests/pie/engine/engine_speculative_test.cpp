@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,7 +15,9 @@
 #include "engine_test_util.h"
 #include "pie/engine.h"
 #include "pse/gbnf.h"
+#include "pse/json_schema.h"
 #include "pse/regex.h"
+#include "default_model.h"
 #include "shared_data.h"
 
 namespace pie {
@@ -75,9 +78,10 @@ TEST(EngineSpeculative, StoriesGreedyIsTheReferenceTextWithDraftsKept) {
 TEST(EngineSpeculative, GreedyOutputsAreUnchanged) {
   Engine engine(random_model(), options());
   const std::vector<std::string> texts{"a b c a b c a b c a b", "{\"name\": \"Alice\", \"name\": \"Al",
-                                       "Once upon a time, once upon a time, once", "1 2 3 1 2 3 1 2"};
+                                       "Once upon a time, once upon a time, once", "1 2 3 1 2 3 1 2",
+                                       "{\"a\":\"cat\",\"b\":\"dog\"} {\"a\":\"cat\",\"b\":\"dog\"} {\"a\":\"cat"};
   for (const std::string& text : texts) {
-    for (int constrained = 0; constrained < 3; ++constrained) {
+    for (int constrained = 0; constrained < 4; ++constrained) {
       SCOPED_TRACE(text + " / constraint " + std::to_string(constrained));
       auto make = [&](std::optional<SpeculativeOptions> spec) {
         GenerateRequest r;
@@ -89,6 +93,14 @@ TEST(EngineSpeculative, GreedyOutputsAreUnchanged) {
         if (constrained == 1) r.grammar = pse::parse_regex("([a-z]+ ){3,30}[a-z]+");
         if (constrained == 2) r.grammar = pse::parse_gbnf(R"(root ::= "{" pair ("," pair)* "}"
 pair ::= "\"" [a-z]+ "\":" [0-9]+)");
+        // Text the grammar forces between the values (jump-forward) right where drafts copy the prompt.
+        if (constrained == 3) {
+          r.grammar = pse::json_schema_to_grammar(std::string_view(
+              R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 6},
+                  "b": {"type": "string", "maxLength": 6}, "c": {"enum": ["cat", "dog"]}},
+                  "required": ["a", "b", "c"], "additionalProperties": false})"),
+              pse::JsonSchemaOptions{.layout = pse::JsonLayout::kCompact});
+        }
         return r;
       };
       const auto plain = testing::run(engine, make(SpeculativeOptions{}));
@@ -101,6 +113,36 @@ pair ::= "\"" [a-z]+ "\":" [0-9]+)");
       }
     }
   }
+}
+
+// The real default model (Q4_1) on the extraction prompts of the speculative benchmark: the same JSON with
+// and without speculation, greedy, and drafts kept (the answers copy their paragraph).
+TEST(EngineSpeculative, DefaultModelExtractionIsUnchanged) {
+  ORCHARD_REQUIRE_DEFAULT_MODEL();
+  const auto model = load_model(orchard::testing::default_model_path());
+  Engine engine(model, options());
+  std::ifstream in(orchard::testing::source_dir() / "tests/bench/speculative/extraction.json");
+  const nlohmann::json cases = nlohmann::json::parse(in);
+  std::int32_t kept = 0;
+  for (const nlohmann::json& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    auto make = [&](SpeculativeOptions spec) {
+      GenerateRequest r;
+      r.prompt = model->tokenizer->encode(c["text"].get<std::string>() + "\nJSON:");
+      r.sampling.temperature = 0;
+      r.max_tokens = 160;
+      r.grammar = pse::json_schema_to_grammar(std::string_view(c["schema"].dump()),
+                                              pse::JsonSchemaOptions{.layout = pse::JsonLayout::kCompact});
+      r.speculative = spec;
+      return r;
+    };
+    const auto plain = testing::run(engine, make({}));
+    const auto fast = testing::run(engine, make(ngram()));
+    EXPECT_EQ(fast.samples.at(0).text, plain.samples.at(0).text);
+    EXPECT_EQ(fast.samples.at(0).tokens, plain.samples.at(0).tokens);
+    kept += fast.usage.accepted_draft_tokens;
+  }
+  EXPECT_GT(kept, 0);
 }
 
 // A token budget of 3 per step trims every draft to two tokens (and a busy step to none): still the same.

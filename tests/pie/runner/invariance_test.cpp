@@ -9,6 +9,7 @@
 
 #include "pie/model.h"
 #include "pie/runner.h"
+#include "default_model.h"
 #include "runner_test_util.h"
 
 namespace pie::testing {
@@ -131,6 +132,28 @@ void check_truncation(const std::string& name) {
 TEST(RunnerInvarianceTest, TruncatedTailRecomputesIdentically) {
   check_truncation("llama");
   check_truncation("qwen3");
+}
+
+// The real default model (Q4_1 matrices, a Q8_0 output, 576-wide rows): a token's logits are the same bits
+// whether it runs as a decode row, inside a prefill chunk, or among a crowd.
+TEST(RunnerInvarianceTest, DefaultModelQuantized) {
+  ORCHARD_REQUIRE_DEFAULT_MODEL();
+  tensor::ThreadPool pool(2);
+  ModelRunner runner(load_model(orchard::testing::default_model_path()), &pool);
+  std::vector<std::int32_t> tokens;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 70; ++i) tokens.push_back(static_cast<std::int32_t>(rng() % 49152));
+  const Logits alone = run_probe(runner, tokens, static_cast<std::int32_t>(tokens.size()), false);
+  for (std::int32_t chunk : {1, 2, 4, 7, 33}) {
+    for (bool crowd : {false, true}) {
+      const Logits got = run_probe(runner, tokens, chunk, crowd);
+      ASSERT_EQ(got.size(), alone.size());
+      for (std::size_t pos = 0; pos < alone.size(); ++pos) {
+        ASSERT_TRUE(same_bits(got[pos], alone[pos]))
+            << "position " << pos << " differs with chunks of " << chunk << (crowd ? " in a crowd" : " alone");
+      }
+    }
+  }
 }
 
 TEST(RunnerInvarianceTest, Llama) { check_model("llama"); }      // generic attention kernel (head dim 12)

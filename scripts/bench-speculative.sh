@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Speculative decoding (prompt lookup) beside the same runs without it, on the default model
+# (SmolLM2-135M-Instruct), batch 1, THREADS threads: extraction prompts whose JSON answer (schema-
+# constrained, greedy) copies names, dates and numbers from a paragraph (tests/bench/speculative/
+# extraction.json). Each of REPS rounds runs every case once without and once with speculation (the order
+# alternating), under /tmp/orchard-cpu-bench.lock; the outputs must be identical. Prints per case the
+# median decode tokens/s of each, the ratio, and the drafts kept; then batch BATCH (PARALLEL requests at
+# once) with and without --spec, where the adaptive rule keeps speculation off (no slowdown expected).
+#
+#   scripts/bench-speculative.sh [BUILD_DIR]   Environment: THREADS (2), REPS (5), PARALLEL (16),
+#   ORCHARD_BIN (a prebuilt orchard; nothing is built then), PYTHON (python3).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="${1:-$ROOT/build}"
+THREADS="${THREADS:-2}"
+REPS="${REPS:-5}"
+PARALLEL="${PARALLEL:-16}"
+PY="${PYTHON:-python3}"
+LOCK=/tmp/orchard-cpu-bench.lock
+if [ -z "${ORCHARD_BIN:-}" ]; then
+  cmake --build "$BUILD" --target orchard -j2 >/dev/null
+  ORCHARD_BIN="$BUILD/pie/orchard"
+fi
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+"$PY" - "$ROOT/tests/bench/speculative/extraction.json" "$WORK" <<'PY'
+import json, sys, os
+for c in json.load(open(sys.argv[1])):
+    open(os.path.join(sys.argv[2], c["name"] + ".txt"), "w").write(c["text"] + "\n")
+    json.dump(c["schema"], open(os.path.join(sys.argv[2], c["name"] + ".schema.json"), "w"))
+PY
+cases=$(cd "$WORK" && ls *.txt | sed 's/\.txt$//')
+run_case() {  # NAME MODE ROUND: appends the JSON summary, checks the output against the first one
+  local name=$1 mode=$2 round=$3
+  flock "$LOCK" "$ORCHARD_BIN" run --chat --schema "$WORK/$name.schema.json" -f "$WORK/$name.txt" --temp 0 \
+    --threads "$THREADS" --spec "$mode" --json-stats >"$WORK/$name.$mode.$round.out" 2>>"$WORK/$name.$mode.stats"
+  if [ -f "$WORK/$name.reference" ]; then
+    cmp -s "$WORK/$name.reference" "$WORK/$name.$mode.$round.out" || {
+      echo "bench-speculative: $name differs with --spec $mode" >&2; exit 1; }
+  else
+    cp "$WORK/$name.$mode.$round.out" "$WORK/$name.reference"
+  fi
+}
+for round in $(seq "$REPS"); do
+  for name in $cases; do
+    if [ $((round % 2)) -eq 1 ]; then run_case "$name" off "$round"; run_case "$name" ngram "$round"
+    else run_case "$name" ngram "$round"; run_case "$name" off "$round"; fi
+  done
+done
+# Batch PARALLEL: the same extraction prompt PARALLEL times at once (sampled), with and without --spec.
+batch() {
+  flock "$LOCK" "$ORCHARD_BIN" run --chat --schema "$WORK/invoice.schema.json" -f "$WORK/invoice.txt" \
+    --temp 0.7 --seed 1 --parallel "$PARALLEL" --threads "$THREADS" --spec "$1" --json-stats >/dev/null \
+    2>>"$WORK/batch.$1.stats"
+}
+for round in $(seq "$REPS"); do batch off; batch ngram; done
+"$PY" - "$WORK" "$cases" "$THREADS" "$PARALLEL" <<'PY'
+import json, os, statistics, sys
+work, cases, threads, parallel = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
+def stats(path):
+    return [json.loads(l) for l in open(path) if l.startswith("{")]
+print(f"SmolLM2-135M-Instruct Q4_1, {threads} threads, batch 1, greedy, JSON Schema; decode tokens/s (median of runs)")
+print("| case | tokens | without | with prompt lookup | ratio | drafts kept |")
+print("| --- | --- | --- | --- | --- | --- |")
+ratios = []
+for c in cases:
+    off, on = stats(os.path.join(work, c + ".off.stats")), stats(os.path.join(work, c + ".ngram.stats"))
+    a = statistics.median(r["tokens_per_second"] for r in off)
+    b = statistics.median(r["tokens_per_second"] for r in on)
+    d, k = on[0]["draft_tokens"], on[0]["accepted_draft_tokens"]
+    ratios.append(b / a)
+    print(f"| {c} | {on[0]['completion_tokens']} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {k} of {d} ({k / max(d, 1):.0%}) |")
+print(f"geometric mean ratio: {statistics.geometric_mean(ratios):.2f}x")
+off, on = stats(os.path.join(work, "batch.off.stats")), stats(os.path.join(work, "batch.ngram.stats"))
+a = statistics.median(r["tokens_per_second"] for r in off)
+b = statistics.median(r["tokens_per_second"] for r in on)
+print(f"batch {parallel}: {a:.1f} tokens/s without, {b:.1f} with --spec ngram ({b / a:.3f}x; drafts {on[0]['draft_tokens']})")
+PY
