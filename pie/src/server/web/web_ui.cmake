@@ -19,12 +19,14 @@ if(ORCHARD_WEB_UI)
     endforeach()
     message(STATUS "web page: ${package} not found (apt-get install ${package}): ${without}")
   endfunction()
-  set(js /usr/share/javascript)
+  set(ORCHARD_WEB_JAVASCRIPT_DIR /usr/share/javascript CACHE PATH "Where libjs-* packages put their files")
+  set(ORCHARD_WEB_NODEJS_DIR /usr/share/nodejs CACHE PATH "Where node-* packages put their files")
+  set(js ${ORCHARD_WEB_JAVASCRIPT_DIR})
   # Debian 12's security update of DOMPurify (2.4.1+dfsg+~2.4.0-2+deb12u1) turned one line of sanitize()
   # into a test of an undeclared variable, so every call with markup throws "ReferenceError: shadowNode is
   # not defined". Upstream's line (every 2.x release) is `if (body && FORCE_BODY)`: that line is restored in
   # a copy of the readable build (the minified one cannot be mended by text).
-  set(_purify /usr/share/nodejs/dompurify/dist/purify.js)
+  set(_purify ${ORCHARD_WEB_NODEJS_DIR}/dompurify/dist/purify.js)
   if(EXISTS ${_purify})
     file(READ ${_purify} _text)
     set(_broken "if (shadowNode.__depth >= MAX_NESTING_DEPTH || numberIsNaN(shadowNode.__depth)) {\n        _forceRemove(body.firstChild);")
@@ -41,8 +43,10 @@ if(ORCHARD_WEB_UI)
                       ${js}/marked/marked.min.js ${js}/marked/marked.umd.min.js)
   orchard_web_library(libjs-highlight.js /ui/lib/highlight.js "code blocks are not highlighted"
                       ${js}/highlight.js/highlight.min.js)
-  orchard_web_library(libjs-highlight.js /ui/lib/highlight.css "code blocks are not highlighted"
-                      ${js}/highlight.js/styles/a11y-light.css)
+  # Its a11y-light theme (WCAG AA contrast), from the same package.
+  if(EXISTS ${js}/highlight.js/highlight.min.js AND EXISTS ${js}/highlight.js/styles/a11y-light.css)
+    list(APPEND _web_assets "/ui/lib/highlight.css=${js}/highlight.js/styles/a11y-light.css")
+  endif()
   orchard_web_library(libjs-chart.js /ui/lib/chart.js "the dashboard shows numbers without charts"
                       ${js}/chart.js/chart.min.js ${js}/chart.js/Chart.min.js)
   # The page's own files; index.html is the page at /.

@@ -6,7 +6,8 @@
   and written to measurements.json, never asserted);
 - a wrong API key: the page says so and stays usable; the right one lists the models;
 - chat: an answer streams in (seen growing), renders Markdown with highlighted code, can be stopped (the
-  server counts the request cancelled), regenerated, and the conversation survives a reload;
+  server counts the request cancelled), regenerated, and the conversation survives a reload; reasoning is
+  shown folded (from a canned stream: SmolLM2 does not reason);
 - playground: a JSON Schema's output is shown valid with its forced and sampled tokens marked and the
   mask's counts; a GBNF error is shown at the line and column the server reports; a tool call is parsed
   and its arguments checked;
@@ -309,6 +310,36 @@ def test_chat_streams_renders_and_stops(ctx):
     expect(p.js("return document.querySelectorAll('#chat-log .msg').length") == n_messages, "the conversation after a reload")
 
 
+def test_chat_reasoning_folded(ctx):
+    """SmolLM2 does not reason: the page is handed a canned stream with reasoning_content (the server's
+    reasoning split has its own tests) and must show it folded, apart from the answer."""
+    p = ctx.page
+    p.tab("chat")
+    p.js("""
+        const realFetch = window.fetch;
+        window.fetch = async (url, options) => {
+          if (!String(url).endsWith('/v1/chat/completions')) return realFetch(url, options);
+          window.fetch = realFetch;
+          const deltas = [{role: 'assistant', content: ''}, {reasoning_content: 'First, think.'},
+                          {reasoning_content: ' Then answer.'}, {content: 'It is **42**.'}];
+          const body = deltas.map((d) => `data: ${JSON.stringify({choices: [{index: 0, delta: d}]})}\n\n`).join('') +
+            `data: ${JSON.stringify({choices: [{index: 0, delta: {}, finish_reason: 'stop'}]})}\n\ndata: [DONE]\n\n`;
+          return new Response(body, {status: 200, headers: {'Content-Type': 'text/event-stream'}});
+        };""")
+    send_chat(p, "What is six times seven?")
+    p.wait(lambda: (a := p.last_assistant()) and not a["busy"] and a, "the canned answer")
+    shown = p.js("""
+        const all = document.querySelectorAll('#chat-log .msg-assistant');
+        const m = all[all.length - 1];
+        const r = m.querySelector('details.reasoning');
+        return {hidden: r.hidden, open: r.open, summary: r.querySelector('summary').textContent,
+                reasoning: r.querySelector('div').textContent, strong: m.querySelector('.msg-content strong')?.textContent,
+                content: m.querySelector('.msg-content').textContent};""")
+    expect(not shown["hidden"] and not shown["open"], f"reasoning not folded: {shown}")
+    expect(shown["reasoning"] == "First, think. Then answer." and "Reasoning" in shown["summary"], f"{shown}")
+    expect(shown["strong"] == "42" and "think" not in shown["content"], f"answer: {shown}")
+
+
 # --- playground --------------------------------------------------------------------------------------
 def choose_kind(p, kind):
     p.el("panel-playground").find_element(By.CSS_SELECTOR, f"input[name=pg-kind][value={kind}]").click()
@@ -534,7 +565,8 @@ def test_server_goes_away_mid_answer(ctx):
     expect(not again["error"] and again["content"], f"after the restart: {again}")
 
 
-TESTS = [test_page_loads, test_wrong_api_key, test_chat_streams_renders_and_stops, test_playground_schema_output_valid,
+TESTS = [test_page_loads, test_wrong_api_key, test_chat_streams_renders_and_stops, test_chat_reasoning_folded,
+         test_playground_schema_output_valid,
          test_playground_compile_error_position, test_playground_tool_call, test_dashboard_moves, test_accessibility,
          test_screenshots, test_server_goes_away_mid_answer]
 
