@@ -169,6 +169,22 @@ TEST(ParseOpenAIChat, ResponseFormats) {
   EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"lark", 5}})); }), "lark");
 }
 
+// The constraint fields alone (the compile route reads them so), and the token_detail extension.
+TEST(ParseConstraint, FieldsAloneAndTokenDetail) {
+  EXPECT_EQ(parse_constraint(Json::object()).kind, Constraint::Kind::none);
+  Constraint regex = parse_constraint(Json{{"regex", "[0-9]+"}, {"messages", 5}});  // other fields are not read
+  EXPECT_EQ(regex.kind, Constraint::Kind::regex);
+  EXPECT_EQ(regex.param, "regex");
+  EXPECT_EQ(parse_constraint(Json{{"response_format", Json{{"type", "json_object"}}}}).kind,
+            Constraint::Kind::json_object);
+  EXPECT_EQ(param_of([] { parse_constraint(Json{{"grammar", "root ::= \"a\""}, {"lark", "start: \"a\""}}); }), "lark");
+  EXPECT_THROW(parse_constraint(Json::array()), ApiError);
+  EXPECT_FALSE(parse_openai_chat(chat()).params.token_detail);
+  EXPECT_TRUE(parse_openai_chat(chat({{"token_detail", true}})).params.token_detail);
+  EXPECT_TRUE(parse_openai_completion(Json{{"prompt", "x"}, {"token_detail", true}}).params.token_detail);
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"token_detail", 1}})); }), "token_detail");
+}
+
 Json weather_tool(const char* name = "get_weather") {
   Json parameters{{"type", "object"}, {"properties", Json{{"city", Json{{"type", "string"}}}}}};
   Json function{{"name", name}, {"description", "d"}, {"parameters", parameters}};
