@@ -70,6 +70,7 @@ function figures(model) {
     return n > 0 ? get(`${base}_sum`) / n : null;
   };
   const compiles = get('orchard_grammar_compiles_total');
+  const drafted = get('orchard_engine_draft_tokens_total');
   return {
     tps: rate('orchard_engine_generated_tokens_total', last),
     prompt_tps: rate('orchard_engine_prompt_tokens_total', last),
@@ -92,6 +93,9 @@ function figures(model) {
     compiles,
     compile_mean: compiles > 0 ? get('orchard_grammar_compile_seconds_total') / compiles : null,
     compile_hits: get('orchard_grammar_cache_hits_total'),
+    drafted,
+    drafts_kept: get('orchard_engine_accepted_draft_tokens_total'),
+    draft_rate: drafted > 0 ? get('orchard_engine_accepted_draft_tokens_total') / drafted : null,
     requests: get('orchard_engine_requests_total'),
     failed: get('orchard_engine_requests_failed_total'),
     cancelled: get('orchard_http_requests_cancelled_total'),
@@ -116,6 +120,7 @@ const CARDS = [
   ['hit-rate', 'Prefix-cache hit rate', (f) => fmt.pct(f.hit_rate), (f) => `last minute: ${fmt.pct(f.hit_recent)}`],
   ['mask', 'Mask time per step', (f) => fmt.ms(f.mask_per_step, 2), (f) => `vs forward pass: ${fmt.pct(f.mask_share)} (last minute)`],
   ['compile', 'Grammar compiles', (f) => fmt.n(f.compiles), (f) => `mean ${fmt.ms(f.compile_mean, 1)}; cache hits ${fmt.n(f.compile_hits)}`],
+  ['drafts', 'Speculative drafts kept', (f) => fmt.pct(f.draft_rate), (f) => `${fmt.n(f.drafts_kept)} of ${fmt.n(f.drafted)} drafted tokens`],
 ];
 
 // [key, caption, series: [label, value(figures), colour]]

@@ -52,8 +52,8 @@ export const EXAMPLES = {
   grammar: [
     {name: 'Yes or no, with a reason', source: 'root   ::= answer ", because " reason "."\nanswer ::= "yes" | "no"\n' +
       'reason ::= [a-z ,]{1,80}', prompt: 'Is Paris the capital of France?'},
-    {name: 'Arithmetic', source: 'root ::= expr " = " [0-9]+\nexpr ::= term (("+" | "-") term)*\n' +
-      'term ::= [0-9]+ (("*" | "/") [0-9]+)*', prompt: 'Write a sum of two small numbers and its result.'},
+    {name: 'Arithmetic', source: 'root ::= expr " = " [0-9]{1,4}\nexpr ::= term ((" + " | " - ") term){0,3}\n' +
+      'term ::= [0-9]{1,3} (" * " [0-9]{1,3})?', prompt: 'Write a sum of two small numbers and its result.'},
     {name: 'A date', source: 'root  ::= year "-" month "-" day\nyear  ::= "19" [0-9] [0-9] | "20" [0-9] [0-9]\n' +
       'month ::= "0" [1-9] | "1" [0-2]\nday   ::= "0" [1-9] | [12] [0-9] | "3" [01]',
     prompt: 'When did the Berlin Wall fall? Answer with the date.'},

@@ -251,15 +251,17 @@ function resetOutput() {
   $('pg-chart-box').hidden = true;
 }
 
+const plural = (n, word) => `${n} ${word}${n === 1 ? '' : 's'}`;
+
 function summarize(entries, finish) {
   const sampled = entries.filter((e) => !e.forced);
   const forced = entries.length - sampled.length;
   const counts = sampled.map((e) => e.allowed).filter((n) => typeof n === 'number');
-  let text = `${entries.length} tokens: ${sampled.length} sampled, ${forced} forced by the grammar` +
+  let text = `${plural(entries.length, 'token')}: ${sampled.length} sampled, ${forced} forced by the grammar` +
     `${entries.length ? ` (${Math.round((100 * forced) / entries.length)}%)` : ''}.`;
   if (counts.length) {
     text += ` The mask allowed ${Math.min(...counts)} to ${Math.max(...counts)} tokens at a sampled step` +
-      ` (${counts.filter((n) => n === 1).length} steps with a single choice).`;
+      ` (${plural(counts.filter((n) => n === 1).length, 'step')} with a single choice).`;
   }
   if (finish === 'length') text += ' The output was cut at max tokens.';
   $('pg-summary').textContent = text;
@@ -279,7 +281,7 @@ function summarize(entries, finish) {
     data: {labels, datasets: [{label: 'tokens allowed', data, backgroundColor: '#0b5cad'}]},
     options: {
       animation: false, maintainAspectRatio: false,
-      scales: {y: {type: 'logarithmic', title: {display: true, text: 'tokens allowed (log)'}},
+      scales: {y: {type: 'logarithmic', min: 1, title: {display: true, text: 'tokens allowed (log)'}},
         x: {ticks: {autoSkip: true, maxRotation: 0}}},
       plugins: {legend: {display: false}},
     },
