@@ -13,6 +13,8 @@ OUT_DIR/gbnf/            the shared llama.cpp grammars, and one with token termi
 OUT_DIR/regex/           every distinct "pattern" of the JSON-Schema-Test-Suite
 OUT_DIR/json_schema/     every schema of the JSON-Schema-Test-Suite (draft2020-12)
 OUT_DIR/lark/            small Lark grammars (one with tokens and %json)
+and, for json_schema, gbnf, regex and lark, hostile inputs: values and groups nested 8,000 to 20,000 deep,
+enums and alternations of thousands of members.
 The seeds are small on purpose: the fuzzer mutates them thousands of times a second.
 """
 import json
@@ -159,12 +161,52 @@ def grammar_seeds(data, out):
     ], ".lark")
 
 
+def hostile_seeds(out):
+    """Values nested far past every bound and enums of thousands of members, for each grammar front-end:
+    inputs that once overflowed the stack (a 20,000-deep const) or ran for a minute (a huge enum). Each
+    seed stays under fuzz.sh's -max_len of 64 KiB."""
+    deep = "[" * 20000 + "]" * 20000
+    deep_object = '{"a":' * 8000 + "1" + "}" * 8000
+    many = [f"v{i}" for i in range(6000)]
+    seeds = {
+        "json_schema": ['{"const": ' + deep + "}",
+                        '{"enum": ["a", ' + deep + "]}",
+                        '{"type": "object", "properties": {"x": {"const": ' + deep_object + "}}}",
+                        '{"default": ' + deep + ', "type": "integer"}',
+                        json.dumps({"enum": many}),
+                        json.dumps({"type": "array", "items": {"enum": many[:3000]}, "uniqueItems": True}),
+                        json.dumps({"allOf": [{"enum": many[:3000]}, {"enum": many[1500:4500]}]})],
+        "gbnf": ["root ::= " + "(" * 15000 + '"a"' + ")" * 15000 + "\n",
+                 "root ::= " + " | ".join(f'"{m}"' for m in many[:5000]) + "\n",
+                 'root ::= "[" root? "]"\n'],
+        "regex": ["(" * 20000 + "a" + ")" * 20000,
+                  "|".join(many[:6000]),
+                  "(?:" * 10000 + "x" + ")*" * 10000],
+        "lark": ['start: %json {"const": ' + deep + "}\n",
+                 "start: %json " + json.dumps({"enum": many[:4000]}) + "\n",
+                 "start: " + "(" * 15000 + '"a"' + ")" * 15000 + "\n",
+                 "start: " + " | ".join(f'"{m}"' for m in many[:5000]) + "\n"],
+    }
+    # json_schema_fuzz and regex_fuzz read their mode from the first byte: " " is schema text as is, and a
+    # whole-match regex without flags.
+    mode = {"json_schema": " ", "regex": " "}
+    for target, texts in seeds.items():
+        d = os.path.join(out, target)
+        os.makedirs(d, exist_ok=True)
+        for i, text in enumerate(texts):
+            text = mode.get(target, "") + text
+            assert len(text.encode()) <= 65536, (target, i, len(text))
+            with open(os.path.join(d, f"hostile-{i}.txt"), "w", encoding="utf-8") as f:
+                f.write(text)
+
+
 def main():
     data, out = sys.argv[1], sys.argv[2]
     gguf_seeds(data, os.path.join(out, "gguf"))
     gguf_seeds(data, os.path.join(out, "tokenizer_gguf"))
     json_seeds(data, os.path.join(out, "tokenizer_json"))
     grammar_seeds(data, out)
+    hostile_seeds(out)
 
 
 if __name__ == "__main__":

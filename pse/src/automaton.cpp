@@ -359,7 +359,7 @@ class Builder {
           "repetitions multiply states; lower the counts or raise the limit)",
           rule_name(rule_), limits_.max_states));
     }
-    if ((states.size() & 0xFFF) == 0 && std::chrono::steady_clock::now() > limits_.deadline) {
+    if ((states.size() & 0xFFF) == 0 && limits_.deadline.passed()) {
       throw LimitError(fmt::format("[compile] rule '{}': compile time limit exceeded while building "
                                    "the automaton ({} states)",
                                    rule_name(rule_), states.size()));
@@ -896,7 +896,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
       byte_set_add_range(first[s], a.byte_edges[i].lo, a.byte_edges[i].hi);
   for (bool changed = true; changed;) {
     changed = false;
-    if (std::chrono::steady_clock::now() > limits.deadline) {
+    if (limits.deadline.passed()) {
       throw LimitError("[compile] compile time limit exceeded in the nullable analysis");
     }
     for (std::uint32_t s = static_cast<std::uint32_t>(n); s-- > 0;) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "deadline.h"
 #include "pse/grammar.h"
 
 namespace pse::detail {
@@ -37,7 +38,7 @@ inline bool byte_set_has(const ByteSet& s, unsigned b) { return (s[b >> 6] >> (b
 struct AutomatonLimits {
   std::size_t max_states = 2'000'000;
   std::size_t max_expr_depth = 10'000;
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  Deadline deadline;
 };
 
 struct Automaton {

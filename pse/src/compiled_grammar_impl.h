@@ -50,6 +50,9 @@ struct CompiledGrammar::Impl {
   mutable std::vector<detail::TokenTable> tables;
   mutable std::unique_ptr<std::once_flag[]> table_once;
   CompileStats stats;
+  // memory_bytes(): the automaton and the table slots (compile), plus each table once built.
+  std::size_t base_memory_bytes = 0;
+  mutable std::atomic<std::size_t> table_bytes{0};
   // The stack automaton of the walks, kept from compile() for the tables and chain tables built on
   // first use (they meet the configurations met before); one build at a time uses it.
   static constexpr std::size_t kMaxSharedConfigs = 2048;  // bounds its memory (about 2 MiB)
@@ -73,7 +76,7 @@ struct CompiledGrammar::Impl {
   // Finds rule r's classes, unless known, and points its states at their class's first state
   // (canonical_states) and at the table of its first state that reads bytes (scan_index). Holding
   // dfa_mutex. With a deadline, a rule whose classes take longer goes without them.
-  void classify_rule_locked(std::uint32_t r, const std::chrono::steady_clock::time_point* deadline) const {
+  void classify_rule_locked(std::uint32_t r, const detail::Deadline* deadline) const {
     if (rule_classified[r].load(std::memory_order_relaxed) != 0) return;
     const std::uint32_t lo = automaton.rule_start[r];
     std::vector<std::uint32_t> cls;
@@ -134,7 +137,7 @@ struct CompiledGrammar::Impl {
   // Fills tables[i]: from the shared cache when its rule is shared and another grammar built it, else
   // built here (and added to the cache when shared). Returns whether it came from the cache. With
   // `eager`, on the worker's automaton, a table whose base (table_base) is done is derived from it.
-  bool build_table(std::size_t i, const std::chrono::steady_clock::time_point* deadline,
+  bool build_table(std::size_t i, const detail::Deadline* deadline,
                    detail::EagerBuild* eager = nullptr, detail::EagerWorker* worker = nullptr) const {
     const std::uint32_t s = table_state[i];
     detail::TableCache::RuleTables* shared = shared_rule(automaton.state_rule[s]);
@@ -164,6 +167,7 @@ struct CompiledGrammar::Impl {
     };
     if (shared == nullptr) {
       tables[i] = build(detail::FollowFilter::kFull);
+      table_bytes.fetch_add(tables[i].memory_bytes(), std::memory_order_relaxed);
       if (eager != nullptr) eager->done[i].store(1, std::memory_order_release);
       return false;
     }
@@ -173,6 +177,7 @@ struct CompiledGrammar::Impl {
     // The shared table is this grammar's once its own follow filter has dropped what cannot continue.
     tables[i] = *cached;
     detail::apply_follow_filter(automaton, *vocabulary, s, tables[i], walk_dfa);
+    table_bytes.fetch_add(tables[i].memory_bytes(), std::memory_order_relaxed);
     if (eager != nullptr) eager->done[i].store(1, std::memory_order_release);
     return from_cache;
   }

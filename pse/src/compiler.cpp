@@ -55,7 +55,9 @@ const Vocabulary& CompiledGrammar::vocabulary() const { return *impl_->vocabular
 const CompileStats& CompiledGrammar::stats() const { return impl_->stats; }
 CompileStats CompiledGrammar::wait_for_tables() const { return detail::wait_for_background_tables(*impl_); }
 
-CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vocabulary> vocabulary,
+namespace {
+
+CompiledGrammar compile_bounded(const Grammar& grammar, std::shared_ptr<const Vocabulary> vocabulary,
                                 const CompileOptions& options) {
   if (vocabulary == nullptr) throw InputError("[compile] no vocabulary given");
   if (!(options.eager_table_ms >= 0)) {
@@ -70,8 +72,9 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
                                  grammar.exprs().size(), options.max_exprs));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const auto deadline =
-      t0 + std::chrono::microseconds(static_cast<std::int64_t>(options.max_compile_ms * 1000));
+  const detail::Deadline deadline{
+      t0 + std::chrono::microseconds(static_cast<std::int64_t>(options.max_compile_ms * 1000)),
+      options.cancelled ? &options.cancelled : nullptr};
   auto impl = std::make_shared<CompiledGrammar::Impl>();
   impl->vocabulary = std::move(vocabulary);
   detail::AutomatonLimits limits;
@@ -107,7 +110,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   const bool lazy_classes = first_use && a.n_states() > kMinStatesToClassifyLazily;
   if (classify) {
     // Optional: past a quarter of the time left, go without them.
-    const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
+    const detail::Deadline classes_deadline = deadline.by(t_classes + (deadline.at - t_classes) / 4);
     try {
       const std::size_t horizon = impl->vocabulary->max_token_length();
       const bool short_horizon = horizon > Vocabulary::kShortTokenBytes;
@@ -164,13 +167,13 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     impl->canonical_states.resize(a.n_states());
     for (std::uint32_t s = 0; s < a.n_states(); ++s) impl->canonical_states[s] = s;
     impl->rule_classified = std::make_unique<std::atomic<std::uint8_t>[]>(a.rule_start.size());
-    const auto classes_deadline = t_classes + (deadline - t_classes) / 4;
+    const detail::Deadline classes_deadline = deadline.by(t_classes + (deadline.at - t_classes) / 4);
     std::lock_guard<std::mutex> lock(impl->dfa_mutex);
     for (std::uint32_t r = 0; r < a.rule_start.size(); ++r) {
       if (a.rule_final[r] >= a.n_states()) continue;  // unproductive: no table
       const std::size_t size = std::size_t{a.rule_final[r]} + 1 - a.rule_start[r];
       if (size < kMinRuleStatesToClassifyInCompile) continue;
-      if (size > kMaxStatesToClassify || std::chrono::steady_clock::now() > classes_deadline) {
+      if (size > kMaxStatesToClassify || classes_deadline.passed()) {
         impl->mark_classified(r);  // goes without
       } else {
         impl->classify_rule_locked(r, &classes_deadline);
@@ -195,6 +198,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   st.memory_bytes = a.memory_bytes() + impl->scan_index.size() * 4 +
                     n_tables * (sizeof(detail::TokenTable) + sizeof(std::once_flag) + 4) +
                     impl->token_sets.size() * impl->vocabulary->n_mask_words() * 4;
+  impl->base_memory_bytes = st.memory_bytes;
   if (st.memory_bytes > options.max_memory_bytes) {
     throw LimitError(fmt::format("[compile] the automaton needs {} bytes, over the limit of {}",
                                  st.memory_bytes, options.max_memory_bytes));
@@ -215,7 +219,7 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
     const auto t_closures = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < n_tables; ++i) (void)impl->shared_rule(a.state_rule[impl->table_state[i]]);
     st.closures_ms = ms_since(t_closures);
-    detail::build_tables_ahead(*impl, options, std::min(t1 + eager_time, t1 + (deadline - t1) / 2));
+    detail::build_tables_ahead(*impl, options, deadline.by(std::min(t1 + eager_time, t1 + (deadline.at - t1) / 2)));
   }
   if (impl->dfa->n_configs() > CompiledGrammar::Impl::kMaxSharedConfigs) impl->dfa->clear();
   impl->dfa->set_max_configs(CompiledGrammar::Impl::kMaxSharedConfigs);
@@ -224,19 +228,40 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
   st.tables_ms = ms_since(t1);
   // (The rules shared with other grammars are then identified at their first table.)
   if (ahead && options.tables == TableBuild::kInBackground)
-    detail::build_tables_in_background(impl, options, std::chrono::steady_clock::now() + eager_time);
+    // (Without the caller's cancellation: the tables serve every later user of the cached grammar.)
+    detail::build_tables_in_background(impl, options, detail::Deadline{std::chrono::steady_clock::now() + eager_time});
   return CompiledGrammar(std::move(impl));
+}
+
+}  // namespace
+
+CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vocabulary> vocabulary,
+                                const CompileOptions& options) {
+  try {
+    return compile_bounded(grammar, std::move(vocabulary), options);
+  } catch (const LimitError&) {
+    // A bound checked with the cancellation says which stopped it.
+    if (options.cancelled && options.cancelled()) throw LimitError("[compile] cancelled by the caller");
+    throw;
+  }
+}
+
+std::size_t CompiledGrammar::memory_bytes() const {
+  return impl_->base_memory_bytes + impl_->table_bytes.load(std::memory_order_relaxed);
 }
 
 void clear_shared_table_cache() { detail::TableCache::instance().clear(); }
 
 Compiler::Compiler(std::shared_ptr<const Vocabulary> vocabulary, CompileOptions options,
-                   std::size_t capacity)
-    : vocabulary_(std::move(vocabulary)), options_(options), capacity_(capacity) {
+                   std::size_t capacity, std::size_t max_bytes)
+    : vocabulary_(std::move(vocabulary)), options_(std::move(options)), capacity_(capacity),
+      max_bytes_(max_bytes) {
   if (vocabulary_ == nullptr) throw InputError("[compiler] no vocabulary given");
 }
 
-CompiledGrammar Compiler::compile(const Grammar& grammar) {
+CompiledGrammar Compiler::compile(const Grammar& grammar) { return compile(grammar, options_.cancelled); }
+
+CompiledGrammar Compiler::compile(const Grammar& grammar, const std::function<bool()>& cancelled) {
   std::uint64_t key = grammar.hash();
   key ^= vocabulary_->hash() + 0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
   key ^= options_hash(options_) + 0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
@@ -250,21 +275,40 @@ CompiledGrammar Compiler::compile(const Grammar& grammar) {
     }
   }
   // Compiled outside the lock: two threads may compile the same grammar once each; one result is kept.
-  CompiledGrammar compiled = compile_grammar(grammar, vocabulary_, options_);
+  CompileOptions options = options_;
+  options.cancelled = cancelled;
+  CompiledGrammar compiled = compile_grammar(grammar, vocabulary_, options);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = index_.find(key);
   if (it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
     return it->second->second;
   }
-  if (capacity_ == 0) return compiled;
+  if (capacity_ == 0 || (max_bytes_ > 0 && compiled.memory_bytes() > max_bytes_)) return compiled;
   lru_.emplace_front(key, compiled);
   index_[key] = lru_.begin();
-  while (lru_.size() > capacity_) {
+  // Grammars grow after insertion (tables built later): their bytes are read afresh at each insertion.
+  std::size_t bytes = 0;
+  for (const auto& entry : lru_) bytes += entry.second.memory_bytes();
+  while (lru_.size() > capacity_ || (max_bytes_ > 0 && bytes > max_bytes_ && lru_.size() > 1)) {
+    bytes -= std::min(bytes, lru_.back().second.memory_bytes());
     index_.erase(lru_.back().first);
     lru_.pop_back();
   }
   return compiled;
+}
+
+void Compiler::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lru_.clear();
+  index_.clear();
+}
+
+std::size_t Compiler::cache_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t bytes = 0;
+  for (const auto& entry : lru_) bytes += entry.second.memory_bytes();
+  return bytes;
 }
 
 std::size_t Compiler::cache_size() const {

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "json_schema_internal.h"
+#include "json_nesting.h"
 
 namespace pse::json_schema_detail {
 namespace {
@@ -102,7 +103,15 @@ void Converter::check_size() {
   }
 }
 
+void Converter::check_nesting(const json& document, const std::string& name) const {
+  if (detail::json_nesting_exceeds(document, options_.max_nesting)) {
+    throw LimitError(fmt::format("[json_schema] {}nests arrays and objects more than {} levels deep", name,
+                                 options_.max_nesting));
+  }
+}
+
 Grammar Converter::run() {
+  check_nesting(root_, "the schema ");
   if (!root_.is_object() && !root_.is_boolean()) {
     fail("", "", fmt::format("a schema must be an object or a boolean, got {}", json_text(root_)));
   }
@@ -115,6 +124,7 @@ Grammar Converter::run() {
     } catch (const json::exception& e) {
       throw SchemaError(fmt::format("[json_schema] document \"{}\" is not JSON: {}", uri, e.what()), uri, "");
     }
+    check_nesting(documents_.back(), fmt::format("document \"{}\" ", uri));
     const std::string base = base_of(documents_.back(), uri);
     resources_.emplace(uri, Node{&documents_.back(), uri, uri + "#", {}});
     index_resources(documents_.back(), uri, uri + "#", 0);
@@ -268,8 +278,9 @@ void Converter::collect_node(const Conj& conj, std::size_t index, Constraints& c
         c.values = vals;
       } else {
         std::vector<json> kept;
+        const ValueSet allowed(vals);
         for (const auto& a : *c.values) {
-          if (std::any_of(vals.begin(), vals.end(), [&](const json& b) { return a == b; })) kept.push_back(a);
+          if (allowed.contains(a)) kept.push_back(a);
         }
         c.values = kept;
       }
@@ -733,6 +744,10 @@ Grammar json_schema_to_grammar(const nlohmann::ordered_json& schema, const JsonS
 
 Grammar json_schema_to_grammar(const nlohmann::json& schema, const JsonSchemaOptions& options) {
   // nlohmann::json keeps object members sorted by name: "properties" order is alphabetical here.
+  if (detail::json_nesting_exceeds(schema, options.max_nesting)) {
+    throw LimitError(fmt::format("[json_schema] the schema nests arrays and objects more than {} levels deep",
+                                 options.max_nesting));
+  }
   std::string text;
   try {
     text = schema.dump();

@@ -345,15 +345,56 @@ std::string Converter::rule_key(const Node& node) {
   return k;
 }
 
+namespace {
+
+// Consistent with nlohmann's ==: numbers hash by their value as a double (1, 1u and 1.0 alike), object
+// members in any order. Recursion is bounded by JsonSchemaOptions::max_nesting, checked on entry.
+std::size_t value_hash(const json& v) {
+  switch (v.type()) {
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float: return std::hash<double>{}(v.get<double>());
+    case json::value_t::string: return std::hash<std::string>{}(v.get_ref<const std::string&>());
+    case json::value_t::array: {
+      std::size_t h = 0x9E3779B97F4A7C15ull;
+      for (const json& x : v) h = (h ^ value_hash(x)) * 0x100000001B3ull;
+      return h;
+    }
+    case json::value_t::object: {
+      std::size_t h = 0xC2B2AE3D27D4EB4Full;
+      for (const auto& [k, x] : v.items()) h += std::hash<std::string>{}(k) * 31 + value_hash(x);
+      return h;
+    }
+    default: return std::hash<int>{}(static_cast<int>(v.type())) ^ (v.is_boolean() && v.get<bool>() ? 1 : 0);
+  }
+}
+
+}  // namespace
+
+bool ValueSet::insert(const json& value) {
+  if (contains(value)) return false;
+  index_.emplace(value_hash(value), &value);
+  return true;
+}
+
+bool ValueSet::contains(const json& value) const {
+  auto [begin, end] = index_.equal_range(value_hash(value));
+  return std::any_of(begin, end, [&](const auto& entry) { return *entry.second == value; });
+}
+
 bool Converter::value_satisfies(const json& v, const Constraints& c, const std::string& pointer) {
-  const std::uint32_t t = type_of_value(v);
-  if (!(c.types & t)) return false;
   for (const auto& e : c.excluded) {
     if (e == v) return false;
   }
   if (c.values) {
     if (std::none_of(c.values->begin(), c.values->end(), [&](const json& x) { return x == v; })) return false;
   }
+  return value_satisfies_besides_values(v, c, pointer);
+}
+
+bool Converter::value_satisfies_besides_values(const json& v, const Constraints& c, const std::string& pointer) {
+  const std::uint32_t t = type_of_value(v);
+  if (!(c.types & t)) return false;
   if (t & (kInteger | kNumber)) {
     Decimal x = decimal_from_json(v);
     if (c.lower) {
@@ -526,11 +567,11 @@ ExprId Converter::emit_constraints(const Conj& conj, Constraints& c, std::uint32
   if (c.never) return g_.add_char_class({});
   std::vector<ExprId> alts;
   if (c.values) {
-    std::vector<json> seen;
+    const ValueSet excluded(c.excluded);
+    ValueSet seen;
     for (const auto& v : *c.values) {
-      if (std::any_of(seen.begin(), seen.end(), [&](const json& s) { return s == v; })) continue;
-      seen.push_back(v);
-      if (value_satisfies(v, c, c.values_pointer)) alts.push_back(emit_literal(v, d));
+      if (!seen.insert(v) || excluded.contains(v)) continue;
+      if (value_satisfies_besides_values(v, c, c.values_pointer)) alts.push_back(emit_literal(v, d));
     }
     return alts.empty() ? g_.add_char_class({}) : alts.size() == 1 ? alts[0] : g_.add_choice(alts);
   }

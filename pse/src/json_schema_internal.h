@@ -164,6 +164,22 @@ struct Constraints {
 bool is_defined_format(const std::string& name);
 const std::string* defined_format_ignoring_case(const std::string& name);
 
+// A set of JSON values under JSON Schema equality (1 and 1.0 are the same value), hashed: enum lists of
+// many thousands of values are deduplicated and intersected in linear time.
+class ValueSet {
+ public:
+  ValueSet() = default;
+  explicit ValueSet(const std::vector<json>& values) {
+    for (const json& v : values) insert(v);
+  }
+  // Whether `value` was not in the set yet (it is now). The set refers to `value`: keep it alive.
+  bool insert(const json& value);
+  bool contains(const json& value) const;
+
+ private:
+  std::unordered_multimap<std::size_t, const json*> index_;
+};
+
 class Converter {
  public:
   Converter(const json& root, const JsonSchemaOptions& options);
@@ -181,6 +197,8 @@ class Converter {
   std::optional<std::vector<Conj>> negate(const Node& node);  // the complement as a union, when expressible
   bool provably_disjoint(const Constraints& a, const Constraints& b, int depth);
   bool value_satisfies(const json& value, const Constraints& c, const std::string& pointer);
+  // value_satisfies but for "enum" / "const" and their exclusions (the caller checked those).
+  bool value_satisfies_besides_values(const json& value, const Constraints& c, const std::string& pointer);
   bool conj_satisfies(const json& value, const Conj& conj, int depth);  // value valid under every node
   // The schemas a member's value must satisfy: per object shape its property schema, or its additional
   // schema where neither a property nor one of its patterns matches; plus the matching patterns' schemas
@@ -244,6 +262,8 @@ class Converter {
 
   void check_size();
   [[noreturn]] void fail(const std::string& pointer, const std::string& keyword, const std::string& what) const;
+  // LimitError when `document` nests arrays and objects deeper than options.max_nesting.
+  void check_nesting(const json& document, const std::string& name) const;
 
   Grammar g_;
   const json& root_;

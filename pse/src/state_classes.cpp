@@ -89,7 +89,7 @@ Closures closures_of(const Automaton& a, std::uint32_t lo, std::size_t n, std::s
 }  // namespace
 
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure,
-                                          const std::chrono::steady_clock::time_point* deadline,
+                                          const Deadline* deadline,
                                           std::size_t coarse_horizon, std::vector<std::uint32_t>* coarse) {
   return future_classes(a, 0, static_cast<std::uint32_t>(a.n_states()), horizon, max_closure, deadline,
                         coarse_horizon, coarse);
@@ -97,7 +97,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
 
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, std::uint32_t hi, std::size_t horizon,
                                           std::size_t max_closure,
-                                          const std::chrono::steady_clock::time_point* deadline,
+                                          const Deadline* deadline,
                                           std::size_t coarse_horizon, std::vector<std::uint32_t>* coarse) {
   if (coarse != nullptr) coarse->clear();
   if (lo >= hi) return {};
@@ -108,7 +108,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, 
   const std::size_t n = hi - lo;
   std::size_t work = 0;
   const auto check_deadline = [&] {
-    if (deadline != nullptr && (++work & 0xFFF) == 0 && std::chrono::steady_clock::now() > *deadline) {
+    if (deadline != nullptr && (++work & 0xFFF) == 0 && deadline->passed()) {
       throw LimitError("[compile] compile time limit exceeded finding the states with the same future");
     }
   };

@@ -23,7 +23,7 @@ namespace pse::detail {
 // Throws LimitError when `deadline` (if given) passes. With `coarse`, also the classes at `coarse_horizon`
 // rounds (at most `horizon`; the returned ones refine them), found on the way.
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizon, std::size_t max_closure = 256,
-                                          const std::chrono::steady_clock::time_point* deadline = nullptr,
+                                          const Deadline* deadline = nullptr,
                                           std::size_t coarse_horizon = 0, std::vector<std::uint32_t>* coarse = nullptr);
 
 // The same for the states [lo, hi) only, which must be whole rules (each rule's states are contiguous,
@@ -31,7 +31,7 @@ std::vector<std::uint32_t> future_classes(const Automaton& a, std::size_t horizo
 // per state from lo. Classes can then be found rule by rule, as the rules are needed.
 std::vector<std::uint32_t> future_classes(const Automaton& a, std::uint32_t lo, std::uint32_t hi, std::size_t horizon,
                                           std::size_t max_closure = 256,
-                                          const std::chrono::steady_clock::time_point* deadline = nullptr,
+                                          const Deadline* deadline = nullptr,
                                           std::size_t coarse_horizon = 0, std::vector<std::uint32_t>* coarse = nullptr);
 
 }  // namespace pse::detail

@@ -49,7 +49,7 @@ bool build_next_chunk(const Impl& impl, TablesAhead& ahead, EagerWorker& worker)
   const std::size_t lo = ahead.next_chunk++ * TablesAhead::kChunk;
   if (lo >= n_tables) return false;
   for (std::size_t i = lo; i < std::min(n_tables, lo + TablesAhead::kChunk); ++i) {
-    if (std::chrono::steady_clock::now() > ahead.deadline) {
+    if (ahead.deadline.passed()) {
       ahead.stopped = true;
       return false;
     }
@@ -178,7 +178,7 @@ class BackgroundBuilders {
 
 }  // namespace
 
-void build_tables_ahead(Impl& impl, const CompileOptions& options, std::chrono::steady_clock::time_point deadline) {
+void build_tables_ahead(Impl& impl, const CompileOptions& options, Deadline deadline) {
   CompileStats& st = impl.stats;
   const std::size_t n_tables = impl.table_state.size();
   const std::size_t n_chunks = (n_tables + TablesAhead::kChunk - 1) / TablesAhead::kChunk;
@@ -217,7 +217,7 @@ void build_tables_ahead(Impl& impl, const CompileOptions& options, std::chrono::
 }
 
 void build_tables_in_background(const std::shared_ptr<Impl>& impl, const CompileOptions& options,
-                                std::chrono::steady_clock::time_point deadline) {
+                                Deadline deadline) {
   const std::size_t n_tables = impl->table_state.size();
   const std::size_t n_chunks = (n_tables + TablesAhead::kChunk - 1) / TablesAhead::kChunk;
   BackgroundBuilders& builders = BackgroundBuilders::instance();

@@ -39,14 +39,14 @@ struct EagerWorker {
 // One build of every table ahead: the chunks still to take, the bounds, and what the built tables add up
 // to. A bound reached stops it; the tables not built then are built at first use.
 struct TablesAhead {
-  TablesAhead(std::size_t n_tables, std::chrono::steady_clock::time_point deadline, std::size_t memory_bytes,
+  TablesAhead(std::size_t n_tables, Deadline deadline, std::size_t memory_bytes,
               std::size_t max_memory_bytes)
       : eager(n_tables), deadline(deadline), max_memory_bytes(max_memory_bytes), memory_bytes(memory_bytes) {}
   static constexpr std::size_t kChunk = 4;
   static constexpr std::size_t kNone = ~std::size_t{0};
 
   EagerBuild eager;
-  const std::chrono::steady_clock::time_point deadline;
+  const Deadline deadline;
   const std::size_t max_memory_bytes;
   std::atomic<std::size_t> next_chunk{0};
   std::atomic<bool> stopped{false};
@@ -68,7 +68,7 @@ struct TablesAhead {
 // the tables built later). Past the deadline, the tables not built are left to first use. Throws
 // LimitError when the tables need more than options.max_memory_bytes. Fills the tables' stats.
 void build_tables_ahead(CompiledGrammar::Impl& impl, const CompileOptions& options,
-                        std::chrono::steady_clock::time_point deadline);
+                        Deadline deadline);
 
 // Queues the build of every table on the process-wide background threads (one per core, at most 8;
 // options.threads caps how many take this grammar) and returns. A thread holds the grammar only while it
@@ -76,7 +76,7 @@ void build_tables_ahead(CompiledGrammar::Impl& impl, const CompileOptions& optio
 // yet builds it, or waits for the thread building it (the tables' once-flags). Past the deadline or
 // options.max_memory_bytes, the build stops: the rest are built at first use.
 void build_tables_in_background(const std::shared_ptr<CompiledGrammar::Impl>& impl, const CompileOptions& options,
-                                std::chrono::steady_clock::time_point deadline);
+                                Deadline deadline);
 
 // Blocks until the background build of impl's tables has ended (at once when there is none); returns
 // impl's stats with the tables' figures.

@@ -505,7 +505,7 @@ bool run_ends_closed(StackDfa& dfa, std::int32_t config, std::size_t length) {
 
 template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
-                                  const std::chrono::steady_clock::time_point* deadline, FollowFilter filter,
+                                  const Deadline* deadline, FollowFilter filter,
                                   MakeCursor make) {
   TokenTable table;
   const std::uint32_t rule = a.state_rule[state];
@@ -921,7 +921,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         }
       }
       if (deadline != nullptr && (++n_checked & 0x3FFF) == 0 &&
-          std::chrono::steady_clock::now() > *deadline) {
+          deadline->passed()) {
         throw LimitError(fmt::format("[compile] compile time limit exceeded building the token "
                                      "table of automaton state {}",
                                      state));
@@ -1059,8 +1059,8 @@ struct ResumingWalk {
 };
 
 // Throws LimitError when `deadline` (if given) passes, checked every 1,024 tokens.
-void check_deadline(const std::chrono::steady_clock::time_point* deadline, std::size_t k, std::uint32_t state) {
-  if (deadline != nullptr && (k & 0x3FF) == 0x3FF && std::chrono::steady_clock::now() > *deadline) {
+void check_deadline(const Deadline* deadline, std::size_t k, std::uint32_t state) {
+  if (deadline != nullptr && (k & 0x3FF) == 0x3FF && deadline->passed()) {
     throw LimitError(fmt::format("[compile] compile time limit exceeded deriving the token table of automaton "
                                  "state {}",
                                  state));
@@ -1069,7 +1069,7 @@ void check_deadline(const std::chrono::steady_clock::time_point* deadline, std::
 
 template <class Cursor, class MakeCursor>
 std::vector<std::uint32_t> long_tokens_read_far_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
-                                                     const std::chrono::steady_clock::time_point* deadline,
+                                                     const Deadline* deadline,
                                                      MakeCursor make) {
   constexpr std::size_t kShort = Vocabulary::kShortTokenBytes;
   ResumingWalk<Cursor> walk{make()};
@@ -1091,7 +1091,7 @@ std::vector<std::uint32_t> long_tokens_read_far_with(const Automaton& a, const V
 template <class Cursor, class MakeCursor>
 TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                    const TokenTable& base, std::span<const std::uint32_t> read_far,
-                                   const std::chrono::steady_clock::time_point* deadline, FollowFilter filter,
+                                   const Deadline* deadline, FollowFilter filter,
                                    MakeCursor make) {
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
@@ -1333,7 +1333,7 @@ auto with_cursors(const Automaton& a, StackDfa* shared, Walker walker, Walk walk
 }  // namespace
 
 TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
-                             const std::chrono::steady_clock::time_point* deadline, StackDfa* shared,
+                             const Deadline* deadline, StackDfa* shared,
                              Walker walker, FollowFilter follow) {
   return with_cursors(a, shared, walker, [&](auto make) {
     return build_token_table_with<decltype(make())>(a, vocab, state, deadline, follow, make);
@@ -1341,7 +1341,7 @@ TokenTable build_token_table(const Automaton& a, const Vocabulary& vocab, std::u
 }
 
 std::vector<std::uint32_t> long_tokens_read_far(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
-                                                const std::chrono::steady_clock::time_point* deadline,
+                                                const Deadline* deadline,
                                                 StackDfa* shared, Walker walker) {
   return with_cursors(a, shared, walker, [&](auto make) {
     return long_tokens_read_far_with<decltype(make())>(a, vocab, state, deadline, make);
@@ -1350,7 +1350,7 @@ std::vector<std::uint32_t> long_tokens_read_far(const Automaton& a, const Vocabu
 
 TokenTable derive_token_table(const Automaton& a, const Vocabulary& vocab, std::uint32_t state, const TokenTable& base,
                               std::span<const std::uint32_t> read_far,
-                              const std::chrono::steady_clock::time_point* deadline, StackDfa* shared, Walker walker,
+                              const Deadline* deadline, StackDfa* shared, Walker walker,
                               FollowFilter follow) {
   return with_cursors(a, shared, walker, [&](auto make) {
     return derive_token_table_with<decltype(make())>(a, vocab, state, base, read_far, deadline, follow, make);

@@ -74,7 +74,7 @@ enum class FollowFilter { kFull, kBytes };
 
 TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocabulary,
                              std::uint32_t state,
-                             const std::chrono::steady_clock::time_point* deadline,
+                             const Deadline* deadline,
                              StackDfa* shared = nullptr, Walker walker = Walker::kAuto,
                              FollowFilter follow = FollowFilter::kFull);
 
@@ -87,11 +87,11 @@ TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocab
 // LimitError when `deadline` (if given) passes.
 std::vector<std::uint32_t> long_tokens_read_far(const Automaton& automaton, const Vocabulary& vocabulary,
                                                 std::uint32_t state,
-                                                const std::chrono::steady_clock::time_point* deadline,
+                                                const Deadline* deadline,
                                                 StackDfa* shared = nullptr, Walker walker = Walker::kAuto);
 TokenTable derive_token_table(const Automaton& automaton, const Vocabulary& vocabulary, std::uint32_t state,
                               const TokenTable& base, std::span<const std::uint32_t> read_far,
-                              const std::chrono::steady_clock::time_point* deadline, StackDfa* shared = nullptr,
+                              const Deadline* deadline, StackDfa* shared = nullptr,
                               Walker walker = Walker::kAuto, FollowFilter follow = FollowFilter::kFull);
 
 // The full follow filter of build_token_table applied afterwards to a table built with kBytes (a shared

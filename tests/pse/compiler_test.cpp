@@ -621,6 +621,76 @@ TEST(Compiler, TimeLimitIsALimitError) {
   EXPECT_THROW(compile_grammar(g.done(r), small_vocabulary(), o), LimitError);
 }
 
+// A cancellation predicate stops a compile as its deadline does, and says so; it is polled only while
+// compile() runs.
+TEST(Compiler, CancellationStopsACompile) {
+  G g;
+  RuleId r = g.rule("root");
+  std::vector<ExprId> letters;  // 200,000 states: many deadline checks
+  for (int i = 0; i < 200'000; ++i) letters.push_back(g.cls('a' + i % 26, 'z'));
+  g.define(r, g.seq(letters));
+  const Grammar grammar = g.done(r);
+  int polls = 0;
+  CompileOptions o;
+  o.cancelled = [&polls] { return ++polls >= 3; };
+  try {
+    (void)compile_grammar(grammar, small_vocabulary(), o);
+    ADD_FAILURE() << "a cancelled compile returned";
+  } catch (const LimitError& e) {
+    EXPECT_NE(std::string(e.what()).find("cancelled"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(polls, 3);
+  // Through a cache: the error is not cached, and the same grammar compiles once the caller stays.
+  Compiler c(small_vocabulary());
+  EXPECT_THROW(c.compile(json_like_grammar(), [] { return true; }), LimitError);
+  EXPECT_EQ(c.cache_size(), 0u);
+  int calls = 0;
+  EXPECT_NO_THROW(c.compile(json_like_grammar(), [&calls] { return ++calls < 0; }));
+  EXPECT_EQ(c.cache_size(), 1u);
+  // Tables left to the background never poll it (the caller may be gone by then).
+  const int after_compile = calls;
+  CompileOptions background;
+  background.tables = TableBuild::kInBackground;
+  background.cancelled = [&calls] { return ++calls < 0; };
+  const CompiledGrammar cg = compile_grammar(json_like_grammar(), small_vocabulary(), background);
+  const int at_return = calls;
+  (void)cg.wait_for_tables();
+  EXPECT_EQ(calls, at_return);
+  (void)after_compile;
+}
+
+// The cache keeps at most max_bytes of grammars (least recently used evicted; one larger than the
+// bound alone is not kept), measured as CompiledGrammar::memory_bytes, which grows as tables are built.
+TEST(Compiler, CacheIsBoundedByBytes) {
+  auto vocab = small_vocabulary();
+  CompileOptions lazy;
+  lazy.tables = TableBuild::kAtFirstUse;
+  const CompiledGrammar probe = compile_grammar(json_like_grammar(), vocab, lazy);
+  const std::size_t before = probe.memory_bytes();
+  EXPECT_GT(before, 0u);
+  Matcher m(probe);
+  (void)fast_mask(m);  // builds the first state's table
+  EXPECT_GT(probe.memory_bytes(), before);
+
+  const std::size_t one = compile_grammar(arithmetic_grammar(), vocab).memory_bytes();
+  const std::size_t two = compile_grammar(json_like_grammar(), vocab).memory_bytes();
+  const std::size_t three = compile_grammar(counted_grammar(), vocab).memory_bytes();
+  const std::size_t bound = one + two + three - 1;  // the three do not fit together; each fits alone
+  Compiler c(vocab, {}, 64, bound);
+  c.compile(arithmetic_grammar());
+  c.compile(json_like_grammar());
+  c.compile(counted_grammar());
+  EXPECT_LE(c.cache_bytes(), bound);
+  EXPECT_LT(c.cache_size(), 3u);
+  EXPECT_GE(c.cache_size(), 1u);
+  Compiler tiny(vocab, {}, 64, 1);
+  tiny.compile(arithmetic_grammar());
+  EXPECT_EQ(tiny.cache_size(), 0u);
+  EXPECT_EQ(tiny.cache_bytes(), 0u);
+  c.clear();
+  EXPECT_EQ(c.cache_size(), 0u);
+}
+
 TEST(Compiler, MemoryLimitIsALimitError) {
   CompileOptions o;
   o.max_memory_bytes = 1000;

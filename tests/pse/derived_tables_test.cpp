@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -153,12 +154,17 @@ TEST(DerivedTables, WalksStopAtTheDeadline) {
   const Automaton a = build_automaton(pse::parse_regex("[a0-9]{1,40}"), AutomatonLimits{});
   std::uint32_t s = 0;
   while (!a.reachable[s] || !a.has_bytes(s)) ++s;
-  const auto passed = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  const Deadline passed{std::chrono::steady_clock::now() - std::chrono::seconds(1)};
+  // A cancellation stops them the same way, long before the clock would.
+  const std::function<bool()> cancel = [] { return true; };
+  const Deadline cancelled{std::chrono::steady_clock::now() + std::chrono::hours(1), &cancel};
   EXPECT_THROW(long_tokens_read_far(a, vocab, s, &passed), pse::LimitError);
+  EXPECT_THROW(long_tokens_read_far(a, vocab, s, &cancelled), pse::LimitError);
   const std::vector<std::uint32_t> far = long_tokens_read_far(a, vocab, s, nullptr);
   ASSERT_EQ(far.size(), 1100u) << "every token reads past 16 bytes";
   const TokenTable base = build_token_table(a, vocab, s, nullptr);
   EXPECT_THROW(derive_token_table(a, vocab, s, base, far, &passed), pse::LimitError);
+  EXPECT_THROW(derive_token_table(a, vocab, s, base, far, &cancelled), pse::LimitError);
   EXPECT_TRUE(sets_of(derive_token_table(a, vocab, s, base, far, nullptr)) == sets_of(base));
 }
 

@@ -325,6 +325,15 @@ TEST(LarkJson, Errors) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("nesting deeper than 200"), std::string::npos) << e.what();
   }
+  // A value nested far deeper than any schema (a const of 20,000 arrays) is a LimitError before any
+  // recursive walk of it (it overflowed the stack once).
+  const std::string deep_value = std::string(20000, '[') + std::string(20000, ']');
+  try {
+    parse_lark("start: %json {\"const\": " + deep_value + "}\n");
+    ADD_FAILURE() << "a const nested 20,000 deep should pass the converter's nesting bound";
+  } catch (const LimitError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 1000 levels deep"), std::string::npos) << e.what();
+  }
   expect_error("start: A\nA: \"x\" %json {}\n", 2, 8, "%json cannot be used inside the terminal 'A'");
   expect_error("%json {}\nstart: \"a\"\n", 1, 1, "%json is not a statement");
   expect_error("start: \"a\" %jsonx {}\n", 1, 12, "directives must start a line");

@@ -223,7 +223,7 @@ TEST(StateClasses, DeadlineIsALimitError) {
   for (int i = 0; i < 60'000; ++i) letters.push_back(g.cls('a' + i % 26, 'z'));
   g.define(r, g.seq(letters));  // 60,000 states: past the first deadline check
   const Automaton a = build_automaton(g.done(r), AutomatonLimits{});
-  const auto past = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  const Deadline past{std::chrono::steady_clock::now() - std::chrono::seconds(1)};
   EXPECT_THROW((void)future_classes(a, 16, 256, &past), pse::LimitError);
   EXPECT_EQ(future_classes(a, 16).size(), a.n_states());
 }

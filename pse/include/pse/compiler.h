@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <list>
@@ -53,6 +54,11 @@ struct CompileOptions {
   // threads; 1 = the calling thread only (one background thread). The tables are the same whatever the
   // number.
   std::size_t threads = 0;
+  // Polled with the clock wherever max_compile_ms is checked (every few thousand states or tokens):
+  // true stops the compile with a LimitError ("cancelled"), e.g. when the client that asked went away.
+  // Only while compile() runs: the tables it leaves to the background do not poll it. Not part of the
+  // cache key.
+  std::function<bool()> cancelled;
 };
 
 // Empties the process-wide cache of shared token tables (CompileOptions::shared_tables), e.g. to time
@@ -82,6 +88,9 @@ class CompiledGrammar {
   explicit CompiledGrammar(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   const Vocabulary& vocabulary() const;
   const CompileStats& stats() const;  // as compile() left them
+  // Bytes held now: the automaton and the token tables built so far (tables built later, in the
+  // background or at first use, add to it). Thread-safe.
+  std::size_t memory_bytes() const;
   // Blocks until the tables built in the background (TableBuild::kInBackground) are done, or
   // stopped at a bound; returns the stats with the tables' figures (stats() at once without them).
   CompileStats wait_for_tables() const;
@@ -97,21 +106,28 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
                                 const CompileOptions& options = {});
 
 // A compile cache for one vocabulary, keyed by Grammar::hash() (plus the vocabulary's hash and the
-// options), holding at most `capacity` grammars (least recently used evicted). Thread-safe.
+// options), holding at most `capacity` grammars and at most `max_bytes` of them (CompiledGrammar::
+// memory_bytes, measured at each insertion; 0: no byte bound), least recently used evicted first; a
+// grammar larger than max_bytes alone is returned without being kept. Thread-safe.
 class Compiler {
  public:
   Compiler(std::shared_ptr<const Vocabulary> vocabulary, CompileOptions options = {},
-           std::size_t capacity = 64);
-  // Cached compile_grammar; throws as it does (errors are not cached).
+           std::size_t capacity = 64, std::size_t max_bytes = 0);
+  // Cached compile_grammar; throws as it does (errors are not cached). `cancelled`: as
+  // CompileOptions::cancelled, for this call.
   CompiledGrammar compile(const Grammar& grammar);
+  CompiledGrammar compile(const Grammar& grammar, const std::function<bool()>& cancelled);
   std::size_t cache_size() const;
   std::size_t cache_hits() const;
+  std::size_t cache_bytes() const;  // memory_bytes() summed over the grammars kept
+  void clear();                      // forgets every grammar kept (those in use stay valid)
   const Vocabulary& vocabulary() const { return *vocabulary_; }
 
  private:
   std::shared_ptr<const Vocabulary> vocabulary_;
   CompileOptions options_;
   std::size_t capacity_;
+  std::size_t max_bytes_;
   mutable std::mutex mutex_;
   std::list<std::pair<std::uint64_t, CompiledGrammar>> lru_;  // most recent first
   std::unordered_map<std::uint64_t, std::list<std::pair<std::uint64_t, CompiledGrammar>>::iterator>

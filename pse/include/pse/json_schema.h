@@ -54,6 +54,9 @@ struct JsonSchemaOptions {
   std::map<std::string, std::string> documents;
   // Bounds that keep conversion finite on hostile input (LimitError past them).
   std::uint32_t max_depth = 200;            // nesting of schemas and $ref chains being expanded
+  // Nesting of arrays and objects anywhere in the schema document (the values of const, enum, default
+  // and examples included), checked before anything else walks it.
+  std::uint32_t max_nesting = 1000;
   std::uint32_t max_grammar_exprs = 2000000;  // size of the grammar produced
   std::uint64_t max_expansion_work = 1000000;  // schemas visited or copied while merging and distributing combinators
 };
