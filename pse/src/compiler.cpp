@@ -271,7 +271,9 @@ CompiledGrammar Compiler::compile(const Grammar& grammar, const std::function<bo
     if (it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       ++hits_;
-      return it->second->second;
+      CompiledGrammar hit = it->second->second;
+      trim_locked();
+      return hit;
     }
   }
   // Compiled outside the lock: two threads may compile the same grammar once each; one result is kept.
@@ -287,15 +289,29 @@ CompiledGrammar Compiler::compile(const Grammar& grammar, const std::function<bo
   if (capacity_ == 0 || (max_bytes_ > 0 && compiled.memory_bytes() > max_bytes_)) return compiled;
   lru_.emplace_front(key, compiled);
   index_[key] = lru_.begin();
-  // Grammars grow after insertion (tables built later): their bytes are read afresh at each insertion.
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  trim_locked();
+  return compiled;
+}
+
+std::size_t Compiler::trim() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return trim_locked();
+}
+
+std::size_t Compiler::trim_locked() {
+  // The grammars' bytes are read afresh: they grow as their tables are built.
   std::size_t bytes = 0;
   for (const auto& entry : lru_) bytes += entry.second.memory_bytes();
-  while (lru_.size() > capacity_ || (max_bytes_ > 0 && bytes > max_bytes_ && lru_.size() > 1)) {
+  while (max_bytes_ > 0 && bytes > max_bytes_ && !lru_.empty()) {
     bytes -= std::min(bytes, lru_.back().second.memory_bytes());
     index_.erase(lru_.back().first);
     lru_.pop_back();
   }
-  return compiled;
+  return bytes;
 }
 
 void Compiler::clear() {

@@ -689,6 +689,15 @@ TEST(Compiler, CacheIsBoundedByBytes) {
   EXPECT_EQ(tiny.cache_bytes(), 0u);
   c.clear();
   EXPECT_EQ(c.cache_size(), 0u);
+  // A grammar kept while small, whose tables are then built, is evicted by the next trim().
+  Compiler growing(vocab, lazy, 64, before + 1);
+  const CompiledGrammar kept = growing.compile(json_like_grammar());
+  EXPECT_EQ(growing.cache_size(), 1u);
+  Matcher grow(kept);
+  (void)fast_mask(grow);
+  EXPECT_GT(kept.memory_bytes(), before + 1);
+  EXPECT_EQ(growing.trim(), 0u);
+  EXPECT_EQ(growing.cache_size(), 0u);
 }
 
 TEST(Compiler, MemoryLimitIsALimitError) {

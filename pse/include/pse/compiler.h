@@ -107,8 +107,9 @@ CompiledGrammar compile_grammar(const Grammar& grammar, std::shared_ptr<const Vo
 
 // A compile cache for one vocabulary, keyed by Grammar::hash() (plus the vocabulary's hash and the
 // options), holding at most `capacity` grammars and at most `max_bytes` of them (CompiledGrammar::
-// memory_bytes, measured at each insertion; 0: no byte bound), least recently used evicted first; a
-// grammar larger than max_bytes alone is returned without being kept. Thread-safe.
+// memory_bytes; 0: no byte bound), least recently used evicted first; a grammar larger than max_bytes
+// alone is returned without being kept. Grammars grow after compile() (tables built later): the bytes are
+// measured at every compile() and trim(). Thread-safe.
 class Compiler {
  public:
   Compiler(std::shared_ptr<const Vocabulary> vocabulary, CompileOptions options = {},
@@ -121,6 +122,8 @@ class Compiler {
   std::size_t cache_hits() const;
   std::size_t cache_bytes() const;  // memory_bytes() summed over the grammars kept
   void clear();                      // forgets every grammar kept (those in use stay valid)
+  // Evicts least recently used grammars until the byte bound holds again; returns cache_bytes().
+  std::size_t trim();
   const Vocabulary& vocabulary() const { return *vocabulary_; }
 
  private:
@@ -133,6 +136,7 @@ class Compiler {
   std::unordered_map<std::uint64_t, std::list<std::pair<std::uint64_t, CompiledGrammar>>::iterator>
       index_;
   std::size_t hits_ = 0;
+  std::size_t trim_locked();
 };
 
 }  // namespace pse
