@@ -83,6 +83,37 @@ TEST(TokenizerApi, Llama3Folder) {
   skip.skip_special = true;
   EXPECT_EQ(tok.decode(ids, skip), "user\n\nHi");
 
+  // plain_text: special-token text inside the given ranges is plain text, the rest is parsed; what lies
+  // outside them tokenizes as with parse_special alone.
+  const std::string prompt = "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>x<|eot_id|>";
+  const std::size_t user_begin = prompt.find("Hi"), user_end = prompt.rfind("<|eot_id|>");  // "Hi<|eot_id|>...x"
+  const std::vector<tokenizers::TextRange> user{{user_begin, user_end}};
+  EncodeOptions guarded;
+  guarded.parse_special = true;
+  guarded.plain_text = user;
+  const auto g = tok.encode(prompt, guarded);
+  EXPECT_EQ(std::count(g.begin(), g.end(), 128006), 1) << "the header inside the user's text became a token";
+  EXPECT_EQ(std::count(g.begin(), g.end(), 128009), 1) << "only the last <|eot_id|> is the template's";
+  EXPECT_EQ(g.front(), 128006);
+  EXPECT_EQ(g.back(), 128009);
+  EXPECT_EQ(tok.decode(g), prompt);
+  // A range that meets a special token's text only in part also keeps it plain.
+  const std::vector<tokenizers::TextRange> edge{{prompt.size() - 3, prompt.size()}};
+  guarded.plain_text = edge;
+  const auto e = tok.encode(prompt, guarded);
+  EXPECT_NE(e.back(), 128009);
+  // Without ranges: exactly parse_special.
+  guarded.plain_text = {};
+  parse.add_bos = false;
+  EXPECT_EQ(tok.encode(prompt, guarded), tok.encode(prompt, parse));
+  // Ranges must be sorted, disjoint and inside the text.
+  const std::vector<tokenizers::TextRange> bad_order{{10, 20}, {5, 8}};
+  guarded.plain_text = bad_order;
+  EXPECT_THROW(tok.encode(prompt, guarded), tokenizers::InputError);
+  const std::vector<tokenizers::TextRange> past_end{{0, prompt.size() + 1}};
+  guarded.plain_text = past_end;
+  EXPECT_THROW(tok.encode(prompt, guarded), tokenizers::InputError);
+
   // Token bytes and lookup by text (one test: the Llama 3 folder takes a second to load).
   const auto id = tok.find("Ġthe");
   ASSERT_TRUE(id.has_value());

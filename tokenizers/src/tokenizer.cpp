@@ -287,7 +287,15 @@ struct Fragment {
 bool is_word_byte(unsigned char c) { return std::isalnum(c) || c == '_' || c >= 0x80; }
 bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
-void partition(const Tokenizer::Impl& impl, std::string_view text, bool parse_special, std::vector<Fragment>& frags) {
+// Whether [begin, end) meets one of the sorted, disjoint `ranges`.
+bool meets(std::span<const TextRange> ranges, std::size_t begin, std::size_t end) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), begin,
+                             [](std::size_t b, const TextRange& r) { return b < r.end; });
+  return it != ranges.end() && it->begin < end;
+}
+
+void partition(const Tokenizer::Impl& impl, std::string_view text, bool parse_special,
+               std::span<const TextRange> plain_text, std::vector<Fragment>& frags) {
   frags.clear();
   frags.push_back({false, -1, 0, static_cast<std::uint32_t>(text.size())});
   std::vector<Fragment> next;
@@ -314,6 +322,10 @@ void partition(const Tokenizer::Impl& impl, std::string_view text, bool parse_sp
         if (attr.single_word && ((mb > f.begin && is_word_byte(static_cast<unsigned char>(text[mb - 1]))) ||
                                  (me < f.end && is_word_byte(static_cast<unsigned char>(text[me]))))) {
           search = mb + 1;
+          continue;
+        }
+        if (ty != TokenType::kUserDefined && meets(plain_text, mb, me)) {
+          search = mb + 1;  // special-token text inside plain text: read as text
           continue;
         }
         std::uint32_t left_end = mb;
@@ -347,7 +359,17 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
   if (options.add_bos && impl.special.bos) out.push_back(*impl.special.bos);
   thread_local std::vector<Fragment> frags;
   thread_local std::vector<detail::Piece> pieces;
-  partition(impl, text, options.parse_special, frags);
+  if (!options.plain_text.empty()) {
+    for (std::size_t i = 0; i < options.plain_text.size(); ++i) {
+      const TextRange& r = options.plain_text[i];
+      if (r.begin > r.end || r.end > text.size() || (i > 0 && options.plain_text[i - 1].end > r.begin)) {
+        throw InputError(fmt::format("[tokenizer] encode: plain_text[{}] = [{}, {}) is not a sorted range of the "
+                                     "{}-byte text",
+                                     i, r.begin, r.end, text.size()));
+      }
+    }
+  }
+  partition(impl, text, options.parse_special, options.plain_text, frags);
   bool first = true;
   for (const Fragment& f : frags) {
     if (f.is_token) {

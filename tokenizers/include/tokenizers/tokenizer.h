@@ -31,6 +31,11 @@ enum class TokenType : std::uint8_t {
 
 enum class ModelKind : std::uint8_t { kBytePairByteLevel, kSentencePiece, kWordPiece };
 
+// Bytes [begin, end) of a text.
+struct TextRange {
+  std::size_t begin = 0, end = 0;
+};
+
 struct EncodeOptions {
   // Prepend BOS / append EOS (only when the tokenizer has them). Callers that want the model's own default
   // use Tokenizer::add_bos_by_default().
@@ -40,6 +45,10 @@ struct EncodeOptions {
   // (default) it is plain text, as llama.cpp's parse_special=false. User-defined (non-special added)
   // tokens are matched either way, as llama.cpp and Hugging Face do.
   bool parse_special = false;
+  // With parse_special: ranges of the text (sorted, disjoint) whose special-token text is plain text all
+  // the same (no special token overlapping one is matched), e.g. the parts of a rendered chat prompt
+  // that came from users, while the template's markup around them becomes control tokens.
+  std::span<const TextRange> plain_text = {};
 };
 
 struct DecodeOptions {
