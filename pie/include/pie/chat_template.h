@@ -12,6 +12,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,16 @@ namespace jinja {
 struct Program;
 }
 
+// Rendered text, with the byte ranges [begin, end) of it that came from the text of tracked variables
+// (sorted, disjoint): what a tokenizer must read as plain text, never as special tokens, while the
+// template's own markup around it becomes control tokens. Text the template derived from tracked values
+// in ways it cannot follow byte by byte (filters such as tojson or replace, methods such as split) counts
+// whole.
+struct RenderedText {
+  std::string text;
+  std::vector<std::pair<std::size_t, std::size_t>> tracked;
+};
+
 class ChatTemplate {
  public:
   // Parses the template. Throws TemplateError (with line and column) on a syntax error.
@@ -71,6 +83,9 @@ class ChatTemplate {
   // on raise_exception(), a type error or an exceeded bound; nothing is kept from a failed render.
   std::string render(const nlohmann::ordered_json& context) const;
   std::string render(const nlohmann::ordered_json& context, const RenderOptions& options) const;
+  // The same, tracking where the text of the variables named in `tracked` lands.
+  RenderedText render_tracked(const nlohmann::ordered_json& context, const std::vector<std::string>& tracked,
+                              const RenderOptions& options = {}) const;
 
   const std::string& source() const { return source_; }
 
@@ -84,6 +99,12 @@ struct ChatTemplateTokens {
   std::string eos_token;
 };
 
+// Arrays and objects nested deeper than this in a render's variables are a TemplateError, found before
+// anything copies or walks them (the check is iterative, linear in the value's size).
+constexpr int kMaxTemplateValueDepth = 256;
+// Throws TemplateError ("`what` nests ... deeper than 256") when `value` does.
+void check_template_value_depth(const nlohmann::ordered_json& value, const std::string& what);
+
 // Renders as Hugging Face's apply_chat_template does: variables messages, tools (null when none),
 // add_generation_prompt, bos_token, eos_token, then the keys of `extra` (an object or null), which win.
 std::string apply_chat_template(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
@@ -91,6 +112,13 @@ std::string apply_chat_template(const ChatTemplate& tmpl, const nlohmann::ordere
                                 const ChatTemplateTokens& tokens,
                                 const nlohmann::ordered_json& extra = nlohmann::ordered_json{},
                                 const RenderOptions& options = {});
+
+// The same, tracking where the text of `messages` and `tools` (given by users) lands in the prompt.
+RenderedText apply_chat_template_tracked(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
+                                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                         const ChatTemplateTokens& tokens,
+                                         const nlohmann::ordered_json& extra = nlohmann::ordered_json{},
+                                         const RenderOptions& options = {});
 
 // The ChatML template (<|im_start|>role\ncontent<|im_end|>\n ...), for models that ship none.
 const std::string& builtin_chat_template();

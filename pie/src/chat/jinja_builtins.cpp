@@ -20,6 +20,18 @@ using FilterFn = std::function<Value(Interpreter&, const Value&, CallArgs&)>;
 std::string soft_str(const Value& v) { return v.is_string() ? v.s : to_str(v); }
 Value keep_markup(const Value& like, std::string s) { return Value::string(std::move(s), like.is_string() && like.markup); }
 
+// Appends `v` as join() writes it (str() of a non-string), with its context text.
+void append_joined(Value& out, const Value& v) {
+  const std::size_t at = out.s.size();
+  if (v.is_string()) {
+    out.s += v.s;
+    append_spans(out.spans, v.spans, at);
+    return;
+  }
+  out.s += to_str(v);
+  if (holds_context_text(v)) add_span(out.spans, at, out.s.size());
+}
+
 std::int64_t int_arg(const Value* v, std::int64_t fallback, const char* what) {
   if (v == nullptr || v->is_none()) return fallback;
   if (!v->is_integral()) throw ValueError{std::string(what) + " must be an integer, got " + type_name(*v)};
@@ -76,6 +88,22 @@ std::string jinja_title(const std::string& s) {
     } else {
       out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     }
+  }
+  return out;
+}
+
+std::string py_strip(const std::string& s, const Value* chars, bool left, bool right);
+
+// strip/lstrip/rstrip of a string value: a substring, whose context text is the original's there.
+Value stripped(const Value& v, const Value* chars, bool left, bool right) {
+  const std::string text = v.is_string() ? v.s : to_str(v);
+  Value out = keep_markup(v, py_strip(text, chars, left, right));
+  if (v.is_string() && !v.spans.empty() && !out.s.empty()) {
+    // The result starts at the first character not stripped: nothing before it can hold a copy of it.
+    const std::size_t at = text.find(out.s);
+    out.spans = sub_spans(v.spans, at, at + out.s.size());
+  } else if (!v.is_string() && holds_context_text(v)) {
+    mark_derived(out);
   }
   return out;
 }
@@ -504,18 +532,19 @@ const std::unordered_map<std::string, FilterFn>& filters() {
     };
     t["join"] = [](Interpreter& in, const Value& v, CallArgs& a) {
       a.check("join", {"d", "attribute"});
-      const std::string sep = str_arg(a.get(0, "d"), "");
+      const Value* sep_arg = a.get(0, "d");
+      const Value sep = sep_arg != nullptr ? *sep_arg : Value::string("");
       const Value* attr = a.get(1, "attribute");
-      std::string out;
+      Value out = Value::string("");
       bool first = true;
       for (const auto& item : in.iterate(v)) {
-        if (!first) out += sep;
+        if (!first) append_joined(out, sep);
         first = false;
-        out += soft_str(attr != nullptr && !attr->is_none() ? get_attribute_path(in, item, *attr) : item);
-        in.charge(sep.size());
+        append_joined(out, attr != nullptr && !attr->is_none() ? get_attribute_path(in, item, *attr) : item);
+        in.charge(sep.s.size());
       }
-      in.charge(out.size());
-      return Value::string(std::move(out));
+      in.charge(out.s.size());
+      return out;
     };
     t["length"] = [](Interpreter&, const Value& v, CallArgs& a) {
       a.check("length", {});
@@ -685,7 +714,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
     };
     t["trim"] = [](Interpreter&, const Value& v, CallArgs& a) {
       a.check("trim", {"chars"});
-      return keep_markup(v, py_strip(soft_str(v), a.get(0, "chars"), true, true));
+      return stripped(v, a.get(0, "chars"), true, true);
     };
     t["tojson"] = filter_tojson;
     t["unique"] = [](Interpreter& in, const Value& v, CallArgs& a) {
@@ -860,7 +889,16 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& operan
   const auto& table = filters();
   const auto it = table.find(name);
   if (it == table.end()) throw ValueError{"no filter named '" + name + "'"};
-  return it->second(in, operand, args);
+  Value result = it->second(in, operand, args);
+  // trim and join keep exact track of context text; what any other filter builds from it is context text.
+  if (name != "trim" && name != "join") {
+    const bool from_context_text =
+        holds_context_text(operand) ||
+        std::any_of(args.positional.begin(), args.positional.end(), [](const Value& v) { return holds_context_text(v); }) ||
+        std::any_of(args.keyword.begin(), args.keyword.end(), [](const auto& kv) { return holds_context_text(kv.second); });
+    if (from_context_text) mark_derived(result);
+  }
+  return result;
 }
 
 bool has_test(const std::string& name) { return tests().count(name) != 0; }
@@ -888,10 +926,12 @@ Value bound_method(Interpreter& in, const Value& obj, const std::string& name) {
     };
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
       const bool left = name != "rstrip", right = name != "lstrip";
-      return method([left, right, name](const Value& s, CallArgs& a) {
+      Value m = method([left, right, name](const Value& s, CallArgs& a) {
         a.check(name, {"chars"});
-        return keep_markup(s, py_strip(s.s, a.get(0, "chars"), left, right));
+        return stripped(s, a.get(0, "chars"), left, right);
       });
+      m.fn->exact_spans = true;
+      return m;
     }
     if (name == "split") {
       return method([](const Value& s, CallArgs& a) {
@@ -957,21 +997,23 @@ Value bound_method(Interpreter& in, const Value& obj, const std::string& name) {
       });
     }
     if (name == "join") {
-      return method([](const Value& s, CallArgs& a) {
+      Value m = method([](const Value& s, CallArgs& a) {
         a.check("join", {"iterable"});
         const Value* it = a.get(0, "iterable");
         if (it == nullptr) throw ValueError{"join() takes exactly one argument"};
-        std::string out;
+        Value out = Value::string("");
         bool first = true;
         for (const auto& x : a.interp->iterate(*it)) {
           if (!x.is_string()) throw ValueError{std::string("sequence item: expected str instance, ") + type_name(x) + " found"};
-          if (!first) out += s.s;
+          if (!first) append_joined(out, s);
           first = false;
-          out += x.s;
+          append_joined(out, x);
         }
-        a.interp->charge(out.size());
-        return Value::string(std::move(out));
+        a.interp->charge(out.s.size());
+        return out;
       });
+      m.fn->exact_spans = true;
+      return m;
     }
     if (name == "format") {  // the sandbox's str.format: {} {0} {name}, {{ and }}; no format specs
       return method([](const Value& s, CallArgs& a) {

@@ -1,5 +1,6 @@
 #include "chat/jinja_interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -154,13 +155,25 @@ void Interpreter::check_collection(std::size_t n) {
   charge(n * sizeof(Value));
 }
 
-void Interpreter::append(std::string& out, std::string_view text) {
-  if (out.size() + text.size() > options_.limits.max_output_bytes) {
+void Interpreter::append(Text& out, std::string_view text) {
+  if (out.s.size() + text.size() > options_.limits.max_output_bytes) {
     throw ValueError{"rendered text exceeds the bound of " + std::to_string(options_.limits.max_output_bytes) +
                      " bytes"};
   }
   charge(text.size());
-  out.append(text);
+  out.s.append(text);
+}
+
+void Interpreter::append(Text& out, const Value& v) {
+  const std::size_t at = out.s.size();
+  if (v.is_string()) {
+    append(out, std::string_view(v.s));
+    append_spans(out.spans, v.spans, at);
+    return;
+  }
+  const std::string text = to_str(v);
+  append(out, std::string_view(text));
+  if (holds_context_text(v)) add_span(out.spans, at, out.s.size());
 }
 
 void Interpreter::fail_at(const std::string& message, int line, int column) const {
@@ -179,7 +192,8 @@ Interpreter::~Interpreter() {
   }
 }
 
-std::string Interpreter::render(const Program& program, const nlohmann::ordered_json& context) {
+Text Interpreter::render(const Program& program, const nlohmann::ordered_json& context,
+                         const std::vector<std::string>& tracked) {
   auto globals = std::make_shared<Scope>();
   add_globals(*this, *globals);
   auto root = std::make_shared<Scope>();
@@ -187,12 +201,15 @@ std::string Interpreter::render(const Program& program, const nlohmann::ordered_
   if (!context.is_null()) {
     if (!context.is_object()) throw TemplateError("the render context must be a JSON object", 0, 0);
     try {
-      for (const auto& [k, v] : context.items()) root->set(k, from_json(v));
+      for (const auto& [k, v] : context.items()) {
+        const bool context_text = std::find(tracked.begin(), tracked.end(), k) != tracked.end();
+        root->set(k, from_json(v, 0, context_text));
+      }
     } catch (const ValueError& e) {
       throw TemplateError(e.message, 0, 0);
     }
   }
-  std::string out;
+  Text out;
   try {
     exec(program.body, root, out);
   } catch (const ValueError& e) {  // raised outside any statement (cannot happen, but never escape)
@@ -201,7 +218,7 @@ std::string Interpreter::render(const Program& program, const nlohmann::ordered_
   return out;
 }
 
-Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, std::string& out) {
+Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, Text& out) {
   for (const auto& s : body) {
     const Flow f = exec_stmt(*s, scope, out);
     if (f != Flow::normal) return f;
@@ -209,7 +226,7 @@ Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, std
   return Flow::normal;
 }
 
-Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& out) {
+Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, Text& out) {
   struct Depth {
     explicit Depth(Interpreter& in) : in_(in) { ++in_.depth_; }
     ~Depth() { --in_.depth_; }
@@ -219,12 +236,7 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, s
     if (depth_ > kMaxEvalDepth) throw ValueError{"template nesting too deep"};
     switch (s.kind) {
       case StmtKind::text: append(out, s.text); return Flow::normal;
-      case StmtKind::output: {
-        const Value v = eval(*s.expr, scope);
-        if (v.is_string()) append(out, v.s);
-        else append(out, to_str(v));
-        return Flow::normal;
-      }
+      case StmtKind::output: append(out, eval(*s.expr, scope)); return Flow::normal;
       case StmtKind::if_:
         for (const auto& [cond, body] : s.branches) {
           if (truthy(eval(*cond, scope))) return exec(body, scope, out);
@@ -234,9 +246,10 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, s
       case StmtKind::set: assign(*s.target, eval(*s.expr, scope), scope); return Flow::normal;
       case StmtKind::set_block:
       case StmtKind::filter_block: {
-        std::string captured;
+        Text captured;
         exec(s.body, scope, captured);
-        Value v = Value::string(std::move(captured));
+        Value v = Value::string(std::move(captured.s));
+        v.spans = std::move(captured.spans);
         for (const auto& f : s.filters) {
           CallArgs args = eval_args(f->args, scope);
           try {
@@ -246,7 +259,7 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, s
           }
         }
         if (s.kind == StmtKind::set_block) assign(*s.target, std::move(v), scope);
-        else append(out, to_str(v));
+        else append(out, v);
         return Flow::normal;
       }
       case StmtKind::macro: scope->set(s.name, make_macro(s, scope, nullptr, nullptr)); return Flow::normal;
@@ -256,8 +269,7 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, s
         CallArgs args = eval_args(call_expr.args, scope);
         args.keyword.emplace_back("caller", make_macro(s, scope, &s.body, scope));
         if (callee.is_undefined()) undefined_error(callee);
-        const Value v = call(callee, args);
-        append(out, to_str(v));
+        append(out, call(callee, args));
         return Flow::normal;
       }
       case StmtKind::break_: return Flow::break_;
@@ -270,7 +282,7 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, s
   return Flow::normal;
 }
 
-void Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
+void Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, Text& out) {
   const Value iterable = eval(*s.expr, scope);
   List items = iterate(iterable);
   if (s.cond) {
@@ -353,7 +365,7 @@ Value Interpreter::make_macro(const Stmt& s, const ScopePtr& scope, const Body* 
   std::weak_ptr<Scope> weak = scope;
   const Body* body = caller_body != nullptr ? caller_body : &s.body;
   const std::string name = caller_body != nullptr ? "caller" : s.name;
-  return Value::function(name, [this, &s, weak, body, name](CallArgs& args) -> Value {
+  Value macro = Value::function(name, [this, &s, weak, body, name](CallArgs& args) -> Value {
     ScopePtr parent = weak.lock();
     if (!parent) throw ValueError{"macro '" + name + "' called after its scope ended"};
     if (call_depth_ >= options_.limits.max_call_depth) {
@@ -395,10 +407,14 @@ Value Interpreter::make_macro(const Stmt& s, const ScopePtr& scope, const Body* 
       if (s.params[p].default_value) local->set(s.params[p].name, eval(*s.params[p].default_value, local));
       else local->set(s.params[p].name, Value::undefined(undefined_hint_name(s.params[p].name)));
     }
-    std::string out;
+    Text out;
     exec(*body, local, out);
-    return Value::string(std::move(out));
+    Value result = Value::string(std::move(out.s));
+    result.spans = std::move(out.spans);
+    return result;
   });
+  macro.fn->exact_spans = true;  // its output's spans are those of what it printed
+  return macro;
 }
 
 // --- expressions -----------------------------------------------------------------------------------
@@ -481,12 +497,26 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       }
       if (obj.is_string()) {
         const auto cps = utf8_decode(obj.s);
-        std::string out;
-        for (auto k : slice_indices(static_cast<std::int64_t>(cps.size()), start, stop, step)) {
-          utf8_append(out, cps[static_cast<std::size_t>(k)]);
+        // The byte offset of each code point, to carry context text over character by character.
+        std::vector<std::size_t> offsets;
+        if (!obj.spans.empty()) {
+          offsets.reserve(cps.size() + 1);
+          std::size_t at = 0;
+          for (std::uint32_t cp : cps) {
+            offsets.push_back(at);
+            at += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+          }
+          offsets.push_back(at);
         }
-        charge(out.size());
-        return Value::string(std::move(out), obj.markup);
+        Value out = Value::string({}, obj.markup);
+        for (auto k : slice_indices(static_cast<std::int64_t>(cps.size()), start, stop, step)) {
+          const std::size_t at = out.s.size();
+          utf8_append(out.s, cps[static_cast<std::size_t>(k)]);
+          const auto i = static_cast<std::size_t>(k);
+          if (!offsets.empty() && overlaps(obj.spans, offsets[i], offsets[i + 1])) add_span(out.spans, at, out.s.size());
+        }
+        charge(out.s.size());
+        return out;
       }
       return Value::undefined(std::string("'") + type_name(obj) + " object' is not subscriptable");
     }
@@ -574,11 +604,12 @@ bool Interpreter::eval_compare(const std::string& op, const Value& a, const Valu
 
 Value Interpreter::eval_binary(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") {
-    std::string s = to_str(a);
-    s += to_str(b);
-    charge(s.size());
-    if (s.size() > options_.limits.max_output_bytes) throw ValueError{"string exceeds the output bound"};
-    return Value::string(std::move(s));
+    Text t;
+    append(t, a);
+    append(t, b);
+    Value v = Value::string(std::move(t.s));
+    v.spans = std::move(t.spans);
+    return v;
   }
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
@@ -599,10 +630,18 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       std::string s;
       const bool markup = a.markup || b.markup;
       s = markup && !a.markup ? html_escape(a.s) : a.s;
+      const std::size_t split = s.size();
       s += markup && !b.markup ? html_escape(b.s) : b.s;
       if (s.size() > options_.limits.max_output_bytes) throw ValueError{"string exceeds the output bound"};
       charge(s.size());
-      return Value::string(std::move(s), markup);
+      Value v = Value::string(std::move(s), markup);
+      if (markup != a.markup || markup != b.markup) {
+        if (!a.spans.empty() || !b.spans.empty()) mark_derived(v);  // escaped: offsets moved
+      } else {
+        v.spans = a.spans;
+        append_spans(v.spans, b.spans, split);
+      }
+      return v;
     }
     if (a.kind == Kind::list && b.kind == Kind::list && a.tuple == b.tuple && !a.generator && !b.generator) {
       check_collection(a.list->size() + b.list->size());
@@ -644,11 +683,14 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
           (n > 0 && static_cast<std::size_t>(n) > options_.limits.max_output_bytes)) {
         throw ValueError{"string repetition exceeds the output bound"};
       }
-      std::string s;
-      s.reserve(seq->s.size() * static_cast<std::size_t>(n));
-      for (std::int64_t k = 0; k < n; ++k) s += seq->s;
-      charge(s.size());
-      return Value::string(std::move(s), seq->markup);
+      Value v = Value::string({}, seq->markup);
+      v.s.reserve(seq->s.size() * static_cast<std::size_t>(n));
+      for (std::int64_t k = 0; k < n; ++k) {
+        append_spans(v.spans, seq->spans, v.s.size());
+        v.s += seq->s;
+      }
+      charge(v.s.size());
+      return v;
     }
     if (static_cast<std::size_t>(n) > options_.limits.max_collection_size ||
         seq->list->size() * static_cast<std::size_t>(n) > options_.limits.max_collection_size) {
@@ -725,7 +767,10 @@ Value Interpreter::get_attr(const Value& obj, const std::string& name) {
     return v != nullptr ? *v : Value::undefined(undefined_hint_attr(obj, name));
   }
   Value method = bound_method(*this, obj, name);
-  if (!method.is_undefined()) return method;
+  if (!method.is_undefined()) {
+    method.fn->bound_to_context_text = holds_context_text(obj);
+    return method;
+  }
   if (obj.kind == Kind::dict) {
     const Value* v = obj.dict->find(std::string_view(name));
     if (v != nullptr) return *v;
@@ -758,9 +803,10 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
         const auto n = static_cast<std::int64_t>(cps.size());
         if (i < 0) i += n;
         if (i >= 0 && i < n) {
-          std::string s;
-          utf8_append(s, cps[static_cast<std::size_t>(i)]);
-          return Value::string(std::move(s), obj.markup);
+          Value c = Value::string({}, obj.markup);
+          utf8_append(c.s, cps[static_cast<std::size_t>(i)]);
+          if (!obj.spans.empty()) mark_derived(c);  // (one character: context text when the string holds any)
+          return c;
         }
         return Value::undefined("'str object' has no element " + std::to_string(key.as_int()));
       }
@@ -775,7 +821,14 @@ Value Interpreter::call(const Value& callee, CallArgs& args) {
   args.interp = this;
   if (callee.is_undefined()) undefined_error(callee);
   if (callee.kind != Kind::function) throw ValueError{std::string("'") + type_name(callee) + "' object is not callable"};
-  return callee.fn->call(args);
+  const bool from_context_text =
+      !callee.fn->exact_spans &&
+      (callee.fn->bound_to_context_text ||
+       std::any_of(args.positional.begin(), args.positional.end(), [](const Value& v) { return holds_context_text(v); }) ||
+       std::any_of(args.keyword.begin(), args.keyword.end(), [](const auto& kv) { return holds_context_text(kv.second); }));
+  Value result = callee.fn->call(args);
+  if (from_context_text) mark_derived(result);
+  return result;
 }
 
 List Interpreter::iterate(const Value& v) {
@@ -796,10 +849,13 @@ List Interpreter::iterate(const Value& v) {
     }
     case Kind::string: {
       List chars;
+      std::size_t at = 0;
       for (std::uint32_t cp : utf8_decode(v.s)) {
-        std::string s;
-        utf8_append(s, cp);
-        chars.push_back(Value::string(std::move(s), v.markup));
+        Value c = Value::string({}, v.markup);
+        utf8_append(c.s, cp);
+        if (overlaps(v.spans, at, at + c.s.size())) add_span(c.spans, 0, c.s.size());
+        at += c.s.size();
+        chars.push_back(std::move(c));
       }
       check_collection(chars.size());
       return chars;

@@ -32,6 +32,12 @@ struct CallArgs {
   void check(std::string_view function, std::initializer_list<const char*> names) const;
 };
 
+// Rendered text, and the context text in it.
+struct Text {
+  std::string s;
+  Spans spans;
+};
+
 struct Scope {
   std::shared_ptr<Scope> parent;
   std::vector<std::pair<std::string, Value>> vars;
@@ -52,7 +58,9 @@ class Interpreter {
   // (set ns.self = ns); they are emptied when the render ends so that no cycle outlives it.
   void track_namespace(const DictPtr& dict) { namespaces_.push_back(dict); }
 
-  std::string render(const Program& program, const nlohmann::ordered_json& context);
+  // The variables named in `tracked` hold context text (Span): where it lands in the output is kept.
+  Text render(const Program& program, const nlohmann::ordered_json& context,
+              const std::vector<std::string>& tracked = {});
 
   // Python-like lookups as jinja2's sandboxed environment does them.
   Value get_attr(const Value& obj, const std::string& name);
@@ -70,9 +78,9 @@ class Interpreter {
  private:
   enum class Flow : std::uint8_t { normal, break_, continue_ };
 
-  Flow exec(const Body& body, const ScopePtr& scope, std::string& out);
-  Flow exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& out);
-  void exec_for(const Stmt& s, const ScopePtr& scope, std::string& out);
+  Flow exec(const Body& body, const ScopePtr& scope, Text& out);
+  Flow exec_stmt(const Stmt& s, const ScopePtr& scope, Text& out);
+  void exec_for(const Stmt& s, const ScopePtr& scope, Text& out);
   void assign(const Expr& target, Value value, const ScopePtr& scope);
   Value make_macro(const Stmt& s, const ScopePtr& scope, const Body* caller_body, const ScopePtr& caller_scope);
   Value eval(const Expr& e, const ScopePtr& scope);
@@ -80,7 +88,8 @@ class Interpreter {
   Value eval_binary(const std::string& op, const Value& a, const Value& b);
   bool eval_compare(const std::string& op, const Value& a, const Value& b);
   CallArgs eval_args(const std::vector<Arg>& args, const ScopePtr& scope);
-  void append(std::string& out, std::string_view text);
+  void append(Text& out, std::string_view text);
+  void append(Text& out, const Value& v);  // a string with its spans; other values as str() would print
   [[noreturn]] void fail_at(const std::string& message, int line, int column) const;
 
   const RenderOptions& options_;

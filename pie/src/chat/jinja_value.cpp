@@ -453,7 +453,71 @@ std::string to_json(const Value& v, const JsonOptions& options) {
   return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j, int depth) {
+void add_span(Spans& spans, std::size_t begin, std::size_t end) {
+  if (begin >= end) return;
+  if (!spans.empty() && spans.back().end >= begin) {
+    spans.back().end = std::max(spans.back().end, static_cast<std::uint32_t>(end));
+    return;
+  }
+  spans.push_back(Span{static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(end)});
+}
+
+void append_spans(Spans& to, const Spans& from, std::size_t offset) {
+  for (const Span& s : from) add_span(to, s.begin + offset, s.end + offset);
+}
+
+Spans sub_spans(const Spans& spans, std::size_t begin, std::size_t end) {
+  Spans out;
+  for (const Span& s : spans) {
+    const std::size_t b = std::max<std::size_t>(s.begin, begin), e = std::min<std::size_t>(s.end, end);
+    if (b < e) add_span(out, b - begin, e - begin);
+  }
+  return out;
+}
+
+bool overlaps(const Spans& spans, std::size_t begin, std::size_t end) {
+  auto it = std::upper_bound(spans.begin(), spans.end(), begin, [](std::size_t b, const Span& s) { return b < s.end; });
+  return it != spans.end() && it->begin < end && begin < end;
+}
+
+namespace {
+
+bool holds_context_text_at(const Value& v, int depth) {
+  if (depth > kMaxValueDepth) return true;  // (cannot be printed either: counts as context text)
+  switch (v.kind) {
+    case Kind::string: return !v.spans.empty();
+    case Kind::list:
+      return std::any_of(v.list->begin(), v.list->end(), [&](const Value& x) { return holds_context_text_at(x, depth + 1); });
+    case Kind::dict:
+      return std::any_of(v.dict->items.begin(), v.dict->items.end(), [&](const auto& kv) {
+        return holds_context_text_at(kv.first, depth + 1) || holds_context_text_at(kv.second, depth + 1);
+      });
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool holds_context_text(const Value& v) { return holds_context_text_at(v, 0); }
+
+void mark_derived(Value& v) {
+  if (v.kind == Kind::string) {
+    if (v.spans.empty()) add_span(v.spans, 0, v.s.size());
+    return;
+  }
+  if (v.kind == Kind::list) {
+    // A fresh list: the one returned may be an input's, shared by reference.
+    List items = *v.list;
+    for (Value& x : items) {
+      if (x.kind == Kind::string && x.spans.empty()) add_span(x.spans, 0, x.s.size());
+    }
+    Value copy = Value::make_list(std::move(items), v.tuple);
+    copy.generator = v.generator;
+    v = std::move(copy);
+  }
+}
+
+Value from_json(const nlohmann::ordered_json& j, int depth, bool context_text) {
   if (depth > kMaxValueDepth) throw ValueError{"template variable nested deeper than " + std::to_string(kMaxValueDepth)};
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
@@ -465,17 +529,25 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
       return Value::integer(static_cast<std::int64_t>(u));
     }
     case nlohmann::ordered_json::value_t::number_float: return Value::floating(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::string: {
+      Value v = Value::string(j.get<std::string>());
+      if (context_text) add_span(v.spans, 0, v.s.size());
+      return v;
+    }
     case nlohmann::ordered_json::value_t::array: {
       List items;
       items.reserve(j.size());
-      for (const auto& x : j) items.push_back(from_json(x, depth + 1));
+      for (const auto& x : j) items.push_back(from_json(x, depth + 1, context_text));
       return Value::make_list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Value d = Value::make_dict();
       d.dict->items.reserve(j.size());
-      for (const auto& [k, x] : j.items()) d.dict->items.emplace_back(Value::string(k), from_json(x, depth + 1));
+      for (const auto& [k, x] : j.items()) {
+        Value key = Value::string(k);
+        if (context_text) add_span(key.spans, 0, key.s.size());
+        d.dict->items.emplace_back(std::move(key), from_json(x, depth + 1, context_text));
+      }
       return d;
     }
     default: return Value::none();

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pie/chat_template.h"
+
 namespace pie::jinja {
 
 struct Value;
@@ -21,10 +23,22 @@ using List = std::vector<Value>;
 using ListPtr = std::shared_ptr<List>;
 using DictPtr = std::shared_ptr<Dict>;
 
+// Byte ranges [begin, end) of a string that are context text: text of the render's variables that the
+// caller asked to track (a chat's messages and tools, given by users), sorted and disjoint. A prompt's
+// tokenizer must not read special-token text there (ChatTemplate::render_tracked).
+struct Span {
+  std::uint32_t begin = 0, end = 0;
+};
+using Spans = std::vector<Span>;
+
 // A native function or a bound method or a macro; receives evaluated arguments.
 struct Function {
   std::string name;
   std::function<Value(CallArgs&)> call;
+  // Its result's spans are exact (a macro's output): the call does not mark them itself.
+  bool exact_spans = false;
+  // A bound method of a value that holds context text: what it builds is context text.
+  bool bound_to_context_text = false;
 };
 using FunctionPtr = std::shared_ptr<Function>;
 
@@ -40,6 +54,7 @@ struct Value {
   std::int64_t i = 0;
   double f = 0.0;
   std::string s;           // string; undefined: the name that was looked up (for messages)
+  Spans spans;             // string: the bytes that are context text
   ListPtr list;
   DictPtr dict;
   FunctionPtr fn;
@@ -133,8 +148,25 @@ struct JsonOptions {
 std::string to_json(const Value& v, const JsonOptions& options);
 
 // Nesting bound of values (JSON input, printing, tojson): keeps recursion off the end of the stack.
-constexpr int kMaxValueDepth = 256;
-Value from_json(const nlohmann::ordered_json& j, int depth = 0);
+constexpr int kMaxValueDepth = kMaxTemplateValueDepth;
+// `context_text`: every string (and dict key) of `j` is context text.
+Value from_json(const nlohmann::ordered_json& j, int depth = 0, bool context_text = false);
+
+// Context text bookkeeping (Span). Appends [begin, end) to sorted `spans`, merging with the last.
+void add_span(Spans& spans, std::size_t begin, std::size_t end);
+// Appends `from`, shifted by `offset` bytes, to `to`.
+void append_spans(Spans& to, const Spans& from, std::size_t offset);
+// The part of `spans` inside [begin, end), rebased to begin.
+Spans sub_spans(const Spans& spans, std::size_t begin, std::size_t end);
+// Whether [begin, end) meets a span.
+bool overlaps(const Spans& spans, std::size_t begin, std::size_t end);
+// Whether `v` holds context text: a string with spans, or a list or dict holding one (keys included).
+bool holds_context_text(const Value& v);
+// `v` was built from context text by an operation that does not keep track of where each byte came from
+// (a filter, a method, str() of a list): its strings without spans become context text as a whole (a
+// list's or tuple's elements too). Marking too much only keeps special-token text from being read as
+// control tokens; marking too little would let it be.
+void mark_derived(Value& v);
 
 // UTF-8 helpers: Python strings index code points.
 std::vector<std::uint32_t> utf8_decode(std::string_view s);

@@ -321,6 +321,73 @@ TEST(ChatTemplate, BuiltinIsChatML) {
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// The tracked text of a render, each range as the text it covers: "{a|b}" for two ranges.
+std::string tracked_text(const pie::RenderedText& r) {
+  std::string out = "{";
+  for (const auto& [b, e] : r.tracked) out += (out.size() > 1 ? "|" : "") + r.text.substr(b, e - b);
+  return out + "}";
+}
+
+std::string tracked(const std::string& source, const char* messages, const char* extra = "{}") {
+  const pie::ChatTemplate t(source);
+  return tracked_text(pie::apply_chat_template_tracked(t, nlohmann::ordered_json::parse(messages), nullptr, true,
+                                                       {"<s>", "</s>"}, nlohmann::ordered_json::parse(extra)));
+}
+
+// Where the messages' text lands in the prompt: exactly through printing, concatenation, set blocks,
+// macros, slicing, trim and join; as a whole through anything else built from it (filters, methods,
+// str() of containers); never the template's own text, bos_token or untracked variables.
+TEST(ChatTemplate, TracksWhereTheMessagesTextLands) {
+  const char* one = R"([{"role": "user", "content": " Hi<|im_end|> "}])";
+  pie::ChatTemplate chatml(pie::builtin_chat_template());
+  const pie::RenderedText r = pie::apply_chat_template_tracked(chatml, nlohmann::ordered_json::parse(one), nullptr,
+                                                               true, {});
+  EXPECT_EQ(r.text, "<|im_start|>user\n Hi<|im_end|> <|im_end|>\n<|im_start|>assistant\n");
+  ASSERT_EQ(r.tracked.size(), 2u);  // "user" and the content, not the markup between them
+  EXPECT_EQ(tracked_text(r), "{user| Hi<|im_end|> }");
+  EXPECT_EQ(r.tracked[1], (std::pair<std::size_t, std::size_t>{17, 31}));
+
+  EXPECT_EQ(tracked("{{ bos_token }}{% for m in messages %}[{{ m.content ~ '|' ~ m.role }}]{% endfor %}{{ x }}", one,
+                    R"({"x": "<|x|>"})"),
+            "{ Hi<|im_end|> |user}");
+  EXPECT_EQ(tracked("{% set c %}<a>{{ messages[0].content }}<b>{% endset %}{{ c | trim }}", one), "{ Hi<|im_end|> }");
+  EXPECT_EQ(tracked("{{ (messages[0].content | trim) + '<e>' }}", one), "{Hi<|im_end|>}");
+  EXPECT_EQ(tracked("{{ messages[0].content.strip()[2:4] }}{{ messages[0].content[-1:] }}", one), "{<| }");  // (adjacent ranges merge)
+  EXPECT_EQ(tracked("{% macro m(x) %}<m>{{ x }}</m>{% endmacro %}{{ m(messages[0].content) }}", one),
+            "{ Hi<|im_end|> }");
+  EXPECT_EQ(tracked("{{ '<sep>'.join([messages[0].role, messages[0].role]) }}", one), "{user|user}");
+  EXPECT_EQ(tracked("{{ [messages[0].role, 'x'] | join('<sep>') }}", one), "{user}");
+  EXPECT_EQ(tracked("{% for c in messages[0].role %}{{ c }}.{% endfor %}", one), "{u|s|e|r}");
+  EXPECT_EQ(tracked("{{ messages[0].role * 2 }}", one), "{useruser}");
+  // Derived without byte-by-byte tracking: the whole result, and nothing else.
+  EXPECT_EQ(tracked("<{{ messages[0] | tojson }}>", R"([{"role": "user", "content": "a"}])"),
+            R"({{"role": "user", "content": "a"}})");
+  EXPECT_EQ(tracked("<{{ messages[0].content.replace('H', 'h') }}>", one), "{ hi<|im_end|> }");
+  EXPECT_EQ(tracked("<{{ messages[0].role | upper }}>", one), "{USER}");
+  EXPECT_EQ(tracked("<{{ messages | map(attribute='role') | list }}>", one), "{['user']}");
+  EXPECT_EQ(tracked("{% for k in messages[0] %}{{ k }};{% endfor %}", one), "{role|content}");
+  EXPECT_EQ(tracked("{{ '%s!' % messages[0].role }}", one), "{user!}");
+  // Nothing of the messages printed: nothing tracked.
+  EXPECT_EQ(tracked("{{ bos_token }}{{ messages | length }}<|im_start|>", one), "{}");
+}
+
+TEST(ChatTemplate, DeepValuesAreRefusedBeforeAnyCopy) {
+  const std::string deep = std::string(50000, '[') + std::string(50000, ']');
+  const auto value = nlohmann::ordered_json::parse(deep);
+  EXPECT_THROW(pie::check_template_value_depth(value, "tools"), pie::TemplateError);
+  pie::ChatTemplate t(pie::builtin_chat_template());
+  const auto messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  try {
+    (void)pie::apply_chat_template(t, messages, value, true, {});
+    ADD_FAILURE() << "a 50,000-deep tools value was rendered";
+  } catch (const pie::TemplateError& e) {
+    EXPECT_NE(std::string(e.what()).find("tools nests arrays and objects deeper than 256"), std::string::npos)
+        << e.what();
+  }
+  const std::string ok = std::string(255, '[') + std::string(255, ']');
+  EXPECT_NO_THROW(pie::check_template_value_depth(nlohmann::ordered_json::parse(ok), "tools"));
+}
+
 TEST(ChatTemplate, RendersConcurrently) {
   pie::ChatTemplate t("{% for i in range(n) %}{{ i }}{% endfor %}");
   std::vector<std::thread> threads;
