@@ -25,13 +25,14 @@ namespace orchard::cli {
 
 int run_serve(std::span<const std::string> args) {
   std::optional<std::string> model_path, host, port, api_key, parallel, ctx, threads, max_body, name, grace,
-      grammar_tables, json_layout;
+      grammar_tables, json_layout, max_queue, grammar_cache_mb, http_threads;
   std::vector<std::string> aliases;
-  bool quiet = false;
+  bool quiet = false, special_tokens_in_messages = false;
   ArgParser parser(
       "orchard serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N] [--ctx N]\n"
       "              [--threads N] [--max-body BYTES] [--name NAME] [--alias NAME]... [--grace SECONDS]\n"
       "              [--json-layout compact|flexible|indented] [--grammar-tables compile|background|first-use]\n"
+      "              [--max-queue N] [--grammar-cache-mb MB] [--http-threads N] [--special-tokens-in-messages]\n"
       "              [--quiet]",
       "Serves MODEL over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions, GET /v1/models)\n"
       "and Ollama's (POST /api/chat, /api/generate, /api/show, GET /api/tags, /api/version), plus GET /health\n"
@@ -65,6 +66,19 @@ int run_serve(std::span<const std::string> args) {
               "response_format / format JSON: compact (default, no whitespace), flexible (bounded whitespace "
               "runs) or indented (one member per line)",
               &json_layout)
+      .option("max-queue", 0, "N",
+              "requests waiting for a sequence slot, at most; past it, 429 with Retry-After (default 4 x --parallel)",
+              &max_queue)
+      .option("grammar-cache-mb", 0, "MB", "compiled grammars kept for reuse, in MiB at most (default 256)",
+              &grammar_cache_mb)
+      .option("http-threads", 0, "N",
+              "connections served at once (default: 128, or 4 x --parallel when larger); /health and /metrics "
+              "have a thread of their own",
+              &http_threads)
+      .flag("special-tokens-in-messages", 0,
+            "read special-token text in messages and tools (\"<|im_end|>\") as control tokens; by default it is "
+            "plain text, so a user cannot close their turn and open a system one",
+            &special_tokens_in_messages)
       .flag("quiet", 'q', "no per-request log lines", &quiet);
   SpeculativeFlags spec;
   spec.add_options(parser);
@@ -76,6 +90,11 @@ int run_serve(std::span<const std::string> args) {
   engine_options.grammar_tables = table_build_option(grammar_tables, "--grammar-tables");
   engine_options.speculative = spec.get();
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
+  engine_options.max_queued = max_queue ? static_cast<std::int32_t>(parse_int(*max_queue, "--max-queue", 1, 1 << 20))
+                                        : 4 * engine_options.max_running;
+  if (grammar_cache_mb) {
+    engine_options.grammar_cache_bytes = parse_int(*grammar_cache_mb, "--grammar-cache-mb", 0, 1 << 20) << 20;
+  }
   pie::ServerOptions options;
   if (host) options.host = *host;
   if (port) options.port = static_cast<int>(parse_int(*port, "--port", 0, 65535));
@@ -90,6 +109,8 @@ int run_serve(std::span<const std::string> args) {
   options.json_layout = json_layout_option(json_layout, "--json-layout", pse::JsonLayout::kCompact);
   if (grace) options.shutdown_grace_seconds = parse_double(*grace, "--grace");
   if (options.shutdown_grace_seconds < 0) throw UsageError("--grace must not be negative");
+  options.special_tokens_in_messages = special_tokens_in_messages;
+  if (http_threads) options.http_threads = static_cast<std::int32_t>(parse_int(*http_threads, "--http-threads", 1, 4096));
   options.log_requests = !quiet;
 #ifdef ORCHARD_VERSION
   options.version = ORCHARD_VERSION;

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,10 @@ struct GenerateRequest {
   // cache (its pages still go there for later requests; usage.cached_prompt_tokens is 0) and runs in
   // chunks of at most 64 tokens. The logprobs are bit-identical to those of the same tokens sampled.
   bool prompt_logprobs = false;
+  // Polled while submit() compiles the grammar (every few thousand automaton states or tokens, as the
+  // compile deadline is): true stops the compile and submit() throws CancelledError. For callers that
+  // may go away meanwhile (a server whose client closed the connection).
+  std::function<bool()> abandoned;
 };
 
 enum class FinishReason : std::uint8_t { none, stop, length, cancelled, error };
@@ -111,8 +116,9 @@ struct EngineOptions {
   std::int64_t kv_cache_bytes = 0;       // 0: enough for max_running full contexts, capped at 4 GiB
   tensor::DType kv_dtype = tensor::DType::f32;
   bool prefix_caching = true;
-  std::int32_t max_queued = 1024;        // submit() throws CapacityError past this
+  std::int32_t max_queued = 1024;        // submit() throws QueueFullError past this
   std::int32_t grammar_cache = 64;       // compiled grammars kept
+  std::int64_t grammar_cache_bytes = std::int64_t{256} << 20;  // and their bytes (automata and tables), at most
   double grammar_compile_ms = 10'000;    // compile-time bound per constraint
   // When a constraint's token tables are built. In the background (the default): a new constraint starts
   // decoding once its automaton is built, while its tables are built on other threads during its prefill;
@@ -134,6 +140,7 @@ struct EngineStats {
   std::int32_t kv_pages = 0, kv_pages_used = 0, kv_pages_cached = 0, kv_pages_free = 0;
   std::uint64_t prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
   std::uint64_t grammar_compiles = 0, grammar_cache_hits = 0;
+  std::uint64_t grammar_cache_bytes = 0;  // compiled grammars kept for reuse (as of the last compile)
   double grammar_compile_seconds = 0;
   double mask_seconds = 0;               // time spent filling masks (on the pool)
   double forward_seconds = 0;
@@ -158,7 +165,8 @@ class Engine {
 
   // Validates (RequestError: empty prompt, token ids out of range, prompt longer than the context,
   // invalid sampling parameters, n < 1; pse errors from the constraint come back as RequestError naming
-  // "grammar") and queues the request. Thread-safe.
+  // "grammar"), compiles the constraint (CancelledError when request.abandoned says so meanwhile) and
+  // queues the request (QueueFullError past max_queued, CapacityError when shutting down). Thread-safe.
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
 
   // Compiles a constraint against the model's vocabulary as submit() does, through the same cache (a

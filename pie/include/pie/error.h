@@ -25,17 +25,32 @@ class ModelError : public Error {
 // context, an invalid constraint. Never affects other requests.
 class RequestError : public Error {
  public:
-  // param: the request field at fault ("temperature", "messages[2].content"), empty when none.
-  explicit RequestError(const std::string& message, std::string param = {})
-      : Error(message), param_(std::move(param)) {}
+  // param: the request field at fault ("temperature", "messages[2].content"), empty when none. code: a
+  // machine-readable kind ("invalid_grammar", "constraint_too_large"), empty when none.
+  explicit RequestError(const std::string& message, std::string param = {}, std::string code = {})
+      : Error(message), param_(std::move(param)), code_(std::move(code)) {}
   const std::string& param() const { return param_; }
+  const std::string& code() const { return code_; }
 
  private:
   std::string param_;
+  std::string code_;
 };
 
 // The engine cannot take more work right now (queue full, shutting down).
 class CapacityError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Its queue is full: the same request may succeed a little later.
+class QueueFullError : public CapacityError {
+ public:
+  using CapacityError::CapacityError;
+};
+
+// The caller gave the request up (GenerateRequest::abandoned) while it was being prepared.
+class CancelledError : public Error {
  public:
   using Error::Error;
 };

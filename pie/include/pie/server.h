@@ -41,7 +41,11 @@ struct ServerOptions {
   // How response_format / Ollama format JSON is laid out: compact (the default, as llama.cpp answers),
   // flexible (bounded whitespace runs where JSON allows them) or indented (json.dumps(indent=2)).
   pse::JsonLayout json_layout = pse::JsonLayout::kCompact;
-  double shutdown_grace_seconds = 10;  // stop(): how long running requests may finish before cancellation
+  // Special-token text in messages and tools ("<|im_end|>") read as the control token it spells. Off by
+  // default: it is plain text, so a user cannot close their turn and open another role's (only for
+  // clients trusted to write the prompt's markup).
+  bool special_tokens_in_messages = false;
+  double shutdown_grace_seconds = 10;  // stop(): how long running requests may finish, the cut included
   bool log_requests = true;          // one JSON line per request on stderr
   std::string version = "0.1.0";     // reported by /api/version and /health
 };

@@ -275,6 +275,9 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   positive("max_batch_tokens", options.max_batch_tokens);
   positive("max_queued", options.max_queued);
   positive("grammar_cache", options.grammar_cache);
+  if (options.grammar_cache_bytes < 0) {
+    throw Error(fmt::format("[engine] grammar_cache_bytes must be >= 0, got {}", options.grammar_cache_bytes));
+  }
   if (options.n_threads < 0) throw Error(fmt::format("[engine] n_threads must be >= 0, got {}", options.n_threads));
   if (options.context_length < 0) {
     throw Error(fmt::format("[engine] context_length must be >= 0, got {}", options.context_length));
@@ -334,7 +337,8 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   compile.max_compile_ms = options.grammar_compile_ms;
   compile.tables = options.grammar_tables;
   grammars = std::make_unique<detail::GrammarCache>(model->tokenizer, static_cast<std::size_t>(n_vocab), compile,
-                                                    static_cast<std::size_t>(options.grammar_cache));
+                                                    static_cast<std::size_t>(options.grammar_cache),
+                                                    static_cast<std::size_t>(options.grammar_cache_bytes));
 
   const tokenizers::SpecialTokens& st = model->tokenizer->special_tokens();
   eos_ids.assign(st.end_of_generation.begin(), st.end_of_generation.end());
@@ -351,6 +355,7 @@ void Engine::Impl::publish_stats() {
   const KvCacheStats k = kv->stats();
   std::uint64_t running = 0, queued = 0;
   for (const auto& r : active) (r->admitted ? running : queued) += 1;
+  grammars->trim();  // cached grammars grow while their tables are built in the background
   const detail::GrammarCacheStats g = grammars->stats();
   std::lock_guard<std::mutex> lock(stats_mutex);
   stats.requests_running = running;
@@ -363,6 +368,7 @@ void Engine::Impl::publish_stats() {
   stats.prefix_hit_tokens = k.prefix_hit_tokens;
   stats.grammar_compiles = g.compiles;
   stats.grammar_cache_hits = g.hits;
+  stats.grammar_cache_bytes = g.cached_bytes;
   stats.grammar_compile_seconds = g.compile_seconds;
   stats.preemptions = scheduler->n_preemptions();
 }
@@ -1021,7 +1027,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   detail::check_request(request, *m.model, m.context_length);
   auto r = std::make_unique<Request>();
   if (request.grammar) {
-    r->grammar = m.grammars->compile(*request.grammar, request.grammar_special_tokens);
+    r->grammar = m.grammars->compile(*request.grammar, request.grammar_special_tokens, request.abandoned);
   }
   r->seed = request.sampling.seed ? *request.sampling.seed : std::random_device{}() * 0x9E3779B97F4A7C15ULL ^
                                                                   std::random_device{}();
@@ -1048,7 +1054,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
     if (!m.accepting) throw CapacityError("[engine] shutting down: no new requests");
     const std::int64_t queued = m.n_unadmitted.load();
     if (queued >= m.options.max_queued) {
-      throw CapacityError(fmt::format("[engine] the queue is full ({} requests waiting)", queued));
+      throw QueueFullError(fmt::format("[engine] the queue is full ({} requests waiting)", queued));
     }
     m.n_unadmitted.fetch_add(1);
     m.incoming.push_back(std::move(r));

@@ -44,13 +44,17 @@ ApiError api_error_from_exception(std::exception_ptr error, const std::string& c
   } catch (const pse::LimitError& e) {
     return ApiError::invalid(e.what(), constraint_param, "constraint_too_large");
   } catch (const pse::Error& e) {
-    return ApiError::invalid(e.what(), constraint_param);
+    return ApiError::invalid(e.what(), constraint_param, "invalid_grammar");
   } catch (const pie::RequestError& e) {
     std::string param = e.param();
     if (param == "grammar" && !constraint_param.empty()) param = constraint_param;
-    return ApiError::invalid(e.what(), param);
+    return ApiError::invalid(e.what(), param, e.code());
+  } catch (const pie::QueueFullError& e) {
+    return ApiError(429, "rate_limit_error", e.what(), {}, "queue_full");
   } catch (const pie::CapacityError& e) {
     return ApiError(503, "server_error", e.what(), {}, "server_overloaded");
+  } catch (const pie::CancelledError& e) {
+    return ApiError(499, "invalid_request_error", e.what(), {}, "client_closed_request");
   } catch (const std::exception& e) {
     return ApiError(500, "server_error", e.what());
   } catch (...) {

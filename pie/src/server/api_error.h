@@ -46,10 +46,12 @@ class ApiError : public std::runtime_error {
 // the error has one (an extension).
 nlohmann::ordered_json error_body(const ApiError& error);
 
-// Maps what a handler threw to the answer: ApiError as is; pie::RequestError -> 400 with its param;
-// pse::SchemaError -> 400 naming the keyword and its JSON pointer (also as the location); pse::GrammarError
-// -> 400 with its line and column as the location when it has them; other pse errors (limits) -> 400; pie::CapacityError -> 503; anything else -> 500 server_error. `constraint_param` is the request
-// field that held the constraint, named by pse errors.
+// Maps what a handler threw to the answer: ApiError as is; pie::RequestError -> 400 with its param and
+// code; pse::SchemaError -> 400 naming the keyword and its JSON pointer (also as the location);
+// pse::GrammarError -> 400 with its line and column as the location when it has them; other pse errors
+// (limits) -> 400 with a code; pie::QueueFullError -> 429 (retry later); pie::CapacityError -> 503;
+// pie::CancelledError -> 499 (the client closed the connection: logged, never sent); anything else ->
+// 500 server_error. `constraint_param` is the request field that held the constraint, named by pse errors.
 ApiError api_error_from_exception(std::exception_ptr error, const std::string& constraint_param = {});
 
 }  // namespace pie::server

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -57,11 +58,16 @@ std::optional<bool> get_bool(const Json& o, const char* key, const std::string& 
   return v->get<bool>();
 }
 
-std::optional<double> get_number(const Json& o, const char* key, const std::string& path) {
+// A number that becomes a float: one past float's range would be undefined to convert, so it is refused.
+std::optional<float> get_number(const Json& o, const char* key, const std::string& path) {
   const Json* v = member(o, key);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) wrong_type(join(path, key), "a number", *v);
-  return v->get<double>();
+  const double x = v->get<double>();
+  if (!(std::abs(x) <= std::numeric_limits<float>::max())) {
+    throw ApiError::invalid(fmt::format("'{}' is out of range, got {}", join(path, key), v->dump()), join(path, key));
+  }
+  return static_cast<float>(x);
 }
 
 std::optional<std::int64_t> get_int(const Json& o, const char* key, const std::string& path,
@@ -78,9 +84,13 @@ std::optional<std::int64_t> get_int(const Json& o, const char* key, const std::s
                               join(path, key));
     }
     value = static_cast<std::int64_t>(u);
-  } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
-             std::abs(v->get<double>()) < 9e15) {
-    value = static_cast<std::int64_t>(v->get<double>());  // 1.0 from loosely typed clients
+  } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()) {
+    // 1.0 from loosely typed clients; 1e30 is an integer out of any range.
+    if (!(std::abs(v->get<double>()) < 9e15)) {
+      throw ApiError::invalid(fmt::format("'{}' must be in [{}, {}], got {}", join(path, key), lo, hi, v->dump()),
+                              join(path, key));
+    }
+    value = static_cast<std::int64_t>(v->get<double>());
   } else {
     wrong_type(join(path, key), "an integer", *v);
   }
@@ -155,15 +165,15 @@ std::optional<SpeculativeOptions> parse_speculative(const Json& body, const std:
 void parse_openai_common(const Json& body, GenerationParams& p) {
   p.model = get_string(body, "model", "").value_or("");
   SamplingParams& s = p.sampling;
-  if (auto v = get_number(body, "temperature", "")) s.temperature = static_cast<float>(*v);
-  if (auto v = get_number(body, "top_p", "")) s.top_p = static_cast<float>(*v);
+  if (auto v = get_number(body, "temperature", "")) s.temperature = *v;
+  if (auto v = get_number(body, "top_p", "")) s.top_p = *v;
   if (auto v = get_int(body, "top_k", "", 0, std::numeric_limits<std::int32_t>::max())) {
     s.top_k = static_cast<std::int32_t>(*v);
   }
-  if (auto v = get_number(body, "min_p", "")) s.min_p = static_cast<float>(*v);
-  if (auto v = get_number(body, "presence_penalty", "")) s.presence_penalty = static_cast<float>(*v);
-  if (auto v = get_number(body, "frequency_penalty", "")) s.frequency_penalty = static_cast<float>(*v);
-  if (auto v = get_number(body, "repetition_penalty", "")) s.repetition_penalty = static_cast<float>(*v);
+  if (auto v = get_number(body, "min_p", "")) s.min_p = *v;
+  if (auto v = get_number(body, "presence_penalty", "")) s.presence_penalty = *v;
+  if (auto v = get_number(body, "frequency_penalty", "")) s.frequency_penalty = *v;
+  if (auto v = get_number(body, "repetition_penalty", "")) s.repetition_penalty = *v;
   if (auto v = get_int(body, "seed", "", std::numeric_limits<std::int64_t>::min(),
                        std::numeric_limits<std::int64_t>::max())) {
     s.seed = static_cast<std::uint64_t>(*v);
@@ -182,7 +192,7 @@ void parse_openai_common(const Json& body, GenerationParams& p) {
             fmt::format("'logit_bias' keys must be token ids, got \"{}\"", key), "logit_bias");
       }
       if (!value.is_number()) wrong_type(fmt::format("logit_bias.{}", key), "a number", value);
-      s.logit_bias.emplace_back(token, value.get<float>());
+      s.logit_bias.emplace_back(token, *get_number(*bias, key.c_str(), "logit_bias"));
     }
   }
   if (auto v = get_int(body, "n", "", 1, 128)) p.n = static_cast<std::int32_t>(*v);
@@ -334,7 +344,19 @@ Json parse_message_tool_calls(const Json& calls, const std::string& path) {
   return out;
 }
 
-Json parse_messages(const Json& body) {
+// Ollama's images (a message's or /api/generate's): this server's models read text only, so any image is
+// refused, as OpenAI's image parts are, rather than dropped without a word.
+void refuse_images(const Json& object, const std::string& path) {
+  const Json* images = member(object, "images");
+  if (images == nullptr) return;
+  if (!images->is_array()) wrong_type(join(path, "images"), "an array", *images);
+  if (!images->empty()) {
+    throw ApiError::invalid(fmt::format("'{}': this model reads text only, not images", join(path, "images")),
+                            join(path, "images"));
+  }
+}
+
+Json parse_messages(const Json& body, bool ollama) {
   const Json* messages = member(body, "messages");
   if (messages == nullptr) throw ApiError::invalid("'messages' is required", "messages");
   if (!messages->is_array()) wrong_type("messages", "an array", *messages);
@@ -351,6 +373,7 @@ Json parse_messages(const Json& body) {
           fmt::format("'{}.role' must be system, developer, user, assistant or tool, got \"{}\"", path, *role),
           join(path, "role"));
     }
+    if (ollama) refuse_images(m, path);
     Json normalized;
     normalized["role"] = *role;
     const Json* content = member(m, "content");
@@ -380,6 +403,27 @@ bool valid_function_name(const std::string& name) {
     if (!ok) return false;
   }
   return true;
+}
+
+// A call's arguments are a JSON object: a parameters schema whose "type" leaves no object out is refused
+// here (a forced call could not be written), and one without "type" gets "type": "object" (the same
+// conjunction), so that the tool grammar never writes other arguments, which would not parse as a call.
+void object_arguments(Json& parameters, const std::string& path) {
+  auto type = parameters.find("type");
+  if (type == parameters.end()) {
+    parameters["type"] = "object";
+    return;
+  }
+  auto is_object = [](const Json& t) { return t.is_string() && (t == "object" || t == "dict"); };
+  const bool allows_object =
+      is_object(*type) || (type->is_array() && std::any_of(type->begin(), type->end(), is_object));
+  if (!allows_object) {
+    throw ApiError::invalid(fmt::format("'{}' must describe a JSON object (a call's arguments are one), got "
+                                        "\"type\": {}",
+                                        path, type->dump()),
+                            join(path, "type"));
+  }
+  if (type->is_array()) *type = "object";
 }
 
 void parse_tools(const Json& body, ChatRequest& r) {
@@ -419,6 +463,7 @@ void parse_tools(const Json& body, ChatRequest& r) {
       tool.parameters = parameters != nullptr ? *parameters
                                               : Json{{"type", "object"}, {"properties", Json::object()}};
       if (!tool.parameters.is_object()) wrong_type(join(fpath, "parameters"), "an object", tool.parameters);
+      object_arguments(tool.parameters, join(fpath, "parameters"));
       Json shaped;
       shaped["type"] = "function";
       shaped["function"]["name"] = tool.name;
@@ -484,15 +529,15 @@ void parse_ollama_common(const Json& body, GenerationParams& p) {
   if (const Json* options = member(body, "options")) {
     require_object(*options, "options");
     SamplingParams& s = p.sampling;
-    if (auto v = get_number(*options, "temperature", "options")) s.temperature = static_cast<float>(*v);
-    if (auto v = get_number(*options, "top_p", "options")) s.top_p = static_cast<float>(*v);
+    if (auto v = get_number(*options, "temperature", "options")) s.temperature = *v;
+    if (auto v = get_number(*options, "top_p", "options")) s.top_p = *v;
     if (auto v = get_int(*options, "top_k", "options", 0, std::numeric_limits<std::int32_t>::max())) {
       s.top_k = static_cast<std::int32_t>(*v);
     }
-    if (auto v = get_number(*options, "min_p", "options")) s.min_p = static_cast<float>(*v);
-    if (auto v = get_number(*options, "repeat_penalty", "options")) s.repetition_penalty = static_cast<float>(*v);
-    if (auto v = get_number(*options, "presence_penalty", "options")) s.presence_penalty = static_cast<float>(*v);
-    if (auto v = get_number(*options, "frequency_penalty", "options")) s.frequency_penalty = static_cast<float>(*v);
+    if (auto v = get_number(*options, "min_p", "options")) s.min_p = *v;
+    if (auto v = get_number(*options, "repeat_penalty", "options")) s.repetition_penalty = *v;
+    if (auto v = get_number(*options, "presence_penalty", "options")) s.presence_penalty = *v;
+    if (auto v = get_number(*options, "frequency_penalty", "options")) s.frequency_penalty = *v;
     if (auto v = get_int(*options, "seed", "options", std::numeric_limits<std::int64_t>::min(),
                          std::numeric_limits<std::int64_t>::max())) {
       s.seed = static_cast<std::uint64_t>(*v);
@@ -524,12 +569,59 @@ void parse_ollama_common(const Json& body, GenerationParams& p) {
 }  // namespace
 
 Json parse_body(const std::string& body) {
+  // Where the parser is, for errors that name the field: a number too large for a double ("max_tokens":
+  // 1e400) and nesting past the bound every later walk of the body relies on.
+  struct Frame {
+    bool array = false;
+    std::size_t index = 0;  // array: the element being read
+    std::string key;        // object: the member being read
+  };
+  std::vector<Frame> frames;
+  // (The first 12 levels: enough to find the field, short enough for a message about a 20,000-deep one.)
+  auto path = [&frames] {
+    std::string out;
+    for (std::size_t i = 0; i < frames.size() && i < 12; ++i) {
+      const Frame& f = frames[i];
+      out += f.array ? fmt::format("[{}]", f.index) : (out.empty() ? "" : ".") + f.key;
+    }
+    return frames.size() > 12 ? out + "..." : out;
+  };
+  auto track = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (depth + 1 > kMaxBodyNesting) {
+          throw ApiError::invalid(
+              fmt::format("the request body nests arrays and objects more than {} levels deep (at '{}')",
+                          kMaxBodyNesting, path()),
+              path(), "invalid_json");
+        }
+        frames.push_back(Frame{event == Json::parse_event_t::array_start, 0, {}});
+        break;
+      case Json::parse_event_t::key: frames.back().key = parsed.get<std::string>(); break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        frames.pop_back();
+        [[fallthrough]];
+      case Json::parse_event_t::value:
+        if (!frames.empty() && frames.back().array) ++frames.back().index;
+        break;
+    }
+    return true;
+  };
   Json parsed;
   try {
-    parsed = Json::parse(body);
+    parsed = Json::parse(body, track);
   } catch (const Json::parse_error& e) {
     throw ApiError::invalid(fmt::format("the request body is not valid JSON (at byte {})", e.byte), {},
                             "invalid_json");
+  } catch (const Json::out_of_range& e) {
+    // 406: a number beyond a double's range.
+    std::string field = path();
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what.erase(0, p + 2);
+    throw ApiError::invalid(
+        fmt::format("'{}' is out of range: {}", field.empty() ? "(the body)" : field, what), field);
   }
   if (!parsed.is_object()) {
     throw ApiError::invalid(fmt::format("the request body must be a JSON object, got {}", type_name(parsed)),
@@ -548,7 +640,7 @@ ChatRequest parse_openai_chat(const Json& body) {
     }
     r.params.sampling.top_logprobs = static_cast<std::int32_t>(*top);
   }
-  r.messages = parse_messages(body);
+  r.messages = parse_messages(body, /*ollama=*/false);
   parse_tools(body, r);
   return r;
 }
@@ -600,7 +692,13 @@ CompletionRequest parse_openai_completion(const Json& body) {
 ChatRequest parse_ollama_chat(const Json& body) {
   ChatRequest r;
   parse_ollama_common(body, r.params);
-  r.messages = parse_messages(body);
+  // No messages: Ollama loads the model and answers at once ("done_reason": "load").
+  const Json* messages = member(body, "messages");
+  if (messages == nullptr || (messages->is_array() && messages->empty())) {
+    r.load_only = true;
+    return r;
+  }
+  r.messages = parse_messages(body, /*ollama=*/true);
   parse_tools(body, r);
   return r;
 }
@@ -612,8 +710,13 @@ OllamaGenerate parse_ollama_generate(const Json& body) {
   if (auto suffix = get_string(body, "suffix", ""); suffix && !suffix->empty()) {
     throw ApiError::invalid("'suffix' (fill-in-the-middle) is not supported", "suffix");
   }
+  refuse_images(body, "");
+  // No prompt: Ollama loads the model and answers at once ("done_reason": "load"), generating nothing.
+  if (prompt.empty()) {
+    g.load_only = true;
+    return g;
+  }
   if (get_bool(body, "raw", "").value_or(false)) {
-    if (prompt.empty()) throw ApiError::invalid("'prompt' is required", "prompt");
     g.completion.prompt_text = std::move(prompt);
     return g;
   }

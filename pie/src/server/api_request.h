@@ -55,6 +55,7 @@ struct ChatRequest {
   Json tools_json = Json::array();   // the tools in OpenAI's shape, for the template
   ToolChoice tool_choice{ToolChoice::Mode::none, {}};  // none when there are no tools
   bool parallel_tool_calls = true;
+  bool load_only = false;            // Ollama /api/chat without messages: load the model, generate nothing
 };
 
 struct CompletionRequest {
@@ -78,10 +79,16 @@ ChatRequest parse_ollama_chat(const Json& body);
 struct OllamaGenerate {
   std::optional<ChatRequest> chat;    // templated
   CompletionRequest completion;       // raw (used when chat is empty)
+  bool load_only = false;             // no prompt: load the model, generate nothing (as Ollama does)
 };
 OllamaGenerate parse_ollama_generate(const Json& body);
 
-// The JSON body of a request; ApiError 400 (code "invalid_json") when it is not a JSON object.
+// Arrays and objects nested in a request body, at most: the body's values are copied and printed by
+// recursive code (nlohmann's), which this bound keeps off the end of the stack.
+constexpr int kMaxBodyNesting = 1000;
+
+// The JSON body of a request; ApiError 400 (code "invalid_json") when it is not a JSON object or nests
+// deeper than kMaxBodyNesting, and 400 naming the field for a number beyond a double's range.
 Json parse_body(const std::string& body);
 
 }  // namespace pie::server

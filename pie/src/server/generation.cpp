@@ -53,6 +53,7 @@ void Generation::submit() {
     stream_ = model_.engine().submit(std::move(request));
   } catch (...) {
     ApiError error = api_error_from_exception(std::current_exception(), prepared_.constraint_param);
+    if (error.status() == 499) cancelled_ = true;  // the client went away while the grammar compiled
     // A chat's prompt is its messages: name the field the client sent.
     bool chat = setup_.api == Api::openai_chat || setup_.api == Api::ollama_chat;
     if (chat && error.param() == "prompt") {
@@ -64,10 +65,14 @@ void Generation::submit() {
 }
 
 void Generation::cancel() {
-  if (stream_ && !done_) {
-    cancelled_ = true;
-    stream_->cancel();
-  }
+  if (done_) return;
+  cancelled_ = true;
+  if (stream_) stream_->cancel();
+}
+
+void Generation::cancel_for_shutdown() {
+  shutting_down_ = true;
+  cancel();
 }
 
 std::int64_t Generation::completion_tokens() const {
@@ -86,11 +91,11 @@ std::string Generation::created_at() const {
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:06}Z", tm, micros);
 }
 
-std::string Generation::error_event(const std::string& message) const {
+std::string Generation::error_event(const std::string& message, const std::string& code) const {
   if (setup_.api == Api::ollama_chat || setup_.api == Api::ollama_generate) {
     return dump_json(Json{{"error", message}}) + "\n";
   }
-  return sse_event(error_body(ApiError(500, "server_error", message)));
+  return sse_event(error_body(ApiError(500, "server_error", message, {}, code)));
 }
 
 std::string Generation::next_chunk(std::chrono::milliseconds wait) {
@@ -221,9 +226,16 @@ std::string Generation::choice_finished(ChoiceOutput& choice) {
   if (choice.finish_reason() == FinishReason::error && error_.empty()) {
     error_ = choice.error().empty() ? "generation failed" : choice.error();
   }
+  // Cut short by the server's shutdown: the answer must not look complete.
+  const bool cut = choice.finish_reason() == FinishReason::cancelled && shutting_down_;
+  if (cut && error_.empty()) {
+    error_ = fmt::format("the server is shutting down: the answer was cut short after {} tokens",
+                         choice.tokens().size());
+  }
   if (!setup_.stream) return {};
   std::string out;
   if (choice.finish_reason() == FinishReason::error) return error_event(error_);
+  if (cut) return error_event(error_, "server_shutting_down");
   switch (setup_.api) {
     case Api::openai_chat:
       if (!rest.empty()) {
@@ -299,9 +311,12 @@ std::string Generation::on_done() {
   return out;
 }
 
-std::string Generation::response_body() {
+std::string Generation::response_body(const std::function<bool()>& client_gone) {
   while (!done_) {
-    std::optional<Event> event = stream_->next();
+    // A client that went away is noticed within a tenth of a second; the engine then ends the request.
+    std::optional<Event> event = stream_->next_for(std::chrono::milliseconds(100));
+    if (client_gone && !cancelled_ && client_gone()) cancel();  // (cheap: client_gone polls at most every 20 ms)
+    if (!event && stream_->timed_out()) continue;
     if (!event) {
       done_ = true;
       if (error_.empty()) error_ = "the engine ended the request without finishing it";
@@ -309,6 +324,8 @@ std::string Generation::response_body() {
     }
     on_event(*event);
   }
+  if (shutting_down_ && !error_.empty()) throw ApiError(503, "server_error", error_, {}, "server_shutting_down");
+  if (cancelled_) throw ApiError(499, "invalid_request_error", "the client closed the connection", {}, "client_closed_request");
   if (!error_.empty()) throw ApiError(500, "server_error", error_);
   const tokenizers::Tokenizer& tok = *model_.model().tokenizer;
   bool logprobs = prepared_.request.sampling.logprobs;

@@ -4,8 +4,10 @@
 // and the metrics need (tokens, time to first token).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,12 +42,16 @@ class Generation {
   std::string next_chunk(std::chrono::milliseconds wait);
   bool finished() const { return done_; }
 
-  // Not streaming: waits for the end and returns the response body. Throws ApiError (500) when a sample
-  // failed.
-  std::string response_body();
+  // Not streaming: waits for the end and returns the response body. `client_gone` is polled meanwhile:
+  // true cancels the request. Throws ApiError: 500 when a sample failed, 499 when the client went away,
+  // 503 when the server's shutdown cut the request short.
+  std::string response_body(const std::function<bool()>& client_gone = {});
 
-  // The client went away (or the server is shutting down): frees the engine sequence(s).
+  // The client went away: frees the engine sequence(s). Thread-safe.
   void cancel();
+  // The server is shutting down: as cancel(), and the answer ends with an error that says so (a stream's
+  // last event, or a 503) rather than looking complete. Thread-safe.
+  void cancel_for_shutdown();
   bool cancelled() const { return cancelled_; }
 
   const std::string& id() const { return setup_.header.id; }
@@ -60,7 +66,7 @@ class Generation {
   std::string echo_chunks() const;  // the echoed prompt, one chunk per choice (with its logprobs if asked)
   std::string choice_finished(ChoiceOutput& choice);
   std::string on_done();
-  std::string error_event(const std::string& message) const;
+  std::string error_event(const std::string& message, const std::string& code = {}) const;
   std::string ollama_final(const ChoiceOutput& choice) const;
   std::string created_at() const;
 
@@ -75,8 +81,9 @@ class Generation {
   Usage usage_;
   std::int64_t tokens_seen_ = 0;
   bool started_ = false;
-  bool done_ = false;
-  bool cancelled_ = false;
+  std::atomic<bool> done_{false};
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> shutting_down_{false};
   std::string error_;
   std::chrono::steady_clock::time_point start_;
   std::optional<std::chrono::steady_clock::time_point> first_token_;

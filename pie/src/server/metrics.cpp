@@ -122,6 +122,8 @@ std::string Metrics::render(const EngineStats& s, std::int64_t in_flight) const 
          u(s.grammar_cache_hits));
   metric(out, "orchard_grammar_compile_seconds_total", "counter", "Time spent compiling grammars.",
          s.grammar_compile_seconds);
+  metric(out, "orchard_grammar_cache_bytes", "gauge", "Bytes of the compiled grammars kept for reuse.",
+         u(s.grammar_cache_bytes));
   metric(out, "orchard_mask_seconds_total", "counter", "Time spent filling token masks.", s.mask_seconds);
   metric(out, "orchard_forward_seconds_total", "counter", "Time spent in the forward pass.", s.forward_seconds);
   metric(out, "orchard_engine_steps_total", "counter", "Engine steps.", u(s.steps));

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <span>
 
 #include "pse/gbnf.h"
 #include "pse/json_schema.h"
@@ -72,7 +73,10 @@ void fill_common(const ServedModel& model, const GenerationParams& p, PreparedRe
   out.constraint_param = p.constraint.param;
 }
 
-std::vector<std::int32_t> tokenize(const ServedModel& model, const std::string& text, bool templated) {
+// templated: a rendered chat prompt, whose markup is read as special tokens except in `plain_text` (the
+// text of the messages and tools); otherwise a raw prompt, all plain text.
+std::vector<std::int32_t> tokenize(const ServedModel& model, const std::string& text, bool templated,
+                                   std::span<const tokenizers::TextRange> plain_text = {}) {
   const tokenizers::Tokenizer& tok = *model.model().tokenizer;
   // A rendered template writes its own BOS text when the model wants one; adding another would double it.
   bool add_bos = tok.add_bos_by_default();
@@ -81,7 +85,7 @@ std::vector<std::int32_t> tokenize(const ServedModel& model, const std::string& 
     if (!bos.empty() && text.starts_with(bos)) add_bos = false;
   }
   try {
-    return tok.encode(text, {.add_bos = add_bos, .parse_special = templated});
+    return tok.encode(text, {.add_bos = add_bos, .parse_special = templated, .plain_text = plain_text});
   } catch (const std::exception& e) {
     throw ApiError::invalid(fmt::format("the prompt does not tokenize: {}", e.what()),
                             templated ? "messages" : "prompt");
@@ -139,6 +143,7 @@ ServedModel::ServedModel(std::shared_ptr<Engine> engine, std::string name, Serve
   check_model_name(name_, "model name");
   names_.push_back(name_);
   json_layout_ = options.json_layout;
+  special_tokens_in_messages_ = options.special_tokens_in_messages;
   for (std::string& alias : options.aliases) {
     check_model_name(alias, "model alias");
     if (std::find(names_.begin(), names_.end(), alias) == names_.end()) names_.push_back(std::move(alias));
@@ -162,12 +167,24 @@ bool ServedModel::serves(const std::string& asked) const {
 }
 
 struct Preparer {
-  static std::string render(const ServedModel& model, const ChatRequest& r) {
+  static RenderedText render(const ServedModel& model, const ChatRequest& r) {
+    // The template's bound on nesting, checked before anything below copies or prints the values.
+    try {
+      check_template_value_depth(r.messages, "messages");
+    } catch (const TemplateError& e) {
+      throw ApiError::invalid(e.what(), "messages");
+    }
+    try {
+      check_template_value_depth(r.tools_json, "tools");
+    } catch (const TemplateError& e) {
+      throw ApiError::invalid(e.what(), "tools");
+    }
     bool tools_active = !r.tools.empty() && r.tool_choice.mode != ToolChoice::Mode::none;
     Json tools = tools_active ? r.tools_json : Json();
     try {
       Json messages = messages_for_template(model.template_.source(), model.tool_format_, r);
-      return apply_chat_template(model.template_, messages, tools, /*add_generation_prompt=*/true, model.tokens_);
+      return apply_chat_template_tracked(model.template_, messages, tools, /*add_generation_prompt=*/true,
+                                         model.tokens_);
     } catch (const TemplateError& e) {
       // raise_exception() in templates is how they reject a conversation ("roles must alternate").
       throw ApiError::invalid(fmt::format("the model's chat template rejected the messages: {}", e.what()),
@@ -178,8 +195,16 @@ struct Preparer {
 
 PreparedRequest prepare_chat(const ServedModel& model, const ChatRequest& r) {
   PreparedRequest out;
-  out.prompt_text = Preparer::render(model, r);
-  out.request.prompt = tokenize(model, out.prompt_text, /*templated=*/true);
+  RenderedText rendered = Preparer::render(model, r);
+  out.prompt_text = std::move(rendered.text);
+  // What came from the messages and tools is plain text: a user cannot close their turn and open a
+  // system one by writing the template's markup, unless the deployment allows it.
+  std::vector<tokenizers::TextRange> plain_text;
+  if (!model.special_tokens_in_messages()) {
+    plain_text.reserve(rendered.tracked.size());
+    for (const auto& [begin, end] : rendered.tracked) plain_text.push_back({begin, end});
+  }
+  out.request.prompt = tokenize(model, out.prompt_text, /*templated=*/true, plain_text);
   fill_common(model, r.params, out);
   out.tool_format = model.tool_format();
   ReasoningFormat reasoning = model.reasoning_format();

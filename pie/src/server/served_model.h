@@ -31,6 +31,9 @@ std::string model_name_slug(std::string_view text);
 struct ServedModelOptions {
   std::vector<std::string> aliases;  // other names the `model` field accepts (listed after the name)
   pse::JsonLayout json_layout = pse::JsonLayout::kCompact;  // of response_format / Ollama format output
+  // Special-token text in the messages and tools ("<|im_end|>") tokenized as the control token it spells;
+  // by default it is plain text, and only the template's own markup becomes control tokens.
+  bool special_tokens_in_messages = false;
 };
 
 class ServedModel {
@@ -51,6 +54,7 @@ class ServedModel {
   ReasoningFormat reasoning_format() const { return reasoning_format_; }
   std::int32_t context_length() const { return context_length_; }
   pse::JsonLayout json_layout() const { return json_layout_; }
+  bool special_tokens_in_messages() const { return special_tokens_in_messages_; }
 
   // Whether `asked` names this model: one of names(), NAME:latest (Ollama's tag) of one, "default", or
   // empty (the one model served).
@@ -67,6 +71,7 @@ class ServedModel {
   ChatTemplateTokens tokens_;
   std::int32_t context_length_ = 0;
   pse::JsonLayout json_layout_ = pse::JsonLayout::kCompact;
+  bool special_tokens_in_messages_ = false;
 
   friend struct Preparer;
 };

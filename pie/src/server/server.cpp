@@ -1,26 +1,32 @@
-// The HTTP layer: routes, API-key check, body limit, error bodies, streaming with cancellation on
-// disconnect, graceful stop, the request log and the metrics. Requests are parsed and formatted by the
-// other files of this folder; this one only wires them to cpp-httplib.
+// The HTTP layer: routes, API-key check, request framing checks, error bodies, cancellation when the
+// client goes away (streaming or not), graceful stop, the request log and the metrics. Requests are parsed
+// and formatted by the other files of this folder, and read from the sockets by http_transport; this one
+// wires them to cpp-httplib's parser and router.
 #include "pie/server.h"
 
 #include <httplib.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <map>
-#include <sys/socket.h>
 #include <mutex>
+#include <regex>
+#include <vector>
 
 #include "server/api_error.h"
 #include "server/api_request.h"
 #include "server/generation.h"
 #include "server/grammar_compile.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
+#include "server/request_head.h"
 #include "server/served_model.h"
 #include "server/web_routes.h"
 
@@ -50,14 +56,6 @@ thread_local RequestContext t_context;
 
 bool is_ollama_path(const std::string& path) { return path.starts_with("/api/"); }
 
-// Compares without an early exit, so the key cannot be guessed byte by byte from response times.
-bool same_secret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 std::string parameter_size(std::int64_t count) {
   if (count >= 1'000'000'000) return fmt::format("{:.1f}B", static_cast<double>(count) / 1e9);
   if (count >= 1'000'000) return fmt::format("{:.1f}M", static_cast<double>(count) / 1e6);
@@ -73,18 +71,44 @@ std::string utc_now_iso() {
   return buf;
 }
 
+// A client that went away, noticed with a poll of its socket at most every 20 ms (the compile of a
+// grammar asks far more often).
+std::function<bool()> client_gone_check() {
+  server::Connection* connection = server::current_connection();
+  if (connection == nullptr) return {};
+  auto last = std::make_shared<Clock::time_point>();
+  auto gone = std::make_shared<bool>(false);
+  return [connection, last, gone] {
+    if (*gone) return true;
+    const Clock::time_point now = Clock::now();
+    if (now - *last < std::chrono::milliseconds(20)) return false;
+    *last = now;
+    *gone = connection->peer_gone();
+    return *gone;
+  };
+}
+
 }  // namespace
 
 struct Server::Impl {
   ServerOptions options;
   std::shared_ptr<Engine> engine;
   std::unique_ptr<server::ServedModel> model;
-  // httplib 0.11 listens with a backlog of 5: a burst of new connections (dozens of clients connecting at
-  // once) overflows it. The listening socket is protected; this raises the backlog once it is bound.
+  // httplib parses and routes each request; the transport owns the sockets and threads (http_transport.h)
+  // and hands it each request's stream through process_request, which httplib keeps protected.
   struct HttpServer : httplib::Server {
-    void raise_backlog(int backlog) { ::listen(svr_sock_, backlog); }
+    // httplib ends streamed responses once its listening socket is invalid (its stop()); the transport
+    // listens instead, so a placeholder stands for it until the server stops.
+    HttpServer() { svr_sock_ = 0; }
+    void end_streams() { svr_sock_ = INVALID_SOCKET; }
+    bool serve_request(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
+      return process_request(stream, close_connection, connection_closed, nullptr);
+    }
   };
   HttpServer http;
+  std::unique_ptr<server::HttpTransport> transport;
+  // (method, path pattern) of every route, for 405 answers.
+  std::vector<std::pair<std::string, std::regex>> routes;
   server::Metrics metrics;
   std::mutex log_mutex;
 
@@ -92,21 +116,30 @@ struct Server::Impl {
   std::atomic<bool> stopped{false};
   std::mutex active_mutex;
   std::condition_variable active_changed;
-  std::map<Generation*, std::shared_ptr<RequestStream>> active;  // generation requests in progress
+  std::map<Generation*, std::shared_ptr<Generation>> active;  // generation requests in progress
   int port = -1;
 
   Impl(std::shared_ptr<Engine> e, ServerOptions o) : options(std::move(o)), engine(std::move(e)) {
     if (!engine) throw Error("[server] no engine");
     std::string name = options.model_name.empty() ? server::served_model_name(engine->model()) : options.model_name;
     model = std::make_unique<server::ServedModel>(engine, name,
-                                                  server::ServedModelOptions{options.aliases, options.json_layout});
+                                                  server::ServedModelOptions{options.aliases, options.json_layout,
+                                                                             options.special_tokens_in_messages});
     setup_http();
+    server::TransportOptions transport_options;
+    transport_options.max_body_bytes = options.max_body_bytes;
+    transport_options.n_workers = static_cast<std::size_t>(
+        options.http_threads > 0 ? options.http_threads : std::max(128, 4 * engine->options().max_running));
+    transport = std::make_unique<server::HttpTransport>(
+        transport_options, [this](server::Connection& connection, bool close_connection, bool& connection_closed) {
+          return http.serve_request(connection, close_connection, connection_closed);
+        });
   }
 
   // --- bookkeeping --------------------------------------------------------------------------------
   void add_active(const std::shared_ptr<Generation>& g) {
     std::lock_guard lock(active_mutex);
-    active[g.get()] = g->stream();
+    active[g.get()] = g;
   }
   void remove_active(Generation* g) {
     std::lock_guard lock(active_mutex);
@@ -162,10 +195,15 @@ struct Server::Impl {
     } else {
       res.set_content(server::dump_json(server::error_body(error)), "application/json");
     }
-    if (error.status() == 503) res.set_header("Retry-After", "1");
-    // Refused before its body was read (401, 413, 503 while draining): the unread body must not be taken
-    // for the connection's next request.
-    if (error.status() == 401 || error.status() == 413 || error.status() == 503) res.set_header("Connection", "close");
+    if (error.status() == 503 || error.status() == 429) res.set_header("Retry-After", "1");
+  }
+
+  // An answer given before the body was read (401, 411, 413, 503 while draining, a framing error): the
+  // unread body must not be taken for the connection's next request.
+  void refuse(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
+    send_error(req, res, error);
+    res.set_header("Connection", "close");
+    if (server::Connection* c = server::current_connection()) c->close_after_response();
   }
 
   // Runs `handler`, turning whatever it throws into the error response.
@@ -196,9 +234,11 @@ struct Server::Impl {
     setup.header.system_fingerprint = "orchard-" + options.version;
     t_context.id = setup.header.id;
     t_context.stream = setup.stream;
+    const std::function<bool()> client_gone = client_gone_check();
+    prepared.request.abandoned = client_gone;  // the grammar's compile stops when the client goes away
     auto generation = std::make_shared<Generation>(*model, std::move(prepared), setup);
-    generation->submit();
     t_context.generation = generation;
+    generation->submit();
     add_active(generation);
     if (!setup.stream) {
       struct Unregister {
@@ -206,7 +246,7 @@ struct Server::Impl {
         Generation* g;
         ~Unregister() { impl->remove_active(g); }
       } unregister{this, generation.get()};
-      res.set_content(generation->response_body(), "application/json");
+      res.set_content(generation->response_body(client_gone), "application/json");
       return;
     }
     bool sse = setup.api == Api::openai_chat || setup.api == Api::openai_completion;
@@ -215,10 +255,14 @@ struct Server::Impl {
     auto last_write = std::make_shared<Clock::time_point>(Clock::now());
     res.set_chunked_content_provider(
         sse ? "text/event-stream" : "application/x-ndjson",
-        [this, generation, sse, last_write](std::size_t, httplib::DataSink& sink) {
+        [this, generation, sse, last_write, client_gone](std::size_t, httplib::DataSink& sink) {
           std::string out = generation->next_chunk(std::chrono::milliseconds(250));
-          // An idle SSE stream (queued, long prefill) sends a comment now and then: a write is how a
-          // client that went away is noticed.
+          // A client that went away is noticed on its socket (queued, long prefill: nothing is written);
+          // an idle SSE stream also sends a comment now and then, for proxies between.
+          if (out.empty() && client_gone && client_gone()) {
+            generation->cancel();
+            return false;
+          }
           if (out.empty() && sse && Clock::now() - *last_write > std::chrono::seconds(2)) out = ": keep-alive\n\n";
           if (!out.empty()) {
             if (!sink.write(out.data(), out.size())) {
@@ -253,9 +297,23 @@ struct Server::Impl {
     generate(req, res, server::prepare_completion(*model, request), setup);
   }
 
+  // Ollama's answer to a request with nothing to generate: the model is loaded (it always is here).
+  void ollama_loaded(httplib::Response& res, bool chat) {
+    Json out{{"model", model->name()}, {"created_at", utc_now_iso()}};
+    if (chat) {
+      out["message"] = Json{{"role", "assistant"}, {"content", ""}};
+    } else {
+      out["response"] = "";
+    }
+    out["done_reason"] = "load";
+    out["done"] = true;
+    res.set_content(server::dump_json(out), "application/json");
+  }
+
   void ollama_chat(const httplib::Request& req, httplib::Response& res) {
     server::ChatRequest request = server::parse_ollama_chat(server::parse_body(req.body));
     check_model(request.params.model, true);
+    if (request.load_only) return ollama_loaded(res, /*chat=*/true);
     server::GenerationSetup setup{Api::ollama_chat, request.params.stream, false, false,
                                   {server::make_response_id("ollama-")}};
     generate(req, res, server::prepare_chat(*model, request), setup);
@@ -265,6 +323,7 @@ struct Server::Impl {
     server::OllamaGenerate request = server::parse_ollama_generate(server::parse_body(req.body));
     const server::GenerationParams& params = request.chat ? request.chat->params : request.completion.params;
     check_model(params.model, true);
+    if (request.load_only) return ollama_loaded(res, /*chat=*/false);
     server::GenerationSetup setup{Api::ollama_generate, params.stream, false, false,
                                   {server::make_response_id("ollama-")}};
     generate(req, res,
@@ -335,33 +394,58 @@ struct Server::Impl {
     res.set_content(server::dump_json(Json{{"object", "list"}, {"data", std::move(list)}}), "application/json");
   }
 
+  // Registers a route under its metric label; GET routes answer HEAD too (httplib's way).
+  template <typename F>
+  void route(const char* method, const std::string& pattern, const char* label, F&& handler) {
+    routes.emplace_back(method, std::regex(pattern));
+    auto wrapped = [this, label, handler](const httplib::Request& req, httplib::Response& res) {
+      guarded(label, req, res, [&] { handler(req, res); });
+    };
+    if (std::string(method) == "GET") {
+      http.Get(pattern, wrapped);
+    } else {
+      http.Post(pattern, wrapped);
+    }
+  }
+
+  // The methods the routes matching `path` take ("GET, HEAD" ...), empty when none does.
+  std::string allowed_methods(const std::string& path) const {
+    std::string allow;
+    for (const auto& [method, pattern] : routes) {
+      if (!std::regex_match(path, pattern)) continue;
+      const std::string m = method == "GET" ? "GET, HEAD" : method;
+      if (allow.find(m) == std::string::npos) allow += (allow.empty() ? "" : ", ") + m;
+    }
+    return allow;
+  }
+
   void setup_http() {
-    std::int32_t threads = options.http_threads > 0 ? options.http_threads
-                                                    : std::max(128, 4 * engine->options().max_running);
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+    // httplib's own Content-Length check stays as a second line; the transport reads the sockets.
     http.set_payload_max_length(options.max_body_bytes);
-    http.set_keep_alive_max_count(100000);
-    // Reads keep httplib's 5 s timeout: a connection that stalls mid-request holds a worker (and stop())
-    // no longer than that.
+    http.set_keep_alive_max_count(100000);  // (what the Keep-Alive header says; the transport keeps them)
     http.set_keep_alive_timeout(5);
-    http.set_tcp_nodelay(true);
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       t_context = RequestContext{};  // route "unmatched" until a handler names it: bounded metric labels
+      if (server::Connection* c = server::current_connection()) c->begin_body();
       if (draining.load()) {
-        send_error(req, res, ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down"));
+        refuse(req, res, ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      // How the body is framed is checked first: whatever the answer, an unreadable body ends the connection.
+      if (auto error = server::check_body_framing(req, options.max_body_bytes)) {
+        refuse(req, res, *error);
         return httplib::Server::HandlerResponse::Handled;
       }
       // The page's files hold no data (server/web_routes.h); what it shows comes through the API, keyed.
       if (!options.api_key.empty() && req.path != "/health" && !server::is_web_path(req.path)) {
         std::string header = req.get_header_value("Authorization");
-        std::string expected = "Bearer " + options.api_key;
-        if (!same_secret(header, expected)) {
-          send_error(req, res,
-                     ApiError(401, "invalid_request_error",
-                              header.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                                             : "incorrect API key",
-                              {}, "invalid_api_key"));
+        if (!server::bearer_matches(header, options.api_key)) {
+          refuse(req, res,
+                 ApiError(401, "invalid_request_error",
+                          header.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
+                                         : "incorrect API key",
+                          {}, "invalid_api_key"));
           res.set_header("WWW-Authenticate", "Bearer");
           return httplib::Server::HandlerResponse::Handled;
         }
@@ -369,22 +453,54 @@ struct Server::Impl {
       return httplib::Server::HandlerResponse::Unhandled;
     });
 
-    // Errors httplib answers itself (no route, body too large, malformed request) get the API's body.
+    // Errors httplib answers itself (no route, a body or head it could not read, a malformed request) get
+    // the API's body; what the transport saw while reading says which they were.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                        httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      std::string message;
-      std::string code;
-      switch (res.status) {
-        case 404: message = fmt::format("unknown route: {} {}", req.method, req.path); code = "not_found"; break;
-        case 413:
-          message = fmt::format("the request body is larger than the limit of {} bytes", options.max_body_bytes);
-          code = "request_too_large";
-          break;
-        default: message = fmt::format("HTTP error {}", res.status); break;
-      }
       int status = res.status;
-      send_error(req, res, ApiError(status, "invalid_request_error", message, {}, code));
+      std::string message = fmt::format("HTTP error {}", status);
+      std::string code;
+      const server::Connection* connection = server::current_connection();
+      const server::ReadFailure failure = connection ? connection->failure() : server::ReadFailure::none;
+      if (failure == server::ReadFailure::body_too_large || status == 413) {
+        status = 413;
+        message = fmt::format("the request body is larger than the limit of {} bytes", options.max_body_bytes);
+        code = "request_too_large";
+      } else if (failure == server::ReadFailure::head_too_large) {
+        status = 431;
+        message = fmt::format("the request's headers are larger than the limit of {} bytes",
+                              transport->options().max_head_bytes);
+        code = "request_header_fields_too_large";
+      } else if (failure == server::ReadFailure::request_line_too_large || status == 414) {
+        status = 414;
+        message = "the request line is too long";
+        code = "uri_too_long";
+      } else if (failure == server::ReadFailure::timed_out) {
+        status = 408;
+        message = "the request did not arrive in time";
+        code = "request_timeout";
+      } else if (status == 404) {
+        const std::string allow = allowed_methods(req.path);
+        if (!allow.empty()) {
+          status = 405;
+          message = fmt::format("{} is not allowed on {} (allowed: {})", req.method, req.path, allow);
+          code = "method_not_allowed";
+          res.set_header("Allow", allow);
+        } else {
+          message = fmt::format("unknown route: {} {}", req.method, req.path);
+          code = "not_found";
+        }
+      } else if (status == 400) {
+        message = "the request is malformed (request line, headers or body framing)";
+        code = "bad_request";
+      }
+      ApiError error(status, "invalid_request_error", message, {}, code);
+      if (failure != server::ReadFailure::none || status >= 413) {
+        refuse(req, res, error);
+      } else {
+        send_error(req, res, error);
+      }
       return httplib::Server::HandlerResponse::Handled;
     }));
     http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr e) {
@@ -392,121 +508,92 @@ struct Server::Impl {
     });
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) { log_request(req, res); });
 
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/v1/chat/completions", req, res, [&] { chat_completions(req, res); });
+    route("POST", "/v1/chat/completions", "/v1/chat/completions",
+          [this](const httplib::Request& req, httplib::Response& res) { chat_completions(req, res); });
+    route("POST", "/v1/completions", "/v1/completions",
+          [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    route("GET", "/v1/models", "/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
+    route("GET", R"(/v1/models/(.+))", "/v1/models/{id}", [this](const httplib::Request& req, httplib::Response& res) {
+      const std::string asked = req.matches[1].str();
+      check_model(asked, false);
+      const auto& names = model->names();
+      bool listed = std::find(names.begin(), names.end(), asked) != names.end();
+      res.set_content(server::dump_json(model_entry(listed ? asked : model->name())), "application/json");
     });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/v1/completions", req, res, [&] { completions(req, res); });
+    route("POST", "/api/chat", "/api/chat",
+          [this](const httplib::Request& req, httplib::Response& res) { ollama_chat(req, res); });
+    route("POST", "/api/generate", "/api/generate",
+          [this](const httplib::Request& req, httplib::Response& res) { ollama_generate(req, res); });
+    route("GET", "/api/tags", "/api/tags", [this](const httplib::Request&, httplib::Response& res) { ollama_tags(res); });
+    route("POST", "/api/show", "/api/show",
+          [this](const httplib::Request& req, httplib::Response& res) { ollama_show(req, res); });
+    route("GET", "/api/version", "/api/version", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(server::dump_json(Json{{"version", options.version}}), "application/json");
     });
-    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/v1/models", req, res, [&] { models(res); });
+    route("GET", "/health", "/health", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(server::dump_json(Json{{"status", "ok"}, {"model", model->name()}}), "application/json");
     });
-    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/v1/models/{id}", req, res, [&] {
-        const std::string asked = req.matches[1].str();
-        check_model(asked, false);
-        const auto& names = model->names();
-        bool listed = std::find(names.begin(), names.end(), asked) != names.end();
-        res.set_content(server::dump_json(model_entry(listed ? asked : model->name())), "application/json");
-      });
-    });
-    http.Post("/api/chat", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/api/chat", req, res, [&] { ollama_chat(req, res); });
-    });
-    http.Post("/api/generate", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/api/generate", req, res, [&] { ollama_generate(req, res); });
-    });
-    http.Get("/api/tags", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/api/tags", req, res, [&] { ollama_tags(res); });
-    });
-    http.Post("/api/show", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/api/show", req, res, [&] { ollama_show(req, res); });
-    });
-    http.Get("/api/version", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/api/version", req, res, [&] {
-        res.set_content(server::dump_json(Json{{"version", options.version}}), "application/json");
-      });
-    });
-    http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/health", req, res, [&] {
-        res.set_content(server::dump_json(Json{{"status", "ok"}, {"model", model->name()}}), "application/json");
-      });
-    });
-    http.Post("/v1/grammar/compile", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/v1/grammar/compile", req, res, [&] {
-        server::CompileRequest request = server::parse_compile_request(server::parse_body(req.body));
-        check_model(request.model, false);
-        res.set_content(server::dump_json(server::compile_response(*model, request)), "application/json");
-      });
-    });
-    http.Get("/", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/", req, res, [&] { server::answer_web_asset(req, res); });
-    });
-    http.Get(R"(/ui/.+)", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/ui/{file}", req, res, [&] { server::answer_web_asset(req, res); });
-    });
-    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded("/metrics", req, res, [&] {
-        res.set_content(metrics.render(engine->stats(), n_active()), "text/plain; version=0.0.4");
-      });
+    route("POST", "/v1/grammar/compile", "/v1/grammar/compile",
+          [this](const httplib::Request& req, httplib::Response& res) {
+            server::CompileRequest request = server::parse_compile_request(server::parse_body(req.body));
+            check_model(request.model, false);
+            res.set_content(server::dump_json(server::compile_response(*model, request)), "application/json");
+          });
+    route("GET", "/", "/", [](const httplib::Request& req, httplib::Response& res) { server::answer_web_asset(req, res); });
+    route("GET", R"(/ui/.+)", "/ui/{file}",
+          [](const httplib::Request& req, httplib::Response& res) { server::answer_web_asset(req, res); });
+    route("GET", "/metrics", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics.render(engine->stats(), n_active()), "text/plain; version=0.0.4");
     });
   }
 
+  // Refuses new requests at once; the running ones get the grace period, less the time to cut the rest
+  // short and write their last events (an error that says so), so that everything is over by its end.
   void stop() {
     if (draining.exchange(true)) return;
-    auto grace = std::chrono::duration<double>(std::max(options.shutdown_grace_seconds, 0.0));
+    const Clock::time_point start = Clock::now();
+    const auto grace = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(std::max(options.shutdown_grace_seconds, 0.0)));
+    const Clock::time_point end = start + grace;
+    const Clock::time_point cut = end - std::min<Clock::duration>(grace / 4, std::chrono::seconds(1));
     std::size_t running = 0, cancelled = 0;
     {
       std::unique_lock lock(active_mutex);
       running = active.size();
-      active_changed.wait_for(lock, grace, [&] { return active.empty(); });
-      // What did not finish in time is cancelled: its stream ends and its response completes.
+      active_changed.wait_until(lock, cut, [&] { return active.empty(); });
       cancelled = active.size();
-      for (auto& [g, stream] : active) {
-        if (stream) stream->cancel();
-      }
-      active_changed.wait_for(lock, std::chrono::seconds(10), [&] { return active.empty(); });
+      for (auto& [g, generation] : active) generation->cancel_for_shutdown();
+      active_changed.wait_until(lock, end, [&] { return active.empty(); });
     }
     if (options.log_requests) {
       std::lock_guard lock(log_mutex);
-      std::fprintf(stderr, "orchard serve: stopping: %zu requests running, %zu cancelled after the grace period\n",
+      std::fprintf(stderr, "orchard serve: stopping: %zu requests running, %zu cut short by the grace period\n",
                    running, cancelled);
     }
     stopped = true;
-    http.stop();
+    http.end_streams();
+    transport->stop();               // idle connections close now,
+    transport->close_connections();  // and those still writing (to a client that stopped reading) too
   }
 };
 
 Server::Server(std::shared_ptr<Engine> engine, ServerOptions options)
     : impl_(std::make_unique<Impl>(std::move(engine), std::move(options))) {}
 
-Server::~Server() {
-  if (impl_->http.is_running()) stop();
-}
+Server::~Server() { stop(); }
 
 int Server::bind() {
   if (impl_->port >= 0) return impl_->port;
   const ServerOptions& o = impl_->options;
   if (o.port < 0 || o.port > 65535) throw Error(fmt::format("[server] port must be in [0, 65535], got {}", o.port));
-  if (o.port == 0) {
-    int port = impl_->http.bind_to_any_port(o.host);
-    if (port < 0) throw Error(fmt::format("[server] cannot listen on {} (any port)", o.host));
-    impl_->port = port;
-  } else {
-    if (!impl_->http.bind_to_port(o.host, o.port)) {
-      throw Error(fmt::format("[server] cannot listen on {}:{} (in use, or not an address of this host)", o.host,
-                              o.port));
-    }
-    impl_->port = o.port;
-  }
-  impl_->http.raise_backlog(1024);
+  impl_->port = impl_->transport->bind(o.host, o.port);
   return impl_->port;
 }
 
 void Server::serve() {
   bind();
   if (impl_->stopped) return;
-  impl_->http.listen_after_bind();
+  impl_->transport->run();
 }
 
 void Server::stop() { impl_->stop(); }

@@ -66,5 +66,20 @@ TEST(ApiError, OtherMappings) {
   EXPECT_EQ(api_error_from_exception(std::make_exception_ptr(42)).status(), 500);
 }
 
+// A full queue is worth retrying (429, the headers say when); a client that went away is 499 (logged
+// only); every constraint error has a code, the engine's compile errors included.
+TEST(ApiError, QueueCancellationAndConstraintCodes) {
+  ApiError full = map(QueueFullError("[engine] the queue is full (4 requests waiting)"));
+  EXPECT_EQ(full.status(), 429);
+  EXPECT_EQ(full.code(), "queue_full");
+  EXPECT_EQ(map(CancelledError("[request] cancelled")).status(), 499);
+  EXPECT_EQ(map(pse::Error("[compile] something"), "grammar").code(), "invalid_grammar");
+  EXPECT_EQ(map(pse::LimitError("too big"), "regex").code(), "constraint_too_large");
+  ApiError compile = map(RequestError("[request] grammar: [compile] too many states", "grammar", "constraint_too_large"),
+                         "lark");
+  EXPECT_EQ(compile.param(), "lark");
+  EXPECT_EQ(compile.code(), "constraint_too_large");
+}
+
 }  // namespace
 }  // namespace pie::server

@@ -39,6 +39,42 @@ TEST(ParseBody, RejectsMalformedJsonAndNonObjects) {
   EXPECT_THROW(parse_body(""), ApiError);
 }
 
+// A number past a double's range is a 400 naming its field (nlohmann's own error was a 500); one past a
+// float's range too, for the fields that become floats; nesting past kMaxBodyNesting is refused while
+// parsing, before anything walks the body.
+TEST(ParseBody, OverflowAndNestingNameTheField) {
+  auto field_of = [](const std::string& text) {
+    try {
+      parse_body(text);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << e.what();
+      EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+      return e.param();
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(field_of(R"({"max_tokens": 1e400})"), "max_tokens");
+  EXPECT_EQ(field_of(R"({"messages": [{"role": "user"}, {"n": -1e999}]})"), "messages[1].n");
+  EXPECT_EQ(field_of(R"({"options": {"num_predict": 1E+400}})"), "options.num_predict");
+  EXPECT_EQ(field_of(R"([1, 2, 3e400])"), "[2]");
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"temperature", 1e300}})); }), "temperature");
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"max_tokens", 1e30}})); }), "max_tokens");
+  EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"logit_bias", Json{{"7", -1e300}}}})); }), "logit_bias.7");
+  EXPECT_EQ(param_of([] { parse_ollama_chat(Json{{"model", "m"}, {"messages", Json::array({Json{{"role", "user"}, {"content", "x"}}})},
+                                                 {"options", Json{{"top_p", 1e200}}}}); }),
+            "options.top_p");
+  const std::string deep = std::string(kMaxBodyNesting + 1, '[') + std::string(kMaxBodyNesting + 1, ']');
+  try {
+    parse_body(R"({"a": )" + deep + "}");
+    ADD_FAILURE() << "nesting past the bound was parsed";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.code(), "invalid_json");
+    EXPECT_EQ(e.param(), "a[0][0][0][0][0][0][0][0][0][0][0]...");
+  }
+  const std::string ok = std::string(kMaxBodyNesting - 1, '[') + std::string(kMaxBodyNesting - 1, ']');
+  EXPECT_NO_THROW(parse_body(R"({"a": )" + ok + "}"));
+}
+
 TEST(ParseOpenAIChat, ReadsSamplingFieldsAndMessages) {
   Json body = chat({{"temperature", 0.5}, {"top_p", 0.9}, {"top_k", 40}, {"min_p", 0.05}, {"seed", 7},
                     {"presence_penalty", 0.1}, {"frequency_penalty", -0.2}, {"n", 2}, {"max_tokens", 16},
@@ -223,6 +259,28 @@ TEST(ParseOpenAIChat, ToolsAndToolChoice) {
             "response_format");
 }
 
+// A call's arguments are an object: parameters whose "type" excludes one are refused (a forced call
+// could not be written), a schema without "type" gets "type": "object".
+TEST(ParseOpenAIChat, ToolParametersDescribeObjects) {
+  auto tool = [](Json parameters) {
+    return Json::array({Json{{"type", "function"}, {"function", Json{{"name", "f"}, {"parameters", parameters}}}}});
+  };
+  EXPECT_EQ(param_of([&] { parse_openai_chat(chat({{"tools", tool(Json{{"type", "string"}})}}));
+            }),
+            "tools[0].function.parameters.type");
+  EXPECT_EQ(param_of([&] {
+              parse_openai_chat(chat({{"tools", tool(Json{{"type", Json::array({"string", "null"})}})}}));
+            }),
+            "tools[0].function.parameters.type");
+  ChatRequest untyped = parse_openai_chat(chat({{"tools", tool(Json{{"properties", Json::object()}})}}));
+  EXPECT_EQ(untyped.tools[0].parameters["type"], "object");
+  EXPECT_EQ(untyped.tools_json[0]["function"]["parameters"]["type"], "object");
+  ChatRequest either = parse_openai_chat(chat({{"tools", tool(Json{{"type", Json::array({"object", "null"})}})}}));
+  EXPECT_EQ(either.tools[0].parameters["type"], "object");
+  ChatRequest dict = parse_openai_chat(chat({{"tools", tool(Json{{"type", "dict"}})}}));  // BFCL's spelling
+  EXPECT_EQ(dict.tools[0].parameters["type"], "dict");
+}
+
 TEST(ParseOpenAICompletion, PromptForms) {
   CompletionRequest text = parse_openai_completion(Json{{"model", "m"}, {"prompt", "hello"}, {"logprobs", 2}, {"echo", true}});
   EXPECT_EQ(text.prompt_text, "hello");
@@ -279,6 +337,28 @@ TEST(ParseOllama, GenerateTemplatedOrRaw) {
   OllamaGenerate raw = parse_ollama_generate(Json{{"model", "m"}, {"prompt", "hi"}, {"raw", true}});
   EXPECT_FALSE(raw.chat);
   EXPECT_EQ(raw.completion.prompt_text, "hi");
+}
+
+// As Ollama: no prompt (no messages) only loads the model; images are refused, never dropped.
+TEST(ParseOllama, LoadOnlyAndImages) {
+  EXPECT_TRUE(parse_ollama_generate(Json{{"model", "m"}}).load_only);
+  EXPECT_TRUE(parse_ollama_generate(Json{{"model", "m"}, {"prompt", ""}, {"raw", true}}).load_only);
+  EXPECT_FALSE(parse_ollama_generate(Json{{"model", "m"}, {"prompt", "x"}}).load_only);
+  EXPECT_TRUE(parse_ollama_chat(Json{{"model", "m"}}).load_only);
+  EXPECT_TRUE(parse_ollama_chat(Json{{"model", "m"}, {"messages", Json::array()}}).load_only);
+  EXPECT_EQ(param_of([] {
+              parse_ollama_chat(Json{{"model", "m"}, {"messages", Json::array({Json{
+                                    {"role", "user"}, {"content", "x"}, {"images", Json::array({"aGk="})}}})}});
+            }),
+            "messages[0].images");
+  EXPECT_EQ(param_of([] { parse_ollama_generate(Json{{"model", "m"}, {"prompt", "x"}, {"images", Json::array({"aGk="})}}); }),
+            "images");
+  // An empty list is no image.
+  EXPECT_NO_THROW(parse_ollama_chat(Json{{"model", "m"}, {"messages", Json::array({Json{
+                                             {"role", "user"}, {"content", "x"}, {"images", Json::array()}}})}}));
+  // OpenAI's messages carry no images field: not read there.
+  EXPECT_NO_THROW(parse_openai_chat(chat({{"messages", Json::array({Json{
+                                              {"role", "user"}, {"content", "x"}, {"images", Json::array({"a"})}}})}})));
 }
 
 }  // namespace
