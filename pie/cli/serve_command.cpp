@@ -1,5 +1,6 @@
 // `orchard serve`: the OpenAI- and Ollama-compatible HTTP server over one model (pie::Server).
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <atomic>
 #include <csignal>
@@ -20,6 +21,7 @@
 #include "pie/model.h"
 #include "pie/model_store.h"
 #include "pie/server.h"
+#include "pse/compiler.h"
 
 namespace orchard::cli {
 
@@ -69,7 +71,9 @@ int run_serve(std::span<const std::string> args) {
       .option("max-queue", 0, "N",
               "requests waiting for a sequence slot, at most; past it, 429 with Retry-After (default 4 x --parallel)",
               &max_queue)
-      .option("grammar-cache-mb", 0, "MB", "compiled grammars kept for reuse, in MiB at most (default 256)",
+      .option("grammar-cache-mb", 0, "MB",
+              "grammar memory kept for reuse (compiled grammars and the token tables they share), in MiB at most "
+              "(default 256)",
               &grammar_cache_mb)
       .option("http-threads", 0, "N",
               "connections served at once (default: 128, or 4 x --parallel when larger); /health and /metrics "
@@ -92,9 +96,12 @@ int run_serve(std::span<const std::string> args) {
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
   engine_options.max_queued = max_queue ? static_cast<std::int32_t>(parse_int(*max_queue, "--max-queue", 1, 1 << 20))
                                         : 4 * engine_options.max_running;
-  if (grammar_cache_mb) {
-    engine_options.grammar_cache_bytes = parse_int(*grammar_cache_mb, "--grammar-cache-mb", 0, 1 << 20) << 20;
-  }
+  // Grammar memory kept for reuse: half for compiled grammars, half for the token tables they share
+  // (pse's process-wide table cache).
+  const long long grammar_cache = grammar_cache_mb ? parse_int(*grammar_cache_mb, "--grammar-cache-mb", 0, 1 << 20) << 20
+                                                   : std::int64_t{256} << 20;
+  engine_options.grammar_cache_bytes = grammar_cache / 2;
+  pse::set_shared_table_cache_bytes(static_cast<std::size_t>(grammar_cache / 2));
   pie::ServerOptions options;
   if (host) options.host = *host;
   if (port) options.port = static_cast<int>(parse_int(*port, "--port", 0, 65535));
@@ -120,6 +127,9 @@ int run_serve(std::span<const std::string> args) {
   // code; they are blocked before any other thread starts so that every thread inherits the mask. A write
   // to a client that went away must be an error, not SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  // A request's large buffers (a body up to --max-body, a long prompt's) go back to the system when freed:
+  // glibc would otherwise raise its mmap threshold after the first one and keep them in a thread's arena.
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);

@@ -252,6 +252,10 @@ std::size_t CompiledGrammar::memory_bytes() const {
 
 void clear_shared_table_cache() { detail::TableCache::instance().clear(); }
 
+void set_shared_table_cache_bytes(std::size_t max_bytes) { detail::TableCache::instance().set_max_bytes(max_bytes); }
+
+std::size_t shared_table_cache_bytes() { return detail::TableCache::instance().bytes(); }
+
 Compiler::Compiler(std::shared_ptr<const Vocabulary> vocabulary, CompileOptions options,
                    std::size_t capacity, std::size_t max_bytes)
     : vocabulary_(std::move(vocabulary)), options_(std::move(options)), capacity_(capacity),

@@ -87,6 +87,12 @@ std::size_t TableCache::entry_bytes(const RuleClosure& closure) {
   return closure.capacity() * sizeof(std::uint32_t) + sizeof(RuleClosure) + sizeof(RuleTables);
 }
 
+void TableCache::set_max_bytes(std::size_t max_bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  max_bytes_ = max_bytes;
+  evict_past_bound();
+}
+
 void TableCache::evict_past_bound() {
   while (bytes_ > max_bytes_ && !lru_.empty()) {
     auto oldest = slots_.find(lru_.back());

@@ -53,6 +53,8 @@ class TableCache {
 
   void clear();
   std::size_t bytes() const;  // of the tables and closures of the rules in the cache
+  // A new bound; rules past it are evicted at once.
+  void set_max_bytes(std::size_t max_bytes);
 
   // Tables and closures together (a MaskBench dev run fills it; 256 MiB read a few percent slower at p99,
   // within the VM's noise).
@@ -68,7 +70,7 @@ class TableCache {
   };
   // Evicts the least recently used rules while bytes_ is over the bound (mutex_ held).
   void evict_past_bound();
-  const std::size_t max_bytes_;
+  std::size_t max_bytes_;  // (under mutex_)
   mutable std::mutex mutex_;
   std::size_t bytes_ = 0;
   struct Slot {

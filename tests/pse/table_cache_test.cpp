@@ -56,6 +56,23 @@ TEST(TableCache, EvictsTheLeastRecentlyUsedRulesPastItsBound) {
   EXPECT_TRUE(a->evicted && d->evicted && b2->evicted);
 }
 
+// A new bound applies at once: the least recently used rules past it go.
+TEST(TableCache, ANewBoundEvictsAtOnce) {
+  const std::size_t one = TableCache::entry_bytes(*closure(0)) + table_of(1000).memory_bytes() + sizeof(TokenTable);
+  TableCache cache(3 * one);
+  auto a = cache.rule(7, closure(1));
+  auto b = cache.rule(7, closure(2));
+  cache.add(*a, 0, table_of(1000));
+  cache.add(*b, 0, table_of(1000));
+  EXPECT_EQ(cache.bytes(), 2 * one);
+  cache.set_max_bytes(one);
+  EXPECT_EQ(cache.bytes(), one);
+  EXPECT_TRUE(a->evicted);
+  EXPECT_FALSE(b->evicted);
+  cache.set_max_bytes(0);
+  EXPECT_EQ(cache.bytes(), 0u);
+}
+
 // Closures count too: entries without tables (a rule met, its tables not yet built) are bounded.
 TEST(TableCache, ClosuresCountTowardTheBound) {
   const std::size_t entry = TableCache::entry_bytes(*closure(0));

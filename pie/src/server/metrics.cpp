@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "pse/compiler.h"
+
 namespace pie::server {
 namespace {
 
@@ -124,6 +126,9 @@ std::string Metrics::render(const EngineStats& s, std::int64_t in_flight) const 
          s.grammar_compile_seconds);
   metric(out, "orchard_grammar_cache_bytes", "gauge", "Bytes of the compiled grammars kept for reuse.",
          u(s.grammar_cache_bytes));
+  metric(out, "orchard_grammar_shared_tables_bytes", "gauge",
+         "Bytes of the token tables grammars share (process-wide, kept for reuse).",
+         u(pse::shared_table_cache_bytes()));
   metric(out, "orchard_mask_seconds_total", "counter", "Time spent filling token masks.", s.mask_seconds);
   metric(out, "orchard_forward_seconds_total", "counter", "Time spent in the forward pass.", s.forward_seconds);
   metric(out, "orchard_engine_steps_total", "counter", "Engine steps.", u(s.steps));

@@ -64,6 +64,10 @@ struct CompileOptions {
 // Empties the process-wide cache of shared token tables (CompileOptions::shared_tables), e.g. to time
 // cold compiles. Compiled grammars keep their tables.
 void clear_shared_table_cache();
+// Bounds that cache (512 MiB unless set; the least recently used rules are evicted past it, at once too).
+// Process-wide: for the program that decides how much memory its grammars may keep (orchard serve).
+void set_shared_table_cache_bytes(std::size_t max_bytes);
+std::size_t shared_table_cache_bytes();  // held now
 
 struct CompileStats {
   std::size_t n_rules = 0;
