@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) into build-fuzz and runs each for SECONDS.
 # usage: scripts/fuzz.sh [SECONDS] [TARGET...]      (default 60 seconds, every target: gguf tokenizer_json
-#        tokenizer_gguf gbnf lark regex json_schema)
+#        tokenizer_gguf gbnf lark regex json_schema chat_template http_request)
 # Seeds are cut from the shared data (scripts/fuzz_seeds.py) into build-fuzz/seeds; the growing corpus is
 # kept in build-fuzz/corpus/TARGET; a crash leaves its input in build-fuzz/artifacts/ and fails the script.
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf tokenizer_json tokenizer_gguf gbnf lark regex json_schema)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf tokenizer_json tokenizer_gguf gbnf lark regex json_schema chat_template http_request)
 build=${ORCHARD_FUZZ_BUILD_DIR:-build-fuzz}
 data=${ORCHARD_SHARED_DATA:-$(pwd)/../shared/data}
 python=python3
