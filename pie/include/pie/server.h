@@ -5,8 +5,11 @@
 //   Extensions: POST /v1/grammar/compile (compile or check a constraint), "token_detail" in OpenAI requests
 //   GET / (and /ui/...): the web page (chat, structured-output playground, dashboard), embedded at build time
 // HTTP/1.1 with keep-alive; streams as server-sent events (OpenAI) or NDJSON (Ollama). A bad request is a
-// 4xx with OpenAI's error object and never touches the others; a client that goes away mid-stream has its
-// request cancelled and its KV pages freed. One JSON log line per request on stderr.
+// 4xx with OpenAI's error object and never touches the others; every request is bounded as it is read
+// (body, headers, JSON nesting); a client that goes away has its request cancelled (streaming or not,
+// while its grammar compiles too) and its KV pages freed; a full engine queue is 429; /health and /metrics
+// answer on a thread of their own. docs/server.md, "Limits and safety". One JSON log line per request on
+// stderr.
 //
 //   auto engine = std::make_shared<pie::Engine>(pie::random_model(), pie::EngineOptions{});
 //   pie::Server server(engine, {.port = 8080});
@@ -62,8 +65,9 @@ class Server {
   int bind();
   // Serves until stop() (binds first when bind() was not called). Returns once every connection closed.
   void serve();
-  // Thread-safe. Refuses new requests (503), lets running ones finish for the grace period, cancels the
-  // rest (their streams end with finish_reason as the engine reports it), then makes serve() return.
+  // Thread-safe. Refuses new requests (503), lets running ones finish for most of the grace period, cuts
+  // the rest short (a stream ends with an error event saying so, a non-streaming request gets 503), and
+  // makes serve() return by the end of the grace period.
   void stop();
   int port() const;
   const std::string& model_name() const;

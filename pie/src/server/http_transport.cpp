@@ -426,7 +426,12 @@ void HttpTransport::run() {
     if (polls[1].revents & POLLIN) {
       for (;;) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;  // EAGAIN: all taken; other errors (EMFILE): retried at the next poll
+        if (fd < 0) {
+          // EAGAIN: all taken. Out of descriptors (EMFILE, ENFILE): the backlog keeps them; a pause spares
+          // the CPU a busy loop until connections close.
+          if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          break;
+        }
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (pending.size() >= kMaxPending) {

@@ -36,6 +36,12 @@ ApiError framing_error(int status, const std::string& message, const char* code)
 std::optional<ApiError> check_body_framing(const httplib::Request& request, std::size_t max_body_bytes) {
   const std::size_t n_lengths = request.get_header_value_count("Content-Length");
   const std::size_t n_codings = request.get_header_value_count("Transfer-Encoding");
+  // The routes that read no body (GET, HEAD): a body there would be taken for the next request.
+  const bool reads_body = request.method == "POST" || request.method == "PUT" || request.method == "PATCH" ||
+                          request.method == "DELETE";
+  if (!reads_body && (n_codings > 0 || (n_lengths > 0 && request.get_header_value("Content-Length") != "0"))) {
+    return framing_error(400, fmt::format("a {} request carries no body here", request.method), "invalid_framing");
+  }
   if (n_codings > 0) {
     if (n_lengths > 0) {
       return framing_error(400, "a request may not carry both Content-Length and Transfer-Encoding",
@@ -49,7 +55,7 @@ std::optional<ApiError> check_body_framing(const httplib::Request& request, std:
     return std::nullopt;  // chunked: the transport bounds the bytes read
   }
   if (n_lengths == 0) {
-    if (request.method == "POST" || request.method == "PUT" || request.method == "PATCH") {
+    if (reads_body) {
       return framing_error(411, "the request has a body but no Content-Length (or chunked Transfer-Encoding)",
                            "length_required");
     }

@@ -16,7 +16,8 @@ namespace pie::server {
 // The error for a body framed in a way this server does not read, or too large to read: 400 for a
 // Content-Length that is not one decimal number (-5, "1, 2") or that comes with a Transfer-Encoding
 // (request smuggling), 501 for a transfer coding other than chunked, 411 for a POST with neither, 413
-// for a Content-Length over max_body_bytes. nullopt when the body may be read.
+// for a Content-Length over max_body_bytes, 400 for a body on a GET or HEAD (nothing would read it).
+// nullopt when the body may be read.
 std::optional<ApiError> check_body_framing(const httplib::Request& request, std::size_t max_body_bytes);
 
 // Whether an Authorization header value carries `key` with the Bearer scheme (the scheme in any case, as

@@ -496,7 +496,8 @@ struct Server::Impl {
         code = "bad_request";
       }
       ApiError error(status, "invalid_request_error", message, {}, code);
-      if (failure != server::ReadFailure::none || status >= 413) {
+      // A request httplib could not read (malformed, too large) leaves the connection's bytes unframed.
+      if (failure != server::ReadFailure::none || (status != 404 && status != 405)) {
         refuse(req, res, error);
       } else {
         send_error(req, res, error);

@@ -36,6 +36,10 @@ TEST(RequestHead, BodyFraming) {
   EXPECT_EQ(status_of(request("POST", {{"Transfer-Encoding", "gzip, chunked"}})), 501);
   EXPECT_EQ(status_of(request("POST", {{"Transfer-Encoding", "identity"}})), 501);
   EXPECT_EQ(status_of(request("POST", {})), 411);
+  EXPECT_EQ(status_of(request("DELETE", {})), 411);
+  EXPECT_EQ(status_of(request("GET", {{"Content-Length", "0"}})), 0);
+  EXPECT_EQ(status_of(request("GET", {{"Content-Length", "12"}})), 400);
+  EXPECT_EQ(status_of(request("HEAD", {{"Transfer-Encoding", "chunked"}})), 400);
   auto error = check_body_framing(request("POST", {{"Content-Length", "-5"}}), 1000);
   ASSERT_TRUE(error);
   EXPECT_EQ(error->code(), "invalid_framing");
