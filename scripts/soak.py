@@ -145,13 +145,15 @@ class Soak:
         tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
             "type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Lima"]}}, "required": ["city"]}}}]
         choice = rng.randrange(6)
-        kw = [dict(response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}, max_tokens=96),
+        kw = [dict(response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
+                   max_tokens=96),
               dict(regex="[A-Z][a-z]{2,8} [0-9]{1,3}", max_tokens=16),
               dict(grammar='root ::= "answer: " ("yes" | "no" | "maybe") "."', max_tokens=12),
               dict(lark='start: "n=" %json {"type": "integer", "minimum": 0, "maximum": 999}\n', max_tokens=12),
               dict(tools=tools, tool_choice="required", max_tokens=64),
               dict(response_format={"type": "json_object"}, max_tokens=48)][choice]
-        status, text = self.request("POST", "/v1/chat/completions", self.chat_body(rng, stream=rng.random() < 0.3, **kw))
+        body = self.chat_body(rng, stream=rng.random() < 0.3, **kw)
+        status, text = self.request("POST", "/v1/chat/completions", body)
         self.expect("grammar", status, text)
 
     def abandon(self, rng):
@@ -168,19 +170,20 @@ class Soak:
 
     def bad(self, rng):
         deep = "[" * 20000 + "]" * 20000
+        x = '{"messages":[{"role":"user","content":"x"}],'
         cases = [
             ("POST", "/v1/chat/completions", '{"model": "x", "messages": [', (400,)),
-            ("POST", "/v1/chat/completions", '{"messages":[{"role":"user","content":"x"}],"max_tokens":1e400}', (400,)),
-            ("POST", "/v1/chat/completions", '{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}', (400,)),
-            ("POST", "/v1/chat/completions", '{"messages":[{"role":"user","content":"x"}],"response_format":'
+            ("POST", "/v1/chat/completions", x + '"max_tokens":1e400}', (400,)),
+            ("POST", "/v1/chat/completions", x + '"temperature":"hot"}', (400,)),
+            ("POST", "/v1/chat/completions", x + '"response_format":'
              '{"type":"json_schema","json_schema":{"name":"d","schema":{"const":' + deep + '}}}}', (400,)),
-            ("POST", "/v1/chat/completions", '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= ("}', (400,)),
-            ("POST", "/v1/chat/completions", '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function",'
+            ("POST", "/v1/chat/completions", x + '"grammar":"root ::= ("}', (400,)),
+            ("POST", "/v1/chat/completions", x + '"tools":[{"type":"function",'
              '"function":{"name":"f","parameters":{"type":"string"}}}],"tool_choice":"required"}', (400,)),
             ("POST", "/v1/chat/completions", '{"model":"nope","messages":[{"role":"user","content":"x"}]}', (404,)),
             ("GET", "/v1/chat/completions", None, (405,)),
-            ("POST", "/api/chat", '{"model":"%s","messages":[{"role":"user","content":"x","images":["aGk="]}]}' % self.model,
-             (400,)),
+            ("POST", "/api/chat",
+             '{"model":"%s","messages":[{"role":"user","content":"x","images":["aGk="]}]}' % self.model, (400,)),
             ("POST", "/v1/completions", '{"prompt":[1,2,-3]}', (400,)),
         ]
         which = rng.randrange(len(cases) + 3)
@@ -191,8 +194,8 @@ class Soak:
             return
         if which == len(cases):
             chunk = b"100000\r\n" + b"a" * 0x100000 + b"\r\n"
-            status = self.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
-                              b"\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 20 + b"0\r\n\r\n")
+            head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+            status = self.raw(head + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 20 + b"0\r\n\r\n")
             ok = (413,)
         elif which == len(cases) + 1:
             status = self.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
@@ -298,7 +301,8 @@ class Soak:
              f"{len(st.server_errors)} to clients, {server_5xx:.0f} counted by the server"),
             ("abandoned requests cancelled", cancelled >= st.abandoned,
              f"{st.abandoned} abandoned, {cancelled:.0f} cancelled"),
-            ("RSS within 10% after warm-up", warm_rss is not None and peak_rss is not None and peak_rss <= 1.1 * warm_rss,
+            ("RSS within 10% after warm-up",
+             warm_rss is not None and peak_rss is not None and peak_rss <= 1.1 * warm_rss,
              f"level {figures['rss_after_warmup_mib']} MiB at the end of the {a.warmup:.0f} s warm-up, highest level "
              f"after it {figures['rss_peak_level_after_warmup_mib']} MiB (10 s medians; highest sample "
              f"{figures['rss_peak_sample_after_warmup_mib']} MiB)"),

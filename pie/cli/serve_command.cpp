@@ -98,8 +98,8 @@ int run_serve(std::span<const std::string> args) {
                                         : 4 * engine_options.max_running;
   // Grammar memory kept for reuse: half for compiled grammars, half for the token tables they share
   // (pse's process-wide table cache).
-  const long long grammar_cache = grammar_cache_mb ? parse_int(*grammar_cache_mb, "--grammar-cache-mb", 0, 1 << 20) << 20
-                                                   : std::int64_t{256} << 20;
+  const long long grammar_cache =
+      grammar_cache_mb ? parse_int(*grammar_cache_mb, "--grammar-cache-mb", 0, 1 << 20) << 20 : 256LL << 20;
   engine_options.grammar_cache_bytes = grammar_cache / 2;
   pse::set_shared_table_cache_bytes(static_cast<std::size_t>(grammar_cache / 2));
   pie::ServerOptions options;
@@ -117,7 +117,9 @@ int run_serve(std::span<const std::string> args) {
   if (grace) options.shutdown_grace_seconds = parse_double(*grace, "--grace");
   if (options.shutdown_grace_seconds < 0) throw UsageError("--grace must not be negative");
   options.special_tokens_in_messages = special_tokens_in_messages;
-  if (http_threads) options.http_threads = static_cast<std::int32_t>(parse_int(*http_threads, "--http-threads", 1, 4096));
+  if (http_threads) {
+    options.http_threads = static_cast<std::int32_t>(parse_int(*http_threads, "--http-threads", 1, 4096));
+  }
   options.log_requests = !quiet;
 #ifdef ORCHARD_VERSION
   options.version = ORCHARD_VERSION;

@@ -80,7 +80,9 @@ void run(std::uint8_t selector, const std::string& text) {
   Generation generation(model, std::move(prepared), setup);
   generation.submit();
   if (setup.stream) {
-    for (int i = 0; i < 10000 && !generation.finished(); ++i) (void)generation.next_chunk(std::chrono::milliseconds(50));
+    for (int i = 0; i < 10000 && !generation.finished(); ++i) {
+      (void)generation.next_chunk(std::chrono::milliseconds(50));
+    }
     if (!generation.finished()) __builtin_trap();  // a stream that never ends
   } else {
     (void)generation.response_body();

@@ -172,8 +172,10 @@ class Engine {
   // Compiles a constraint against the model's vocabulary as submit() does, through the same cache (a
   // request with it that follows finds it compiled; the compile counts in stats()). Throws pse's errors
   // as they are (pse::GrammarError, pse::LimitError, ...), pie::RequestError (param
-  // "grammar_special_tokens") when a listed text is not a special token. Thread-safe.
-  CompiledConstraint compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens = {});
+  // "grammar_special_tokens") when a listed text is not a special token. `abandoned`: as
+  // GenerateRequest::abandoned (a pse::LimitError when it stopped the compile). Thread-safe.
+  CompiledConstraint compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens = {},
+                             const std::function<bool()>& abandoned = {});
 
   const Model& model() const;
   const EngineOptions& options() const;

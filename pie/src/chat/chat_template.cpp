@@ -46,8 +46,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context, const Re
   return render_tracked(context, {}, options).text;
 }
 
-RenderedText ChatTemplate::render_tracked(const nlohmann::ordered_json& context, const std::vector<std::string>& tracked,
-                                          const RenderOptions& options) const {
+RenderedText ChatTemplate::render_tracked(const nlohmann::ordered_json& context,
+                                          const std::vector<std::string>& tracked, const RenderOptions& options) const {
   if (!context.is_null() && !context.is_object()) {
     throw TemplateError("the render context must be a JSON object, got " + std::string(context.type_name()), 0, 0);
   }

@@ -892,11 +892,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& operan
   Value result = it->second(in, operand, args);
   // trim and join keep exact track of context text; what any other filter builds from it is context text.
   if (name != "trim" && name != "join") {
-    const bool from_context_text =
-        holds_context_text(operand) ||
-        std::any_of(args.positional.begin(), args.positional.end(), [](const Value& v) { return holds_context_text(v); }) ||
-        std::any_of(args.keyword.begin(), args.keyword.end(), [](const auto& kv) { return holds_context_text(kv.second); });
-    if (from_context_text) mark_derived(result);
+    if (holds_context_text(operand) || args_hold_context_text(args)) mark_derived(result);
   }
   return result;
 }

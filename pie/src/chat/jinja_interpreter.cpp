@@ -513,7 +513,9 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
           const std::size_t at = out.s.size();
           utf8_append(out.s, cps[static_cast<std::size_t>(k)]);
           const auto i = static_cast<std::size_t>(k);
-          if (!offsets.empty() && overlaps(obj.spans, offsets[i], offsets[i + 1])) add_span(out.spans, at, out.s.size());
+          if (!offsets.empty() && overlaps(obj.spans, offsets[i], offsets[i + 1])) {
+            add_span(out.spans, at, out.s.size());
+          }
         }
         charge(out.s.size());
         return out;
@@ -822,10 +824,7 @@ Value Interpreter::call(const Value& callee, CallArgs& args) {
   if (callee.is_undefined()) undefined_error(callee);
   if (callee.kind != Kind::function) throw ValueError{std::string("'") + type_name(callee) + "' object is not callable"};
   const bool from_context_text =
-      !callee.fn->exact_spans &&
-      (callee.fn->bound_to_context_text ||
-       std::any_of(args.positional.begin(), args.positional.end(), [](const Value& v) { return holds_context_text(v); }) ||
-       std::any_of(args.keyword.begin(), args.keyword.end(), [](const auto& kv) { return holds_context_text(kv.second); }));
+      !callee.fn->exact_spans && (callee.fn->bound_to_context_text || args_hold_context_text(args));
   Value result = callee.fn->call(args);
   if (from_context_text) mark_derived(result);
   return result;

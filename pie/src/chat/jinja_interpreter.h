@@ -100,6 +100,17 @@ class Interpreter {
   int call_depth_ = 0;
 };
 
+// Whether an argument of a call holds context text (jinja_value.h).
+inline bool args_hold_context_text(const CallArgs& args) {
+  for (const Value& v : args.positional) {
+    if (holds_context_text(v)) return true;
+  }
+  for (const auto& [k, v] : args.keyword) {
+    if (holds_context_text(v)) return true;
+  }
+  return false;
+}
+
 // Builtins (jinja_builtins.cpp): filters, tests, globals and methods of str, dict and list values.
 Value apply_filter(Interpreter& in, const std::string& name, const Value& operand, CallArgs& args);
 bool apply_test(Interpreter& in, const std::string& name, const Value& operand, CallArgs& args);

@@ -487,7 +487,8 @@ bool holds_context_text_at(const Value& v, int depth) {
   switch (v.kind) {
     case Kind::string: return !v.spans.empty();
     case Kind::list:
-      return std::any_of(v.list->begin(), v.list->end(), [&](const Value& x) { return holds_context_text_at(x, depth + 1); });
+      return std::any_of(v.list->begin(), v.list->end(),
+                         [&](const Value& x) { return holds_context_text_at(x, depth + 1); });
     case Kind::dict:
       return std::any_of(v.dict->items.begin(), v.dict->items.end(), [&](const auto& kv) {
         return holds_context_text_at(kv.first, depth + 1) || holds_context_text_at(kv.second, depth + 1);

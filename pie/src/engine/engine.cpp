@@ -1068,8 +1068,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   return stream;
 }
 
-CompiledConstraint Engine::compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens) {
-  return impl_->grammars->compile_typed(grammar, special_tokens);
+CompiledConstraint Engine::compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens,
+                                   const std::function<bool()>& abandoned) {
+  return impl_->grammars->compile_typed(grammar, special_tokens, abandoned);
 }
 
 const Model& Engine::model() const { return *impl_->model; }

@@ -325,7 +325,9 @@ std::string Generation::response_body(const std::function<bool()>& client_gone) 
     on_event(*event);
   }
   if (shutting_down_ && !error_.empty()) throw ApiError(503, "server_error", error_, {}, "server_shutting_down");
-  if (cancelled_) throw ApiError(499, "invalid_request_error", "the client closed the connection", {}, "client_closed_request");
+  if (cancelled_) {
+    throw ApiError(499, "invalid_request_error", "the client closed the connection", {}, "client_closed_request");
+  }
   if (!error_.empty()) throw ApiError(500, "server_error", error_);
   const tokenizers::Tokenizer& tok = *model_.model().tokenizer;
   bool logprobs = prepared_.request.sampling.logprobs;

@@ -153,14 +153,18 @@ CompileRequest parse_compile_request(const Json& body) {
   return out;
 }
 
-Json compile_response(const ServedModel& model, const CompileRequest& request) {
+Json compile_response(const ServedModel& model, const CompileRequest& request,
+                      const std::function<bool()>& client_gone) {
   const std::optional<pse::Grammar> grammar =
       constraint_grammar(request.constraint, request.json_layout.value_or(model.json_layout()));
   const auto t0 = std::chrono::steady_clock::now();
   const CompiledConstraint compiled = [&] {
     try {
-      return model.engine().compile(*grammar);
+      return model.engine().compile(*grammar, {}, client_gone);
     } catch (...) {
+      if (client_gone && client_gone()) {
+        throw ApiError(499, "invalid_request_error", "the client closed the connection", {}, "client_closed_request");
+      }
       throw api_error_from_exception(std::current_exception(), request.constraint.param);
     }
   }();

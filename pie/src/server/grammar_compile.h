@@ -14,6 +14,7 @@
 //              "check"?: {"accepted", "complete", "bytes", "rejected_at", "message"}}
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -34,6 +35,7 @@ struct CompileRequest {
 CompileRequest parse_compile_request(const Json& body);
 
 // Compiles and checks. Throws ApiError 400 for a constraint that does not compile (with its location).
-Json compile_response(const ServedModel& model, const CompileRequest& request);
+Json compile_response(const ServedModel& model, const CompileRequest& request,
+                      const std::function<bool()>& client_gone = {});  // polled by the compile: a 499 when true
 
 }  // namespace pie::server

@@ -525,7 +525,8 @@ struct Server::Impl {
           [this](const httplib::Request& req, httplib::Response& res) { ollama_chat(req, res); });
     route("POST", "/api/generate", "/api/generate",
           [this](const httplib::Request& req, httplib::Response& res) { ollama_generate(req, res); });
-    route("GET", "/api/tags", "/api/tags", [this](const httplib::Request&, httplib::Response& res) { ollama_tags(res); });
+    route("GET", "/api/tags", "/api/tags",
+          [this](const httplib::Request&, httplib::Response& res) { ollama_tags(res); });
     route("POST", "/api/show", "/api/show",
           [this](const httplib::Request& req, httplib::Response& res) { ollama_show(req, res); });
     route("GET", "/api/version", "/api/version", [this](const httplib::Request&, httplib::Response& res) {
@@ -538,9 +539,11 @@ struct Server::Impl {
           [this](const httplib::Request& req, httplib::Response& res) {
             server::CompileRequest request = server::parse_compile_request(server::parse_body(req.body));
             check_model(request.model, false);
-            res.set_content(server::dump_json(server::compile_response(*model, request)), "application/json");
+            res.set_content(server::dump_json(server::compile_response(*model, request, client_gone_check())),
+                            "application/json");
           });
-    route("GET", "/", "/", [](const httplib::Request& req, httplib::Response& res) { server::answer_web_asset(req, res); });
+    route("GET", "/", "/",
+          [](const httplib::Request& req, httplib::Response& res) { server::answer_web_asset(req, res); });
     route("GET", R"(/ui/.+)", "/ui/{file}",
           [](const httplib::Request& req, httplib::Response& res) { server::answer_web_asset(req, res); });
     route("GET", "/metrics", "/metrics", [this](const httplib::Request&, httplib::Response& res) {

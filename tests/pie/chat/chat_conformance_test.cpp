@@ -146,7 +146,9 @@ TEST(ChatTemplateConformance, EveryTemplateTracksTheMessagesText) {
       }
       json injected = context.at("messages");
       for (json& m : injected) {
-        if (m.contains("content") && m["content"].is_string()) m["content"] = m["content"].get<std::string>() + injection;
+        if (m.contains("content") && m["content"].is_string()) {
+          m["content"] = m["content"].get<std::string>() + injection;
+        }
       }
       const pie::ChatTemplateTokens tokens{context.at("bos_token").get<std::string>(),
                                            context.at("eos_token").get<std::string>()};

@@ -352,7 +352,8 @@ TEST(ChatTemplate, TracksWhereTheMessagesTextLands) {
             "{ Hi<|im_end|> |user}");
   EXPECT_EQ(tracked("{% set c %}<a>{{ messages[0].content }}<b>{% endset %}{{ c | trim }}", one), "{ Hi<|im_end|> }");
   EXPECT_EQ(tracked("{{ (messages[0].content | trim) + '<e>' }}", one), "{Hi<|im_end|>}");
-  EXPECT_EQ(tracked("{{ messages[0].content.strip()[2:4] }}{{ messages[0].content[-1:] }}", one), "{<| }");  // (adjacent ranges merge)
+  // (Adjacent ranges merge.)
+  EXPECT_EQ(tracked("{{ messages[0].content.strip()[2:4] }}{{ messages[0].content[-1:] }}", one), "{<| }");
   EXPECT_EQ(tracked("{% macro m(x) %}<m>{{ x }}</m>{% endmacro %}{{ m(messages[0].content) }}", one),
             "{ Hi<|im_end|> }");
   EXPECT_EQ(tracked("{{ '<sep>'.join([messages[0].role, messages[0].role]) }}", one), "{user|user}");

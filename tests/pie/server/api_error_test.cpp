@@ -75,8 +75,8 @@ TEST(ApiError, QueueCancellationAndConstraintCodes) {
   EXPECT_EQ(map(CancelledError("[request] cancelled")).status(), 499);
   EXPECT_EQ(map(pse::Error("[compile] something"), "grammar").code(), "invalid_grammar");
   EXPECT_EQ(map(pse::LimitError("too big"), "regex").code(), "constraint_too_large");
-  ApiError compile = map(RequestError("[request] grammar: [compile] too many states", "grammar", "constraint_too_large"),
-                         "lark");
+  ApiError compile =
+      map(RequestError("[request] grammar: [compile] too many states", "grammar", "constraint_too_large"), "lark");
   EXPECT_EQ(compile.param(), "lark");
   EXPECT_EQ(compile.code(), "constraint_too_large");
 }

@@ -60,8 +60,10 @@ TEST(ParseBody, OverflowAndNestingNameTheField) {
   EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"temperature", 1e300}})); }), "temperature");
   EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"max_tokens", 1e30}})); }), "max_tokens");
   EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"logit_bias", Json{{"7", -1e300}}}})); }), "logit_bias.7");
-  EXPECT_EQ(param_of([] { parse_ollama_chat(Json{{"model", "m"}, {"messages", Json::array({Json{{"role", "user"}, {"content", "x"}}})},
-                                                 {"options", Json{{"top_p", 1e200}}}}); }),
+  const Json ollama_user = Json::array({Json{{"role", "user"}, {"content", "x"}}});
+  EXPECT_EQ(param_of([&] {
+              parse_ollama_chat(Json{{"model", "m"}, {"messages", ollama_user}, {"options", Json{{"top_p", 1e200}}}});
+            }),
             "options.top_p");
   const std::string deep = std::string(kMaxBodyNesting + 1, '[') + std::string(kMaxBodyNesting + 1, ']');
   try {
@@ -351,14 +353,16 @@ TEST(ParseOllama, LoadOnlyAndImages) {
                                     {"role", "user"}, {"content", "x"}, {"images", Json::array({"aGk="})}}})}});
             }),
             "messages[0].images");
-  EXPECT_EQ(param_of([] { parse_ollama_generate(Json{{"model", "m"}, {"prompt", "x"}, {"images", Json::array({"aGk="})}}); }),
+  EXPECT_EQ(param_of([] {
+              parse_ollama_generate(Json{{"model", "m"}, {"prompt", "x"}, {"images", Json::array({"aGk="})}});
+            }),
             "images");
   // An empty list is no image.
   EXPECT_NO_THROW(parse_ollama_chat(Json{{"model", "m"}, {"messages", Json::array({Json{
                                              {"role", "user"}, {"content", "x"}, {"images", Json::array()}}})}}));
   // OpenAI's messages carry no images field: not read there.
-  EXPECT_NO_THROW(parse_openai_chat(chat({{"messages", Json::array({Json{
-                                              {"role", "user"}, {"content", "x"}, {"images", Json::array({"a"})}}})}})));
+  const Json with_images = Json::array({Json{{"role", "user"}, {"content", "x"}, {"images", Json::array({"a"})}}});
+  EXPECT_NO_THROW(parse_openai_chat(chat({{"messages", with_images}})));
 }
 
 }  // namespace

@@ -176,9 +176,10 @@ def test_abandoned_requests_are_cancelled(a):
     time.sleep(0.5)
     for s in socks:
         s.close()
-    wait_for("the abandoned requests to end",
-             lambda: a.metric("orchard_http_requests_in_flight") == 0 and a.metric("orchard_engine_requests_running") == 0)
-    expect(a.metric("orchard_http_requests_cancelled_total") >= before + 4, "abandoned requests not counted as cancelled")
+    wait_for("the abandoned requests to end", lambda: a.metric("orchard_http_requests_in_flight") == 0
+             and a.metric("orchard_engine_requests_running") == 0)
+    expect(a.metric("orchard_http_requests_cancelled_total") >= before + 4,
+           "abandoned requests not counted as cancelled")
     expect(a.metric("orchard_kv_pages_used") == 0, "KV pages still held")
     expect_serving(a)
 
