@@ -3,15 +3,27 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace kernels {
 namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// F16C from CPUID leaf 1 (clang 14's __builtin_cpu_supports does not know "f16c").
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
 
 bool cpu_has(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   switch (isa) {
     case Isa::scalar: return true;
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::avx512:
       return cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
