@@ -59,11 +59,11 @@ class Sampler {
                       std::span<const std::int32_t> prompt, std::span<const std::int32_t> output);
 
   // Speculative decoding: decides a drafted token at this position, for a drafter that proposed it with
-  // certainty (prompt lookup). Keeps it with probability p(draft) under this sampler's distribution
-  // (penalties, bias, mask, temperature, top-k, top-p, min-p), else draws from p without the draft,
-  // renormalized: the token is distributed as sample() would draw it (Leviathan et al. 2023, Chen et al.
-  // 2023). Greedy: keeps the draft iff it is the best token, else gives the best. Sets `accepted`;
-  // logprobs as sample(). Throws as sample(), and pie::Error for a draft outside the logits.
+  // certainty (prompt lookup). Draws the token as sample() would, with the same single draw from the
+  // seeded stream, and keeps the draft iff it is that token: kept with probability p(draft) under this
+  // sampler's distribution (as rejection sampling keeps it, Leviathan et al. 2023), and the text is the
+  // one sample() gives for the seed whatever was drafted. Sets `accepted`; logprobs as sample(). Throws as
+  // sample(), and pie::Error for a draft outside the logits.
   SampledToken verify(std::span<float> logits, std::span<const std::uint32_t> mask,
                       std::span<const std::int32_t> prompt, std::span<const std::int32_t> output,
                       std::int32_t draft, bool& accepted);
@@ -94,8 +94,6 @@ class Sampler {
   // Top-p alone when the nucleus is wide: weights_ hold every token's weight, need is top_p of their sum.
   Kept keep_wide_nucleus(std::span<const float> logits, float max, float inv_t, double need);
   std::int32_t pick(const Kept& kept, double u) const;  // the draw at u in [0, 1)
-  double weight_of(const Kept& kept, std::int32_t id) const;
-  void drop(Kept& kept, std::int32_t id);                // id's weight becomes 0
 
   SamplingParams params_;
   std::uint64_t rng_state_[4];

@@ -185,30 +185,6 @@ std::int32_t Sampler::pick(const Kept& kept, double u) const {
   return chosen;
 }
 
-double Sampler::weight_of(const Kept& kept, std::int32_t id) const {
-  if (kept.dense) return weights_[std::size_t(id)];
-  for (std::size_t j = 0; j < kept.n_sparse; ++j) {
-    if (candidates_[j].id == id) return candidates_[j].weight;
-  }
-  return 0;
-}
-
-void Sampler::drop(Kept& kept, std::int32_t id) {
-  double w = 0;
-  if (kept.dense) {
-    w = weights_[std::size_t(id)];
-    weights_[std::size_t(id)] = 0;
-    block_sums_[std::size_t(id) / sampling_detail::kSumBlock] -= w;
-  } else {
-    for (std::size_t j = 0; j < kept.n_sparse; ++j) {
-      if (candidates_[j].id != id) continue;
-      w = candidates_[j].weight;
-      candidates_[j].weight = 0;
-    }
-  }
-  kept.total -= w;
-}
-
 Sampler::Kept Sampler::keep_wide_nucleus(std::span<const float> logits, float max, float inv_t, double need) {
   const std::size_t n = logits.size();
   // Mass per bucket, then the bucket where the running mass (best first) reaches need.
@@ -358,24 +334,14 @@ SampledToken Sampler::verify(std::span<float> logits, std::span<const std::uint3
                 std::to_string(logits.size()) + " logits");
   }
   const Prepared pr = prepare(logits, mask, prompt, output);
+  // The token is drawn exactly as sample() draws it (the same single draw from the stream), and the draft
+  // is kept iff it is that token. For a drafter certain of its draft this keeps it with probability
+  // p(draft), as rejection sampling does, and more: the output is the one sample() would give with the
+  // same seed, whatever was drafted, so a seed reproduces its text with speculation on or off.
   const double u = sampling_detail::next_uniform(rng_state_);
   SampledToken out;
-  if (params_.temperature <= 0.0f) {
-    accepted = draft == pr.best;
-    out.token = pr.best;
-  } else {
-    // Keep the draft with probability p(draft); otherwise draw from p without it, renormalized. Together:
-    // p(draft) for the draft, (1 - p(draft)) p(x) / (1 - p(draft)) = p(x) for any other x.
-    Kept kept = keep(logits, pr.max);
-    const double p_draft = weight_of(kept, draft) / kept.total;
-    accepted = u < p_draft;
-    if (accepted) {
-      out.token = draft;
-    } else {
-      drop(kept, draft);
-      out.token = kept.total > 0 ? pick(kept, sampling_detail::next_uniform(rng_state_)) : pr.best;
-    }
-  }
+  out.token = params_.temperature > 0.0f ? pick(keep(logits, pr.max), u) : pr.best;
+  accepted = out.token == draft;
   if (params_.logprobs || params_.top_logprobs > 0) {
     fill_logprobs(logits, pr.max, params_.top_logprobs, weights_, block_sums_, out);
   }

@@ -161,7 +161,7 @@ TEST(EngineSpeculative, DraftsTrimmedByTheBudgetChangeNothing) {
   EXPECT_EQ(a.samples.at(0).tokens, b.samples.at(0).tokens);
 }
 
-TEST(EngineSpeculative, SampledOutputsAreReproducibleBySeed) {
+TEST(EngineSpeculative, SampledOutputsDependOnlyOnTheSeed) {
   Engine engine(random_model(), options());
   GenerateRequest r;
   r.prompt = random_model_prompt("a b c a b c a b c a b");
@@ -174,6 +174,16 @@ TEST(EngineSpeculative, SampledOutputsAreReproducibleBySeed) {
   const auto b = testing::run(engine, r);
   EXPECT_EQ(a.samples.at(0).tokens, b.samples.at(0).tokens);
   EXPECT_EQ(a.samples.at(0).tokens.size(), 50u);
+  // Whatever was drafted (the adaptive length follows measured step times), the seed gives sample()'s text.
+  r.speculative = SpeculativeOptions{};
+  const auto plain = testing::run(engine, r);
+  EXPECT_EQ(a.samples.at(0).tokens, plain.samples.at(0).tokens);
+  for (const std::int32_t k : {1, 4}) {
+    r.speculative = ngram(k);
+    const auto fixed = testing::run(engine, r);
+    EXPECT_GT(fixed.usage.draft_tokens, 0);
+    EXPECT_EQ(fixed.samples.at(0).tokens, plain.samples.at(0).tokens) << "k " << k;
+  }
 }
 
 // 99.9% quantile of chi-square with k degrees of freedom (Wilson-Hilferty).
