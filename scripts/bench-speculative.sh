@@ -47,9 +47,10 @@ for round in $(seq "$REPS"); do
     else run_case "$name" ngram "$round"; run_case "$name" off "$round"; fi
   done
 done
-# Batch PARALLEL: the same extraction prompt PARALLEL times at once (sampled), with and without --spec.
+# Batch PARALLEL: the same extraction prompt PARALLEL times at once (sampled, seeds 1..PARALLEL; run's
+# --parallel takes the raw prompt), with and without --spec.
 batch() {
-  flock "$LOCK" "$ORCHARD_BIN" run --chat --schema "$WORK/invoice.schema.json" -f "$WORK/invoice.txt" \
+  flock "$LOCK" "$ORCHARD_BIN" run --schema "$WORK/invoice.schema.json" -f "$WORK/invoice.txt" \
     --temp 0.7 --seed 1 --parallel "$PARALLEL" --threads "$THREADS" --spec "$1" --json-stats >/dev/null \
     2>>"$WORK/batch.$1.stats"
 }

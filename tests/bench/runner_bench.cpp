@@ -2,9 +2,13 @@
 // llama.cpp beside it: prefill tokens/s of one prompt in one step, and decode tokens/s with B sequences
 // stepping together (one query token each per step, logits for every row). Token ids are a fixed
 // pseudo-random stream (the speed does not depend on them); the KV cache is f16 as llama.cpp's default.
+// With --chunks, also the time of a step in which one sequence computes T tokens with the logits of each
+// (what verifying T - 1 speculative draft tokens costs).
 //
 //   orchard_bench_runner MODEL.gguf [--threads N] [--prompt P] [--batches 1,4,16] [--steps S] [--reps R]
-// prints one JSON object: {"prefill_tok_s": x, "decode_tok_s": {"1": x, "4": y, ...}, ...}.
+//                                   [--chunks 1,2,4,8]
+// prints one JSON object: {"prefill_tok_s": x, "decode_tok_s": {"1": x, "4": y, ...}, "chunk_step_ms":
+// {"1": t, "2": u, ...}, ...}.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -31,12 +35,13 @@ struct Options {
   std::vector<std::int32_t> batches{1, 4, 16};
   std::int32_t steps = 16;
   int reps = 2;
+  std::vector<std::int32_t> chunks;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "orchard_bench_runner: %s\nusage: orchard_bench_runner MODEL [--threads N] [--prompt P] "
-               "[--batches 1,4,16] [--steps S] [--reps R]\n",
+               "[--batches 1,4,16] [--steps S] [--reps R] [--chunks 1,2,4,8]\n",
                why.c_str());
   std::exit(2);
 }
@@ -64,6 +69,9 @@ Options parse(int argc, char** argv) {
       o.steps = positive(a, value());
     } else if (a == "--reps") {
       o.reps = positive(a, value());
+    } else if (a == "--chunks") {
+      std::stringstream ss(value());
+      for (std::string item; std::getline(ss, item, ',');) o.chunks.push_back(positive(a, item));
     } else if (a == "--batches") {
       o.batches.clear();
       std::stringstream ss(value());
@@ -134,7 +142,9 @@ int run(const Options& o) {
   pie::ModelRunner runner(model, &pool);
   const std::int32_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   constexpr std::int32_t kDecodePrompt = 16;  // each decode sequence's context before the timed steps
-  const std::int32_t per_seq = (std::max(o.prompt, kDecodePrompt + o.steps) + pie::kKvPageSize - 1) / pie::kKvPageSize;
+  const std::int32_t max_chunk = o.chunks.empty() ? 1 : *std::max_element(o.chunks.begin(), o.chunks.end());
+  const std::int32_t per_seq =
+      (std::max(o.prompt, kDecodePrompt + o.steps * max_chunk) + pie::kKvPageSize - 1) / pie::kKvPageSize;
   pie::KvCacheConfig config = runner.kv_config(per_seq * max_batch + 4, tensor::DType::f16);
   config.prefix_caching = false;
   pie::KvCache kv(config);
@@ -170,9 +180,24 @@ int run(const Options& o) {
     if (!decode_json.empty()) decode_json += ", ";
     decode_json += "\"" + std::to_string(b) + "\": " + std::to_string(best);
   }
+  std::string chunk_json;
+  for (std::int32_t t : o.chunks) {
+    double best = 1e30;
+    for (int r = 0; r < o.reps; ++r) {
+      std::vector<Seq> seqs{{kv.create(), 0}};
+      driver.step(seqs, {kDecodePrompt}, false);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (std::int32_t s = 0; s < o.steps; ++s) driver.step(seqs, {t}, true);
+      best = std::min(best, 1000 * seconds_since(t0) / o.steps);
+      kv.release(seqs[0].id);
+    }
+    if (!chunk_json.empty()) chunk_json += ", ";
+    chunk_json += "\"" + std::to_string(t) + "\": " + std::to_string(best);
+  }
   std::printf("{\"engine\": \"orchard\", \"threads\": %d, \"prompt\": %d, \"steps\": %d, \"prefill_tok_s\": %.3f, "
-              "\"decode_tok_s\": {%s}, \"weights\": \"%s\"}\n",
-              o.threads, o.prompt, o.steps, prefill_best, decode_json.c_str(), model->describe().c_str());
+              "\"decode_tok_s\": {%s}, \"chunk_step_ms\": {%s}, \"weights\": \"%s\"}\n",
+              o.threads, o.prompt, o.steps, prefill_best, decode_json.c_str(), chunk_json.c_str(),
+              model->describe().c_str());
   return 0;
 }
 

@@ -38,21 +38,36 @@ struct SpeculativeOptions {
 std::vector<std::int32_t> prompt_lookup(std::span<const std::int32_t> context, std::int32_t max_tokens,
                                         std::int32_t min_ngram = 1, std::int32_t max_ngram = 3);
 
-// How many tokens a request drafts next (adaptive K): the most whose chance of all being accepted, at
-// the request's running acceptance rate, is still at least one in five, within [1, max_k]; a request
-// whose drafts keep failing pauses drafting for a few steps.
+// What a step costs as a function of its tokens, learned from the steps the engine runs: a least-squares
+// line t = base + per_token * n over recent steps (exponentially weighted). A drafted token's cost,
+// relative to a step of n tokens, is what speculation weighs its expected gain against.
+class StepCost {
+ public:
+  void record(std::int32_t n_tokens, double seconds);
+  // The cost of one more token in a step of n_tokens, as a fraction of that step (a prior of 0.3 until
+  // steps of different sizes were seen).
+  double relative_token_cost(std::int32_t n_tokens) const;
+
+ private:
+  double w_ = 0, n_ = 0, t_ = 0, nn_ = 0, nt_ = 0;  // weighted sums
+};
+
+// How many tokens a request drafts next (adaptive K): the K in [0, max_k] that maximizes the tokens a
+// step yields per unit of its cost, (1 - a^(K+1)) / (1 - a) / (1 + c K), for the request's running
+// acceptance rate a and a drafted token's relative cost c (StepCost); 0 when drafting does not pay. A
+// fixed K (SpeculativeOptions::k) drafts K whatever the rate.
 class DraftLength {
  public:
-  explicit DraftLength(std::int32_t max_k = 8);
-  // 0 while paused.
-  std::int32_t next();
+  explicit DraftLength(std::int32_t max_k = 8, bool fixed = false);
+  std::int32_t next(double token_cost);
   void record(std::int32_t drafted, std::int32_t accepted);
   double acceptance() const { return acceptance_; }
 
  private:
   std::int32_t max_k_;
+  bool fixed_;
   double acceptance_ = 0.6;  // running rate per drafted token (a hopeful prior)
-  std::int32_t pause_ = 0;   // steps left without drafting
+  std::int32_t idle_ = 0;    // steps without drafting since the last verification
 };
 
 }  // namespace pie

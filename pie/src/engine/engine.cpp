@@ -225,6 +225,7 @@ struct Engine::Impl {
   std::vector<float> step_logits;
   std::vector<std::uint32_t> step_masks;
   std::vector<std::uint32_t> step_draft_masks;
+  StepCost step_cost;  // what a step's tokens cost, for the draft lengths
 
   mutable std::mutex stats_mutex;
   EngineStats stats;
@@ -755,6 +756,7 @@ bool Engine::Impl::step() {
     try {
       runner->wait();
       forward_time = runner->last_step_seconds();
+      step_cost.record(static_cast<std::int32_t>(tokens.size()), forward_time);
     } catch (const std::exception& e) {
       forward_error = e.what();
     }
@@ -889,7 +891,7 @@ void Engine::Impl::propose_drafts() {
     // it then), and each takes a position of the context.
     const std::int32_t room =
         std::min(limit - static_cast<std::int32_t>(s->output.size()), context_length - n_tokens);
-    const std::int32_t k = std::min(room, s->draft_length.next());
+    const std::int32_t k = std::min(room, s->draft_length.next(step_cost.relative_token_cost(n_decoding)));
     if (k <= 0) continue;
     std::vector<std::int32_t> draft = prompt_lookup(context, k);
     // A draft is text: it stops before a token that ends generation or is special.
@@ -1043,7 +1045,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
     s.request = r.get();
     s.index = i;
     s.sampler.emplace(r->req.sampling, r->seed + static_cast<std::uint64_t>(i));
-    if (r->speculative.k > 0) s.draft_length = DraftLength(r->speculative.k);
+    if (r->speculative.k > 0) s.draft_length = DraftLength(r->speculative.k, /*fixed=*/true);
     s.detok.emplace(*m.model->tokenizer, tokenizers::DecodeOptions{.skip_special = true});
     if (!r->req.stop.empty()) s.stops.emplace(r->req.stop);
   }

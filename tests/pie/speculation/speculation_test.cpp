@@ -21,16 +21,39 @@ TEST(PromptLookup, ProposesWhatFollowedTheLatestMatch) {
   EXPECT_TRUE(prompt_lookup(std::vector<std::int32_t>{}, 4).empty());
 }
 
-TEST(DraftLength, FollowsTheAcceptanceRate) {
+TEST(DraftLength, WeighsTheAcceptanceRateAgainstTheCost) {
   DraftLength k(8);
-  for (int i = 0; i < 20; ++i) k.record(4, 4);
-  EXPECT_EQ(k.next(), 8);
-  for (int i = 0; i < 3; ++i) k.record(4, 1);
-  const std::int32_t after = k.next();
-  EXPECT_GE(after, 1);
-  EXPECT_LT(after, 8);
-  for (int i = 0; i < 10; ++i) k.record(4, 0);  // keeps failing: pauses
-  EXPECT_EQ(k.next(), 0);
+  for (int i = 0; i < 20; ++i) k.record(4, 4);  // everything accepted: drafting always pays
+  EXPECT_EQ(k.next(0.5), 8);
+  for (int i = 0; i < 20; ++i) k.record(4, 3);  // three of four: a rate of 3/4
+  EXPECT_NEAR(k.acceptance(), 0.75, 0.01);
+  EXPECT_GE(k.next(0.01), 6);  // drafts nearly free: long ones
+  const std::int32_t costly = k.next(0.5);
+  EXPECT_GE(costly, 1);
+  EXPECT_LE(costly, 2);  // each costs half a step: short ones
+  for (int i = 0; i < 10; ++i) k.record(4, 0);  // every first draft rejected
+  EXPECT_LT(k.acceptance(), 0.05);
+  EXPECT_EQ(k.next(0.3), 0);  // does not pay
+  std::int32_t retried = 0;
+  for (int i = 0; i < 16; ++i) retried += k.next(0.3);
+  EXPECT_EQ(retried, 1);  // one token again after a while
+  DraftLength fixed(5, /*fixed=*/true);
+  fixed.record(5, 0);
+  EXPECT_EQ(fixed.next(10.0), 5);
+}
+
+TEST(StepCost, ReadsTheCostOfATokenFromTheSteps) {
+  StepCost c;
+  EXPECT_DOUBLE_EQ(c.relative_token_cost(1), 0.3);  // the prior
+  for (int i = 0; i < 50; ++i) c.record(1, 0.010);
+  EXPECT_DOUBLE_EQ(c.relative_token_cost(1), 0.3);  // one size only: still the prior
+  // t = 10 ms + 2 ms per token beyond... : 8 ms base + 2 ms a token.
+  for (int i = 0; i < 200; ++i) c.record(1 + i % 4, 0.008 + 0.002 * (1 + i % 4));
+  EXPECT_NEAR(c.relative_token_cost(1), 0.002 / 0.010, 0.02);
+  EXPECT_NEAR(c.relative_token_cost(4), 0.002 / 0.016, 0.02);
+  c.record(0, 1.0);  // ignored
+  c.record(3, -1.0);
+  EXPECT_NEAR(c.relative_token_cost(1), 0.2, 0.02);
 }
 
 }  // namespace
