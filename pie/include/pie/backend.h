@@ -45,11 +45,24 @@ struct Rows {
 // by site and layer, and a backend may fuse them into the product.
 enum class ProjectionSite : std::uint8_t { q, k, v, o, gate, up, down, output };
 
+struct LoraAdapter;  // pie/lora.h
+
+// One adapter of a step and the rows that use it (a row may be in several groups: stacked adapters).
+// The backend adds scale * pair.scale * (x A^T) B^T to those rows of each projection the adapter has a
+// pair for, rows grouped by adapter (shrink, then expand into the output, as Punica's SGMV does).
+struct LoraGroup {
+  const LoraAdapter* adapter = nullptr;  // fitted to the model (fit_lora_adapter)
+  float scale = 1.0f;                    // the request's
+  std::vector<std::int32_t> rows;        // the step's token rows using it, ascending
+  std::vector<std::int32_t> logit_rows;  // the same as indices into the logit rows (the output projection)
+};
+
 struct Projection {
   ProjectionSite site = ProjectionSite::q;
   std::int32_t layer = -1;  // -1 for the output projection
   const Weight* weight = nullptr;  // [n_out, n_in]
   Rows out;                        // [n_tokens, n_out]
+  std::span<const LoraGroup> lora; // the adapters of the step (empty: none)
 };
 
 // The sequences of a step as attention reads them: one group of decode rows (one query token per
@@ -68,6 +81,7 @@ struct StepLayout {
   std::vector<std::int32_t> positions;  // [n_tokens]
   std::vector<std::int32_t> kv_slots;   // [n_tokens]: page * kKvPageSize + slot of its K/V
   AttentionGroup decode, prefill;
+  std::vector<LoraGroup> lora;          // the step's adapters (empty: none)
   std::int64_t n_tokens() const { return static_cast<std::int64_t>(positions.size()); }
 };
 
@@ -76,6 +90,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu", "cuda"
   virtual tensor::Device device() const = 0;
+  // Whether project() applies Projection::lora (the runner refuses a batch with adapters otherwise).
+  virtual bool supports_lora() const { return false; }
 
   // The model's weights resident in the backend's memory for as long as the returned pointer lives: the
   // model's own tensors for the CPU backend, device copies on a GPU. Throws pie::Error when they cannot
@@ -95,7 +111,8 @@ class Backend {
   virtual void embed(const Weight& table, std::span<const std::int32_t> tokens, const Rows& out) = 0;
   // out[r] = x[r] / rms(x[r]) * weight (weight: f32 of n_cols); out may be x.
   virtual void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) = 0;
-  // Every projection of `in` (all [n_rows] of them) in one call: outs[i].out = in W_i^T.
+  // Every projection of `in` (all [n_rows] of them) in one call: outs[i].out = in W_i^T, plus the
+  // low-rank terms of outs[i].lora's adapters for their rows.
   virtual void project(const Rows& in, std::span<const Projection> outs) = 0;
   // x[r] += bias (f32 of n_cols) for every row.
   virtual void add_bias(const Rows& x, const Weight& bias) = 0;

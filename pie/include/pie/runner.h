@@ -34,6 +34,9 @@ struct ForwardBatch {
   std::span<const std::int32_t> page_indices;
   // Indices into `tokens` whose logits are wanted (usually each sequence's last token), in order.
   std::span<const std::int32_t> logit_rows;
+  // LoRA adapters and the token rows (indices into `tokens`) each applies to; their logit_rows are filled
+  // by the runner. Empty: none.
+  std::span<const LoraGroup> loras = {};
 };
 
 class ModelRunner {
@@ -52,9 +55,10 @@ class ModelRunner {
 
   // Starts the batch: the backend writes K/V of every query token into `kv` and the logits of logit_rows
   // into logits [logit_rows.size()][n_vocab]. The batch's spans, `kv` and `logits` must stay valid and
-  // untouched until wait(). Throws pie::Error (nothing started) on an inconsistent batch (token id out of
-  // range, page table that does not match seq_lens, logits too small, a KV cache of another shape or
-  // device) or while a batch is under way.
+  // untouched until wait(), and the adapters alive. Throws pie::Error (nothing started) on an inconsistent
+  // batch (token id out of range, page table that does not match seq_lens, logits too small, a KV cache of
+  // another shape or device, an adapter without one or with rows out of range, adapters on a backend
+  // without LoRA) or while a batch is under way.
   void begin(const ForwardBatch& batch, KvCache& kv, std::span<float> logits);
   // Returns once the batch begun is done. Throws pie::Error when it failed (its logits are then
   // undefined); no effect when none was begun.

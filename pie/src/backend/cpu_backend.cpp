@@ -24,6 +24,7 @@
 #include "pal/rope.h"
 #include "pie/backend.h"
 #include "pie/error.h"
+#include "pie/lora.h"
 #include "tensor/half.h"
 #include "tensor/thread_pool.h"
 
@@ -108,6 +109,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   tensor::Device device() const override { return tensor::Device::cpu; }
+  bool supports_lora() const override { return true; }
 
   // Host memory is the CPU's: the model's tensors are used where they are (mapped files, owned buffers).
   std::shared_ptr<const ModelWeights> upload(std::shared_ptr<const Model> model) override {
@@ -159,6 +161,13 @@ class CpuBackend final : public Backend {
   }
 
   void project(const Rows& in, std::span<const Projection> outs) override {
+    base_project(in, outs);
+    for (const Projection& p : outs) {
+      for (const LoraGroup& g : p.lora) add_lora(in, p, g);
+    }
+  }
+
+  void base_project(const Rows& in, std::span<const Projection> outs) {
     if (outs.size() == 1) {
       kernels::matmul(params_of(*outs[0].weight), in.data, in.n_rows, outs[0].out.data, pool_);
       return;
@@ -173,6 +182,42 @@ class CpuBackend final : public Backend {
     }
     kernels::matmul_multi(std::span(ps).first(outs.size()), in.data, in.n_rows, std::span(ys).first(outs.size()),
                           pool_);
+  }
+
+  // The low-rank term of one adapter for its rows: shrink (x A^T, [n, rank]) then expand ((x A^T) B^T,
+  // [n, n_out]) over the rows gathered, then added, scaled, into the output rows. Any rank, no padding;
+  // each row's products depend on that row only (batch invariance).
+  void add_lora(const Rows& in, const Projection& p, const LoraGroup& g) {
+    const LoraPair* pair = g.adapter->pair(p.site, p.layer);
+    if (pair == nullptr) return;
+    const std::vector<std::int32_t>& rows = p.site == ProjectionSite::output ? g.logit_rows : g.rows;
+    const auto n = static_cast<std::int64_t>(rows.size());
+    if (n == 0) return;
+    if (pair->n_in != in.n_cols || pair->n_out != p.out.n_cols) {
+      throw Error(fmt::format("[backend] LoRA pair of {} layer {}: [{}, {}] on a [{}, {}] projection",
+                              projection_site_name(p.site), p.layer, pair->n_out, pair->n_in, p.out.n_cols, in.n_cols));
+    }
+    const Rows x = scratch(kLoraIn, n, in.n_cols), t = scratch(kLoraShrunk, n, pair->rank),
+               u = scratch(kLoraExpanded, n, pair->n_out);
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::memcpy(x.row(i), in.row(rows[static_cast<std::size_t>(i)]), sizeof(float) * in.n_cols);
+    }
+    kernels::MatmulParams a;
+    a.w = pair->a.data();
+    a.n_out = pair->rank;
+    a.n_in = pair->n_in;
+    kernels::MatmulParams b;
+    b.w = pair->b.data();
+    b.n_out = pair->n_out;
+    b.n_in = pair->rank;
+    kernels::matmul(a, x.data, n, t.data, pool_);
+    kernels::matmul(b, t.data, n, u.data, pool_);
+    const float scale = g.scale * pair->scale;
+    for (std::int64_t i = 0; i < n; ++i) {
+      float* y = p.out.row(rows[static_cast<std::size_t>(i)]);
+      const float* d = u.row(i);
+      for (std::int64_t j = 0; j < pair->n_out; ++j) y[j] += scale * d[j];
+    }
   }
 
   void add_bias(const Rows& x, const Weight& bias) override {
@@ -272,7 +317,7 @@ class CpuBackend final : public Backend {
  private:
   static constexpr std::size_t kMaxProducts = 8;  // kernels::matmul_multi's bound
   // Scratch slots of the backend's own (the builders use the low ones).
-  static constexpr int kGatheredQ = 63, kGatheredOut = 64;
+  static constexpr int kLoraIn = 60, kLoraShrunk = 61, kLoraExpanded = 62, kGatheredQ = 63, kGatheredOut = 64;
 
   // fn(begin, end) over rows, on the pool when there are enough of them.
   void for_rows(std::int64_t n, std::int64_t grain, tensor::FunctionRef<void(std::int64_t, std::int64_t)> fn) {

@@ -100,9 +100,10 @@ void Decoder::attention_block(std::int32_t layer) {
              v = b.scratch(kV, n_tokens_, kv_dim), attn = b.scratch(kAttn, n_tokens_, q_dim),
              proj = b.scratch(kProj, n_tokens_, c_.n_embd);
   b.rms_norm(x_, l.attn_norm, c_.norm_eps, xn_);
-  const Projection qkv[] = {{ProjectionSite::q, layer, &l.wq, q},
-                            {ProjectionSite::k, layer, &l.wk, k},
-                            {ProjectionSite::v, layer, &l.wv, v}};
+  const std::span<const LoraGroup> lora = f_.layout.lora;
+  const Projection qkv[] = {{ProjectionSite::q, layer, &l.wq, q, lora},
+                            {ProjectionSite::k, layer, &l.wk, k, lora},
+                            {ProjectionSite::v, layer, &l.wv, v, lora}};
   b.project(xn_, qkv);
   if (l.bq) b.add_bias(q, l.bq);
   if (l.bk) b.add_bias(k, l.bk);
@@ -116,7 +117,7 @@ void Decoder::attention_block(std::int32_t layer) {
   params.logit_soft_cap = c_.attn_logit_softcap;
   params.sliding_window = c_.sliding_window;
   b.attention(f_.layout, params, q, f_.kv, layer, attn);
-  const Projection o[] = {{ProjectionSite::o, layer, &l.wo, proj}};
+  const Projection o[] = {{ProjectionSite::o, layer, &l.wo, proj, lora}};
   b.project(attn, o);
   b.add(x_, proj);
 }
@@ -127,11 +128,12 @@ void Decoder::swiglu_block(std::int32_t layer) {
   const Rows gate = b.scratch(kGate, n_tokens_, c_.n_ff), up = b.scratch(kUp, n_tokens_, c_.n_ff),
              proj = b.scratch(kProj, n_tokens_, c_.n_embd);
   b.rms_norm(x_, l.ffn_norm, c_.norm_eps, xn_);
-  const Projection gate_up[] = {{ProjectionSite::gate, layer, &l.w_gate, gate},
-                                {ProjectionSite::up, layer, &l.w_up, up}};
+  const std::span<const LoraGroup> lora = f_.layout.lora;
+  const Projection gate_up[] = {{ProjectionSite::gate, layer, &l.w_gate, gate, lora},
+                                {ProjectionSite::up, layer, &l.w_up, up, lora}};
   b.project(xn_, gate_up);
   b.swiglu(gate, up);
-  const Projection down[] = {{ProjectionSite::down, layer, &l.w_down, proj}};
+  const Projection down[] = {{ProjectionSite::down, layer, &l.w_down, proj, lora}};
   b.project(gate, down);
   b.add(x_, proj);
 }
@@ -143,7 +145,7 @@ void Decoder::output() {
   const Rows last = b.scratch(kLast, n_rows, c_.n_embd);
   b.gather_rows(x_, f_.logit_rows, last);
   b.rms_norm(last, f_.weights.output_norm, c_.norm_eps, last);
-  const Projection head[] = {{ProjectionSite::output, -1, &f_.weights.output, f_.logits}};
+  const Projection head[] = {{ProjectionSite::output, -1, &f_.weights.output, f_.logits, f_.layout.lora}};
   b.project(last, head);
   if (c_.final_logit_softcap > 0) b.soft_cap(f_.logits, c_.final_logit_softcap);
 }

@@ -70,6 +70,17 @@ void ModelRunner::Impl::lay_out(const ForwardBatch& b) {
     add_to_group(n_q == 1 ? layout.decode : layout.prefill, b, s);
   }
   if (!rope || rope->n_positions() <= max_pos) rope = pal::rope_table(model->config.rope, max_pos + 1);
+  // Each adapter's logit rows: the positions in logit_rows of the token rows it applies to.
+  layout.lora.assign(b.loras.begin(), b.loras.end());
+  std::vector<char> uses(n_tokens);
+  for (LoraGroup& g : layout.lora) {
+    std::fill(uses.begin(), uses.end(), 0);
+    for (std::int32_t r : g.rows) uses[static_cast<std::size_t>(r)] = 1;
+    g.logit_rows.clear();
+    for (std::size_t i = 0; i < b.logit_rows.size(); ++i) {
+      if (uses[static_cast<std::size_t>(b.logit_rows[i])] != 0) g.logit_rows.push_back(static_cast<std::int32_t>(i));
+    }
+  }
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend)
@@ -123,6 +134,17 @@ void ModelRunner::begin(const ForwardBatch& batch, KvCache& kv, std::span<float>
   if (kv.storage().device() != m.backend->device()) {
     throw Error(fmt::format("[runner] the KV cache is in {} memory, the backend computes on {}",
                             tensor::device_name(kv.storage().device()), tensor::device_name(m.backend->device())));
+  }
+  if (!batch.loras.empty() && !m.backend->supports_lora()) {
+    throw Error(fmt::format("[runner] the {} backend does not apply LoRA adapters", m.backend->name()));
+  }
+  for (const LoraGroup& g : batch.loras) {
+    if (g.adapter == nullptr) throw Error("[runner] a LoRA group without its adapter");
+    for (std::int32_t r : g.rows) {
+      if (r < 0 || static_cast<std::size_t>(r) >= batch.tokens.size()) {
+        throw Error(fmt::format("[runner] LoRA row {} outside the batch's {} tokens", r, batch.tokens.size()));
+      }
+    }
   }
   if (batch.tokens.empty()) return;
   m.lay_out(batch);
