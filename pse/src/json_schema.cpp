@@ -71,7 +71,25 @@ std::string Node::key() const {
 
 std::string json_text(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-Converter::Converter(const json& root, const JsonSchemaOptions& options) : root_(root), options_(options) {}
+namespace {
+
+// A separator is its punctuation with only JSON whitespace around it.
+void check_separator(const std::string& separator, char punctuation, const char* name) {
+  const std::size_t at = separator.find(punctuation);
+  const bool ok = at != std::string::npos && separator.find_first_not_of(" \t\n\r") == at &&
+                  separator.find_first_not_of(" \t\n\r", at + 1) == std::string::npos;
+  if (!ok) {
+    throw InputError(fmt::format("[json_schema] {} must be '{}' with only whitespace around it, got \"{}\"", name,
+                                 punctuation, separator));
+  }
+}
+
+}  // namespace
+
+Converter::Converter(const json& root, const JsonSchemaOptions& options) : root_(root), options_(options) {
+  check_separator(options_.item_separator, ',', "item_separator");
+  check_separator(options_.key_separator, ':', "key_separator");
+}
 
 void Converter::fail(const std::string& pointer, const std::string& keyword, const std::string& what) const {
   const std::string at = keyword.empty() ? pointer : pointer + "/" + escape_pointer_token(keyword);

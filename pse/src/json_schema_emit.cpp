@@ -76,7 +76,7 @@ ExprId Converter::open_ws(std::uint32_t d) {
 ExprId Converter::sep(std::uint32_t d) {
   switch (options_.layout) {
     case JsonLayout::kFlexible: return g_.add_sequence({ws(), g_.add_bytes(","), ws()});
-    case JsonLayout::kCompact: return g_.add_bytes(",");
+    case JsonLayout::kCompact: return g_.add_bytes(options_.item_separator);
     case JsonLayout::kIndented:
       if (d >= options_.indent_levels) return g_.add_bytes(", ");
       return g_.add_bytes(",\n" + std::string((d + 1) * options_.indent_width, ' '));
@@ -98,7 +98,7 @@ ExprId Converter::close_ws(std::uint32_t d) {
 ExprId Converter::colon() {
   switch (options_.layout) {
     case JsonLayout::kFlexible: return g_.add_sequence({ws(), g_.add_bytes(":"), ws()});
-    case JsonLayout::kCompact: return g_.add_bytes(":");
+    case JsonLayout::kCompact: return g_.add_bytes(options_.key_separator);
     case JsonLayout::kIndented: return g_.add_bytes(": ");
   }
   return g_.add_empty();

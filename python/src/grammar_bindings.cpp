@@ -161,9 +161,12 @@ void bind_grammar(nb::module_& m) {
       .def(
           "compile_json_schema",
           [](const PyCompiler& c, const std::string& schema, const std::string& layout, std::uint32_t indent,
-             std::uint32_t max_whitespace, bool any_order, bool strict_keywords) {
+             std::uint32_t max_whitespace, bool any_order, bool strict_keywords, const std::string& item_separator,
+             const std::string& key_separator) {
             pse::JsonSchemaOptions o;
             o.layout = json_layout(layout);
+            o.item_separator = item_separator;
+            o.key_separator = key_separator;
             o.indent_width = indent;
             o.max_whitespace_run = max_whitespace;
             if (any_order) o.property_order = pse::JsonPropertyOrder::kAnyOrder;
@@ -172,9 +175,10 @@ void bind_grammar(nb::module_& m) {
             return c.compile(pse::json_schema_to_grammar(std::string_view(schema), o));
           },
           nb::arg("schema"), nb::arg("layout") = "flexible", nb::arg("indent") = 2, nb::arg("max_whitespace") = 4,
-          nb::arg("any_order") = false, nb::arg("strict_keywords") = false,
+          nb::arg("any_order") = false, nb::arg("strict_keywords") = false, nb::arg("item_separator") = ",",
+          nb::arg("key_separator") = ":",
           "Compiles JSON Schema text (property order kept). Raises SchemaError (.pointer, .keyword), "
-          "GrammarLimitError.")
+          "GrammarLimitError; ValueError for a separator that is not its punctuation with whitespace around it.")
       .def(
           "compile_gbnf",
           [](const PyCompiler& c, const std::string& text, const std::string& root) {

@@ -46,9 +46,21 @@ def test_json_layouts(small_compiler):
     assert not accepts(short_runs, '{  "name": "a"}')
 
 
+def test_json_dumps_separators(small_compiler):
+    spaced = small_compiler.compile_json_schema(PERSON, any_whitespace=False)  # json.dumps' default (", ", ": ")
+    assert accepts(spaced, '{"name": "a", "age": 1}')
+    assert not accepts(spaced, '{"name":"a","age":1}')
+    newline = small_compiler.compile_json_schema(PERSON, any_whitespace=False, separators=(",\n", ":"))
+    assert accepts(newline, '{"name":"a",\n"age":1}')
+
+
 def test_unsupported_layouts_are_errors(small_compiler):
-    with pytest.raises(ValueError, match="not supported"):
-        small_compiler.compile_json_schema(PERSON, any_whitespace=False)  # json.dumps' ", " / ": " on one line
+    with pytest.raises(ValueError, match="item_separator"):
+        small_compiler.compile_json_schema(PERSON, any_whitespace=False, separators=(";", ":"))
+    with pytest.raises(ValueError, match="key_separator"):
+        small_compiler.compile_json_schema(PERSON, any_whitespace=False, separators=(",", "="))
+    with pytest.raises(ValueError, match="two strings"):
+        small_compiler.compile_json_schema(PERSON, any_whitespace=False, separators=(",",))
     with pytest.raises(ValueError, match="separators"):
         small_compiler.compile_json_schema(PERSON, any_whitespace=False, indent=2, separators=(";", "="))
     with pytest.raises(ValueError, match="indent"):

@@ -413,6 +413,16 @@ TEST(JsonSchema, Layouts) {
   JsonSchemaOptions flexible;
   flexible.max_whitespace_run = 2;
   expect_language(schema, {"{ \"a\" : [ 1 ] }"}, {"{     \"a\":[1]}"}, flexible);
+  JsonSchemaOptions spaced = compact;  // json.dumps' default separators
+  spaced.item_separator = ", ";
+  spaced.key_separator = ": ";
+  expect_language(schema, {R"({"a": [1, 2]})", "{}"}, {R"({"a":[1,2]})", R"({"a": [1,2]})"}, spaced);
+  for (const auto& [item, key] : {std::pair{";", ":"}, {",", " "}, {",,", ":"}, {"x,", ":"}}) {
+    JsonSchemaOptions bad = compact;
+    bad.item_separator = item;
+    bad.key_separator = key;
+    EXPECT_THROW((void)json_schema_to_grammar(std::string_view(schema), bad), InputError) << item << key;
+  }
 }
 
 TEST(JsonSchema, ErrorsCarryPointerAndKeyword) {

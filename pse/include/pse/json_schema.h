@@ -17,7 +17,7 @@ namespace pse {
 
 enum class JsonLayout : std::uint8_t {
   kFlexible,  // whitespace wherever JSON allows it, each run at most max_whitespace_run bytes of " \t\n\r"
-  kCompact,   // no whitespace at all: {"a":1,"b":[2,3]}
+  kCompact,   // one line, the separators of the options between items and after keys: {"a":1,"b":[2,3]}
   kIndented,  // one member per line, indent_width spaces per level, ": " after keys (json.dumps(indent=n))
 };
 
@@ -32,6 +32,12 @@ enum class JsonPropertyOrder : std::uint8_t {
 struct JsonSchemaOptions {
   JsonLayout layout = JsonLayout::kFlexible;
   std::uint32_t max_whitespace_run = 4;  // kFlexible: the longest whitespace run between two tokens
+  // kCompact: what goes between items and between a key and its value, as json.dumps's separators: "," and
+  // ":" (the default: no whitespace at all), or ", " and ": " (json.dumps' own default). Each is its
+  // punctuation with only spaces, tabs and newlines around it (json_schema_to_grammar throws InputError
+  // otherwise).
+  std::string item_separator = ",";
+  std::string key_separator = ":";
   std::uint32_t indent_width = 2;        // kIndented
   // kIndented: members nested deeper than this many levels are written on one line with ", " and ": "
   // (exact indentation of unbounded nesting is not context-free; values are never restricted by it).

@@ -27,25 +27,21 @@ def _schema_object(schema):
 
 
 def _layout(any_whitespace, indent, separators):
-    """XGrammar's whitespace options -> Orchard's layout (flexible, compact, indented) and indent width."""
+    """XGrammar's whitespace options -> Orchard's layout (flexible, compact with separators, indented), the
+    indent width and the (item, key) separators."""
     if any_whitespace:
-        return "flexible", 2
+        return "flexible", 2, (",", ":")
     if separators is not None:
         separators = tuple(separators)
         if len(separators) != 2 or not all(isinstance(s, str) for s in separators):
             raise ValueError(f"compile_json_schema: separators must be two strings (item, key), got {separators!r}")
     if indent is None:
-        if separators == (",", ":"):
-            return "compact", 2
-        raise ValueError(
-            f"compile_json_schema: without any_whitespace Orchard writes JSON compact (separators=(',', ':')) or "
-            f"indented (indent=N, separators=(',', ': ')); separators {separators or (', ', ': ')!r} on one line are "
-            f"not supported")
+        return "compact", 2, separators or (", ", ": ")  # json.dumps' default on one line
     if not isinstance(indent, int) or isinstance(indent, bool) or indent < 0:
         raise ValueError(f"compile_json_schema: indent must be a non-negative int, got {indent!r}")
     if separators not in (None, (",", ": ")):
         raise ValueError(f"compile_json_schema: indented JSON takes separators (',', ': '), got {separators!r}")
-    return "indented", indent
+    return "indented", indent, (",", ":")
 
 
 class GrammarCompiler:
@@ -75,8 +71,9 @@ class GrammarCompiler:
         """The JSON texts whose value validates against `schema` (text, dict, or pydantic model class).
 
         any_whitespace (default): whitespace wherever JSON allows it, each run at most max_whitespace_cnt
-        characters (default 4; XGrammar's default is unbounded). Otherwise compact (indent=None,
-        separators=(",", ":")) or indented (indent=N). strict_mode (default, as XGrammar): object schemas that
+        characters (default 4; XGrammar's default is unbounded). Otherwise, as json.dumps writes it: one line
+        with `separators` (default (", ", ": "); (",", ":") for no whitespace) when indent is None, or indented
+        by `indent` spaces (separators (",", ": ")). strict_mode (default, as XGrammar): object schemas that
         list properties and say nothing of others take no others, and arrays with prefixItems no further items
         (strict_mode.py says exactly where); strict_mode=False follows the schema as written. any_order: object
         members in any order, each declared one at most once, the required ones present (exact; objects of more
@@ -88,12 +85,13 @@ class GrammarCompiler:
         value = _schema_object(schema)
         if strict_mode:
             value = strictly(value)
-        layout, width = _layout(any_whitespace, indent, separators)
+        layout, width, (item_separator, key_separator) = _layout(any_whitespace, indent, separators)
         ws = _DEFAULT_MAX_WHITESPACE if max_whitespace_cnt is None else max_whitespace_cnt
         if not isinstance(ws, int) or isinstance(ws, bool) or ws < 1:
             raise ValueError(f"compile_json_schema: max_whitespace_cnt must be a positive int, got {ws!r}")
         return self._native.compile_json_schema(json.dumps(value, ensure_ascii=False), layout=layout, indent=width,
-                                                max_whitespace=ws, any_order=bool(any_order))
+                                                max_whitespace=ws, any_order=bool(any_order),
+                                                item_separator=item_separator, key_separator=key_separator)
 
     def compile_builtin_json_grammar(self):
         """Any JSON value, whitespace wherever JSON allows it."""
