@@ -36,7 +36,9 @@ Peers, each with its documented defaults:
   orchard-python  Orchard's Python API (orchard.grammar, XGrammar's names; PYTHONPATH=build/python or pip
               install .): GrammarCompiler(cache_enabled=False).compile_json_schema(schema, strict_mode=False)
               (the schema as written, as the C++ run), a numpy bitmask; "may stop" is is_completed(). Beside
-              --orchard's C++ run it measures what the Python call costs per mask.
+              --orchard's C++ run it measures what the Python call costs per mask. orchard-python-eager: the
+              same with table_build="compile" (every token table built before compile returns).
+Each peer frees a schema's matcher and grammar after its tests, outside the timed compile of the next.
 Timing is the Python call around each peer's fill + commit, as in MaskBench (perf_counter; the garbage
 collector is off inside the timed loops).
 
@@ -70,7 +72,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama3_vocab  # noqa: E402  (next to this script)
 
-PEERS = ("llguidance", "xgrammar", "orchard-python")
+PEERS = ("llguidance", "xgrammar", "orchard-python", "orchard-python-eager")
 KILL_GRACE_S = 2.0
 READY_TIMEOUT_S = 600.0  # a worker's start: imports and the 128,256-token vocabulary
 PERCENTILES = (("p25", 0.25), ("p50", 0.5), ("p75", 0.75), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99),
@@ -170,6 +172,9 @@ class LlguidancePeer:
     def can_stop(self):
         return self.m.is_accepting()
 
+    def release(self):
+        self.pristine = self.m = None
+
 
 class XgrammarPeer:
     def __init__(self, tokens, eos):
@@ -199,12 +204,17 @@ class XgrammarPeer:
     def can_stop(self):
         return self.m.is_completed()
 
+    def release(self):
+        self.m = None
+
 
 class OrchardPythonPeer:
     """Orchard through its Python API (orchard.grammar, XGrammar's names): the package built at
     build/python (PYTHONPATH) or installed with pip. The schema as written (strict_mode=False), the
     defaults otherwise (token tables built in the background), as `orchard grammar bench --maskbench`
-    compiles it; a numpy bitmask."""
+    compiles it; a numpy bitmask. OrchardPythonEagerPeer: every token table built in compile."""
+
+    TABLE_BUILD = "background"
 
     def __init__(self, tokens, eos):
         import numpy as np
@@ -213,7 +223,7 @@ class OrchardPythonPeer:
         self.ogr = ogr
         info = ogr.TokenizerInfo(list(tokens), ogr.VocabType.RAW, stop_token_ids=list(eos),
                                  special_token_ids=list(range(llama3_vocab.N_REGULAR, llama3_vocab.N_VOCAB)))
-        self.compiler = ogr.GrammarCompiler(info, cache_enabled=False)
+        self.compiler = ogr.GrammarCompiler(info, cache_enabled=False, table_build=self.TABLE_BUILD)
         self.mask = ogr.allocate_token_bitmask(1, len(tokens), library="numpy")
         self.view = self.mask.view(np.uint32)
         self.version = _version("orchard") if _version("orchard") != "?" else "build/python"
@@ -234,6 +244,13 @@ class OrchardPythonPeer:
 
     def can_stop(self):
         return self.m.is_completed()
+
+    def release(self):
+        self.m = None
+
+
+class OrchardPythonEagerPeer(OrchardPythonPeer):
+    TABLE_BUILD = "compile"
 
 
 def _version(module):
@@ -334,8 +351,8 @@ def run_schema(peer, job, time_limit_s, conn):
 def worker_main(conn, peer_name, tokenizer_dir, time_limit_s):
     try:
         tokens, eos = llama3_vocab.llama3_tokens(tokenizer_dir)
-        peer = {"llguidance": LlguidancePeer, "xgrammar": XgrammarPeer,
-                "orchard-python": OrchardPythonPeer}[peer_name](tokens, eos)
+        peer = {"llguidance": LlguidancePeer, "xgrammar": XgrammarPeer, "orchard-python": OrchardPythonPeer,
+                "orchard-python-eager": OrchardPythonEagerPeer}[peer_name](tokens, eos)
     except Exception as e:
         conn.send(("failed", f"{type(e).__name__}: {e}"))
         return
@@ -345,6 +362,7 @@ def worker_main(conn, peer_name, tokenizer_dir, time_limit_s):
         if job is None:
             return
         status, out = run_schema(peer, job, time_limit_s, conn)
+        peer.release()  # the schema's matcher and grammar freed outside the next one's timed compile
         conn.send(("done", status, out))
         gc.collect()
 
