@@ -21,6 +21,7 @@
 #include "grammar_source.h"
 #include "model_option.h"
 #include "speculative_flags.h"
+#include "stored_defaults.h"
 #include "pie/chat_session.h"
 #include "pie/engine.h"
 #include "pie/model_store.h"
@@ -176,12 +177,6 @@ int run_chat(std::span<const std::string> args) {
   spec.add_options(parser);
   if (!parser.parse(args)) return 0;
 
-  Json sampling{{"temperature", temp ? parse_double(*temp, "--temp") : 0.8},
-                {"top_k", top_k ? parse_int(*top_k, "--top-k", 0, 1 << 24) : 40},
-                {"top_p", top_p ? parse_double(*top_p, "--top-p") : 0.95}};
-  if (n_tokens) sampling["max_tokens"] = parse_int(*n_tokens, "-n", 1, 1 << 20);
-  if (seed) sampling["seed"] = parse_int(*seed, "--seed", 0, 1LL << 62);
-  Json fields = chat_options.fields(sampling, grammar);
   pie::EngineOptions engine_options;
   engine_options.max_running = 1;
   engine_options.speculative = spec.get();
@@ -197,9 +192,24 @@ int run_chat(std::span<const std::string> args) {
   if (interactive) pthread_sigmask(SIG_BLOCK, &interrupt, nullptr);
 
   pie::OpenedModel opened = pie::open_model(model_path);
+  Json sampling{{"temperature", temp ? parse_double(*temp, "--temp") : 0.8},
+                {"top_k", top_k ? parse_int(*top_k, "--top-k", 0, 1 << 24) : 40},
+                {"top_p", top_p ? parse_double(*top_p, "--top-p") : 0.95}};
+  if (n_tokens) sampling["max_tokens"] = parse_int(*n_tokens, "-n", 1, 1 << 20);
+  if (seed) sampling["seed"] = parse_int(*seed, "--seed", 0, 1LL << 62);
+  Json fields = chat_options.fields(sampling, grammar);
+  // A stored model's Modelfile parameters fill what the command line left out.
+  std::vector<std::string> given;
+  if (temp) given.emplace_back("temperature");
+  if (top_k) given.emplace_back("top_k");
+  if (top_p) given.emplace_back("top_p");
+  if (seed) given.emplace_back("seed");
+  if (n_tokens) given.emplace_back("max_tokens");
+  const nlohmann::json defaults = stored_sampling(opened, given);
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) fields[it.key()] = *it;
   auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
   Chat chat(engine, std::move(fields), interactive);
-  if (chat_options.system) chat.session().set_system(*chat_options.system);
+  if (auto system = system_prompt(chat_options.system, opened)) chat.session().set_system(*system);
 
   std::atomic<bool> leaving{false};
   std::thread watcher;

@@ -23,5 +23,12 @@ int run_chat(std::span<const std::string> args);
 int run_serve(std::span<const std::string> args);
 int run_convert(std::span<const std::string> args);
 int run_perplexity(std::span<const std::string> args);
+int run_pull(std::span<const std::string> args);
+int run_create(std::span<const std::string> args);
+int run_list(std::span<const std::string> args);
+int run_show(std::span<const std::string> args);
+int run_cp(std::span<const std::string> args);
+int run_rm(std::span<const std::string> args);
+int run_ps(std::span<const std::string> args);
 
 }  // namespace orchard::cli

@@ -11,6 +11,7 @@
 #include "arg_parser.h"
 #include "commands.h"
 #include "pie/model.h"
+#include "pie/model_store.h"
 #include "tensor/dtype.h"
 
 namespace orchard::cli {
@@ -63,7 +64,7 @@ int run_convert(std::span<const std::string> args) {
       "Converts a model to a GGUF v3 file that llama.cpp and Orchard load: llama.cpp's key and tensor\n"
       "names, the tokenizer (tokenizer.ggml.*) and chat template. INPUT is a GGUF file, a Hugging Face\n"
       "folder (config.json, *.safetensors, tokenizer.json) or a llama2.c checkpoint (its tokenizer .bin\n"
-      "beside it, or given with --tokenizer).\n\n"
+      "beside it, or given with --tokenizer), a stored model's name, or orchard-random.\n\n"
       "TYPE is the type of the weight matrices: f32, f16 (default), bf16, q8_0, q4_0, q4_K or q6_K\n"
       "(quantized exactly as ggml does). Norms and biases stay f32; with q4_K/q6_K the output projection\n"
       "is q6_K. Matrices whose rows the type cannot hold fall back as llama.cpp does (q4_K -> q5_0,\n"
@@ -75,7 +76,8 @@ int run_convert(std::span<const std::string> args) {
       .option("type", 0, "TYPE", "weight matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_K, q6_K",
               &type_text)
       .option("tokenizer", 't', "PATH", "llama2.c checkpoints: the tokenizer .bin", &tokenizer)
-      .positional("INPUT", "the model: GGUF file, Hugging Face folder or llama2.c checkpoint", true, &input);
+      .positional("INPUT", "the model: GGUF file, Hugging Face folder, llama2.c checkpoint or stored name", true,
+                  &input);
   if (!parser.parse(args)) return 0;
   if (!output) throw UsageError("missing option --output/-o OUT.gguf");
   pie::ConvertOptions convert;
@@ -85,7 +87,7 @@ int run_convert(std::span<const std::string> args) {
   if (tokenizer) load.tokenizer_path = *tokenizer;
   Progress load_progress("loading");
   load.progress = [&](std::uint64_t done, std::uint64_t total) { load_progress(done, total); };
-  const std::shared_ptr<const pie::Model> model = pie::load_model(*input, load);
+  const std::shared_ptr<const pie::Model> model = pie::open_model(*input, pie::ModelStore(), load).model;
   load_progress.finish();
 
   Progress write_progress("converting");

@@ -28,6 +28,14 @@ constexpr Command kCommands[] = {
     {"convert", "any model (GGUF, Hugging Face, llama2.c) -> GGUF, optionally quantized", orchard::cli::run_convert},
     {"perplexity", "a model's perplexity over a text file, computed as llama.cpp's llama-perplexity does",
      orchard::cli::run_perplexity},
+    {"pull", "a GGUF file or an http(s) URL to one into the model store (resumable)", orchard::cli::run_pull},
+    {"create", "a stored model from a Modelfile (FROM, PARAMETER, TEMPLATE, SYSTEM, ...)", orchard::cli::run_create},
+    {"list", "the stored models (name, ID, size, modified)", orchard::cli::run_list},
+    {"show", "a stored model's details (family, parameters, quantization, context, template)",
+     orchard::cli::run_show},
+    {"cp", "another name for a stored model", orchard::cli::run_cp},
+    {"rm", "remove stored models (and files no other name uses)", orchard::cli::run_rm},
+    {"ps", "the models a running server has loaded", orchard::cli::run_ps},
 };
 
 void print_help() {

@@ -15,6 +15,7 @@
 #include "grammar_source.h"
 #include "model_option.h"
 #include "speculative_flags.h"
+#include "stored_defaults.h"
 #include "pie/chat_session.h"
 #include "pie/engine.h"
 #include "pie/model_store.h"
@@ -275,12 +276,23 @@ int run_run(std::span<const std::string> args) {
     chat_fields = chat_options.fields(sampling, grammar);
   }
   const auto t_load = std::chrono::steady_clock::now();
-  std::shared_ptr<const pie::Model> model = pie::open_model(model_path).model;
+  const pie::OpenedModel opened = pie::open_model(model_path);
+  std::shared_ptr<const pie::Model> model = opened.model;
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  // A stored model's Modelfile parameters fill what the command line left out.
+  std::vector<std::string> given;
+  if (temp) given.emplace_back("temperature");
+  if (top_k) given.emplace_back("top_k");
+  if (top_p) given.emplace_back("top_p");
+  if (seed) given.emplace_back("seed");
+  if (n_tokens) given.emplace_back("max_tokens");
+  const nlohmann::json defaults = stored_sampling(opened, given);
   if (chat) {
+    for (auto it = defaults.begin(); it != defaults.end(); ++it) (*chat_fields)[it.key()] = *it;
     const std::string text = prompt_file ? read_input(*prompt_file) : prompt.value_or("");
-    return generate_chat(model, load_s, text, *chat_fields, chat_options.system, settings);
+    return generate_chat(model, load_s, text, *chat_fields, system_prompt(chat_options.system, opened), settings);
   }
+  apply_sampling(defaults, request);
   return generate(model, load_s, grammar, prompt, prompt_file, request, settings);
 }
 

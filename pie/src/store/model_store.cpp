@@ -84,6 +84,25 @@ fs::path ModelStore::default_root() {
   return fs::path(user_home != nullptr && *user_home != '\0' ? user_home : ".") / ".cache" / "orchard" / "models";
 }
 
+namespace {
+
+bool valid_digest(std::string_view digest) {
+  const std::string_view prefix = "sha256:";
+  if (!digest.starts_with(prefix) || digest.size() != prefix.size() + 64) return false;
+  return std::all_of(digest.begin() + 7, digest.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+bool is_model_layer(const std::string& media_type) {
+  return media_type == kModelMediaType || media_type == "application/vnd.ollama.image.model";
+}
+
+}  // namespace
+
+fs::path ModelStore::blob_path(std::string_view digest) const {
+  return root_ / "blobs" / fmt::format("sha256-{}", digest.substr(std::min<std::size_t>(digest.size(), 7)));
+}
+
 StoredModel ModelStore::read_manifest(const ModelName& name) const {
   const fs::path manifest = root_ / "manifests" / name.name / name.tag;
   std::error_code ec;
@@ -94,25 +113,55 @@ StoredModel ModelStore::read_manifest(const ModelName& name) const {
   const std::string text = read_text(manifest);
   StoredModel out;
   out.name = name;
+  out.manifest_digest = store::sha256_hex(text);
+  out.modified = fs::last_write_time(manifest, ec);
+  // The small layers (template, system, ...) are read whole; a missing or altered one is an error too.
+  auto read_layer = [&](const std::string& digest) {
+    const std::string bytes = read_text(blob_path(digest));
+    if (store::sha256_hex(bytes) != digest.substr(7)) {
+      throw std::runtime_error(fmt::format("layer {} is missing or corrupt", digest));
+    }
+    return bytes;
+  };
   try {
     const nlohmann::json doc = nlohmann::json::parse(text);
     const nlohmann::json& layers = doc.at("layers");
-    if (!layers.is_array() || layers.size() != 1) throw std::runtime_error("'layers' must hold one model file");
-    const nlohmann::json& layer = layers[0];
-    out.digest = layer.at("digest").get<std::string>();
-    out.size = layer.at("size").get<std::uint64_t>();
+    if (!layers.is_array() || layers.empty()) throw std::runtime_error("'layers' must be a non-empty array");
+    bool found = false;
+    for (const nlohmann::json& layer : layers) {
+      const std::string digest = layer.at("digest").get<std::string>();
+      if (!valid_digest(digest)) {
+        throw std::runtime_error(fmt::format("digest '{}' is not sha256:<64 hex digits>", digest));
+      }
+      const std::string type = layer.value("mediaType", std::string());
+      if (!found && (layers.size() == 1 || is_model_layer(type))) {
+        found = true;
+        out.digest = digest;
+        out.size = layer.at("size").get<std::uint64_t>();
+        out.layer_digests.insert(out.layer_digests.begin(), digest);
+        continue;
+      }
+      out.layer_digests.push_back(digest);
+      if (type == kTemplateMediaType) {
+        out.chat_template = read_layer(digest);
+      } else if (type == kSystemMediaType) {
+        out.system = read_layer(digest);
+      } else if (type == kParamsMediaType) {
+        out.parameters = read_layer(digest);
+      } else if (type == kLicenseMediaType) {
+        out.licenses.push_back(read_layer(digest));
+      } else if (type == kMessagesMediaType) {
+        out.messages = read_layer(digest);
+      } else if (type == kAdapterMediaType) {
+        out.adapters.push_back(blob_path(digest));
+      }
+    }
+    if (!found) throw std::runtime_error("no layer holds the model file");
     if (doc.contains("source") && doc["source"].is_string()) out.source = doc["source"].get<std::string>();
   } catch (const std::exception& e) {
     throw ModelError(fmt::format("[store] {}: malformed manifest: {}", manifest.string(), e.what()));
   }
-  const std::string_view prefix = "sha256:";
-  const std::string_view hex = std::string_view(out.digest).substr(std::min(out.digest.size(), prefix.size()));
-  if (!out.digest.starts_with(prefix) || hex.size() != 64 ||
-      !std::all_of(hex.begin(), hex.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); })) {
-    throw ModelError(fmt::format("[store] {}: malformed manifest: digest '{}' is not sha256:<64 hex digits>",
-                                 manifest.string(), out.digest));
-  }
-  out.file = root_ / "blobs" / fmt::format("sha256-{}", hex);
+  out.file = blob_path(out.digest);
   return out;
 }
 
@@ -196,8 +245,15 @@ OpenedModel open_model(const std::optional<std::string>& given, const ModelStore
     throw ModelNotFoundError(fmt::format("[model] '{}': no such file or folder, nor a model stored in {}", asked,
                                          store.root().string()));
   }
-  StoredModel model = store.find(name.str());
-  return {load_model(model.file, options), model.name.str()};
+  StoredModel stored = store.find(name.str());
+  std::shared_ptr<const Model> model = load_model(stored.file, options);
+  if (!stored.chat_template.empty()) {
+    // The Modelfile's template replaces the file's; the weights are shared, not copied.
+    auto with_template = std::make_shared<Model>(*model);
+    with_template->chat_template = stored.chat_template;
+    model = std::move(with_template);
+  }
+  return {std::move(model), stored.name.str(), std::move(stored)};
 }
 
 }  // namespace pie

@@ -116,4 +116,10 @@ std::string sha256_file(const std::filesystem::path& path) {
   return hash.hex_digest();
 }
 
+std::string sha256_hex(std::string_view bytes) {
+  Sha256 hash;
+  hash.update(bytes);
+  return hash.hex_digest();
+}
+
 }  // namespace pie::store

@@ -29,5 +29,7 @@ class Sha256 {
 
 // The sha256 of a whole file, as hex. Throws pie::ModelError naming the file when it cannot be read.
 std::string sha256_file(const std::filesystem::path& path);
+// The sha256 of `bytes`, as hex.
+std::string sha256_hex(std::string_view bytes);
 
 }  // namespace pie::store
