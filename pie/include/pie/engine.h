@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -29,6 +30,37 @@
 #include "pse/grammar.h"
 
 namespace pie {
+
+struct LoraAdapter;  // pie/lora.h
+
+// An adapter a request runs with: its attached name and a scale (stacked adapters add up:
+// y = x W^T + sum_i scale_i * alpha_i / rank_i * (x A_i^T) B_i^T).
+struct LoraRequest {
+  std::string name;
+  float scale = 1.0f;
+};
+inline constexpr std::size_t kMaxRequestLoras = 8;
+
+// An attached adapter (Engine::loras).
+struct LoraInfo {
+  std::string name;
+  std::filesystem::path path;   // empty when attached from memory
+  std::int64_t rank = 0;        // the largest of its pairs'
+  std::size_t bytes = 0;        // of its A and B matrices
+  bool resident = true;         // false: evicted from memory (read again at its next use)
+  std::int64_t in_use = 0;      // requests holding it
+};
+
+// A request names an adapter that is not attached (the server's 404).
+class LoraNotFoundError : public RequestError {
+ public:
+  explicit LoraNotFoundError(const std::string& name)
+      : RequestError("[lora] no adapter named '" + name + "' is loaded", "lora", "lora_not_found"), name_(name) {}
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+};
 
 struct GenerateRequest {
   std::string id;                      // for logs and events; the engine makes one when empty
@@ -56,6 +88,9 @@ struct GenerateRequest {
   // compile deadline is): true stops the compile and submit() throws CancelledError. For callers that
   // may go away meanwhile (a server whose client closed the connection).
   std::function<bool()> abandoned;
+  // LoRA adapters (attached with Engine::attach_lora) and their scales; empty: the base model alone. Rows
+  // of different adapters and none share a batch; the prefix cache keeps each adapter set's pages apart.
+  std::vector<LoraRequest> loras;
 };
 
 enum class FinishReason : std::uint8_t { none, stop, length, cancelled, error };
@@ -116,6 +151,9 @@ struct EngineOptions {
   std::int64_t kv_cache_bytes = 0;       // 0: enough for max_running full contexts, capped at 4 GiB
   tensor::DType kv_dtype = tensor::DType::f32;
   bool prefix_caching = true;
+  // Bytes of LoRA adapters attached from files kept in memory (0: no bound); past it the least recently
+  // used ones no request holds are evicted and read again at their next use.
+  std::int64_t lora_memory_bytes = 0;
   std::int32_t max_queued = 1024;        // submit() throws QueueFullError past this
   std::int32_t grammar_cache = 64;       // compiled grammars kept
   std::int64_t grammar_cache_bytes = std::int64_t{256} << 20;  // and their bytes (automata and tables), at most
@@ -176,6 +214,17 @@ class Engine {
   // GenerateRequest::abandoned (a pse::LimitError when it stopped the compile). Thread-safe.
   CompiledConstraint compile(const pse::Grammar& grammar, const std::vector<std::string>& special_tokens = {},
                              const std::function<bool()>& abandoned = {});
+
+  // LoRA adapters, attached without reloading the base: read from a PEFT folder or GGUF adapter and fitted
+  // to the model (LoraError when it does not fit: shapes, architecture, NaN/Inf, rank > 256; RequestError
+  // on an empty name), or given in memory (fitted in place). A name attached again is replaced; requests
+  // already running keep the adapter they started with. Thread-safe.
+  LoraInfo attach_lora(const std::string& name, const std::filesystem::path& path);
+  LoraInfo attach_lora(const std::string& name, std::shared_ptr<LoraAdapter> adapter);
+  // Detaches at once: new requests naming it are refused (LoraNotFoundError), running ones finish with it
+  // (they hold it). Throws LoraNotFoundError when no adapter has that name.
+  void detach_lora(const std::string& name);
+  std::vector<LoraInfo> loras() const;
 
   const Model& model() const;
   const EngineOptions& options() const;

@@ -46,8 +46,9 @@ class KvCache {
   // The pools the forward pass reads and writes.
   KvStorage& storage();
 
-  // A new, empty sequence.
-  SeqId create();
+  // A new, empty sequence. Its prefix pages are keyed under `prefix_namespace` (0: the default): pages
+  // computed under one namespace (e.g. one set of LoRA adapters) never serve a sequence of another.
+  SeqId create(std::uint64_t prefix_namespace = 0);
   // Attaches to an empty sequence the longest run of cached full pages that match a prefix of `tokens`,
   // leaving at least one token to compute (the last token's logits are needed). Returns the number of
   // tokens covered (a multiple of 16). Counts toward the prefix-cache statistics.

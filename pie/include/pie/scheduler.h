@@ -29,7 +29,7 @@ namespace pie {
 class KvPages {
  public:
   virtual ~KvPages() = default;
-  virtual SeqId create() = 0;
+  virtual SeqId create(std::uint64_t prefix_namespace) = 0;
   virtual std::int32_t attach_prefix(SeqId seq, std::span<const std::int32_t> tokens) = 0;
   virtual bool reserve(SeqId seq, std::int32_t n_tokens) = 0;
   virtual void commit(SeqId seq, std::span<const std::int32_t> tokens, std::int32_t n_computed) = 0;
@@ -54,6 +54,8 @@ struct SequenceOptions {
   // At most this many of its tokens per step (0: only the batch's bound): a prefill chunk that asks for
   // the logits of each of its tokens asks for that many rows of logits.
   std::int32_t max_chunk = 0;
+  // The prefix cache's namespace of its pages (KvCache::create): the sequence's LoRA adapters, 0 for none.
+  std::uint64_t prefix_namespace = 0;
 };
 
 // One sequence's part of a step: tokens[begin .. begin + n_tokens) at those positions.

@@ -25,6 +25,7 @@
 #include "pse/matcher.h"
 #include "pse/thread_pool.h"
 #include "request_check.h"
+#include "engine/lora_registry.h"
 #include "request_stream.h"
 
 namespace pie {
@@ -49,7 +50,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 class KvCachePages final : public KvPages {
  public:
   explicit KvCachePages(KvCache& kv) : kv_(kv) {}
-  SeqId create() override { return kv_.create(); }
+  SeqId create(std::uint64_t prefix_namespace) override { return kv_.create(prefix_namespace); }
   std::int32_t attach_prefix(SeqId seq, std::span<const std::int32_t> tokens) override {
     return kv_.attach_prefix(seq, tokens);
   }
@@ -169,6 +170,7 @@ struct Request {
   std::vector<SampledToken> prompt_logprobs;
   bool prompt_logprobs_sent = false;
   SpeculativeOptions speculative;  // the request's, or the engine's default
+  detail::ResolvedLoras loras;     // held until the request ends (a detach never pulls them away)
 };
 
 // A drafted row of the step: its sample, its first logits row and how many (the row's token and its
@@ -205,6 +207,7 @@ struct Engine::Impl {
   std::unique_ptr<KvCachePages> pages;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<detail::GrammarCache> grammars;
+  std::unique_ptr<detail::LoraRegistry> lora_registry;
   std::vector<std::uint32_t> no_eos_mask;  // ignore_eos: every row but the end-of-sequence ids
   std::vector<std::int32_t> eos_ids;
 
@@ -337,6 +340,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   pse::CompileOptions compile;
   compile.max_compile_ms = options.grammar_compile_ms;
   compile.tables = options.grammar_tables;
+  lora_registry = std::make_unique<detail::LoraRegistry>(model, options.lora_memory_bytes);
   grammars = std::make_unique<detail::GrammarCache>(model->tokenizer, static_cast<std::size_t>(n_vocab), compile,
                                                     static_cast<std::size_t>(options.grammar_cache),
                                                     static_cast<std::size_t>(options.grammar_cache_bytes));
@@ -449,6 +453,7 @@ void Engine::Impl::take_incoming(std::deque<std::unique_ptr<Request>>& batch) {
     // Prompt logprobs need the logits of every prompt position: no cached prefix, bounded chunks.
     SequenceOptions options;
     if (r->req.prompt_logprobs) options = {.reuse_prefix = false, .max_chunk = kPromptLogprobsChunk};
+    options.prefix_namespace = r->loras.prefix_namespace;
     s0.seq = scheduler->add(r->req.prompt, options);
     by_seq[*s0.seq] = &s0;
     active.push_back(std::move(r));
@@ -656,9 +661,18 @@ bool Engine::Impl::step() {
   std::vector<std::size_t> sample_logits;
   std::vector<PromptRow> prompt_rows;
   std::vector<DraftedRow> drafted;
+  std::vector<LoraGroup> lora_groups;  // rows grouped by (adapter, scale)
   std::size_t n_draft_masks = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     const auto seq_tokens = scheduler->tokens(c.id);
+    const auto chunk_first = static_cast<std::int32_t>(tokens.size());
+    for (const ScaledLora& l : by_seq.at(c.id)->request->loras.adapters) {
+      auto g = std::find_if(lora_groups.begin(), lora_groups.end(), [&](const LoraGroup& x) {
+        return x.adapter == l.adapter.get() && x.scale == l.scale;
+      });
+      if (g == lora_groups.end()) g = lora_groups.insert(lora_groups.end(), LoraGroup{l.adapter.get(), l.scale, {}, {}});
+      for (std::int32_t i = 0; i < c.n_tokens; ++i) g->rows.push_back(chunk_first + i);
+    }
     tokens.insert(tokens.end(), seq_tokens.begin() + c.begin, seq_tokens.begin() + c.begin + c.n_tokens);
     qo_indptr.push_back(static_cast<std::int32_t>(tokens.size()));
     const std::int32_t len = c.begin + c.n_tokens;
@@ -691,7 +705,7 @@ bool Engine::Impl::step() {
       row_samples.push_back(sample);
     }
   }
-  ForwardBatch batch{tokens, qo_indptr, seq_lens, page_indptr, page_indices, logit_rows};
+  ForwardBatch batch{tokens, qo_indptr, seq_lens, page_indptr, page_indices, logit_rows, lora_groups};
 
   // Masks of the constrained rows, filled while the forward pass runs.
   const std::size_t words = (static_cast<std::size_t>(n_vocab) + 31) / 32;
@@ -1028,6 +1042,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   Impl& m = *impl_;
   detail::check_request(request, *m.model, m.context_length);
   auto r = std::make_unique<Request>();
+  r->loras = m.lora_registry->resolve(request.loras);
   if (request.grammar) {
     r->grammar = m.grammars->compile(*request.grammar, request.grammar_special_tokens, request.abandoned);
   }
@@ -1074,6 +1089,18 @@ CompiledConstraint Engine::compile(const pse::Grammar& grammar, const std::vecto
                                    const std::function<bool()>& abandoned) {
   return impl_->grammars->compile_typed(grammar, special_tokens, abandoned);
 }
+
+LoraInfo Engine::attach_lora(const std::string& name, const std::filesystem::path& path) {
+  return impl_->lora_registry->attach(name, path);
+}
+
+LoraInfo Engine::attach_lora(const std::string& name, std::shared_ptr<LoraAdapter> adapter) {
+  return impl_->lora_registry->attach(name, std::move(adapter));
+}
+
+void Engine::detach_lora(const std::string& name) { impl_->lora_registry->detach(name); }
+
+std::vector<LoraInfo> Engine::loras() const { return impl_->lora_registry->list(); }
 
 const Model& Engine::model() const { return *impl_->model; }
 

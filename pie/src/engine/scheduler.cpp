@@ -226,7 +226,7 @@ Step Scheduler::schedule() {
          static_cast<std::int32_t>(running_.size()) < config_.max_running) {
     const SequenceId id = waiting_.front();
     Sequence& s = get(id);
-    s.kv_seq = kv_.create();
+    s.kv_seq = kv_.create(s.options.prefix_namespace);
     const std::int32_t covered = s.options.reuse_prefix ? kv_.attach_prefix(s.kv_seq, s.tokens) : 0;
     s.n_computed = covered;
     std::int32_t n = std::min(static_cast<std::int32_t>(s.tokens.size()) - covered, budget);

@@ -34,6 +34,7 @@ struct KvCache::Impl {
     std::int32_t n_hashed = 0;              // leading full pages whose chain keys are known
     std::uint64_t chain_key = kv_detail::kRootKey;  // key of page n_hashed - 1 (root when none)
     std::vector<std::uint64_t> chain_keys;  // [n_hashed]: the key of each, so a truncation can go back
+    std::uint64_t root_key = kv_detail::kRootKey;  // the chain's start: its prefix namespace's
   };
 
   std::unique_ptr<KvStorage> storage;
@@ -152,9 +153,17 @@ const KvCacheConfig& KvCache::config() const { return impl_->config; }
 
 KvStorage& KvCache::storage() { return *impl_->storage; }
 
-SeqId KvCache::create() {
+SeqId KvCache::create(std::uint64_t prefix_namespace) {
   const SeqId id = impl_->next_id++;
-  impl_->seqs.emplace(id, Impl::Seq{});
+  Impl::Seq s;
+  if (prefix_namespace != 0) {
+    // A root of its own: every chain key under it differs, and lookups check the parent key.
+    const std::int32_t words[2] = {static_cast<std::int32_t>(prefix_namespace & 0xffffffffu),
+                                   static_cast<std::int32_t>(prefix_namespace >> 32)};
+    s.root_key = kv_detail::page_hash(kv_detail::kRootKey, words);
+    s.chain_key = s.root_key;
+  }
+  impl_->seqs.emplace(id, std::move(s));
   return id;
 }
 
@@ -169,7 +178,7 @@ std::int32_t KvCache::attach_prefix(SeqId seq_id, std::span<const std::int32_t> 
   m.lookup_tokens += tokens.size();
   // Never the page holding the last token: its logits must be computed.
   const std::size_t max_pages = (tokens.size() - 1) / kKvPageSize;
-  std::uint64_t chain = kv_detail::kRootKey;
+  std::uint64_t chain = s.root_key;
   for (std::size_t i = 0; i < max_pages; ++i) {
     const auto toks = tokens.subspan(i * kKvPageSize, kKvPageSize);
     const std::uint64_t key = kv_detail::page_hash(chain, toks);
@@ -246,6 +255,7 @@ SeqId KvCache::fork(SeqId seq_id) {
   child.n_committed = s.n_committed;
   child.n_hashed = s.n_hashed;
   child.chain_key = s.chain_key;
+  child.root_key = s.root_key;
   child.chain_keys = s.chain_keys;
   child.pages.reserve(static_cast<std::size_t>(n_full + 1));
   for (std::int32_t i = 0; i < n_full; ++i) {
@@ -304,7 +314,7 @@ bool KvCache::truncate(SeqId seq_id, std::int32_t n_keep) {
   s.n_committed = n_keep;
   s.n_hashed = std::min(s.n_hashed, n_keep / kKvPageSize);
   s.chain_keys.resize(static_cast<std::size_t>(s.n_hashed));
-  s.chain_key = s.n_hashed > 0 ? s.chain_keys.back() : kv_detail::kRootKey;
+  s.chain_key = s.n_hashed > 0 ? s.chain_keys.back() : s.root_key;
   return true;
 }
 

@@ -20,7 +20,7 @@ namespace {
 class FakePages final : public KvPages {
  public:
   explicit FakePages(std::int32_t n_pages) : n_pages_(n_pages) {}
-  SeqId create() override {
+  SeqId create(std::uint64_t /*prefix_namespace*/) override {
     owned_[next_] = 0;
     return next_++;
   }

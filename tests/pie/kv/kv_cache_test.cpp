@@ -184,6 +184,29 @@ TEST(KvCacheTest, PrefixHitAfterRelease) {
   expect_accounting(kv);
 }
 
+// Pages computed under one prefix namespace (a LoRA adapter set) never serve a sequence of another; forks
+// and truncation stay in theirs.
+TEST(KvCacheTest, PrefixNamespacesAreApart) {
+  KvCache kv(small_config(32));
+  const std::vector<std::int32_t> prompt = iota_tokens(50);
+  const SeqId a = kv.create(7);
+  kv.reserve(a, 50);
+  kv.commit(a, prompt, 50);
+  const SeqId fork = kv.fork(a);
+  kv.release(a);
+  ASSERT_TRUE(kv.truncate(fork, 20));
+  kv.commit(fork, prompt, 20);
+  kv.release(fork);
+  const SeqId plain = kv.create();
+  EXPECT_EQ(kv.attach_prefix(plain, prompt), 0);
+  const SeqId other = kv.create(8);
+  EXPECT_EQ(kv.attach_prefix(other, prompt), 0);
+  const SeqId same = kv.create(7);
+  EXPECT_EQ(kv.attach_prefix(same, prompt), 48);
+  for (SeqId s : {plain, other, same}) kv.release(s);
+  expect_accounting(kv);
+}
+
 TEST(KvCacheTest, AttachNeverCoversTheLastToken) {
   KvCache kv(small_config(16));
   const std::vector<std::int32_t> prompt = iota_tokens(48);
