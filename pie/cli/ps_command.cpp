@@ -22,6 +22,8 @@ namespace {
 std::optional<std::chrono::system_clock::time_point> parse_utc(const std::string& text) {
   std::tm tm{};
   if (strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return std::nullopt;
+  if (tm.tm_year + 1900 > 2200)
+    return std::nullopt;  // "never" is written far ahead (past system_clock's range)
   return std::chrono::system_clock::from_time_t(timegm(&tm));
 }
 
@@ -67,8 +69,7 @@ int run_ps(std::span<const std::string> args) {
   for (const nlohmann::json& m : body["models"]) {
     const std::string expires = m.value("expires_at", std::string());
     std::string until = "Forever";
-    if (const auto t = parse_utc(expires);
-        t && *t < std::chrono::system_clock::now() + std::chrono::hours(24 * 365 * 100)) {
+    if (const auto t = parse_utc(expires)) {
       until = *t <= std::chrono::system_clock::now() ? "Stopping..." : time_until(*t);
     }
     const std::string digest = m.value("digest", std::string());

@@ -27,20 +27,24 @@ namespace orchard::cli {
 
 int run_serve(std::span<const std::string> args) {
   std::optional<std::string> model_path, host, port, api_key, parallel, ctx, threads, max_body, name, grace,
-      grammar_tables, json_layout, max_queue, grammar_cache_mb, http_threads;
+      grammar_tables, json_layout, max_queue, grammar_cache_mb, http_threads, keep_alive, max_loaded, memory_budget;
   std::vector<std::string> aliases;
-  bool quiet = false, special_tokens_in_messages = false;
+  bool quiet = false, special_tokens_in_messages = false, no_store = false;
   ArgParser parser(
       "orchard serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N] [--ctx N]\n"
       "              [--threads N] [--max-body BYTES] [--name NAME] [--alias NAME]... [--grace SECONDS]\n"
       "              [--json-layout compact|flexible|indented] [--grammar-tables compile|background|first-use]\n"
       "              [--max-queue N] [--grammar-cache-mb MB] [--http-threads N] [--special-tokens-in-messages]\n"
-      "              [--quiet]",
+      "              [--keep-alive DURATION] [--max-loaded-models N] [--memory-budget BYTES] [--no-store] [--quiet]",
       "Serves MODEL over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions, GET /v1/models)\n"
       "and Ollama's (POST /api/chat, /api/generate, /api/show, GET /api/tags, /api/version), plus GET /health\n"
       "and GET /metrics (Prometheus), and a web page at GET / (chat, a structured-output playground, a live\n"
       "dashboard). Without -m, the default model (SmolLM2-135M-Instruct, fetched into the\n"
-      "model store at set-up). Structured output (response_format, tools with\n"
+      "model store at set-up). Every model of the store is served too, by its name (`orchard list`): each\n"
+      "loads on its first request and unloads after its keep_alive (the request's, else --keep-alive), or\n"
+      "earlier when --max-loaded-models or --memory-budget needs room (least recently used first, never one\n"
+      "with requests running); MODEL stays loaded. Ollama's /api/ps, /api/create, /api/copy, /api/delete\n"
+      "and /api/pull manage them. Structured output (response_format, tools with\n"
       "tool_choice, grammar, regex) is enforced by a grammar: the output always parses.\n\n"
       "The API key may also come from the ORCHARD_API_KEY environment variable. SIGINT or SIGTERM stop\n"
       "taking requests, let running ones finish for --grace seconds, cancel the rest and exit 0. Once\n"
@@ -83,6 +87,16 @@ int run_serve(std::span<const std::string> args) {
             "read special-token text in messages and tools (\"<|im_end|>\") as control tokens; by default it is "
             "plain text, so a user cannot close their turn and open a system one",
             &special_tokens_in_messages)
+      .option("keep-alive", 0, "DURATION",
+              "how long a stored model stays loaded after its last request: seconds or a duration (\"5m\", "
+              "\"1h\"); 0 unloads at once, negative never (default 5m)",
+              &keep_alive)
+      .option("max-loaded-models", 0, "N", "models loaded at once, MODEL included (default: no limit)", &max_loaded)
+      .option("memory-budget", 0, "BYTES",
+              "bytes of model files loaded at once, MODEL included; a K, M or G suffix multiplies by 1024s "
+              "(default: no limit)",
+              &memory_budget)
+      .flag("no-store", 0, "serve MODEL alone, not the model store's models", &no_store)
       .flag("quiet", 'q', "no per-request log lines", &quiet);
   SpeculativeFlags spec;
   spec.add_options(parser);
@@ -121,6 +135,27 @@ int run_serve(std::span<const std::string> args) {
     options.http_threads = static_cast<std::int32_t>(parse_int(*http_threads, "--http-threads", 1, 4096));
   }
   options.log_requests = !quiet;
+  if (!no_store) options.store_root = pie::ModelStore::default_root().string();
+  if (keep_alive) {
+    try {
+      options.keep_alive_seconds = pie::Server::parse_keep_alive(*keep_alive);
+    } catch (const std::exception& e) {
+      throw UsageError(fmt::format("--keep-alive: {}", e.what()));
+    }
+  }
+  if (max_loaded) {
+    options.max_loaded_models = static_cast<std::size_t>(parse_int(*max_loaded, "--max-loaded-models", 1, 1 << 16));
+  }
+  if (memory_budget) {
+    std::string text = *memory_budget;
+    long long scale = 1;
+    if (!text.empty() && (text.back() == 'K' || text.back() == 'M' || text.back() == 'G')) {
+      scale = text.back() == 'K' ? 1LL << 10 : text.back() == 'M' ? 1LL << 20 : 1LL << 30;
+      text.pop_back();
+    }
+    options.memory_budget_bytes =
+        static_cast<std::uint64_t>(parse_int(text, "--memory-budget", 1, (1LL << 50) / scale) * scale);
+  }
 #ifdef ORCHARD_VERSION
   options.version = ORCHARD_VERSION;
 #endif

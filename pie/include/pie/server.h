@@ -1,6 +1,9 @@
-// The OpenAI- and Ollama-compatible HTTP server over one Engine (`orchard serve`).
+// The OpenAI- and Ollama-compatible HTTP server over one Engine (`orchard serve`), and over every model of
+// the model store when ServerOptions::store_root is set (each loaded on its first request, unloaded after
+// its keep_alive or when the limits need room; server/model_registry.h).
 //   OpenAI: POST /v1/chat/completions, POST /v1/completions, GET /v1/models
-//   Ollama: POST /api/chat, POST /api/generate, GET /api/tags, POST /api/show, GET /api/version
+//   Ollama: POST /api/chat, POST /api/generate, GET /api/tags, POST /api/show, GET /api/version, GET /api/ps,
+//           POST /api/create, POST /api/copy, DELETE /api/delete, POST /api/pull
 //   GET /health, GET /metrics (Prometheus text)
 //   Extensions: POST /v1/grammar/compile (compile or check a constraint), "token_detail" in OpenAI requests
 //   GET / (and /ui/...): the web page (chat, structured-output playground, dashboard), embedded at build time
@@ -48,6 +51,13 @@ struct ServerOptions {
   // default: it is plain text, so a user cannot close their turn and open another role's (only for
   // clients trusted to write the prompt's markup).
   bool special_tokens_in_messages = false;
+  // The model store whose models are served too, by their stored names; empty: only the engine's model.
+  std::string store_root;
+  // How long a stored model stays loaded after its last request (Ollama's keep_alive; a request's own
+  // "keep_alive" wins): negative keeps it loaded, 0 unloads it at once. The engine's model stays loaded.
+  double keep_alive_seconds = 300;
+  std::size_t max_loaded_models = 0;       // models loaded at once, the engine's included; 0: no limit
+  std::uint64_t memory_budget_bytes = 0;   // bytes of model files loaded at once; 0: no limit
   double shutdown_grace_seconds = 10;  // stop(): how long running requests may finish, the cut included
   bool log_requests = true;          // one JSON line per request on stderr
   std::string version = "0.1.0";     // reported by /api/version and /health
@@ -71,6 +81,8 @@ class Server {
   void stop();
   int port() const;
   const std::string& model_name() const;
+  // A keep_alive as Ollama takes it ("5m", "1h30m", "-1", "300"), in seconds. Throws pie::Error.
+  static double parse_keep_alive(const std::string& text);
 
   struct Impl;
 

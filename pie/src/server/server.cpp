@@ -26,8 +26,10 @@
 #include "server/grammar_compile.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
+#include "server/model_registry.h"
 #include "server/request_head.h"
 #include "server/served_model.h"
+#include "server/store_routes.h"
 #include "server/web_routes.h"
 
 namespace pie {
@@ -55,12 +57,6 @@ struct RequestContext {
 thread_local RequestContext t_context;
 
 bool is_ollama_path(const std::string& path) { return path.starts_with("/api/"); }
-
-std::string parameter_size(std::int64_t count) {
-  if (count >= 1'000'000'000) return fmt::format("{:.1f}B", static_cast<double>(count) / 1e9);
-  if (count >= 1'000'000) return fmt::format("{:.1f}M", static_cast<double>(count) / 1e6);
-  return fmt::format("{:.1f}K", static_cast<double>(count) / 1e3);
-}
 
 std::string utc_now_iso() {
   std::time_t t = std::time(nullptr);
@@ -93,7 +89,8 @@ std::function<bool()> client_gone_check() {
 struct Server::Impl {
   ServerOptions options;
   std::shared_ptr<Engine> engine;
-  std::unique_ptr<server::ServedModel> model;
+  std::shared_ptr<server::ServedModel> model;  // the first model (always loaded)
+  std::unique_ptr<server::ModelRegistry> registry;  // it and the store's models, loaded on demand
   // httplib parses and routes each request; the transport owns the sockets and threads (http_transport.h)
   // and hands it each request's stream through process_request, which httplib keeps protected.
   struct HttpServer : httplib::Server {
@@ -122,9 +119,17 @@ struct Server::Impl {
   Impl(std::shared_ptr<Engine> e, ServerOptions o) : options(std::move(o)), engine(std::move(e)) {
     if (!engine) throw Error("[server] no engine");
     std::string name = options.model_name.empty() ? server::served_model_name(engine->model()) : options.model_name;
-    model = std::make_unique<server::ServedModel>(engine, name,
+    model = std::make_shared<server::ServedModel>(engine, name,
                                                   server::ServedModelOptions{options.aliases, options.json_layout,
                                                                              options.special_tokens_in_messages});
+    server::RegistryOptions registry_options;
+    registry_options.store_root = options.store_root;
+    registry_options.engine = engine->options();
+    registry_options.served = {{}, options.json_layout, options.special_tokens_in_messages};
+    registry_options.keep_alive_seconds = options.keep_alive_seconds;
+    registry_options.max_loaded = options.max_loaded_models;
+    registry_options.memory_budget = options.memory_budget_bytes;
+    registry = std::make_unique<server::ModelRegistry>(model, std::move(registry_options));
     setup_http();
     server::TransportOptions transport_options;
     transport_options.max_body_bytes = options.max_body_bytes;
@@ -217,26 +222,42 @@ struct Server::Impl {
     }
   }
 
-  void check_model(const std::string& asked, bool ollama) {
-    if (!model->serves(asked)) {
-      throw ApiError(404, "invalid_request_error",
-                     ollama ? fmt::format("model '{}' not found", asked)
-                            : fmt::format("The model '{}' does not exist; this server serves '{}'", asked,
-                                          fmt::join(model->names(), "', '")),
-                     "model", "model_not_found");
+  // The model a request's body names, loaded, with the stored model's Modelfile defaults applied to the
+  // body (re-parsed by the caller when `defaults_applied`). keep_alive: Ollama's routes.
+  std::shared_ptr<server::ModelLease> acquire(Json& body, Api api, bool& defaults_applied) {
+    const bool ollama = api == Api::ollama_chat || api == Api::ollama_generate;
+    std::string asked;
+    if (body.is_object() && body.contains("model") && body["model"].is_string()) asked = body["model"];
+    std::optional<double> keep_alive;
+    if (ollama && body.is_object() && body.contains("keep_alive") && !body["keep_alive"].is_null()) {
+      keep_alive = server::ModelRegistry::parse_keep_alive(body["keep_alive"], "keep_alive");
     }
+    auto lease = registry->acquire(asked, ollama, keep_alive);
+    defaults_applied = false;
+    if (lease->stored()) {
+      server::apply_modelfile_defaults(body, api, *lease->stored());
+      defaults_applied = true;
+    }
+    return lease;
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, server::PreparedRequest prepared,
+  // Ollama's keep_alive of a request with nothing to generate: 0 unloads the model.
+  static std::optional<double> keep_alive_of(const Json& body) {
+    if (!body.is_object() || !body.contains("keep_alive") || body["keep_alive"].is_null()) return std::nullopt;
+    return server::ModelRegistry::parse_keep_alive(body["keep_alive"], "keep_alive");
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res,
+                const std::shared_ptr<server::ModelLease>& lease, server::PreparedRequest prepared,
                 server::GenerationSetup setup) {
     setup.header.created = static_cast<std::int64_t>(std::time(nullptr));
-    setup.header.model = model->name();
+    setup.header.model = lease->model().name();
     setup.header.system_fingerprint = "orchard-" + options.version;
     t_context.id = setup.header.id;
     t_context.stream = setup.stream;
     const std::function<bool()> client_gone = client_gone_check();
     prepared.request.abandoned = client_gone;  // the grammar's compile stops when the client goes away
-    auto generation = std::make_shared<Generation>(*model, std::move(prepared), setup);
+    auto generation = std::make_shared<Generation>(lease->model(), std::move(prepared), setup);
     t_context.generation = generation;
     generation->submit();
     add_active(generation);
@@ -255,7 +276,7 @@ struct Server::Impl {
     auto last_write = std::make_shared<Clock::time_point>(Clock::now());
     res.set_chunked_content_provider(
         sse ? "text/event-stream" : "application/x-ndjson",
-        [this, generation, sse, last_write, client_gone](std::size_t, httplib::DataSink& sink) {
+        [this, generation, sse, last_write, client_gone, lease](std::size_t, httplib::DataSink& sink) {
           std::string out = generation->next_chunk(std::chrono::milliseconds(250));
           // A client that went away is noticed on its socket (queued, long prefill: nothing is written);
           // an idle SSE stream also sends a comment now and then, for proxies between.
@@ -274,7 +295,7 @@ struct Server::Impl {
           if (generation->finished()) sink.done();
           return true;
         },
-        [this, generation](bool success) {
+        [this, generation, lease](bool success) {
           if (!success || !generation->finished()) generation->cancel();
           remove_active(generation.get());
         });
@@ -282,116 +303,120 @@ struct Server::Impl {
 
   // --- routes -------------------------------------------------------------------------------------
   void chat_completions(const httplib::Request& req, httplib::Response& res) {
-    server::ChatRequest request = server::parse_openai_chat(server::parse_body(req.body));
-    check_model(request.params.model, false);
+    Json body = server::parse_body(req.body);
+    server::ChatRequest request = server::parse_openai_chat(body);
+    bool defaults = false;
+    auto lease = acquire(body, Api::openai_chat, defaults);
+    if (defaults) request = server::parse_openai_chat(body);
     server::GenerationSetup setup{Api::openai_chat, request.params.stream, request.params.include_usage, false,
                                   {server::make_response_id("chatcmpl-")}, request.params.token_detail};
-    generate(req, res, server::prepare_chat(*model, request), setup);
+    generate(req, res, lease, server::prepare_chat(lease->model(), request), setup);
   }
 
   void completions(const httplib::Request& req, httplib::Response& res) {
-    server::CompletionRequest request = server::parse_openai_completion(server::parse_body(req.body));
-    check_model(request.params.model, false);
+    Json body = server::parse_body(req.body);
+    server::CompletionRequest request = server::parse_openai_completion(body);
+    bool defaults = false;
+    auto lease = acquire(body, Api::openai_completion, defaults);
+    if (defaults) request = server::parse_openai_completion(body);
     server::GenerationSetup setup{Api::openai_completion, request.params.stream, request.params.include_usage,
                                   request.echo, {server::make_response_id("cmpl-")}, request.params.token_detail};
-    generate(req, res, server::prepare_completion(*model, request), setup);
+    generate(req, res, lease, server::prepare_completion(lease->model(), request), setup);
   }
 
-  // Ollama's answer to a request with nothing to generate: the model is loaded (it always is here).
-  void ollama_loaded(httplib::Response& res, bool chat) {
-    Json out{{"model", model->name()}, {"created_at", utc_now_iso()}};
+  // Ollama's answer to a request with nothing to generate: the model is loaded, or with keep_alive 0,
+  // unloaded.
+  void ollama_loaded(httplib::Response& res, const Json& body, const std::string& asked, bool chat) {
+    std::string done_reason = "load";
+    std::string name = asked;
+    if (keep_alive_of(body) == 0.0) {
+      if (!registry->is_first(asked) && !registry->stored_name(asked)) {
+        bool unused = false;
+        Json copy = body;
+        acquire(copy, chat ? Api::ollama_chat : Api::ollama_generate, unused);  // 404 naming it
+      }
+      registry->unload(asked);
+      done_reason = "unload";
+    } else {
+      bool unused = false;
+      Json copy = body;
+      name = acquire(copy, chat ? Api::ollama_chat : Api::ollama_generate, unused)->model().name();
+    }
+    Json out{{"model", name}, {"created_at", utc_now_iso()}};
     if (chat) {
       out["message"] = Json{{"role", "assistant"}, {"content", ""}};
     } else {
       out["response"] = "";
     }
-    out["done_reason"] = "load";
+    out["done_reason"] = done_reason;
     out["done"] = true;
     res.set_content(server::dump_json(out), "application/json");
   }
 
   void ollama_chat(const httplib::Request& req, httplib::Response& res) {
-    server::ChatRequest request = server::parse_ollama_chat(server::parse_body(req.body));
-    check_model(request.params.model, true);
-    if (request.load_only) return ollama_loaded(res, /*chat=*/true);
+    Json body = server::parse_body(req.body);
+    server::ChatRequest request = server::parse_ollama_chat(body);
+    if (request.load_only) return ollama_loaded(res, body, request.params.model, /*chat=*/true);
+    bool defaults = false;
+    auto lease = acquire(body, Api::ollama_chat, defaults);
+    if (defaults) request = server::parse_ollama_chat(body);
     server::GenerationSetup setup{Api::ollama_chat, request.params.stream, false, false,
                                   {server::make_response_id("ollama-")}};
-    generate(req, res, server::prepare_chat(*model, request), setup);
+    generate(req, res, lease, server::prepare_chat(lease->model(), request), setup);
   }
 
   void ollama_generate(const httplib::Request& req, httplib::Response& res) {
-    server::OllamaGenerate request = server::parse_ollama_generate(server::parse_body(req.body));
+    Json body = server::parse_body(req.body);
+    server::OllamaGenerate request = server::parse_ollama_generate(body);
+    if (request.load_only) {
+      const server::GenerationParams& p = request.chat ? request.chat->params : request.completion.params;
+      return ollama_loaded(res, body, p.model, /*chat=*/false);
+    }
+    bool defaults = false;
+    auto lease = acquire(body, Api::ollama_generate, defaults);
+    if (defaults) request = server::parse_ollama_generate(body);
     const server::GenerationParams& params = request.chat ? request.chat->params : request.completion.params;
-    check_model(params.model, true);
-    if (request.load_only) return ollama_loaded(res, /*chat=*/false);
     server::GenerationSetup setup{Api::ollama_generate, params.stream, false, false,
                                   {server::make_response_id("ollama-")}};
-    generate(req, res,
-             request.chat ? server::prepare_chat(*model, *request.chat)
-                          : server::prepare_completion(*model, request.completion),
+    const server::ServedModel& served = lease->model();
+    generate(req, res, lease,
+             request.chat ? server::prepare_chat(served, *request.chat)
+                          : server::prepare_completion(served, request.completion),
              setup);
   }
 
-  Json model_details() const {
-    const Model& m = model->model();
-    std::string arch = architecture_name(m.config.arch);
-    return Json{{"parent_model", ""},
-                {"format", m.path.extension() == ".gguf" ? "gguf" : "orchard"},
-                {"family", arch},
-                {"families", Json::array({arch})},
-                {"parameter_size", parameter_size(m.weights.n_parameters())},
-                {"quantization_level", m.describe()}};
+  void send_json(httplib::Response& res, const Json& body) {
+    res.set_content(server::dump_json(body), "application/json");
   }
 
-  void ollama_tags(httplib::Response& res) {
-    Json list = Json::array();
-    for (const std::string& name : model->names()) {
-      list.push_back(Json{{"name", name},
-                          {"model", name},
-                          {"modified_at", utc_now_iso()},
-                          {"size", 0},
-                          {"digest", fmt::format("{:016x}", std::hash<std::string>{}(model->name()))},
-                          {"details", model_details()}});
-    }
-    res.set_content(server::dump_json(Json{{"models", std::move(list)}}), "application/json");
-  }
-
-  void ollama_show(const httplib::Request& req, httplib::Response& res) {
+  // /api/pull and /api/create: NDJSON progress objects when streamed (Ollama's default), else the last.
+  template <typename F>
+  void progress_route(const httplib::Request& req, httplib::Response& res, F&& work) {
     Json body = server::parse_body(req.body);
-    std::string asked;
-    for (const char* key : {"model", "name"}) {
-      if (body.contains(key) && body[key].is_string()) asked = body[key].get<std::string>();
+    const bool stream = !(body.is_object() && body.contains("stream") && body["stream"] == false);
+    if (!stream) {
+      Json last = Json{{"status", "success"}};
+      work(body, [&](const Json& status) { last = status; });
+      return send_json(res, last);
     }
-    if (asked.empty()) throw ApiError::invalid("'model' is required", "model");
-    check_model(asked, true);
-    const Model& m = model->model();
-    std::string arch = architecture_name(m.config.arch);
-    Json info{{"general.architecture", arch},
-              {"general.parameter_count", m.weights.n_parameters()},
-              {arch + ".context_length", m.config.context_length},
-              {arch + ".embedding_length", m.config.n_embd},
-              {arch + ".block_count", m.config.n_layer},
-              {arch + ".attention.head_count", m.config.n_head},
-              {arch + ".attention.head_count_kv", m.config.n_kv_head},
-              {"tokenizer.ggml.tokens_count", m.tokenizer->vocab_size()}};
-    Json out{{"license", ""},
-             {"modelfile", fmt::format("FROM {}\n", m.path.empty() ? model->name() : m.path.string())},
-             {"parameters", fmt::format("num_ctx {}", model->context_length())},
-             {"template", model->chat_template().source()},
-             {"details", model_details()},
-             {"model_info", std::move(info)},
-             {"capabilities", Json::array({"completion", "tools"})}};
-    res.set_content(server::dump_json(out), "application/json");
-  }
-
-  static Json model_entry(const std::string& name) {
-    return Json{{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard"}};
-  }
-
-  void models(httplib::Response& res) {
-    Json list = Json::array();
-    for (const std::string& name : model->names()) list.push_back(model_entry(name));
-    res.set_content(server::dump_json(Json{{"object", "list"}, {"data", std::move(list)}}), "application/json");
+    // The work runs in the stream's first call: its progress is written as it comes; an error after the
+    // first line is an {"error"} line (the status is sent already).
+    res.set_chunked_content_provider(
+        "application/x-ndjson", [work, body](std::size_t, httplib::DataSink& sink) mutable {
+          auto write = [&](const Json& status) {
+            const std::string line = server::dump_json(status) + "\n";
+            sink.write(line.data(), line.size());
+          };
+          try {
+            work(body, write);
+          } catch (const ApiError& e) {
+            write(Json{{"error", e.what()}});
+          } catch (const std::exception& e) {
+            write(Json{{"error", e.what()}});
+          }
+          sink.done();
+          return true;
+        });
   }
 
   // Registers a route under its metric label; GET routes answer HEAD too (httplib's way).
@@ -403,6 +428,8 @@ struct Server::Impl {
     };
     if (std::string(method) == "GET") {
       http.Get(pattern, wrapped);
+    } else if (std::string(method) == "DELETE") {
+      http.Delete(pattern, wrapped);
     } else {
       http.Post(pattern, wrapped);
     }
@@ -513,22 +540,59 @@ struct Server::Impl {
           [this](const httplib::Request& req, httplib::Response& res) { chat_completions(req, res); });
     route("POST", "/v1/completions", "/v1/completions",
           [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
-    route("GET", "/v1/models", "/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
+    route("GET", "/v1/models", "/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, server::openai_models_response(*registry));
+    });
     route("GET", R"(/v1/models/(.+))", "/v1/models/{id}", [this](const httplib::Request& req, httplib::Response& res) {
       const std::string asked = req.matches[1].str();
-      check_model(asked, false);
-      const auto& names = model->names();
-      bool listed = std::find(names.begin(), names.end(), asked) != names.end();
-      res.set_content(server::dump_json(model_entry(listed ? asked : model->name())), "application/json");
+      const auto names = registry->names();
+      std::string id;
+      if (std::find(names.begin(), names.end(), asked) != names.end()) {
+        id = asked;
+      } else if (registry->is_first(asked)) {
+        id = model->name();
+      } else if (auto stored = registry->stored_name(asked)) {
+        id = *stored;
+      } else {
+        throw ApiError(404, "invalid_request_error",
+                       fmt::format("The model '{}' does not exist; this server serves '{}'", asked,
+                                   fmt::join(names, "', '")),
+                       "model", "model_not_found");
+      }
+      send_json(res, Json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard"}});
     });
     route("POST", "/api/chat", "/api/chat",
           [this](const httplib::Request& req, httplib::Response& res) { ollama_chat(req, res); });
     route("POST", "/api/generate", "/api/generate",
           [this](const httplib::Request& req, httplib::Response& res) { ollama_generate(req, res); });
-    route("GET", "/api/tags", "/api/tags",
-          [this](const httplib::Request&, httplib::Response& res) { ollama_tags(res); });
-    route("POST", "/api/show", "/api/show",
-          [this](const httplib::Request& req, httplib::Response& res) { ollama_show(req, res); });
+    route("GET", "/api/tags", "/api/tags", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, server::tags_response(*registry));
+    });
+    route("POST", "/api/show", "/api/show", [this](const httplib::Request& req, httplib::Response& res) {
+      send_json(res, server::show_response(*registry, server::parse_body(req.body)));
+    });
+    route("GET", "/api/ps", "/api/ps", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, server::ps_response(*registry));
+    });
+    route("POST", "/api/copy", "/api/copy", [this](const httplib::Request& req, httplib::Response& res) {
+      server::copy_model_route(*registry, server::parse_body(req.body));
+      send_json(res, Json::object());
+    });
+    route("DELETE", "/api/delete", "/api/delete", [this](const httplib::Request& req, httplib::Response& res) {
+      server::delete_model_route(*registry, server::parse_body(req.body));
+      send_json(res, Json::object());
+    });
+    route("POST", "/api/create", "/api/create", [this](const httplib::Request& req, httplib::Response& res) {
+      progress_route(req, res, [this](const Json& body, const std::function<void(const Json&)>& emit) {
+        emit(Json{{"status", "parsing modelfile"}});
+        emit(server::create_model_route(*registry, body));
+      });
+    });
+    route("POST", "/api/pull", "/api/pull", [this](const httplib::Request& req, httplib::Response& res) {
+      progress_route(req, res, [this](const Json& body, const std::function<void(const Json&)>& emit) {
+        server::pull_model_route(*registry, body, emit);
+      });
+    });
     route("GET", "/api/version", "/api/version", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(server::dump_json(Json{{"version", options.version}}), "application/json");
     });
@@ -538,9 +602,10 @@ struct Server::Impl {
     route("POST", "/v1/grammar/compile", "/v1/grammar/compile",
           [this](const httplib::Request& req, httplib::Response& res) {
             server::CompileRequest request = server::parse_compile_request(server::parse_body(req.body));
-            check_model(request.model, false);
-            res.set_content(server::dump_json(server::compile_response(*model, request, client_gone_check())),
-                            "application/json");
+            auto lease = registry->acquire(request.model, false);
+            res.set_content(
+                server::dump_json(server::compile_response(lease->model(), request, client_gone_check())),
+                "application/json");
           });
     route("GET", "/", "/",
           [](const httplib::Request& req, httplib::Response& res) { server::answer_web_asset(req, res); });
@@ -605,5 +670,21 @@ void Server::stop() { impl_->stop(); }
 int Server::port() const { return impl_->port; }
 
 const std::string& Server::model_name() const { return impl_->model->name(); }
+
+double Server::parse_keep_alive(const std::string& text) {
+  // A bare number is seconds; anything else is read as a duration string.
+  Json value = text;
+  try {
+    std::size_t used = 0;
+    const double seconds = std::stod(text, &used);
+    if (used == text.size()) value = seconds;
+  } catch (const std::exception&) {
+  }
+  try {
+    return server::ModelRegistry::parse_keep_alive(value, "keep_alive");
+  } catch (const ApiError& e) {
+    throw Error(e.what());
+  }
+}
 
 }  // namespace pie
