@@ -257,7 +257,10 @@ struct Server::Impl {
     t_context.stream = setup.stream;
     const std::function<bool()> client_gone = client_gone_check();
     prepared.request.abandoned = client_gone;  // the grammar's compile stops when the client goes away
-    auto generation = std::make_shared<Generation>(lease->model(), std::move(prepared), setup);
+    // The generation holds its model's lease, released after the generation is gone (whichever of the
+    // request's holders lets go last): the model cannot be unloaded under it.
+    std::shared_ptr<Generation> generation(new Generation(lease->model(), std::move(prepared), setup),
+                                           [lease](Generation* g) { delete g; });
     t_context.generation = generation;
     generation->submit();
     add_active(generation);
@@ -276,7 +279,7 @@ struct Server::Impl {
     auto last_write = std::make_shared<Clock::time_point>(Clock::now());
     res.set_chunked_content_provider(
         sse ? "text/event-stream" : "application/x-ndjson",
-        [this, generation, sse, last_write, client_gone, lease](std::size_t, httplib::DataSink& sink) {
+        [this, generation, sse, last_write, client_gone](std::size_t, httplib::DataSink& sink) {
           std::string out = generation->next_chunk(std::chrono::milliseconds(250));
           // A client that went away is noticed on its socket (queued, long prefill: nothing is written);
           // an idle SSE stream also sends a comment now and then, for proxies between.
@@ -295,7 +298,7 @@ struct Server::Impl {
           if (generation->finished()) sink.done();
           return true;
         },
-        [this, generation, lease](bool success) {
+        [this, generation](bool success) {
           if (!success || !generation->finished()) generation->cancel();
           remove_active(generation.get());
         });

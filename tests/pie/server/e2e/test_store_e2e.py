@@ -207,6 +207,11 @@ def test_keep_alive(s, ctx):
     while "tiny:latest" in s.loaded() and time.time() < deadline:
         time.sleep(0.2)
     expect("tiny:latest" not in s.loaded(), "not unloaded after its keep_alive")
+    # keep_alive 0 on a streamed request: answered whole, then unloaded.
+    chunks = list(s.ollama.generate(model="second", prompt="Once", options={"num_predict": 4}, keep_alive=0,
+                                    stream=True))
+    expect(chunks[-1].done and chunks[-1].eval_count == 4, chunks[-1])
+    expect("second:latest" not in s.loaded(), f"still loaded: {list(s.loaded())}")
     r = s.ollama.generate(model="tiny", keep_alive=-1)
     expect(r.done_reason == "load" and s.loaded()["tiny:latest"].expires_at.year > 2200, s.loaded())
     expect_error(lambda: s.ollama.generate(model="tiny", prompt="x", keep_alive="soon"), 400, "keep_alive")

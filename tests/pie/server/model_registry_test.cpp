@@ -1,0 +1,205 @@
+// The server's models (server/model_registry.h) over a store holding the random-weight model as a
+// GGUF under two names: loading on the first request, keep_alive (0, a time, never; Ollama's
+// durations), the limits (a number of models, a memory budget) unloading the least recently used
+// idle model and refusing (503) when every loaded one is busy, unload() with requests running, a
+// model that cannot be loaded (500), an unknown one (404 naming it).
+#include "server/model_registry.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "pie/engine.h"
+#include "pie/model.h"
+#include "server/api_error.h"
+
+namespace pie::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+EngineOptions small_engine() {
+  EngineOptions o;
+  o.n_threads = 1;
+  o.max_running = 2;
+  o.context_length = 128;
+  return o;
+}
+
+class ModelRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("orchard_registry_" +
+             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    ConvertOptions convert;
+    convert.type = tensor::DType::q8_0;
+    write_gguf_model(*random_model(), root_ / "tiny.gguf", convert);
+    ModelStore store(root_ / "models");
+    store.import_file(root_ / "tiny.gguf", "a");
+    store.import_file(root_ / "tiny.gguf", "b");
+    size_ = fs::file_size(root_ / "tiny.gguf");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::unique_ptr<ModelRegistry> make(std::size_t max_loaded = 0, std::uint64_t budget = 0,
+                                      double keep_alive = 300) {
+    auto engine = std::make_shared<Engine>(random_model(), small_engine());
+    auto first = std::make_shared<ServedModel>(engine, "first");
+    RegistryOptions options;
+    options.store_root = root_ / "models";
+    options.engine = small_engine();
+    options.keep_alive_seconds = keep_alive;
+    options.max_loaded = max_loaded;
+    options.memory_budget = budget;
+    return std::make_unique<ModelRegistry>(first, options);
+  }
+  static std::set<std::string> loaded(const ModelRegistry& r) {
+    std::set<std::string> out;
+    for (const LoadedModelInfo& m : r.loaded()) out.insert(m.name);
+    return out;
+  }
+  static int status_of(const std::function<void()>& f, std::string* message = nullptr) {
+    try {
+      f();
+    } catch (const ApiError& e) {
+      if (message) *message = e.what();
+      return e.status();
+    }
+    return 0;
+  }
+
+  fs::path root_;
+  std::uint64_t size_ = 0;
+};
+
+TEST(KeepAlive, ParsesOllamaDurations) {
+  using J = nlohmann::ordered_json;
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J(30), "k"), 30);
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J(-1), "k"), -1);
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J("5m"), "k"), 300);
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J("1h30m"), "k"), 5400);
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J("1.5s"), "k"), 1.5);
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J("300ms"), "k"), 0.3);
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J("-1"), "k"), -1);
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J("-5m"), "k"), -300);
+  EXPECT_DOUBLE_EQ(ModelRegistry::parse_keep_alive(J("0"), "k"), 0);
+  for (const J& bad :
+       {J("soon"), J(""), J("5x"), J("m"), J("5m3"), J("--1"), J(true), J::array()}) {
+    try {
+      ModelRegistry::parse_keep_alive(bad, "keep_alive");
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "keep_alive");
+    }
+  }
+}
+
+TEST_F(ModelRegistryTest, LoadsOnFirstRequestAndNamesTheUnknown) {
+  auto r = make();
+  EXPECT_EQ(loaded(*r), (std::set<std::string>{"first"}));
+  {
+    auto lease = r->acquire("a", true);
+    EXPECT_EQ(lease->model().name(), "a:latest");
+    ASSERT_TRUE(lease->stored());
+    EXPECT_EQ(lease->stored()->size, size_);
+  }
+  EXPECT_EQ(loaded(*r), (std::set<std::string>{"first", "a:latest"}));
+  EXPECT_EQ(r->acquire("default", false)->model().name(), "first");
+  std::string message;
+  EXPECT_EQ(status_of([&] { r->acquire("nope:7b", true); }, &message), 404);
+  EXPECT_EQ(message, "model 'nope:7b' not found");
+  EXPECT_EQ(status_of([&] { r->acquire("Not A Name", false); }, &message), 404);
+  EXPECT_NE(message.find("'Not A Name'"), std::string::npos);
+  const std::vector<std::string> names = r->names();
+  EXPECT_EQ(names, (std::vector<std::string>{"first", "a:latest", "b:latest"}));
+}
+
+TEST_F(ModelRegistryTest, KeepAliveZeroUnloadsWhenDone) {
+  auto r = make();
+  auto one = r->acquire("a", true, 0.0);
+  auto two = r->acquire("a", true);
+  one.reset();
+  EXPECT_TRUE(loaded(*r).contains("a:latest"));  // a request still runs on it
+  two.reset();
+  EXPECT_TRUE(loaded(*r).contains("a:latest"));  // the last release's keep_alive (the default) wins
+  r->acquire("a", true, 0.0).reset();
+  EXPECT_FALSE(loaded(*r).contains("a:latest"));
+  r->acquire("a", true, -1.0).reset();
+  bool forever = false;
+  for (const LoadedModelInfo& m : r->loaded()) forever |= m.name == "a:latest" && !m.expires;
+  EXPECT_TRUE(forever);
+}
+
+TEST_F(ModelRegistryTest, ExpiresAfterKeepAlive) {
+  auto r = make(0, 0, 0.2);
+  r->acquire("a", true).reset();
+  EXPECT_TRUE(loaded(*r).contains("a:latest"));
+  for (int i = 0; i < 100 && loaded(*r).contains("a:latest"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(loaded(*r).contains("a:latest"));
+}
+
+TEST_F(ModelRegistryTest, LimitsUnloadTheLeastRecentlyUsedIdleModel) {
+  auto r = make(/*max_loaded=*/2);
+  auto held = r->acquire("a", true);
+  std::string message;
+  EXPECT_EQ(status_of([&] { r->acquire("b", true); }, &message), 503);  // 'a' is busy: no room
+  EXPECT_NE(message.find("no room to load 'b:latest'"), std::string::npos) << message;
+  held.reset();
+  r->acquire("b", true).reset();
+  EXPECT_EQ(loaded(*r), (std::set<std::string>{"first", "b:latest"}));
+  // A budget of the first model's and one file's bytes (the random first model has no file: 0
+  // bytes).
+  auto budgeted = make(0, size_ + size_ / 2);
+  budgeted->acquire("a", true).reset();
+  budgeted->acquire("b", true).reset();
+  EXPECT_EQ(loaded(*budgeted), (std::set<std::string>{"first", "b:latest"}));
+}
+
+TEST_F(ModelRegistryTest, UnloadWaitsForRunningRequests) {
+  auto r = make();
+  auto held = r->acquire("a", true);
+  EXPECT_TRUE(r->unload("a"));
+  EXPECT_TRUE(loaded(*r).contains("a:latest"));
+  held.reset();
+  EXPECT_FALSE(loaded(*r).contains("a:latest"));
+  EXPECT_FALSE(r->unload("a"));      // not loaded
+  EXPECT_FALSE(r->unload("first"));  // never
+}
+
+TEST_F(ModelRegistryTest, ConcurrentFirstRequestsShareOneLoad) {
+  auto r = make();
+  std::vector<std::thread> threads;
+  std::vector<const ServedModel*> got(6);
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] {
+      auto lease = r->acquire(i % 2 ? "a" : "b:latest", true);
+      got[i] = &lease->model();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[1], got[3]);
+  EXPECT_EQ(got[0], got[2]);
+  EXPECT_NE(got[0], got[1]);
+}
+
+TEST_F(ModelRegistryTest, AModelThatCannotLoadIs500) {
+  auto r = make();
+  const StoredModel a = ModelStore(root_ / "models").find("a");
+  fs::resize_file(a.file, 1000);  // truncated (both names share the blob)
+  std::string message;
+  EXPECT_EQ(status_of([&] { r->acquire("a", true); }, &message), 500);
+  EXPECT_NE(message.find("cannot load 'a:latest'"), std::string::npos) << message;
+  EXPECT_EQ(loaded(*r), (std::set<std::string>{"first"}));
+}
+
+}  // namespace
+}  // namespace pie::server
