@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "grammar_source.h"
 #include "model_option.h"
+#include "lora_flags.h"
 #include "speculative_flags.h"
 #include "stored_defaults.h"
 #include "pie/chat_session.h"
@@ -175,7 +176,10 @@ int run_chat(std::span<const std::string> args) {
   chat_options.add_options(parser);
   SpeculativeFlags spec;
   spec.add_options(parser);
+  LoraFlags lora;
+  lora.add_options(parser);
   if (!parser.parse(args)) return 0;
+  (void)lora.specs();  // a malformed --lora is a usage error before the model loads
 
   pie::EngineOptions engine_options;
   engine_options.max_running = 1;
@@ -208,6 +212,7 @@ int run_chat(std::span<const std::string> args) {
   const nlohmann::json defaults = stored_sampling(opened, given);
   for (auto it = defaults.begin(); it != defaults.end(); ++it) fields[it.key()] = *it;
   auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
+  if (const auto loras = lora.attach(*engine); !loras.empty()) fields["lora"] = LoraFlags::field(loras);
   Chat chat(engine, std::move(fields), interactive);
   if (auto system = system_prompt(chat_options.system, opened)) chat.session().set_system(*system);
 

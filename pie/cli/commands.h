@@ -22,6 +22,7 @@ int run_run(std::span<const std::string> args);
 int run_chat(std::span<const std::string> args);
 int run_serve(std::span<const std::string> args);
 int run_convert(std::span<const std::string> args);
+int run_lora(std::span<const std::string> args);
 int run_perplexity(std::span<const std::string> args);
 int run_pull(std::span<const std::string> args);
 int run_create(std::span<const std::string> args);

@@ -10,6 +10,7 @@
 
 #include "arg_parser.h"
 #include "commands.h"
+#include "lora_command.h"
 #include "pie/model.h"
 #include "pie/model_store.h"
 #include "tensor/dtype.h"
@@ -58,7 +59,7 @@ class Progress {
 }  // namespace
 
 int run_convert(std::span<const std::string> args) {
-  std::optional<std::string> input, output, type_text, tokenizer;
+  std::optional<std::string> input, output, type_text, tokenizer, base;
   ArgParser parser(
       "orchard convert INPUT -o OUT.gguf [--type TYPE] [--tokenizer PATH]",
       "Converts a model to a GGUF v3 file that llama.cpp and Orchard load: llama.cpp's key and tensor\n"
@@ -71,15 +72,20 @@ int run_convert(std::span<const std::string> args) {
       "q6_K -> q8_0, then f16), and a note on stderr says which.\n\n"
       "Exit status: 0 success; 2 bad arguments or a model that cannot be loaded or written (one line\n"
       "on stderr says why).\n\n"
+      "A PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) is written as a\n"
+      "llama.cpp GGUF adapter; --base names the model it was trained on.\n\n"
       "example: orchard convert stories260K.bin -o stories260K-q8_0.gguf --type q8_0");
   parser.option("output", 'o', "OUT.gguf", "the GGUF file to write (required)", &output)
       .option("type", 0, "TYPE", "weight matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_K, q6_K",
               &type_text)
       .option("tokenizer", 't', "PATH", "llama2.c checkpoints: the tokenizer .bin", &tokenizer)
+      .option("base", 0, "MODEL", "PEFT adapters: the base model they fit", &base)
       .positional("INPUT", "the model: GGUF file, Hugging Face folder, llama2.c checkpoint or stored name", true,
                   &input);
   if (!parser.parse(args)) return 0;
   if (!output) throw UsageError("missing option --output/-o OUT.gguf");
+  if (is_peft_adapter(*input)) return convert_lora_adapter(*input, *output, base);
+  if (base) throw UsageError("--base is for PEFT adapters; INPUT is not one (no adapter_config.json)");
   pie::ConvertOptions convert;
   convert.type = type_text ? parse_type(*type_text) : tensor::DType::f16;
 

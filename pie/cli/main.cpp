@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
      orchard::cli::run_chat},
     {"serve", "OpenAI- and Ollama-compatible HTTP server", orchard::cli::run_serve},
     {"convert", "any model (GGUF, Hugging Face, llama2.c) -> GGUF, optionally quantized", orchard::cli::run_convert},
+    {"lora", "LoRA adapters: merge them into a base model", orchard::cli::run_lora},
     {"perplexity", "a model's perplexity over a text file, computed as llama.cpp's llama-perplexity does",
      orchard::cli::run_perplexity},
     {"pull", "a GGUF file or an http(s) URL to one into the model store (resumable)", orchard::cli::run_pull},

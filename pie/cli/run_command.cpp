@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "grammar_source.h"
 #include "model_option.h"
+#include "lora_flags.h"
 #include "speculative_flags.h"
 #include "stored_defaults.h"
 #include "pie/chat_session.h"
@@ -38,6 +39,7 @@ struct RunSettings {
   std::optional<bool> add_bos;  // --bos / --no-bos; nullopt: as the model's metadata says
   bool json_stats = false;
   pie::SpeculativeOptions speculative;
+  LoraFlags lora;
 };
 
 struct RunSummary {
@@ -91,6 +93,7 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
   options.speculative = settings.speculative;
   options.max_running = settings.parallel;
   pie::Engine engine(model, options);
+  request.loras = settings.lora.attach(engine);
   const auto t0 = std::chrono::steady_clock::now();
   // --parallel N: N requests at once, seeds seed .. seed + N - 1 (the grammar is compiled once: cached).
   std::vector<std::shared_ptr<pie::RequestStream>> streams;
@@ -159,10 +162,12 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
   options.speculative = settings.speculative;
   options.max_running = 1;
   auto engine = std::make_shared<pie::Engine>(model, options);
+  nlohmann::ordered_json request_fields = fields;
+  if (const auto loras = settings.lora.attach(*engine); !loras.empty()) request_fields["lora"] = LoraFlags::field(loras);
   pie::ChatSession session(engine);
   if (system) session.set_system(*system);
   const auto t0 = std::chrono::steady_clock::now();
-  const pie::ChatReply reply = session.send(prompt, fields, [](std::string_view text) { write_out(std::string(text)); });
+  const pie::ChatReply reply = session.send(prompt, request_fields, [](std::string_view text) { write_out(std::string(text)); });
   const auto t1 = std::chrono::steady_clock::now();
   if (!reply.content.empty() || reply.tool_calls.empty()) write_out("\n");
   for (const nlohmann::ordered_json& call : reply.tool_calls) {
@@ -234,6 +239,8 @@ int run_run(std::span<const std::string> args) {
   chat_options.add_options(parser);
   SpeculativeFlags spec;
   spec.add_options(parser);
+  LoraFlags lora;
+  lora.add_options(parser);
   if (!parser.parse(args)) return 0;
   if (prompt && prompt_file) throw UsageError("give -p PROMPT or -f FILE, not both");
   if (bos && no_bos) throw UsageError("give --bos or --no-bos, not both");
@@ -263,6 +270,8 @@ int run_run(std::span<const std::string> args) {
   if (bos || no_bos) settings.add_bos = bos;
   settings.json_stats = json_stats;
   settings.speculative = spec.get();
+  settings.lora = lora;
+  (void)lora.specs();  // a malformed --lora is a usage error before the model loads
 
   // A model that cannot be found or loaded, a bad prompt, grammar or request: thrown to main, which
   // writes one line and exits with status 2. A generation that fails once running: status 1.

@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "grammar_source.h"
 #include "model_option.h"
+#include "lora_flags.h"
 #include "speculative_flags.h"
 #include "pie/engine.h"
 #include "pie/model.h"
@@ -100,7 +101,10 @@ int run_serve(std::span<const std::string> args) {
       .flag("quiet", 'q', "no per-request log lines", &quiet);
   SpeculativeFlags spec;
   spec.add_options(parser);
+  LoraFlags lora;
+  lora.add_options(parser);
   if (!parser.parse(args)) return 0;
+  const std::vector<LoraSpec> lora_specs = lora.specs();
 
   pie::EngineOptions engine_options;
   if (parallel) engine_options.max_running = static_cast<std::int32_t>(parse_int(*parallel, "--parallel", 1, 4096));
@@ -177,6 +181,12 @@ int run_serve(std::span<const std::string> args) {
   // A stored model is served under its store name; a file under the name the server derives from it.
   if (!name) options.model_name = opened.store_name;
   auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
+  // Adapters are selected per request (`model` naming one, or `lora`); an explicit :SCALE also makes it a
+  // default for requests that select none.
+  for (const LoraSpec& s : lora_specs) {
+    engine->attach_lora(s.name, s.path);
+    if (s.scale_given) options.lora_scales.emplace_back(s.name, s.scale);
+  }
   pie::Server server(engine, options);
   int bound = server.bind();
   std::printf("listening on http://%s:%d (model %s)\n", options.host.c_str(), bound, server.model_name().c_str());

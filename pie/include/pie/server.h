@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pie/engine.h"
@@ -44,6 +45,9 @@ struct ServerOptions {
   // More names the request's `model` field accepts; /v1/models and /api/tags list them after the name.
   // "default" (and an absent model) always names the one model served.
   std::vector<std::string> aliases;
+  // Default scales of attached LoRA adapters (name, scale), applied to requests that give no `lora` field
+  // (POST /lora-adapters changes them); an adapter not listed applies only when a request selects it.
+  std::vector<std::pair<std::string, float>> lora_scales;
   // How response_format / Ollama format JSON is laid out: compact (the default, as llama.cpp answers),
   // flexible (bounded whitespace runs where JSON allows them) or indented (json.dumps(indent=2)).
   pse::JsonLayout json_layout = pse::JsonLayout::kCompact;

@@ -1,5 +1,8 @@
 #include "server/api_error.h"
 
+#include "pie/engine.h"
+#include "pie/lora.h"
+
 #include <fmt/format.h>
 
 #include "pie/error.h"
@@ -45,6 +48,10 @@ ApiError api_error_from_exception(std::exception_ptr error, const std::string& c
     return ApiError::invalid(e.what(), constraint_param, "constraint_too_large");
   } catch (const pse::Error& e) {
     return ApiError::invalid(e.what(), constraint_param, "invalid_grammar");
+  } catch (const pie::LoraNotFoundError& e) {
+    return ApiError(404, "invalid_request_error", e.what(), e.param(), e.code());
+  } catch (const pie::LoraError& e) {
+    return ApiError::invalid(e.what(), "lora", "invalid_lora_adapter");
   } catch (const pie::RequestError& e) {
     std::string param = e.param();
     if (param == "grammar" && !constraint_param.empty()) param = constraint_param;

@@ -9,6 +9,7 @@
 #include "server/api_error.h"
 #include "server/api_request.h"
 #include "server/choice_output.h"
+#include "server/lora_routes.h"
 #include "server/served_model.h"
 
 namespace pie {
@@ -58,6 +59,7 @@ ChatReply ChatSession::send(const std::string& user_text, const Json& fields,
   std::shared_ptr<RequestStream> stream;
   try {
     prepared = server::prepare_chat(impl_->served, server::parse_openai_chat(body));
+    prepared.request.loras = server::LoraRoutes(*impl_->engine).select(body, "");
     stream = impl_->engine->submit(prepared.request);
   } catch (const server::ApiError& e) {
     throw RequestError(e.what(), e.param());

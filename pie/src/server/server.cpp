@@ -25,6 +25,7 @@
 #include "server/generation.h"
 #include "server/grammar_compile.h"
 #include "server/http_transport.h"
+#include "server/lora_routes.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_head.h"
@@ -91,6 +92,7 @@ struct Server::Impl {
   std::shared_ptr<Engine> engine;
   std::shared_ptr<server::ServedModel> model;  // the first model (always loaded)
   std::unique_ptr<server::ModelRegistry> registry;  // it and the store's models, loaded on demand
+  std::unique_ptr<server::LoraRoutes> loras;  // the first model's LoRA adapters through the API
   // httplib parses and routes each request; the transport owns the sockets and threads (http_transport.h)
   // and hands it each request's stream through process_request, which httplib keeps protected.
   struct HttpServer : httplib::Server {
@@ -118,6 +120,7 @@ struct Server::Impl {
 
   Impl(std::shared_ptr<Engine> e, ServerOptions o) : options(std::move(o)), engine(std::move(e)) {
     if (!engine) throw Error("[server] no engine");
+    loras = std::make_unique<server::LoraRoutes>(*engine, options.lora_scales);
     std::string name = options.model_name.empty() ? server::served_model_name(engine->model()) : options.model_name;
     model = std::make_shared<server::ServedModel>(engine, name,
                                                   server::ServedModelOptions{options.aliases, options.json_layout,
@@ -232,6 +235,8 @@ struct Server::Impl {
     if (ollama && body.is_object() && body.contains("keep_alive") && !body["keep_alive"].is_null()) {
       keep_alive = server::ModelRegistry::parse_keep_alive(body["keep_alive"], "keep_alive");
     }
+    // An adapter's name selects the first model, whose engine holds the adapters (OpenAI routes).
+    if (!ollama && !asked.empty() && !registry->is_first(asked) && loras->names_adapter(asked)) asked.clear();
     auto lease = registry->acquire(asked, ollama, keep_alive);
     defaults_applied = false;
     if (lease->stored()) {
@@ -239,6 +244,21 @@ struct Server::Impl {
       defaults_applied = true;
     }
     return lease;
+  }
+
+  // The LoRA adapters of a request (server/lora_routes.h); only the first model has adapters.
+  std::vector<LoraRequest> lora_selection(const server::ModelLease& lease, const Json& body) {
+    if (&lease.model().engine() == engine.get()) {
+      std::string asked;
+      if (body.is_object() && body.contains("model") && body["model"].is_string()) asked = body["model"];
+      return loras->select(body, asked);
+    }
+    if (body.is_object() && body.contains("lora") && !body["lora"].is_null() && !body["lora"].empty()) {
+      throw ApiError::invalid(fmt::format("the model '{}' has no LoRA adapters (they are the first model's, '{}')",
+                                          lease.model().name(), model->name()),
+                              "lora");
+    }
+    return {};
   }
 
   // Ollama's keep_alive of a request with nothing to generate: 0 unloads the model.
@@ -313,7 +333,9 @@ struct Server::Impl {
     if (defaults) request = server::parse_openai_chat(body);
     server::GenerationSetup setup{Api::openai_chat, request.params.stream, request.params.include_usage, false,
                                   {server::make_response_id("chatcmpl-")}, request.params.token_detail};
-    generate(req, res, lease, server::prepare_chat(lease->model(), request), setup);
+    server::PreparedRequest prepared = server::prepare_chat(lease->model(), request);
+    prepared.request.loras = lora_selection(*lease, body);
+    generate(req, res, lease, std::move(prepared), setup);
   }
 
   void completions(const httplib::Request& req, httplib::Response& res) {
@@ -324,7 +346,9 @@ struct Server::Impl {
     if (defaults) request = server::parse_openai_completion(body);
     server::GenerationSetup setup{Api::openai_completion, request.params.stream, request.params.include_usage,
                                   request.echo, {server::make_response_id("cmpl-")}, request.params.token_detail};
-    generate(req, res, lease, server::prepare_completion(lease->model(), request), setup);
+    server::PreparedRequest prepared = server::prepare_completion(lease->model(), request);
+    prepared.request.loras = lora_selection(*lease, body);
+    generate(req, res, lease, std::move(prepared), setup);
   }
 
   // Ollama's answer to a request with nothing to generate: the model is loaded, or with keep_alive 0,
@@ -544,10 +568,15 @@ struct Server::Impl {
     route("POST", "/v1/completions", "/v1/completions",
           [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
     route("GET", "/v1/models", "/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      send_json(res, server::openai_models_response(*registry));
+      Json out = server::openai_models_response(*registry);
+      for (Json& entry : loras->model_entries(model->name())) out["data"].push_back(std::move(entry));
+      send_json(res, out);
     });
     route("GET", R"(/v1/models/(.+))", "/v1/models/{id}", [this](const httplib::Request& req, httplib::Response& res) {
       const std::string asked = req.matches[1].str();
+      for (Json& entry : loras->model_entries(model->name())) {
+        if (entry["id"] == asked) return send_json(res, entry);
+      }
       const auto names = registry->names();
       std::string id;
       if (std::find(names.begin(), names.end(), asked) != names.end()) {
@@ -564,6 +593,18 @@ struct Server::Impl {
       }
       send_json(res, Json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard"}});
     });
+    route("POST", "/v1/load_lora_adapter", "/v1/load_lora_adapter",
+          [this](const httplib::Request& req, httplib::Response& res) {
+            send_json(res, loras->load(server::parse_body(req.body)));
+          });
+    route("POST", "/v1/unload_lora_adapter", "/v1/unload_lora_adapter",
+          [this](const httplib::Request& req, httplib::Response& res) {
+            send_json(res, loras->unload(server::parse_body(req.body)));
+          });
+    route("GET", "/lora-adapters", "/lora-adapters",
+          [this](const httplib::Request&, httplib::Response& res) { send_json(res, loras->list()); });
+    route("POST", "/lora-adapters", "/lora-adapters",
+          [this](const httplib::Request& req, httplib::Response& res) { send_json(res, loras->set_scales(req.body)); });
     route("POST", "/api/chat", "/api/chat",
           [this](const httplib::Request& req, httplib::Response& res) { ollama_chat(req, res); });
     route("POST", "/api/generate", "/api/generate",
