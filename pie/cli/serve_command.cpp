@@ -180,6 +180,7 @@ int run_serve(std::span<const std::string> args) {
   pie::OpenedModel opened = pie::open_model(model_path);
   // A stored model is served under its store name; a file under the name the server derives from it.
   if (!name) options.model_name = opened.store_name;
+  options.engine_options = engine_options;
   auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
   // Adapters are selected per request (`model` naming one, or `lora`); an explicit :SCALE also makes it a
   // default for requests that select none.

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,9 @@ struct ServerOptions {
   // How long a stored model stays loaded after its last request (Ollama's keep_alive; a request's own
   // "keep_alive" wins): negative keeps it loaded, 0 unloads it at once. The engine's model stays loaded.
   double keep_alive_seconds = 300;
+  // The engine options of the models loaded on demand, as given (each engine derives its context length
+  // and KV pool from its own model); nullopt: the engine's, less what it derived from its model.
+  std::optional<EngineOptions> engine_options;
   std::size_t max_loaded_models = 0;       // models loaded at once, the engine's included; 0: no limit
   std::uint64_t memory_budget_bytes = 0;   // bytes of model files loaded at once; 0: no limit
   double shutdown_grace_seconds = 10;  // stop(): how long running requests may finish, the cut included

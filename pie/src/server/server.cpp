@@ -127,7 +127,13 @@ struct Server::Impl {
                                                                              options.special_tokens_in_messages});
     server::RegistryOptions registry_options;
     registry_options.store_root = options.store_root;
-    registry_options.engine = engine->options();
+    if (options.engine_options) {
+      registry_options.engine = *options.engine_options;
+    } else {
+      registry_options.engine = engine->options();
+      registry_options.engine.context_length = 0;  // derived from the first model: each derives its own
+      registry_options.engine.kv_cache_bytes = 0;
+    }
     registry_options.served = {{}, options.json_layout, options.special_tokens_in_messages};
     registry_options.keep_alive_seconds = options.keep_alive_seconds;
     registry_options.max_loaded = options.max_loaded_models;

@@ -219,6 +219,61 @@ def test_keep_alive(s, ctx):
     expect("tiny:latest" in out and "Forever" in out and "orchard-random" in out, out)
 
 
+def test_loading_does_not_block(s, ctx):
+    # The real default model (98 MB) stored under another name: its first request hashes the file, maps it
+    # and starts its engine; requests to a model already loaded are answered meanwhile.
+    home = os.environ.get("ORCHARD_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "orchard")
+    manifest = os.path.join(home, "models", "manifests", "smollm2", "135m-instruct-q4_1")
+    if not os.path.exists(manifest):
+        print("  (skipped: the default model is not in the store)")
+        return
+    digest = json.load(open(manifest))["layers"][0]["digest"].split(":")[1]
+    status, text = s.http("POST", "/api/pull", {"model": os.path.join(home, "models", "blobs", "sha256-" + digest),
+                                                "name": "big", "stream": False})
+    expect(status == 200, f"{status} {text}")
+    oa_chat(s, "tiny")
+    big = {}
+
+    def load_big():
+        r = oa_chat(s, "big")
+        big["done"] = time.time()
+        big["model"] = r.model
+
+    t = threading.Thread(target=load_big)
+    t.start()
+    time.sleep(0.1)
+    oa_chat(s, "tiny")
+    tiny_done = time.time()
+    loading = "big:latest" not in s.loaded()
+    t.join()
+    expect(big.get("model") == "big:latest", big)
+    expect(tiny_done < big["done"] and loading, f"tiny answered {big['done'] - tiny_done:.3f} s before big")
+    s.ollama.generate(model="big", keep_alive=0)
+
+
+def test_no_store_and_unwritable_store(s, ctx):
+    # The store cannot be written (a file where its blobs go): 507 naming it, nothing named.
+    blobs = os.path.join(ctx["home"], "models", "blobs")
+    os.rename(blobs, blobs + ".away")
+    open(blobs, "w").close()
+    try:
+        status, text = s.http("POST", "/api/pull", {"model": ctx["second"], "name": "nowhere", "stream": False})
+        expect(status == 507 and "cannot" in text and "blobs" in text, f"{status} {text}")
+    finally:
+        os.remove(blobs)
+        os.rename(blobs + ".away", blobs)
+    expect("nowhere:latest" not in [m.model for m in s.ollama.list().models], "a name without its file")
+    # --no-store: the first model alone.
+    alone = Server(ctx["orchard"], ctx["home"], "--no-store")
+    try:
+        expect([m.id for m in alone.openai.models.list().data] == ["orchard-random"], "store models listed")
+        expect_error(lambda: oa_chat(alone, "tiny"), 404, "tiny")
+        status, text = alone.http("POST", "/api/create", {"model": "x", "from": "tiny", "stream": False})
+        expect(status == 501 and "no model store" in text, f"{status} {text}")
+    finally:
+        alone.stop()
+
+
 def test_copy_and_delete(s, ctx):
     expect(s.ollama.copy("tiny", "tiny2").status == "success", "copy")
     expect(oa_chat(s, "tiny2").model == "tiny2:latest", "the copy is not served")
@@ -249,7 +304,8 @@ def test_least_recently_used(ctx):
         s.stop()
 
 
-TESTS = [test_pull, test_create, test_list_and_show, test_interleaved, test_keep_alive, test_copy_and_delete]
+TESTS = [test_pull, test_create, test_list_and_show, test_interleaved, test_keep_alive, test_loading_does_not_block,
+         test_no_store_and_unwritable_store, test_copy_and_delete]
 
 
 def main():
