@@ -211,6 +211,7 @@ int run_chat(std::span<const std::string> args) {
   if (n_tokens) given.emplace_back("max_tokens");
   const nlohmann::json defaults = stored_sampling(opened, given);
   for (auto it = defaults.begin(); it != defaults.end(); ++it) fields[it.key()] = *it;
+  add_stored_adapters(lora, opened);
   auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
   if (const auto loras = lora.attach(*engine); !loras.empty()) fields["lora"] = LoraFlags::field(loras);
   Chat chat(engine, std::move(fields), interactive);

@@ -296,6 +296,7 @@ int run_run(std::span<const std::string> args) {
   if (seed) given.emplace_back("seed");
   if (n_tokens) given.emplace_back("max_tokens");
   const nlohmann::json defaults = stored_sampling(opened, given);
+  add_stored_adapters(settings.lora, opened);
   if (chat) {
     for (auto it = defaults.begin(); it != defaults.end(); ++it) (*chat_fields)[it.key()] = *it;
     const std::string text = prompt_file ? read_input(*prompt_file) : prompt.value_or("");

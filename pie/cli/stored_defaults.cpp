@@ -39,6 +39,16 @@ void apply_sampling(const nlohmann::json& fields, pie::GenerateRequest& request)
   }
 }
 
+void add_stored_adapters(LoraFlags& lora, const pie::OpenedModel& opened) {
+  if (!opened.stored) return;
+  std::vector<std::string> values;
+  for (std::size_t i = 0; i < opened.stored->adapters.size(); ++i) {
+    values.push_back("adapter" + std::to_string(i) + "=" + opened.stored->adapters[i].string() +
+                     ":1");
+  }
+  lora.values.insert(lora.values.begin(), values.begin(), values.end());
+}
+
 std::optional<std::string> system_prompt(const std::optional<std::string>& given,
                                          const pie::OpenedModel& opened) {
   if (given) return given;

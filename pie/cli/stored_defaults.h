@@ -1,6 +1,6 @@
-// A stored model's Modelfile (PARAMETER, SYSTEM) applied by `orchard run` and `orchard chat`: its
-// sampling parameters where the command line left them out, its system prompt when --system is not
-// given.
+// A stored model's Modelfile (PARAMETER, SYSTEM, ADAPTER) applied by `orchard run` and `orchard
+// chat`: its sampling parameters where the command line left them out, its system prompt when
+// --system is not given.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lora_flags.h"
 #include "pie/engine.h"
 #include "pie/model_store.h"
 
@@ -20,6 +21,8 @@ nlohmann::json stored_sampling(const pie::OpenedModel& opened,
 // Sets `request`'s temperature, top_k, top_p, min_p, seed, penalties, max_tokens and stop from
 // `fields`.
 void apply_sampling(const nlohmann::json& fields, pie::GenerateRequest& request);
+// The Modelfile's ADAPTERs added to `lora` (before any --lora), each at scale 1.
+void add_stored_adapters(LoraFlags& lora, const pie::OpenedModel& opened);
 // --system when given, else the Modelfile's SYSTEM, else nullopt.
 std::optional<std::string> system_prompt(const std::optional<std::string>& given,
                                          const pie::OpenedModel& opened);

@@ -28,6 +28,9 @@ struct RegistryEntry {
 
 namespace {
 
+// The name a stored model's i-th ADAPTER is attached under.
+std::string adapter_name(std::size_t i) { return fmt::format("adapter{}", i); }
+
 std::chrono::system_clock::time_point to_system(Clock::time_point t) {
   return std::chrono::time_point_cast<std::chrono::system_clock::duration>(
       std::chrono::system_clock::now() + (t - Clock::now()));
@@ -48,6 +51,13 @@ ModelLease::ModelLease(ModelRegistry& registry, std::shared_ptr<RegistryEntry> e
 ModelLease::~ModelLease() { registry_.release(entry_, keep_alive_); }
 
 const std::optional<StoredModel>& ModelLease::stored() const { return entry_->stored; }
+
+std::vector<LoraRequest> ModelLease::adapters() const {
+  std::vector<LoraRequest> out;
+  if (entry_->pinned || !entry_->stored) return out;
+  for (std::size_t i = 0; i < entry_->stored->adapters.size(); ++i) out.push_back({adapter_name(i), 1.0f});
+  return out;
+}
 
 // --- ModelRegistry
 // -------------------------------------------------------------------------------------
@@ -239,6 +249,11 @@ std::shared_ptr<ModelLease> ModelRegistry::acquire(const std::string& asked, boo
   try {
     const OpenedModel opened = open_model(*name, *store_);
     auto engine = std::make_shared<Engine>(opened.model, options_.engine);
+    if (opened.stored) {
+      for (std::size_t i = 0; i < opened.stored->adapters.size(); ++i) {
+        engine->attach_lora(adapter_name(i), opened.stored->adapters[i]);
+      }
+    }
     served = std::make_shared<ServedModel>(engine, *name, options_.served);
   } catch (const std::exception& e) {
     error = e.what();

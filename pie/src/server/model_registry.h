@@ -50,6 +50,8 @@ class ModelLease {
   ServedModel& model() const { return *model_; }
   // The stored model (its Modelfile's parameters and system prompt); nullopt for the first model.
   const std::optional<StoredModel>& stored() const;
+  // Its Modelfile's ADAPTERs, attached to its engine when it was loaded: what each of its requests applies.
+  std::vector<LoraRequest> adapters() const;
 
  private:
   ModelRegistry& registry_;

@@ -259,6 +259,8 @@ struct Server::Impl {
       if (body.is_object() && body.contains("model") && body["model"].is_string()) asked = body["model"];
       return loras->select(body, asked);
     }
+    // A stored model's Modelfile adapters apply to all its requests.
+    if (std::vector<LoraRequest> adapters = lease.adapters(); !adapters.empty()) return adapters;
     if (body.is_object() && body.contains("lora") && !body["lora"].is_null() && !body["lora"].empty()) {
       throw ApiError::invalid(fmt::format("the model '{}' has no LoRA adapters (they are the first model's, '{}')",
                                           lease.model().name(), model->name()),
@@ -395,7 +397,9 @@ struct Server::Impl {
     if (defaults) request = server::parse_ollama_chat(body);
     server::GenerationSetup setup{Api::ollama_chat, request.params.stream, false, false,
                                   {server::make_response_id("ollama-")}};
-    generate(req, res, lease, server::prepare_chat(lease->model(), request), setup);
+    server::PreparedRequest prepared = server::prepare_chat(lease->model(), request);
+    prepared.request.loras = lease->adapters();  // a stored model's Modelfile adapters
+    generate(req, res, lease, std::move(prepared), setup);
   }
 
   void ollama_generate(const httplib::Request& req, httplib::Response& res) {
@@ -412,10 +416,10 @@ struct Server::Impl {
     server::GenerationSetup setup{Api::ollama_generate, params.stream, false, false,
                                   {server::make_response_id("ollama-")}};
     const server::ServedModel& served = lease->model();
-    generate(req, res, lease,
-             request.chat ? server::prepare_chat(served, *request.chat)
-                          : server::prepare_completion(served, request.completion),
-             setup);
+    server::PreparedRequest prepared = request.chat ? server::prepare_chat(served, *request.chat)
+                                                    : server::prepare_completion(served, request.completion);
+    prepared.request.loras = lease->adapters();  // a stored model's Modelfile adapters
+    generate(req, res, lease, std::move(prepared), setup);
   }
 
   void send_json(httplib::Response& res, const Json& body) {

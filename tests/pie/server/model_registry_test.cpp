@@ -7,13 +7,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "pie/engine.h"
+#include "pie/lora.h"
 #include "pie/model.h"
+#include "pie/modelfile.h"
 #include "server/api_error.h"
 
 namespace pie::server {
@@ -199,6 +203,67 @@ TEST_F(ModelRegistryTest, AModelThatCannotLoadIs500) {
   EXPECT_EQ(status_of([&] { r->acquire("a", true); }, &message), 500);
   EXPECT_NE(message.find("cannot load 'a:latest'"), std::string::npos) << message;
   EXPECT_EQ(loaded(*r), (std::set<std::string>{"first"}));
+}
+
+// A rank-4 adapter on every q projection of `model`, large enough to change greedy outputs.
+std::shared_ptr<LoraAdapter> random_adapter(const Model& model) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto adapter = std::make_shared<LoraAdapter>();
+  adapter->name = "random";
+  adapter->alpha = 8;
+  for (std::int32_t layer = 0; layer < model.config.n_layer; ++layer) {
+    const Weight& w = model.weights.layers[static_cast<std::size_t>(layer)].wq;
+    LoraPair p;
+    p.site = ProjectionSite::q;
+    p.layer = layer;
+    p.rank = 4;
+    p.n_in = n_in(w);
+    p.n_out = n_out(w);
+    p.scale = 2;
+    p.a.resize(static_cast<std::size_t>(p.rank * p.n_in));
+    p.b.resize(static_cast<std::size_t>(p.n_out * p.rank));
+    for (float& x : p.a) x = normal(rng) / std::sqrt(static_cast<float>(p.n_in));
+    for (float& x : p.b) x = normal(rng);
+    adapter->pairs.push_back(std::move(p));
+  }
+  return adapter;
+}
+
+std::vector<std::int32_t> greedy(Engine& engine, std::vector<LoraRequest> loras) {
+  GenerateRequest request;
+  request.prompt = {1, 2, 3, 4};
+  request.sampling.temperature = 0;
+  request.max_tokens = 8;
+  request.ignore_eos = true;
+  request.loras = std::move(loras);
+  auto stream = engine.submit(std::move(request));
+  std::vector<std::int32_t> out;
+  while (auto event = stream->next()) {
+    EXPECT_TRUE(event->error.empty()) << event->error;
+    out.insert(out.end(), event->tokens.begin(), event->tokens.end());
+  }
+  return out;
+}
+
+TEST_F(ModelRegistryTest, ModelfileAdaptersApplyToItsRequests) {
+  const auto base = random_model();
+  write_gguf_adapter(*random_adapter(*base), *base, root_ / "adapter.gguf");
+  ModelStore store(root_ / "models");
+  create_model(store, "adapted", parse_modelfile("FROM a\nADAPTER adapter.gguf\n"), root_);
+  auto r = make();
+  auto lease = r->acquire("adapted", true);
+  ASSERT_EQ(lease->adapters().size(), 1u);
+  EXPECT_EQ(lease->model().engine().loras().size(), 1u);
+  EXPECT_NE(greedy(lease->model().engine(), lease->adapters()),
+            greedy(lease->model().engine(), {}));
+  EXPECT_TRUE(r->acquire("a", true)->adapters().empty());
+  // An ADAPTER that is no adapter: the model cannot load.
+  std::ofstream(root_ / "junk.gguf") << "not an adapter";
+  create_model(store, "broken", parse_modelfile("FROM a\nADAPTER junk.gguf\n"), root_);
+  std::string message;
+  EXPECT_EQ(status_of([&] { r->acquire("broken", true); }, &message), 500);
+  EXPECT_NE(message.find("cannot load 'broken:latest'"), std::string::npos) << message;
 }
 
 }  // namespace
