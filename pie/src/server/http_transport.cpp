@@ -380,7 +380,8 @@ void HttpTransport::worker_loop(bool priority) {
 void HttpTransport::run() {
   if (listen_fd_ < 0) throw Error("[server] run() before bind()");
   running_ = true;
-  workers_.emplace_back([this] { worker_loop(true); });
+  // Two for /health and /metrics: one client slow to read its answer cannot hold both.
+  for (int i = 0; i < 2; ++i) workers_.emplace_back([this] { worker_loop(true); });
   for (std::size_t i = 0; i < options_.n_workers; ++i) workers_.emplace_back([this] { worker_loop(false); });
 
   // Accepted connections wait here (no thread each) until their first request shows where it goes.

@@ -3,7 +3,7 @@
 //   - the request head (request line and headers) at most max_head_bytes and head_timeout_seconds;
 //   - the body at most max_body_bytes as read from the socket, whatever the transfer encoding (httplib
 //     checks only a Content-Length; a chunked body was read without bound);
-//   - connections whose first request is a GET of a priority path (/health, /metrics) served on a thread
+//   - connections whose first request is a GET of a priority path (/health, /metrics) served on threads
 //     of their own, so they answer however busy the workers are;
 //   - connections waiting for a worker past max_waiting answered 503 at once;
 //   - the client's end of a connection observable while its request runs (Connection::peer_gone), so a
