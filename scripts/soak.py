@@ -5,7 +5,7 @@ default model unless --model), while a monitor asks /health every half second an
 RSS. Bounded in time: the server is stopped (SIGTERM) at the end.
 
 usage: scripts/soak.py [--orchard build/pie/orchard] [--model M] [--duration 600] [--warmup 60]
-                       [--clients 16] [--json]
+                       [--clients 16] [--actions plain,grammar,abandon,bad] [--json]
 
 Checks, each printed PASS/FAIL with its figure, exit status 1 when one fails:
   - no crash: the server runs throughout and exits 0 on SIGTERM, within its grace period;
@@ -207,7 +207,11 @@ class Soak:
 
     def client(self, seed):
         rng = random.Random(seed)
-        actions = [(0.35, self.plain), (0.2, self.grammar_heavy), (0.2, self.abandon), (0.25, self.bad)]
+        mix = {"plain": (0.35, self.plain), "grammar": (0.2, self.grammar_heavy), "abandon": (0.2, self.abandon),
+               "bad": (0.25, self.bad)}
+        actions = [mix[k] for k in self.args.actions.split(",")]
+        total = sum(w for w, _ in actions)
+        actions = [(w / total, a) for w, a in actions]
         while time.time() < self.stop_at:
             r, acc = rng.random(), 0.0
             for weight, action in actions:
@@ -334,6 +338,8 @@ def main():
     ap.add_argument("--grace", type=float, default=5)
     # Small, so that the grammar caches fill (with distinct grammars) during the warm-up.
     ap.add_argument("--grammar-cache-mb", type=int, default=16)
+    ap.add_argument("--actions", default="plain,grammar,abandon,bad",
+                    help="the kinds of traffic, comma-separated (one alone shows what a finding comes from)")
     ap.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
     ap.add_argument("serve_args", nargs="*", help="more options for orchard serve (after --)")
     args = ap.parse_args()
