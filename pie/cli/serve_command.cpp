@@ -28,7 +28,8 @@ namespace orchard::cli {
 
 int run_serve(std::span<const std::string> args) {
   std::optional<std::string> model_path, host, port, api_key, parallel, ctx, threads, max_body, name, grace,
-      grammar_tables, json_layout, max_queue, grammar_cache_mb, http_threads, keep_alive, max_loaded, memory_budget;
+      grammar_tables, json_layout, max_queue, grammar_cache_mb, http_threads, keep_alive, max_loaded, memory_budget,
+      kv_cache_mb;
   std::vector<std::string> aliases;
   bool quiet = false, special_tokens_in_messages = false, no_store = false;
   ArgParser parser(
@@ -59,6 +60,10 @@ int run_serve(std::span<const std::string> args) {
               &api_key)
       .option("parallel", 0, "N", "sequences generated at once (default 16)", &parallel)
       .option("ctx", 'c', "N", "context length per sequence (default: the model's, at most 8192)", &ctx)
+      .option("kv-cache-mb", 0, "MB",
+              "KV cache pool, committed at start (default: --parallel full contexts, at most 4096; it may hold "
+              "fewer: requests then wait or are preempted)",
+              &kv_cache_mb)
       .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)
       .option("max-body", 0, "BYTES", "largest request body accepted (default 16777216)", &max_body)
       .option("name", 0, "NAME", "model name clients use (default: the model file's name without extension)", &name)
@@ -109,7 +114,9 @@ int run_serve(std::span<const std::string> args) {
   pie::EngineOptions engine_options;
   if (parallel) engine_options.max_running = static_cast<std::int32_t>(parse_int(*parallel, "--parallel", 1, 4096));
   if (ctx) engine_options.context_length = static_cast<std::int32_t>(parse_int(*ctx, "--ctx", 16, 1 << 20));
+  if (kv_cache_mb) engine_options.kv_cache_bytes = parse_int(*kv_cache_mb, "--kv-cache-mb", 1, 1 << 24) << 20;
   engine_options.grammar_tables = table_build_option(grammar_tables, "--grammar-tables");
+  engine_options.kv_resident = true;  // a server's memory stays level as its prefix cache fills
   engine_options.speculative = spec.get();
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
   engine_options.max_queued = max_queue ? static_cast<std::int32_t>(parse_int(*max_queue, "--max-queue", 1, 1 << 20))
@@ -182,6 +189,11 @@ int run_serve(std::span<const std::string> args) {
   if (!name) options.model_name = opened.store_name;
   options.engine_options = engine_options;
   auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
+  if (!quiet) {
+    std::fprintf(stderr, "orchard serve: KV pool of %.0f MiB committed (%d sequences of %d tokens)\n",
+                 static_cast<double>(engine->options().kv_cache_bytes) / (1 << 20), engine->options().max_running,
+                 engine->options().context_length);
+  }
   // Adapters are selected per request (`model` naming one, or `lora`); an explicit :SCALE also makes it a
   // default for requests that select none.
   for (const LoraSpec& s : lora_specs) {

@@ -44,6 +44,10 @@ case $case_name in
   serve_bad_grammar_tables)  # rejected before the model loads
     run serve --grammar-tables sometimes; expect_rc 2
     expect_err_line "--grammar-tables: expected compile, background or first-use, got 'sometimes'" ;;
+  serve_kv_too_small)  # a pool that cannot hold one context: said at start, before listening
+    run serve -m orchard-random --kv-cache-mb 0; expect_rc 2; expect_err_line "--kv-cache-mb"
+    run serve -m orchard-random --kv-cache-mb 1 --ctx 1000000 --port 0; expect_rc 2
+    expect_err_line "one context of 1000000 tokens needs" ;;
   run_two_grammars)
     run run --regex 'a' --gbnf x.gbnf; expect_rc 2; expect_err_line "grammar" ;;
   run_layout_without_schema)

@@ -151,6 +151,9 @@ struct EngineOptions {
   std::int64_t kv_cache_bytes = 0;       // 0: enough for max_running full contexts, capped at 4 GiB
   tensor::DType kv_dtype = tensor::DType::f32;
   bool prefix_caching = true;
+  // The KV pool committed at start (KvCacheConfig::resident): a server's memory stays level as its prefix
+  // cache fills the pool; off, pages are committed on first use (a one-shot command touches few).
+  bool kv_resident = false;
   // Bytes of LoRA adapters attached from files kept in memory (0: no bound); past it the least recently
   // used ones no request holds are evicted and read again at their next use.
   std::int64_t lora_memory_bytes = 0;

@@ -23,6 +23,11 @@ struct KvCacheConfig {
   tensor::DType dtype = tensor::DType::f32;  // f32 or f16
   std::int32_t n_pages = 0;                  // pages per layer (K and V each)
   bool prefix_caching = true;
+  // Commit the whole pool when it is made, instead of page by page on first write: a server's memory then
+  // stays level as its prefix cache fills the pool (pages of finished requests are kept for reuse, so an
+  // unreserved pool grows towards its full size over hours), and a pool the machine cannot hold fails at
+  // start-up rather than a page fault mid-request.
+  bool resident = false;
   // Bytes of K + V over all layers for one page.
   std::size_t page_bytes() const;
   // Bytes of one page of one pool (K or V of one layer).

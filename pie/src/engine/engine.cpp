@@ -332,6 +332,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   if (n_pages > std::numeric_limits<std::int32_t>::max()) n_pages = std::numeric_limits<std::int32_t>::max();
   KvCacheConfig kv_config = runner->kv_config(static_cast<std::int32_t>(n_pages), options.kv_dtype);
   kv_config.prefix_caching = options.prefix_caching;
+  kv_config.resident = options.kv_resident;
   kv = std::make_unique<KvCache>(runner->make_kv_storage(kv_config));
   pages = std::make_unique<KvCachePages>(*kv);
   scheduler = std::make_unique<Scheduler>(

@@ -24,7 +24,7 @@ std::size_t element_bytes(tensor::DType dtype) {
 class HostKvStorage final : public KvStorage {
  public:
   explicit HostKvStorage(const KvCacheConfig& c)
-      : config_(validated(c)), page_bytes_(c.pool_page_bytes()), arena_(c.n_layer, pool_bytes(c)) {}
+      : config_(validated(c)), page_bytes_(c.pool_page_bytes()), arena_(c.n_layer, pool_bytes(c), c.resident) {}
 
   const KvCacheConfig& config() const override { return config_; }
   tensor::Device device() const override { return tensor::Device::cpu; }

@@ -22,7 +22,7 @@ std::size_t physical_memory_bytes() {
 
 }  // namespace
 
-KvArena::KvArena(std::int32_t n_layer, std::size_t pool_bytes) : pool_bytes_(pool_bytes) {
+KvArena::KvArena(std::int32_t n_layer, std::size_t pool_bytes, bool resident) : pool_bytes_(pool_bytes) {
   std::size_t total = 0;
   if (n_layer <= 0 || pool_bytes == 0 ||
       __builtin_mul_overflow(static_cast<std::size_t>(n_layer) * 2, pool_bytes, &total)) {
@@ -46,6 +46,23 @@ KvArena::KvArena(std::int32_t n_layer, std::size_t pool_bytes) : pool_bytes_(poo
   if (total >= kHuge) ::madvise(p, total, MADV_HUGEPAGE);  // advice only: failure is harmless
   base_ = static_cast<std::byte*>(p);
   total_bytes_ = total;
+  if (resident) commit();
+}
+
+void KvArena::commit() {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and the pages are touched instead
+#endif
+  if (::madvise(base_, total_bytes_, MADV_POPULATE_WRITE) == 0) return;
+  const int err = errno;
+  if (err != EINVAL) {
+    ::munmap(base_, total_bytes_);
+    base_ = nullptr;
+    throw Error("[kv_cache] cannot commit an arena of " + std::to_string(total_bytes_) + " bytes: " +
+                std::strerror(err));
+  }
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  for (std::size_t at = 0; at < total_bytes_; at += page) base_[at] = std::byte{0};
 }
 
 KvArena::~KvArena() {

@@ -3,13 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kv/prefix_hash.h"
 #include "pie/error.h"
 #include "pie/kv_cache.h"
+#include "pie/kv_storage.h"
 
 namespace {
 
@@ -642,6 +646,41 @@ TEST(KvCacheTest, InvalidIdsAndArgumentsThrow) {
   EXPECT_THROW(kv.attach_prefix(b, t), pie::Error);  // not empty
   EXPECT_EQ(kv.n_committed(b), 18);
   expect_accounting(kv);
+}
+
+}  // namespace
+
+namespace {
+
+// Resident memory of this process, in bytes (/proc/self/statm's second field, in pages).
+std::size_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// A server's pool is committed when made (its memory does not creep up as the prefix cache fills); a
+// one-shot command's on first write.
+TEST(KvStorage, AResidentPoolIsCommittedWhenMade) {
+  KvCacheConfig c = small_config(1);
+  c.n_layer = 8;
+  c.n_kv_head = 8;
+  c.head_dim = 128;
+  c.n_pages = 64;  // 64 pages x 8 layers x 2 pools x 16 slots x 8 heads x 128 x 4 bytes = 64 MiB
+  const std::size_t pool = c.page_bytes() * static_cast<std::size_t>(c.n_pages);
+  ASSERT_EQ(pool, std::size_t{64} << 20);
+  const std::size_t before = resident_bytes();
+  if (before == 0) GTEST_SKIP() << "no /proc/self/statm to read resident memory from";
+  auto lazy = pie::make_host_kv_storage(c);
+  const std::size_t after_lazy = resident_bytes();
+  c.resident = true;
+  auto resident = pie::make_host_kv_storage(c);
+  const std::size_t after_resident = resident_bytes();
+  EXPECT_LT(after_lazy - before, pool / 4);
+  EXPECT_GE(after_resident - after_lazy, pool - pool / 16);
 }
 
 }  // namespace
