@@ -237,8 +237,26 @@ class Engine:
             self._tokenizer_info = TokenizerInfo._from_native(self._native.vocabulary())
         return self._tokenizer_info
 
+    def attach_lora(self, name, path):
+        """Attaches a LoRA adapter (a PEFT folder or a llama.cpp GGUF adapter) under `name`, without reloading
+        the model; generate(lora=...) then selects it per request. Returns its details (name, path, rank,
+        bytes). Raises ModelError when it cannot be read or does not fit the model, RequestError for a bad or
+        taken name."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"attach_lora: name must be a non-empty str, got {name!r}")
+        return self._native.attach_lora(name, str(path))
+
+    def detach_lora(self, name):
+        """Detaches an adapter: later requests naming it raise RequestError; running ones finish with it."""
+        self._native.detach_lora(name)
+
+    @property
+    def loras(self):
+        """The attached adapters: dicts of name, path, rank, bytes, resident, in_use."""
+        return self._native.loras()
+
     def _bodies(self, prompt, messages, schema, grammar, lark, regex, tools, tool_choice, max_tokens, temperature,
-                top_p, top_k, min_p, seed, stop, parallel_tool_calls=None):
+                top_p, top_k, min_p, seed, stop, parallel_tool_calls=None, lora=None):
         if (prompt is None) == (messages is None):
             raise ValueError("generate: give exactly one of prompt= and messages=")
         constraints = [n for n, v in (("schema", schema), ("grammar", grammar), ("lark", lark), ("regex", regex))
@@ -270,6 +288,8 @@ class Engine:
                 fields["parallel_tool_calls"] = bool(parallel_tool_calls)
         elif tool_choice is not None or parallel_tool_calls is not None:
             raise ValueError("generate: tool_choice and parallel_tool_calls need tools=")
+        if lora is not None:
+            fields["lora"] = _lora_field(lora)
 
         if prompt is not None:
             if isinstance(prompt, str):
@@ -306,7 +326,7 @@ class Engine:
 
     def generate(self, prompt=None, messages=None, *, schema=None, grammar=None, lark=None, regex=None, tools=None,
                  tool_choice=None, parallel_tool_calls=None, max_tokens=256, temperature=None, top_p=None, top_k=None,
-                 min_p=None, seed=None, stop=None, stream=False):
+                 min_p=None, seed=None, stop=None, lora=None, stream=False):
         """Generates an answer.
 
         prompt: text (or token ids) continued as is; or messages: a conversation ([{"role", "content"}, ...])
@@ -319,6 +339,9 @@ class Engine:
         "required", "none" or a function's name) and parallel_tool_calls (default True; False: at most one call),
         whose calls come back in .tool_calls with parsed arguments.
 
+        lora: adapters attached with attach_lora() to run with, stacked: a name, a list of names (scale 1), or
+        {name: scale}.
+
         temperature (default 1; 0 is greedy), top_p, top_k, min_p, seed, stop: as the OpenAI API. stream=True
         returns a Stream of Deltas instead (one request only).
 
@@ -327,7 +350,7 @@ class Engine:
         does not compile.
         """
         bodies, batched = self._bodies(prompt, messages, schema, grammar, lark, regex, tools, tool_choice, max_tokens,
-                                       temperature, top_p, top_k, min_p, seed, stop, parallel_tool_calls)
+                                       temperature, top_p, top_k, min_p, seed, stop, parallel_tool_calls, lora)
         want_json = schema is not None
         if stream:
             if batched:
@@ -371,7 +394,25 @@ class Engine:
 
 
 _GENERATE_KEYWORDS = ("schema", "grammar", "lark", "regex", "tools", "tool_choice", "parallel_tool_calls",
-                      "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop")
+                      "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "lora")
+
+
+def _lora_field(lora):
+    """generate()'s lora= as the request's `lora` field: [{"id": name, "scale": s}]."""
+    if isinstance(lora, str):
+        lora = {lora: 1.0}
+    elif isinstance(lora, (list, tuple)):
+        if not all(isinstance(n, str) for n in lora):
+            raise TypeError(f"generate: lora must be a name, a list of names or {{name: scale}}, got {lora!r}")
+        lora = {n: 1.0 for n in lora}
+    if not isinstance(lora, dict):
+        raise TypeError(f"generate: lora must be a name, a list of names or {{name: scale}}, got {lora!r}")
+    out = []
+    for name, scale in lora.items():
+        if not isinstance(name, str) or isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"generate: lora {{name: scale}} needs str names and number scales, got {name!r}: {scale!r}")
+        out.append({"id": name, "scale": float(scale)})
+    return out
 
 
 def _defaults(kwargs):

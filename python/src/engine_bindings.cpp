@@ -62,6 +62,17 @@ nb::dict reply_dict(const pie::ChatReply& r) {
   return d;
 }
 
+nb::dict lora_dict(const pie::LoraInfo& info) {
+  nb::dict d;
+  d["name"] = info.name;
+  d["path"] = info.path.string();
+  d["rank"] = info.rank;
+  d["bytes"] = info.bytes;
+  d["resident"] = info.resident;
+  d["in_use"] = info.in_use;
+  return d;
+}
+
 Json parse_body(const std::string& text) {
   try {
     return Json::parse(text);
@@ -163,6 +174,30 @@ void bind_engine(nb::module_& m) {
              d["mask_seconds"] = s.mask_seconds;
              d["forward_seconds"] = s.forward_seconds;
              return d;
+           })
+      .def(
+          "attach_lora",
+          [](PyEngine& e, const std::string& name, const std::string& path) {
+            pie::LoraInfo info;
+            {
+              gil_scoped_release release;
+              info = e.engine->attach_lora(name, path);
+            }
+            return lora_dict(info);
+          },
+          nb::arg("name"), nb::arg("path"),
+          "Attaches a LoRA adapter (a PEFT folder or a GGUF adapter) under `name`, the base untouched. Raises "
+          "ModelError when it cannot be read or does not fit the model, RequestError for a bad or taken name.")
+      .def(
+          "detach_lora", [](PyEngine& e, const std::string& name) { e.engine->detach_lora(name); }, nb::arg("name"),
+          nb::call_guard<gil_scoped_release>(),
+          "Detaches an adapter: new requests naming it are refused, running ones finish with it. Raises "
+          "RequestError when none has that name.")
+      .def("loras",
+           [](const PyEngine& e) {
+             nb::list out;
+             for (const pie::LoraInfo& info : e.engine->loras()) out.append(lora_dict(info));
+             return out;
            })
       .def(
           "shutdown",

@@ -48,7 +48,9 @@ class Completions {
   Completions& operator=(const Completions&) = delete;
 
   // body: an OpenAI /v1/chat/completions body when it has "messages", else a /v1/completions body
-  // ("prompt": text or token ids); "n" must be 1 and "stream" is ignored (every answer streams). Validates
+  // ("prompt": text or token ids); "n" must be 1 and "stream" is ignored (every answer streams); "lora":
+  // [{"id": NAME or index, "scale": S}] runs it with adapters attached to the engine (Engine::attach_lora),
+  // as the server reads that field. Validates
   // and submits; throws RequestError naming the field at fault for a request the server answers with a
   // 4xx, CapacityError when the engine's queue is full. Thread-safe.
   std::unique_ptr<CompletionStream> start(const nlohmann::ordered_json& body) const;

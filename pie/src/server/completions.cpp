@@ -7,6 +7,7 @@
 #include "server/api_error.h"
 #include "server/api_request.h"
 #include "server/choice_output.h"
+#include "server/lora_routes.h"
 #include "server/served_model.h"
 
 namespace pie {
@@ -14,8 +15,9 @@ namespace pie {
 using Json = nlohmann::ordered_json;
 
 struct Completions::Impl {
-  explicit Impl(std::shared_ptr<Engine> e) : served(e, "orchard") {}
+  explicit Impl(const std::shared_ptr<Engine>& e) : served(e, "orchard"), loras(*e) {}
   server::ServedModel served;
+  server::LoraRoutes loras;  // the body's `lora` field, as the server reads it
 };
 
 namespace {
@@ -121,6 +123,7 @@ std::unique_ptr<CompletionStream> Completions::start(const Json& body) const {
       if (request.params.n != 1) throw server::ApiError::invalid("[completions] n must be 1", "n");
       prepared = server::prepare_completion(impl_->served, request);
     }
+    prepared.request.loras = impl_->loras.select(body, "");
     stream = impl_->served.engine().submit(prepared.request);
   } catch (const server::ApiError& e) {
     throw RequestError(e.what(), e.param());
