@@ -99,8 +99,8 @@ int run_serve(std::span<const std::string> args) {
               &keep_alive)
       .option("max-loaded-models", 0, "N", "models loaded at once, MODEL included (default: no limit)", &max_loaded)
       .option("memory-budget", 0, "BYTES",
-              "bytes of model files loaded at once, MODEL included; a K, M or G suffix multiplies by 1024s "
-              "(default: no limit)",
+              "bytes of model files and KV pools loaded at once, MODEL included; a K, M or G suffix multiplies "
+              "by 1024s (default: no limit)",
               &memory_budget)
       .flag("no-store", 0, "serve MODEL alone, not the model store's models", &no_store)
       .flag("quiet", 'q', "no per-request log lines", &quiet);

@@ -65,7 +65,7 @@ struct ServerOptions {
   // and KV pool from its own model); nullopt: the engine's, less what it derived from its model.
   std::optional<EngineOptions> engine_options;
   std::size_t max_loaded_models = 0;       // models loaded at once, the engine's included; 0: no limit
-  std::uint64_t memory_budget_bytes = 0;   // bytes of model files loaded at once; 0: no limit
+  std::uint64_t memory_budget_bytes = 0;   // bytes of model files and KV pools loaded at once; 0: no limit
   double shutdown_grace_seconds = 10;  // stop(): how long running requests may finish, the cut included
   bool log_requests = true;          // one JSON line per request on stderr
   std::string version = "0.1.0";     // reported by /api/version and /health

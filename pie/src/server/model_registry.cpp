@@ -55,7 +55,8 @@ const std::optional<StoredModel>& ModelLease::stored() const { return entry_->st
 std::vector<LoraRequest> ModelLease::adapters() const {
   std::vector<LoraRequest> out;
   if (entry_->pinned || !entry_->stored) return out;
-  for (std::size_t i = 0; i < entry_->stored->adapters.size(); ++i) out.push_back({adapter_name(i), 1.0f});
+  for (std::size_t i = 0; i < entry_->stored->adapters.size(); ++i)
+    out.push_back({adapter_name(i), 1.0f});
   return out;
 }
 
@@ -69,15 +70,19 @@ ModelRegistry::ModelRegistry(std::shared_ptr<ServedModel> first, RegistryOptions
   first_entry_->name = first_->name();
   first_entry_->served = first_;
   first_entry_->pinned = true;
+  // Its bytes: its file's (0 for a folder or no file) and its KV pool's.
   std::error_code ec;
-  if (!first_->model().path.empty())
-    first_entry_->size = std::filesystem::file_size(first_->model().path, ec);
+  const std::uint64_t file_bytes =
+      first_->model().path.empty() ? 0 : std::filesystem::file_size(first_->model().path, ec);
+  const auto kv_bytes = static_cast<std::uint64_t>(
+      std::max<std::int64_t>(first_->engine().options().kv_cache_bytes, 0));
+  first_entry_->size = (ec ? 0 : file_bytes) + kv_bytes;
   // The first model opened by its stored name (`serve -m NAME`) keeps its Modelfile's defaults.
   if (store_) {
     if (const auto name = stored_name(first_->name())) {
       try {
         first_entry_->stored = store_->find(*name);
-        first_entry_->size = first_entry_->stored->size;
+        first_entry_->size = first_entry_->stored->size + kv_bytes;
       } catch (const std::exception&) {
       }
     }
@@ -221,7 +226,10 @@ std::shared_ptr<ModelLease> ModelRegistry::acquire(const std::string& asked, boo
   std::uint64_t size = 0;
   try {
     const StoredModel stored = store_->find(*name);
-    size = stored.size;
+    // Its file and its KV pool: the pool's bytes when given, else known once its engine has sized
+    // it.
+    size = stored.size +
+           static_cast<std::uint64_t>(std::max<std::int64_t>(options_.engine.kv_cache_bytes, 0));
     entry->stored = stored;
   } catch (const std::exception& e) {
     entries_.erase(*name);
@@ -267,6 +275,8 @@ std::shared_ptr<ModelLease> ModelRegistry::acquire(const std::string& asked, boo
                    "model_load_failed");
   }
   entry->served = served;
+  entry->size = entry->stored->size + static_cast<std::uint64_t>(std::max<std::int64_t>(
+                                          served->engine().options().kv_cache_bytes, 0));
   entry->unload_when_idle = false;
   ++entry->running;
   return std::make_shared<ModelLease>(*this, entry, served, keep_alive);

@@ -32,7 +32,7 @@ struct RegistryOptions {
   ServedModelOptions served;         // their layout and special-token options (no aliases)
   double keep_alive_seconds = 300;   // default keep_alive; negative: forever
   std::size_t max_loaded = 0;        // models loaded at once, the first included; 0: no limit
-  std::uint64_t memory_budget = 0;   // bytes of model files loaded at once; 0: no limit
+  std::uint64_t memory_budget = 0;  // bytes of model files and KV pools loaded at once; 0: no limit
 };
 
 class ModelRegistry;
@@ -50,7 +50,8 @@ class ModelLease {
   ServedModel& model() const { return *model_; }
   // The stored model (its Modelfile's parameters and system prompt); nullopt for the first model.
   const std::optional<StoredModel>& stored() const;
-  // Its Modelfile's ADAPTERs, attached to its engine when it was loaded: what each of its requests applies.
+  // Its Modelfile's ADAPTERs, attached to its engine when it was loaded: what each of its requests
+  // applies.
   std::vector<LoraRequest> adapters() const;
 
  private:
@@ -62,7 +63,7 @@ class ModelLease {
 
 struct LoadedModelInfo {
   std::string name;
-  std::uint64_t size = 0;  // the model file's bytes (0 for a model from no file)
+  std::uint64_t size = 0;  // the model file's bytes and its KV pool's
   std::string digest;      // sha256 hex of the model file, or empty
   std::optional<std::chrono::system_clock::time_point> expires;  // nullopt: never
   std::int32_t running = 0;

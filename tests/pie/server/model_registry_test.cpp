@@ -160,9 +160,11 @@ TEST_F(ModelRegistryTest, LimitsUnloadTheLeastRecentlyUsedIdleModel) {
   held.reset();
   r->acquire("b", true).reset();
   EXPECT_EQ(loaded(*r), (std::set<std::string>{"first", "b:latest"}));
-  // A budget of the first model's and one file's bytes (the random first model has no file: 0
-  // bytes).
-  auto budgeted = make(0, size_ + size_ / 2);
+  // A budget of the first model's KV pool (it has no file) and one stored model's file and pool,
+  // and some: loading another unloads the idle one.
+  const auto kv =
+      static_cast<std::uint64_t>(Engine(random_model(), small_engine()).options().kv_cache_bytes);
+  auto budgeted = make(0, kv + (size_ + kv) + size_ / 2);
   budgeted->acquire("a", true).reset();
   budgeted->acquire("b", true).reset();
   EXPECT_EQ(loaded(*budgeted), (std::set<std::string>{"first", "b:latest"}));
