@@ -385,6 +385,18 @@ void apply_modelfile_defaults(Json& body, Api api, const StoredModel& model) {
       }
     }
   }
+  // MESSAGEs open a chat's conversation, after its system messages (Ollama's history).
+  if (!model.messages.empty() && (api == Api::openai_chat || api == Api::ollama_chat) &&
+      body.contains("messages") && body["messages"].is_array() && !body["messages"].empty()) {
+    const Json history = Json::parse(model.messages, nullptr, false);
+    Json& messages = body["messages"];
+    auto at = messages.begin();
+    while (at != messages.end() && at->is_object() && at->contains("role") &&
+           ((*at)["role"] == "system" || (*at)["role"] == "developer")) {
+      ++at;
+    }
+    if (history.is_array()) messages.insert(at, history.begin(), history.end());
+  }
   if (model.system.empty()) return;
   if (api == Api::ollama_generate) {
     if (!body.contains("system") && !body.contains("messages")) body["system"] = model.system;

@@ -208,7 +208,8 @@ def test_keep_alive(s, ctx):
         time.sleep(0.2)
     expect("tiny:latest" not in s.loaded(), "not unloaded after its keep_alive")
     # keep_alive 0 on a streamed request: answered whole, then unloaded.
-    chunks = list(s.ollama.generate(model="second", prompt="Once", options={"num_predict": 4}, keep_alive=0,
+    chunks = list(s.ollama.generate(model="second", prompt="Once", options={"num_predict": 4, "temperature": 0},
+                                    keep_alive=0,
                                     stream=True))
     expect(chunks[-1].done and chunks[-1].eval_count == 4, chunks[-1])
     expect("second:latest" not in s.loaded(), f"still loaded: {list(s.loaded())}")
