@@ -31,5 +31,6 @@ int run_show(std::span<const std::string> args);
 int run_cp(std::span<const std::string> args);
 int run_rm(std::span<const std::string> args);
 int run_ps(std::span<const std::string> args);
+int run_embed(std::span<const std::string> args);
 
 }  // namespace orchard::cli

@@ -25,6 +25,8 @@ constexpr Command kCommands[] = {
     {"chat", "a conversation with a model in the terminal (its chat template, history, streaming)",
      orchard::cli::run_chat},
     {"serve", "OpenAI- and Ollama-compatible HTTP server", orchard::cli::run_serve},
+    {"embed", "one embedding vector per input line (BERT encoders, or a generative model's hidden state)",
+     orchard::cli::run_embed},
     {"convert", "any model (GGUF, Hugging Face, llama2.c) -> GGUF, optionally quantized", orchard::cli::run_convert},
     {"lora", "LoRA adapters: merge them into a base model", orchard::cli::run_lora},
     {"perplexity", "a model's perplexity over a text file, computed as llama.cpp's llama-perplexity does",

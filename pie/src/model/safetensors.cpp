@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "pie/error.h"
@@ -23,12 +24,18 @@ constexpr std::uint64_t kMaxHeaderBytes = 256ull << 20;
   throw ModelError(fmt::format("[safetensors] {}: {}", file.string(), what));
 }
 
-tensor::DType parse_dtype(const std::filesystem::path& file, const std::string& name, const json& v) {
+// nullopt for the safetensors types that are not weights we read (integer buffers such as BERT's
+// position_ids, F64, F8): kept aside so that only asking for one is an error.
+std::optional<tensor::DType> parse_dtype(const std::filesystem::path& file, const std::string& name, const json& v) {
   if (!v.is_string()) fail(file, fmt::format("tensor '{}': \"dtype\" is not a string", name));
   const std::string s = v.get<std::string>();
   if (s == "F32") return tensor::DType::f32;
   if (s == "F16") return tensor::DType::f16;
   if (s == "BF16") return tensor::DType::bf16;
+  for (const char* other :
+       {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64", "F64", "F8_E4M3", "F8_E5M2"}) {
+    if (s == other) return std::nullopt;
+  }
   fail(file, fmt::format("tensor '{}': dtype {} is not supported (F32, F16, BF16)", name, s));
 }
 
@@ -82,7 +89,12 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     SafetensorsTensor t;
     t.name = name;
     t.file = path;
-    t.dtype = parse_dtype(path, name, entry["dtype"]);
+    const std::optional<tensor::DType> dtype = parse_dtype(path, name, entry["dtype"]);
+    if (!dtype) {
+      unsupported_.emplace(name, entry["dtype"].get<std::string>());
+      continue;
+    }
+    t.dtype = *dtype;
     const json& shape = entry["shape"];
     if (!shape.is_array() || shape.size() > 8) {
       fail(path, fmt::format("tensor '{}': \"shape\" is not an array of at most 8 sizes", name));
@@ -148,6 +160,7 @@ SafetensorsSet::SafetensorsSet(const std::filesystem::path& folder) : folder_(fo
         it = shards.emplace(file, std::move(opened)).first;
       }
       auto t = it->second->tensors().find(name);
+      if (it->second->unsupported().contains(name)) continue;
       if (t == it->second->tensors().end()) {
         fail(index_path, fmt::format("weight_map places tensor '{}' in {}, which does not hold it", name, file));
       }
@@ -173,6 +186,12 @@ const SafetensorsTensor* SafetensorsSet::find(const std::string& name) const {
 
 const SafetensorsTensor& SafetensorsSet::get(const std::string& name) const {
   const SafetensorsTensor* t = find(name);
+  for (const auto& f : files_) {
+    if (t != nullptr) break;
+    if (auto u = f->unsupported().find(name); u != f->unsupported().end()) {
+      fail(f->path(), fmt::format("tensor '{}': dtype {} is not supported (F32, F16, BF16)", name, u->second));
+    }
+  }
   if (t == nullptr) {
     throw ModelError(fmt::format("[hf] {}: tensor '{}' is missing", folder_.string(), name));
   }

@@ -29,12 +29,14 @@ struct SafetensorsTensor {
 class SafetensorsFile {
  public:
   // Maps and parses `path`. Throws ModelError naming the file and the tensor / field at fault: a file
-  // shorter than its header, a header that is not a JSON object, a dtype other than F32/F16/BF16, a shape
+  // shorter than its header, a header that is not a JSON object, an unknown dtype, a shape
   // whose byte size differs from data_offsets, offsets past the end of the file or overlapping the header.
   explicit SafetensorsFile(const std::filesystem::path& path);
 
   const std::filesystem::path& path() const { return path_; }
   const std::map<std::string, SafetensorsTensor>& tensors() const { return tensors_; }
+  // Tensors of types that are not weights (integer buffers, F64, F8): name -> dtype as written.
+  const std::map<std::string, std::string>& unsupported() const { return unsupported_; }
   // The mapping (keeps the views alive).
   const tensor::Buffer& buffer() const { return buffer_; }
 
@@ -42,6 +44,7 @@ class SafetensorsFile {
   std::filesystem::path path_;
   tensor::Buffer buffer_;
   std::map<std::string, SafetensorsTensor> tensors_;
+  std::map<std::string, std::string> unsupported_;
 };
 
 // All tensors of a Hugging Face folder: model.safetensors, or the shards that
@@ -53,7 +56,8 @@ class SafetensorsSet {
 
   // nullptr when absent.
   const SafetensorsTensor* find(const std::string& name) const;
-  // Throws ModelError naming the folder and the tensor when absent.
+  // Throws ModelError naming the folder and the tensor when absent, or the file and its dtype when it is
+  // one of the unsupported ones.
   const SafetensorsTensor& get(const std::string& name) const;
   std::vector<std::string> names() const;
   // The mappings, as storage a Model keeps alive.

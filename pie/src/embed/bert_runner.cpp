@@ -1,0 +1,245 @@
+// BERT's encoder (as transformers' BertModel): embeddings = LayerNorm(word + position + token type
+// 0); each layer: x = LayerNorm(x + Attention(x) Wo + bo), x = LayerNorm(x + GELU(x Wup + bup)
+// Wdown + bdown) with bidirectional attention inside each input. Inputs are packed row after row
+// with no padding, so a batch costs what its tokens cost and an input's vector does not depend on
+// the others.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "embed/encoder_runner.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "pie/error.h"
+#include "tensor/thread_pool.h"
+
+namespace pie {
+namespace {
+
+void require(const Weight& w, const std::string& name, std::int64_t n_out, std::int64_t n_in) {
+  const bool matrix = n_out > 0;
+  const bool ok = !w.empty() &&
+                  (matrix ? (w.rank() == 2 && w.dim(0) == n_out && w.dim(1) == n_in)
+                          : (w.rank() == 1 && w.dim(0) == n_in && w.dtype() == tensor::DType::f32));
+  if (!ok) {
+    const std::string want =
+        matrix ? fmt::format("[{}, {}]", n_out, n_in) : fmt::format("f32 [{}]", n_in);
+    const std::string got = w.empty() ? std::string("absent") : w.shape().to_string();
+    throw ModelError(fmt::format("[bert] weight {}: expected {}, got {}", name, want, got));
+  }
+}
+
+const float* f32(const Weight& w) { return reinterpret_cast<const float*>(w.data()); }
+
+kernels::MatmulParams params_of(const Weight& w) {
+  kernels::MatmulParams p;
+  p.w_type = w.dtype();
+  p.w = w.data();
+  p.w_row_bytes = row_bytes(w);
+  p.n_out = n_out(w);
+  p.n_in = n_in(w);
+  return p;
+}
+
+// erf-based GELU (BERT's "gelu"), not the tanh approximation: the embeddings must match
+// transformers'.
+float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+
+class BertRunner final : public EncoderRunner {
+ public:
+  BertRunner(const EmbeddingModel& model, tensor::ThreadPool* pool)
+      : c_(*model.encoder), w_(model.encoder_weights), pool_(pool) {
+    const std::int64_t d = c_.n_embd;
+    if (c_.n_head <= 0 || d % c_.n_head != 0) {
+      throw ModelError(
+          fmt::format("[bert] {} heads do not divide the hidden size {}", c_.n_head, d));
+    }
+    require(w_.token_embd, "token_embd", c_.n_vocab, d);
+    require(w_.position_embd, "position_embd", c_.n_positions, d);
+    if (c_.n_token_types > 0) require(w_.token_type_embd, "token_types", c_.n_token_types, d);
+    require(w_.embd_norm, "token_embd_norm.weight", 0, d);
+    require(w_.embd_norm_b, "token_embd_norm.bias", 0, d);
+    if (static_cast<std::int32_t>(w_.layers.size()) != c_.n_layer) {
+      throw ModelError(
+          fmt::format("[bert] {} layers of weights for {} layers", w_.layers.size(), c_.n_layer));
+    }
+    for (std::int32_t i = 0; i < c_.n_layer; ++i) {
+      const EncoderLayerWeights& l = w_.layers[static_cast<std::size_t>(i)];
+      const std::string p = fmt::format("blk.{}.", i);
+      require(l.wq, p + "attn_q.weight", d, d);
+      require(l.wk, p + "attn_k.weight", d, d);
+      require(l.wv, p + "attn_v.weight", d, d);
+      require(l.wo, p + "attn_output.weight", d, d);
+      require(l.bq, p + "attn_q.bias", 0, d);
+      require(l.bk, p + "attn_k.bias", 0, d);
+      require(l.bv, p + "attn_v.bias", 0, d);
+      require(l.bo, p + "attn_output.bias", 0, d);
+      require(l.attn_norm, p + "attn_output_norm.weight", 0, d);
+      require(l.attn_norm_b, p + "attn_output_norm.bias", 0, d);
+      require(l.w_up, p + "ffn_up.weight", c_.n_ff, d);
+      require(l.b_up, p + "ffn_up.bias", 0, c_.n_ff);
+      require(l.w_down, p + "ffn_down.weight", d, c_.n_ff);
+      require(l.b_down, p + "ffn_down.bias", 0, d);
+      require(l.ffn_norm, p + "layer_output_norm.weight", 0, d);
+      require(l.ffn_norm_b, p + "layer_output_norm.bias", 0, d);
+    }
+  }
+
+  std::int64_t token_budget() const override { return 4096; }
+
+  void hidden_states(std::span<const std::int32_t> tokens, std::span<const std::int32_t> seq_indptr,
+                     float* out) override {
+    const std::int64_t n = static_cast<std::int64_t>(tokens.size());
+    const std::int64_t d = c_.n_embd;
+    const std::int64_t ff = c_.n_ff;
+    if (n == 0) return;
+    q_.resize(static_cast<std::size_t>(n * d));
+    k_.resize(q_.size());
+    v_.resize(q_.size());
+    attn_.resize(q_.size());
+    tmp_.resize(q_.size());
+    h_.resize(static_cast<std::size_t>(n * ff));
+    float* x = out;  // [n, d]: the residual stream, written in place
+
+    embed(tokens, seq_indptr, x);
+    for (const EncoderLayerWeights& l : w_.layers) {
+      const kernels::MatmulParams qkv[] = {params_of(l.wq), params_of(l.wk), params_of(l.wv)};
+      float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
+      kernels::matmul_multi(qkv, x, n, qkv_out, pool_);
+      add_bias(q_.data(), n, l.bq);
+      add_bias(k_.data(), n, l.bk);
+      add_bias(v_.data(), n, l.bv);
+      attention(seq_indptr);
+      kernels::matmul(params_of(l.wo), attn_.data(), n, tmp_.data(), pool_);
+      add_bias(tmp_.data(), n, l.bo);
+      residual_norm(x, tmp_.data(), n, l.attn_norm, l.attn_norm_b);
+
+      kernels::matmul(params_of(l.w_up), x, n, h_.data(), pool_);
+      bias_gelu(n, l.b_up);
+      kernels::matmul(params_of(l.w_down), h_.data(), n, tmp_.data(), pool_);
+      add_bias(tmp_.data(), n, l.b_down);
+      residual_norm(x, tmp_.data(), n, l.ffn_norm, l.ffn_norm_b);
+    }
+  }
+
+ private:
+  void embed(std::span<const std::int32_t> tokens, std::span<const std::int32_t> seq_indptr,
+             float* x) {
+    const std::int64_t n = static_cast<std::int64_t>(tokens.size());
+    const std::int64_t d = c_.n_embd;
+    auto table = [&](const Weight& w) {
+      return kernels::EmbeddingParams{w.dtype(), w.data(), n_out(w), n_in(w)};
+    };
+    kernels::embedding(table(w_.token_embd), tokens.data(), n, x);
+    std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
+    for (std::size_t s = 0; s + 1 < seq_indptr.size(); ++s) {
+      for (std::int32_t t = seq_indptr[s]; t < seq_indptr[s + 1]; ++t) {
+        positions[static_cast<std::size_t>(t)] = t - seq_indptr[s];
+      }
+    }
+    kernels::embedding(table(w_.position_embd), positions.data(), n, tmp_.data());
+    kernels::add({n * d}, x, tmp_.data(), x);
+    if (c_.n_token_types > 0) {
+      // Every input is one segment: token type 0.
+      std::vector<float> type0(static_cast<std::size_t>(d));
+      const std::int32_t zero = 0;
+      kernels::embedding(table(w_.token_type_embd), &zero, 1, type0.data());
+      for (std::int64_t t = 0; t < n; ++t) kernels::add({d}, x + t * d, type0.data(), x + t * d);
+    }
+    kernels::layer_norm({n, d, c_.norm_eps}, x, f32(w_.embd_norm), f32(w_.embd_norm_b), x);
+  }
+
+  void add_bias(float* y, std::int64_t n, const Weight& bias) {
+    const std::int64_t cols = n_in(bias);
+    for (std::int64_t t = 0; t < n; ++t)
+      kernels::add({cols}, y + t * cols, f32(bias), y + t * cols);
+  }
+
+  void bias_gelu(std::int64_t n, const Weight& bias) {
+    const std::int64_t ff = c_.n_ff;
+    const float* b = f32(bias);
+    float* h = h_.data();
+    auto rows = [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) {
+        float* row = h + t * ff;
+        for (std::int64_t i = 0; i < ff; ++i) row[i] = gelu_erf(row[i] + b[i]);
+      }
+    };
+    if (pool_ != nullptr) {
+      pool_->parallel_for(n, rows, 4);
+    } else {
+      rows(0, n);
+    }
+  }
+
+  // x = LayerNorm(x + y).
+  void residual_norm(float* x, const float* y, std::int64_t n, const Weight& w, const Weight& b) {
+    const std::int64_t d = c_.n_embd;
+    kernels::add({n * d}, x, y, x);
+    kernels::layer_norm({n, d, c_.norm_eps}, x, f32(w), f32(b), x);
+  }
+
+  // attn_ = softmax(q k^T / sqrt(head_dim)) v per input and head, over the input's own tokens.
+  void attention(std::span<const std::int32_t> seq_indptr) {
+    const std::int64_t d = c_.n_embd;
+    const std::int64_t n_head = c_.n_head;
+    const std::int64_t hd = d / n_head;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const std::int64_t n_seqs = static_cast<std::int64_t>(seq_indptr.size()) - 1;
+    auto work = [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> scores;
+      for (std::int64_t job = begin; job < end; ++job) {
+        const std::int64_t s = job / n_head;
+        const std::int64_t h = job % n_head;
+        const std::int64_t first = seq_indptr[static_cast<std::size_t>(s)];
+        const std::int64_t len = seq_indptr[static_cast<std::size_t>(s) + 1] - first;
+        scores.resize(static_cast<std::size_t>(len));
+        for (std::int64_t i = 0; i < len; ++i) {
+          const float* q = q_.data() + (first + i) * d + h * hd;
+          float max_score = -INFINITY;
+          for (std::int64_t j = 0; j < len; ++j) {
+            const float* k = k_.data() + (first + j) * d + h * hd;
+            float dot = 0;
+            for (std::int64_t e = 0; e < hd; ++e) dot += q[e] * k[e];
+            scores[static_cast<std::size_t>(j)] = dot * scale;
+            max_score = std::max(max_score, dot * scale);
+          }
+          float sum = 0;
+          for (float& p : scores) {
+            p = std::exp(p - max_score);
+            sum += p;
+          }
+          float* o = attn_.data() + (first + i) * d + h * hd;
+          std::fill(o, o + hd, 0.0f);
+          for (std::int64_t j = 0; j < len; ++j) {
+            const float p = scores[static_cast<std::size_t>(j)] / sum;
+            const float* v = v_.data() + (first + j) * d + h * hd;
+            for (std::int64_t e = 0; e < hd; ++e) o[e] += p * v[e];
+          }
+        }
+      }
+    };
+    if (pool_ != nullptr) {
+      pool_->parallel_for(n_seqs * n_head, work, 1);
+    } else {
+      work(0, n_seqs * n_head);
+    }
+  }
+
+  const EncoderConfig& c_;
+  const EncoderWeights& w_;
+  tensor::ThreadPool* pool_;
+  std::vector<float> q_, k_, v_, attn_, tmp_, h_;  // [n, n_embd] each; h_ [n, n_ff]
+};
+
+}  // namespace
+
+std::unique_ptr<EncoderRunner> make_bert_runner(const EmbeddingModel& model,
+                                                tensor::ThreadPool* pool) {
+  if (!model.encoder) throw ModelError("[bert] the model is not an encoder");
+  return std::make_unique<BertRunner>(model, pool);
+}
+
+}  // namespace pie
