@@ -18,6 +18,7 @@
 #include "model_option.h"
 #include "lora_flags.h"
 #include "speculative_flags.h"
+#include "pie/embedding.h"
 #include "pie/engine.h"
 #include "pie/model.h"
 #include "pie/model_store.h"
@@ -41,7 +42,9 @@ int run_serve(std::span<const std::string> args) {
       "Serves MODEL over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions, GET /v1/models)\n"
       "and Ollama's (POST /api/chat, /api/generate, /api/show, GET /api/tags, /api/version), plus GET /health\n"
       "and GET /metrics (Prometheus), and a web page at GET / (chat, a structured-output playground, a live\n"
-      "dashboard). Without -m, the default model (SmolLM2-135M-Instruct, fetched into the\n"
+      "dashboard). Embeddings: POST /v1/embeddings, /api/embed, /api/embeddings; MODEL may be an\n"
+      "embedding model (a BERT folder or GGUF such as all-MiniLM-L6-v2), served alone: generation\n"
+      "routes answer 400 then. Without -m, the default model (SmolLM2-135M-Instruct, fetched into the\n"
       "model store at set-up). Every model of the store is served too, by its name (`orchard list`): each\n"
       "loads on its first request and unloads after its keep_alive (the request's, else --keep-alive), or\n"
       "earlier when --max-loaded-models or --memory-budget needs room (least recently used first, never one\n"
@@ -184,21 +187,34 @@ int run_serve(std::span<const std::string> args) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  pie::OpenedModel opened = pie::open_model(model_path);
-  // A stored model is served under its store name; a file under the name the server derives from it.
-  if (!name) options.model_name = opened.store_name;
-  options.engine_options = engine_options;
-  auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
-  if (!quiet) {
-    std::fprintf(stderr, "orchard serve: KV pool of %.0f MiB committed (%d sequences of %d tokens)\n",
-                 static_cast<double>(engine->options().kv_cache_bytes) / (1 << 20), engine->options().max_running,
-                 engine->options().context_length);
-  }
-  // Adapters are selected per request (`model` naming one, or `lora`); an explicit :SCALE also makes it a
-  // default for requests that select none.
-  for (const LoraSpec& s : lora_specs) {
-    engine->attach_lora(s.name, s.path);
-    if (s.scale_given) options.lora_scales.emplace_back(s.name, s.scale);
+  std::shared_ptr<pie::Engine> engine;
+  const std::int32_t embed_threads = engine_options.n_threads;
+  if (model_path && pie::is_embedding_model_path(*model_path)) {
+    // An embedding model (BERT) alone: the embedding routes answer, the generation routes refuse (400).
+    if (!lora_specs.empty()) throw UsageError("--lora needs a generative model; MODEL is an embedding model");
+    auto embedder = std::make_shared<pie::Embedder>(pie::load_embedding_model(*model_path), embed_threads);
+    options.embedder = [embedder] { return embedder; };
+  } else {
+    pie::OpenedModel opened = pie::open_model(model_path);
+    // A stored model is served under its store name; a file under the name the server derives from it.
+    if (!name) options.model_name = opened.store_name;
+    options.engine_options = engine_options;
+    engine = std::make_shared<pie::Engine>(opened.model, engine_options);
+    if (!quiet) {
+      std::fprintf(stderr, "orchard serve: KV pool of %.0f MiB committed (%d sequences of %d tokens)\n",
+                   static_cast<double>(engine->options().kv_cache_bytes) / (1 << 20), engine->options().max_running,
+                   engine->options().context_length);
+    }
+    // Adapters are selected per request (`model` naming one, or `lora`); an explicit :SCALE also makes it a
+    // default for requests that select none.
+    for (const LoraSpec& s : lora_specs) {
+      engine->attach_lora(s.name, s.path);
+      if (s.scale_given) options.lora_scales.emplace_back(s.name, s.scale);
+    }
+    // Its embeddings (last hidden state), made on the first embedding request.
+    options.embedder = [model = opened.model, embed_threads] {
+      return std::make_shared<pie::Embedder>(pie::embedding_model_from_decoder(model), embed_threads);
+    };
   }
   pie::Server server(engine, options);
   int bound = server.bind();
@@ -218,7 +234,7 @@ int run_serve(std::span<const std::string> args) {
   exiting = true;
   pthread_kill(watcher.native_handle(), SIGTERM);
   watcher.join();
-  engine->shutdown(/*cancel_running=*/true);
+  if (engine) engine->shutdown(/*cancel_running=*/true);
   return 0;
 }
 

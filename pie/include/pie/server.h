@@ -4,6 +4,10 @@
 //   OpenAI: POST /v1/chat/completions, POST /v1/completions, GET /v1/models
 //   Ollama: POST /api/chat, POST /api/generate, GET /api/tags, POST /api/show, GET /api/version, GET /api/ps,
 //           POST /api/create, POST /api/copy, DELETE /api/delete, POST /api/pull
+//   Embeddings: POST /v1/embeddings (OpenAI), POST /api/embed and /api/embeddings (Ollama), from the
+//   model the server starts with (a generative model's last hidden state), or from an embedding model
+//   served alone (no engine: only the embedding routes and those describing the model answer; the rest
+//   answer 400, model_not_generative)
 //   GET /health, GET /metrics (Prometheus text)
 //   Extensions: POST /v1/grammar/compile (compile or check a constraint), "token_detail" in OpenAI requests
 //   GET / (and /ui/...): the web page (chat, structured-output playground, dashboard), embedded at build time
@@ -22,12 +26,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "pie/embedding.h"
 #include "pie/engine.h"
 #include "pse/json_schema.h"
 
@@ -69,11 +75,15 @@ struct ServerOptions {
   double shutdown_grace_seconds = 10;  // stop(): how long running requests may finish, the cut included
   bool log_requests = true;          // one JSON line per request on stderr
   std::string version = "0.1.0";     // reported by /api/version and /health
+  // The embedder of the embedding routes, made on their first request (at construction when there is no
+  // engine); empty: those routes answer 400.
+  std::function<std::shared_ptr<Embedder>()> embedder;
 };
 
 class Server {
  public:
-  // Throws pie::Error on bad options or a chat template that does not parse.
+  // Throws pie::Error on bad options or a chat template that does not parse. `engine` may be null when
+  // options.embedder is set: an embedding model served alone.
   Server(std::shared_ptr<Engine> engine, ServerOptions options);
   ~Server();
   Server(const Server&) = delete;

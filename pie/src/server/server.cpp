@@ -24,6 +24,7 @@
 #include "server/api_request.h"
 #include "server/generation.h"
 #include "server/grammar_compile.h"
+#include "server/embeddings_routes.h"
 #include "server/http_transport.h"
 #include "server/lora_routes.h"
 #include "server/metrics.h"
@@ -92,6 +93,11 @@ struct Server::Impl {
   std::shared_ptr<Engine> engine;
   std::shared_ptr<server::ServedModel> model;  // the first model (always loaded)
   std::unique_ptr<server::ModelRegistry> registry;  // it and the store's models, loaded on demand
+  // An embedding model served alone (no engine: model, registry and loras stay null): its names, served
+  // name first. Only the routes that describe a model or embed answer then (embedding_only_routes).
+  std::vector<std::string> embedding_names;
+  std::once_flag embedder_made;
+  std::shared_ptr<Embedder> embedder;  // the embedding routes' (options.embedder's), made once
   std::unique_ptr<server::LoraRoutes> loras;  // the first model's LoRA adapters through the API
   // httplib parses and routes each request; the transport owns the sockets and threads (http_transport.h)
   // and hands it each request's stream through process_request, which httplib keeps protected.
@@ -119,7 +125,44 @@ struct Server::Impl {
   int port = -1;
 
   Impl(std::shared_ptr<Engine> e, ServerOptions o) : options(std::move(o)), engine(std::move(e)) {
-    if (!engine) throw Error("[server] no engine");
+    if (engine) {
+      serve_engine();
+    } else {
+      serve_embedding_model();
+    }
+    setup_http();
+    server::TransportOptions transport_options;
+    transport_options.max_body_bytes = options.max_body_bytes;
+    transport_options.n_workers = static_cast<std::size_t>(
+        options.http_threads > 0 ? options.http_threads : std::max(128, engine ? 4 * engine->options().max_running : 0));
+    transport = std::make_unique<server::HttpTransport>(
+        transport_options, [this](server::Connection& connection, bool close_connection, bool& connection_closed) {
+          return http.serve_request(connection, close_connection, connection_closed);
+        });
+  }
+
+  void serve_embedding_model() {
+    if (!options.embedder) throw Error("[server] no engine and no embedder");
+    std::call_once(embedder_made, [this] { embedder = options.embedder(); });
+    if (!embedder) throw Error("[server] no embedder");
+    Model described;  // named as a generative model would be: its file's or folder's slug
+    described.path = embedder->model().path;
+    described.name = embedder->model().name;
+    embedding_names.push_back(options.model_name.empty() ? server::served_model_name(described) : options.model_name);
+    for (const std::string& alias : options.aliases) {
+      if (std::find(embedding_names.begin(), embedding_names.end(), alias) == embedding_names.end()) {
+        embedding_names.push_back(alias);
+      }
+    }
+    for (const std::string& n : embedding_names) {
+      if (n.empty() || std::any_of(n.begin(), n.end(), [](unsigned char c) { return c <= ' ' || c == 0x7F; })) {
+        throw Error(
+            fmt::format("[server] the model name '{}' is empty or holds whitespace or a control character", n));
+      }
+    }
+  }
+
+  void serve_engine() {
     loras = std::make_unique<server::LoraRoutes>(*engine, options.lora_scales);
     std::string name = options.model_name.empty() ? server::served_model_name(engine->model()) : options.model_name;
     model = std::make_shared<server::ServedModel>(engine, name,
@@ -139,15 +182,116 @@ struct Server::Impl {
     registry_options.max_loaded = options.max_loaded_models;
     registry_options.memory_budget = options.memory_budget_bytes;
     registry = std::make_unique<server::ModelRegistry>(model, std::move(registry_options));
-    setup_http();
-    server::TransportOptions transport_options;
-    transport_options.max_body_bytes = options.max_body_bytes;
-    transport_options.n_workers = static_cast<std::size_t>(
-        options.http_threads > 0 ? options.http_threads : std::max(128, 4 * engine->options().max_running));
-    transport = std::make_unique<server::HttpTransport>(
-        transport_options, [this](server::Connection& connection, bool close_connection, bool& connection_closed) {
-          return http.serve_request(connection, close_connection, connection_closed);
-        });
+  }
+
+  // --- embeddings ---------------------------------------------------------------------------------
+  const std::string& served_name() const { return engine ? model->name() : embedding_names.front(); }
+
+  bool names_embedding_model(const std::string& asked) const {
+    if (asked.empty() || asked == "default") return true;
+    for (const std::string& n : embedding_names) {
+      if (asked == n || asked == n + ":latest") return true;
+    }
+    return false;
+  }
+
+  void embeddings(const httplib::Request& req, httplib::Response& res, server::EmbeddingsApi api) {
+    const server::EmbeddingsRequest request = server::parse_embeddings_request(server::parse_body(req.body), api);
+    const bool ollama = api != server::EmbeddingsApi::openai;
+    const bool known = engine ? registry->is_first(request.model) || registry->stored_name(request.model)
+                              : names_embedding_model(request.model);
+    if (!known) {
+      throw ApiError(404, "invalid_request_error",
+                     ollama ? fmt::format("model '{}' not found", request.model)
+                            : fmt::format("The model '{}' does not exist; this server serves '{}'", request.model,
+                                          fmt::join(engine ? registry->names() : embedding_names, "', '")),
+                     "model", "model_not_found");
+    }
+    if (engine && !registry->is_first(request.model)) {
+      throw ApiError::invalid(fmt::format("model '{}' gives no embeddings here: they come from '{}', the model "
+                                          "the server was started with", request.model, model->name()),
+                              "model", "model_not_embedding");
+    }
+    std::call_once(embedder_made, [this] {
+      if (options.embedder) embedder = options.embedder();
+    });
+    if (!embedder) {
+      throw ApiError::invalid(fmt::format("model '{}' gives no embeddings on this server", served_name()), "model",
+                              "model_not_embedding");
+    }
+    res.set_content(server::answer_embeddings(request, *embedder, served_name()), "application/json");
+  }
+
+  // The routes an embedding model served alone answers; the others answer 400 (they generate, or work on
+  // the model store, which such a server does not hold).
+  static bool embedding_only_route(const std::string& label) {
+    static const char* const kRoutes[] = {"/v1/embeddings", "/api/embed", "/api/embeddings", "/v1/models",
+                                          "/v1/models/{id}", "/api/tags", "/api/show", "/api/ps", "/api/version",
+                                          "/health", "/metrics", "/", "/ui/{file}"};
+    return std::find(std::begin(kRoutes), std::end(kRoutes), label) != std::end(kRoutes);
+  }
+
+  Json embedding_model_details() const {
+    const EmbeddingModel& e = embedder->model();
+    return Json{{"parent_model", ""},
+                {"format", e.path.extension() == ".gguf" ? "gguf" : "orchard"},
+                {"family", e.architecture()},
+                {"families", Json::array({e.architecture()})},
+                {"parameter_size", ""},
+                {"quantization_level", ""}};
+  }
+
+  // /v1/models, /v1/models/{id}, /api/tags, /api/show and /api/ps of an embedding model served alone.
+  void describe_embedding_model(const std::string& label, const httplib::Request& req, httplib::Response& res) {
+    const auto entry = [](const std::string& name) {
+      return Json{{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard"}};
+    };
+    const auto not_found = [this](const std::string& asked, bool ollama) {
+      return ApiError(404, "invalid_request_error",
+                      ollama ? fmt::format("model '{}' not found", asked)
+                             : fmt::format("The model '{}' does not exist; this server serves '{}'", asked,
+                                           fmt::join(embedding_names, "', '")),
+                      "model", "model_not_found");
+    };
+    if (label == "/v1/models") {
+      Json data = Json::array();
+      for (const std::string& n : embedding_names) data.push_back(entry(n));
+      return send_json(res, Json{{"object", "list"}, {"data", std::move(data)}});
+    }
+    if (label == "/v1/models/{id}") {
+      const std::string asked = req.matches[1].str();
+      if (!names_embedding_model(asked)) throw not_found(asked, false);
+      return send_json(res, entry(asked));
+    }
+    if (label == "/api/tags" || label == "/api/ps") {
+      Json list = Json::array();
+      for (const std::string& n : embedding_names) {
+        list.push_back(Json{{"name", n}, {"model", n}, {"size", 0},
+                            {"digest", fmt::format("{:016x}", std::hash<std::string>{}(embedding_names.front()))},
+                            {"details", embedding_model_details()}});
+      }
+      return send_json(res, Json{{"models", std::move(list)}});
+    }
+    // /api/show
+    const Json body = server::parse_body(req.body);
+    std::string asked;
+    for (const char* key : {"model", "name"}) {
+      if (body.contains(key) && body[key].is_string()) asked = body[key].get<std::string>();
+    }
+    if (asked.empty()) throw ApiError::invalid("'model' is required", "model");
+    if (!names_embedding_model(asked)) throw not_found(asked, true);
+    const EmbeddingModel& e = embedder->model();
+    const std::string arch = e.architecture();
+    send_json(res, Json{{"license", ""},
+                        {"modelfile", fmt::format("FROM {}\n", e.path.string())},
+                        {"parameters", ""},
+                        {"template", ""},
+                        {"details", embedding_model_details()},
+                        {"model_info", Json{{"general.architecture", arch},
+                                            {arch + ".context_length", e.max_tokens},
+                                            {arch + ".embedding_length", e.n_dims},
+                                            {arch + ".pooling_type", pooling_name(e.pooling)}}},
+                        {"capabilities", Json::array({"embedding"})}});
   }
 
   // --- bookkeeping --------------------------------------------------------------------------------
@@ -461,7 +605,20 @@ struct Server::Impl {
   void route(const char* method, const std::string& pattern, const char* label, F&& handler) {
     routes.emplace_back(method, std::regex(pattern));
     auto wrapped = [this, label, handler](const httplib::Request& req, httplib::Response& res) {
-      guarded(label, req, res, [&] { handler(req, res); });
+      guarded(label, req, res, [&] {
+        if (engine) return handler(req, res);
+        const std::string l = label;
+        if (!embedding_only_route(l)) {
+          throw ApiError::invalid(fmt::format("model '{}' is an embedding model: it does not generate text, and this "
+                                              "server holds no model store (it answers POST /v1/embeddings, "
+                                              "/api/embed and /api/embeddings)", served_name()),
+                                  "model", "model_not_generative");
+        }
+        if (l == "/v1/models" || l == "/v1/models/{id}" || l == "/api/tags" || l == "/api/show" || l == "/api/ps") {
+          return describe_embedding_model(l, req, res);
+        }
+        handler(req, res);
+      });
     };
     if (std::string(method) == "GET") {
       http.Get(pattern, wrapped);
@@ -651,7 +808,7 @@ struct Server::Impl {
       res.set_content(server::dump_json(Json{{"version", options.version}}), "application/json");
     });
     route("GET", "/health", "/health", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(server::dump_json(Json{{"status", "ok"}, {"model", model->name()}}), "application/json");
+      res.set_content(server::dump_json(Json{{"status", "ok"}, {"model", served_name()}}), "application/json");
     });
     route("POST", "/v1/grammar/compile", "/v1/grammar/compile",
           [this](const httplib::Request& req, httplib::Response& res) {
@@ -666,7 +823,17 @@ struct Server::Impl {
     route("GET", R"(/ui/.+)", "/ui/{file}",
           [](const httplib::Request& req, httplib::Response& res) { server::answer_web_asset(req, res); });
     route("GET", "/metrics", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.render(engine->stats(), n_active()), "text/plain; version=0.0.4");
+      res.set_content(metrics.render(engine ? engine->stats() : EngineStats{}, n_active()),
+                      "text/plain; version=0.0.4");
+    });
+    route("POST", "/v1/embeddings", "/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+      embeddings(req, res, server::EmbeddingsApi::openai);
+    });
+    route("POST", "/api/embed", "/api/embed", [this](const httplib::Request& req, httplib::Response& res) {
+      embeddings(req, res, server::EmbeddingsApi::ollama_embed);
+    });
+    route("POST", "/api/embeddings", "/api/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+      embeddings(req, res, server::EmbeddingsApi::ollama_embeddings);
     });
   }
 
@@ -723,7 +890,7 @@ void Server::stop() { impl_->stop(); }
 
 int Server::port() const { return impl_->port; }
 
-const std::string& Server::model_name() const { return impl_->model->name(); }
+const std::string& Server::model_name() const { return impl_->served_name(); }
 
 double Server::parse_keep_alive(const std::string& text) {
   // A bare number is seconds; anything else is read as a duration string.
