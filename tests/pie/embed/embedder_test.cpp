@@ -15,6 +15,7 @@
 #include "embedding_model.h"
 #include "pie/embedding.h"
 #include "pie/error.h"
+#include "tensor/gguf.h"
 
 namespace {
 
@@ -277,6 +278,76 @@ TEST_F(MiniLm, BadModelsAreModelErrorsNamingTheField) {
   const fs::path no_tok = edited_copy("notok", [](json&) {});
   fs::remove(no_tok / "tokenizer.json");
   expect_model_error(no_tok, "tokenizer.json is missing");
+}
+
+// llama.cpp's bert GGUF: the model's own weights written under llama.cpp's names and keys, with the
+// bert-base-uncased vocabulary of shared data's ggml-vocab-bert-bge.gguf (the one MiniLM uses), give the
+// same vectors as the folder.
+TEST_F(MiniLm, AGgufOfTheSameWeightsGivesTheSameVectors) {
+  const char* env = std::getenv("ORCHARD_SHARED_DATA");
+  const fs::path vocab_path = fs::path(env != nullptr && *env != '\0' ? env : ORCHARD_DEFAULT_SHARED_DATA) /
+                              "tokenizers" / "llama.cpp" / "ggml-vocab-bert-bge.gguf";
+  if (!fs::exists(vocab_path)) GTEST_SKIP() << "shared data absent: " << vocab_path;
+  namespace gg = tensor::gguf;
+  const gg::File vocab = gg::File::open(vocab_path);
+  gg::Writer w;
+  w.set("general.architecture", gg::make_string("bert"));
+  w.set("general.name", gg::make_string("minilm-gguf"));
+  for (const auto& [key, value] : vocab.metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  }
+  const pie::EncoderConfig& c = *model_->encoder;
+  w.set("bert.context_length", gg::make_uint32(static_cast<std::uint32_t>(c.n_positions)));
+  w.set("bert.embedding_length", gg::make_uint32(static_cast<std::uint32_t>(c.n_embd)));
+  w.set("bert.feed_forward_length", gg::make_uint32(static_cast<std::uint32_t>(c.n_ff)));
+  w.set("bert.block_count", gg::make_uint32(static_cast<std::uint32_t>(c.n_layer)));
+  w.set("bert.attention.head_count", gg::make_uint32(static_cast<std::uint32_t>(c.n_head)));
+  w.set("bert.attention.layer_norm_epsilon", gg::make_float32(c.norm_eps));
+  w.set("bert.pooling_type", gg::make_uint32(1));
+  auto add = [&](const std::string& name, const pie::Weight& t) {
+    std::vector<std::uint64_t> dims;
+    for (int i = t.rank() - 1; i >= 0; --i) dims.push_back(static_cast<std::uint64_t>(t.dim(i)));
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(t.data());
+    const std::uint32_t type = t.dtype() == tensor::DType::f32 ? 0 : 1;  // f32 or f16
+    w.add_tensor(name, dims, type, std::vector<std::uint8_t>(bytes, bytes + t.nbytes()));
+  };
+  const pie::EncoderWeights& e = model_->encoder_weights;
+  add("token_embd.weight", e.token_embd);
+  add("position_embd.weight", e.position_embd);
+  add("token_types.weight", e.token_type_embd);
+  add("token_embd_norm.weight", e.embd_norm);
+  add("token_embd_norm.bias", e.embd_norm_b);
+  for (std::size_t i = 0; i < e.layers.size(); ++i) {
+    const pie::EncoderLayerWeights& l = e.layers[i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "attn_q.weight", l.wq), add(p + "attn_q.bias", l.bq);
+    add(p + "attn_k.weight", l.wk), add(p + "attn_k.bias", l.bk);
+    add(p + "attn_v.weight", l.wv), add(p + "attn_v.bias", l.bv);
+    add(p + "attn_output.weight", l.wo), add(p + "attn_output.bias", l.bo);
+    add(p + "attn_output_norm.weight", l.attn_norm), add(p + "attn_output_norm.bias", l.attn_norm_b);
+    add(p + "ffn_up.weight", l.w_up), add(p + "ffn_up.bias", l.b_up);
+    add(p + "ffn_down.weight", l.w_down), add(p + "ffn_down.bias", l.b_down);
+    add(p + "layer_output_norm.weight", l.ffn_norm), add(p + "layer_output_norm.bias", l.ffn_norm_b);
+  }
+  const fs::path path = fs::temp_directory_path() / ("orchard_minilm_" + std::to_string(::getpid()) + ".gguf");
+  w.write(path);
+  ASSERT_TRUE(pie::is_embedding_model_path(path));
+  auto gguf = pie::load_embedding_model(path);
+  EXPECT_EQ(gguf->name, "minilm-gguf");
+  EXPECT_EQ(gguf->pooling, pie::Pooling::mean);
+  EXPECT_EQ(gguf->max_tokens, 512);
+  pie::Embedder from_gguf(gguf, 2);
+  const std::vector<std::string> texts = {"A man is eating food.", "Müller's café, 東京, and 3.75%!"};
+  for (const std::string& t : texts) {
+    EXPECT_EQ(gguf->tokenizer->encode(t, {.add_bos = true, .add_eos = true}),
+              model_->tokenizer->encode(t, {.add_bos = true, .add_eos = true})) << t;
+  }
+  EXPECT_EQ(from_gguf.embed(texts).embeddings, embedder_->embed(texts).embeddings);
+  // A pooling type llama.cpp has and Orchard does not (4: rank) is refused by name.
+  w.set("bert.pooling_type", gg::make_uint32(4));
+  w.write(path);
+  expect_model_error(path, "bert.pooling_type 4 is not supported");
+  fs::remove(path);
 }
 
 // A decoder used as an embedder: the tiny random llama (tests/pie/runner/models/llama),
