@@ -163,7 +163,7 @@ class CpuBackend final : public Backend {
   void project(const Rows& in, std::span<const Projection> outs) override {
     base_project(in, outs);
     for (const Projection& p : outs) {
-      for (const LoraGroup& g : p.lora) add_lora(in, p, g);
+      if (!p.lora.empty()) add_loras(in, p);
     }
   }
 
@@ -184,40 +184,72 @@ class CpuBackend final : public Backend {
                           pool_);
   }
 
-  // The low-rank term of one adapter for its rows: shrink (x A^T, [n, rank]) then expand ((x A^T) B^T,
-  // [n, n_out]) over the rows gathered, then added, scaled, into the output rows. Any rank, no padding;
-  // each row's products depend on that row only (batch invariance).
-  void add_lora(const Rows& in, const Projection& p, const LoraGroup& g) {
-    const LoraPair* pair = g.adapter->pair(p.site, p.layer);
-    if (pair == nullptr) return;
-    const std::vector<std::int32_t>& rows = p.site == ProjectionSite::output ? g.logit_rows : g.rows;
-    const auto n = static_cast<std::int64_t>(rows.size());
-    if (n == 0) return;
-    if (pair->n_in != in.n_cols || pair->n_out != p.out.n_cols) {
-      throw Error(fmt::format("[backend] LoRA pair of {} layer {}: [{}, {}] on a [{}, {}] projection",
-                              projection_site_name(p.site), p.layer, pair->n_out, pair->n_in, p.out.n_cols, in.n_cols));
+  // The low-rank terms of a projection's adapters, each for its rows (Punica's SGMV, on the CPU): shrink
+  // (t = x A^T, [n, rank] per adapter) in one parallel region over (adapter, rank) pairs, then expand
+  // (y += scale t B^T) in one over output columns, each adapter's rows added in turn. Any rank, no padding;
+  // each row's sums run in an order of their own (batch invariance).
+  void add_loras(const Rows& in, const Projection& p) {
+    struct Work {
+      const LoraPair* pair;
+      const std::vector<std::int32_t>* rows;
+      float scale;
+      std::int64_t t_offset;  // into the shrunk activations, [rows, rank]
+    };
+    std::vector<Work> work;
+    std::int64_t n_t = 0;
+    for (const LoraGroup& g : p.lora) {
+      const LoraPair* pair = g.adapter->pair(p.site, p.layer);
+      const std::vector<std::int32_t>& rows = p.site == ProjectionSite::output ? g.logit_rows : g.rows;
+      if (pair == nullptr || rows.empty()) continue;
+      if (pair->n_in != in.n_cols || pair->n_out != p.out.n_cols) {
+        throw Error(fmt::format("[backend] LoRA pair of {} layer {}: [{}, {}] on a [{}, {}] projection",
+                                projection_site_name(p.site), p.layer, pair->n_out, pair->n_in, p.out.n_cols,
+                                in.n_cols));
+      }
+      work.push_back({pair, &rows, g.scale * pair->scale, n_t});
+      n_t += static_cast<std::int64_t>(rows.size()) * pair->rank;
     }
-    const Rows x = scratch(kLoraIn, n, in.n_cols), t = scratch(kLoraShrunk, n, pair->rank),
-               u = scratch(kLoraExpanded, n, pair->n_out);
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::memcpy(x.row(i), in.row(rows[static_cast<std::size_t>(i)]), sizeof(float) * in.n_cols);
+    if (work.empty()) return;
+    float* t = scratch(kLoraShrunk, 1, n_t).data;
+    // Shrink, one task per (adapter, row): t[r] = sum_j x[j] At[j] (vector updates of rank floats, in j
+    // order).
+    std::vector<std::pair<std::int32_t, std::int32_t>> tasks;
+    for (std::size_t w = 0; w < work.size(); ++w) {
+      for (std::size_t r = 0; r < work[w].rows->size(); ++r) tasks.emplace_back(static_cast<std::int32_t>(w), r);
     }
-    kernels::MatmulParams a;
-    a.w = pair->a.data();
-    a.n_out = pair->rank;
-    a.n_in = pair->n_in;
-    kernels::MatmulParams b;
-    b.w = pair->b.data();
-    b.n_out = pair->n_out;
-    b.n_in = pair->rank;
-    kernels::matmul(a, x.data, n, t.data, pool_);
-    kernels::matmul(b, t.data, n, u.data, pool_);
-    const float scale = g.scale * pair->scale;
-    for (std::int64_t i = 0; i < n; ++i) {
-      float* y = p.out.row(rows[static_cast<std::size_t>(i)]);
-      const float* d = u.row(i);
-      for (std::int64_t j = 0; j < pair->n_out; ++j) y[j] += scale * d[j];
-    }
+    for_rows(static_cast<std::int64_t>(tasks.size()), 2, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const auto [wi, r] = tasks[static_cast<std::size_t>(i)];
+        const Work& w = work[static_cast<std::size_t>(wi)];
+        const std::int64_t rank = w.pair->rank;
+        float* tr = t + w.t_offset + static_cast<std::int64_t>(r) * rank;
+        std::fill(tr, tr + rank, 0.0f);
+        const float* x = in.row((*w.rows)[static_cast<std::size_t>(r)]);
+        const float* at = w.pair->at.data();
+        for (std::int64_t j = 0; j < w.pair->n_in; ++j) {
+          const float xj = x[j];
+          const float* a = at + j * rank;
+          for (std::int64_t k = 0; k < rank; ++k) tr[k] += xj * a[k];
+        }
+      }
+    });
+    // Expand: columns in chunks; per row, y[j] += scale * sum_k t[k] Bt[k, j].
+    constexpr std::int64_t kChunk = 256;
+    const std::int64_t n_out = p.out.n_cols;
+    for_rows((n_out + kChunk - 1) / kChunk, 1, [&](std::int64_t c0, std::int64_t c1) {
+      const std::int64_t j0 = c0 * kChunk, j1 = std::min(n_out, c1 * kChunk);
+      for (const Work& w : work) {
+        for (std::size_t r = 0; r < w.rows->size(); ++r) {
+          float* y = p.out.row((*w.rows)[r]);
+          const float* tr = t + w.t_offset + static_cast<std::int64_t>(r) * w.pair->rank;
+          for (std::int64_t k = 0; k < w.pair->rank; ++k) {
+            const float c = w.scale * tr[k];
+            const float* bt = w.pair->bt.data() + k * n_out;
+            for (std::int64_t j = j0; j < j1; ++j) y[j] += c * bt[j];
+          }
+        }
+      }
+    });
   }
 
   void add_bias(const Rows& x, const Weight& bias) override {
@@ -317,7 +349,7 @@ class CpuBackend final : public Backend {
  private:
   static constexpr std::size_t kMaxProducts = 8;  // kernels::matmul_multi's bound
   // Scratch slots of the backend's own (the builders use the low ones).
-  static constexpr int kLoraIn = 60, kLoraShrunk = 61, kLoraExpanded = 62, kGatheredQ = 63, kGatheredOut = 64;
+  static constexpr int kLoraShrunk = 62, kGatheredQ = 63, kGatheredOut = 64;
 
   // fn(begin, end) over rows, on the pool when there are enough of them.
   void for_rows(std::int64_t n, std::int64_t grain, tensor::FunctionRef<void(std::int64_t, std::int64_t)> fn) {
