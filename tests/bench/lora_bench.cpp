@@ -2,8 +2,8 @@
 // together (one query token each, logits for every row) while their rows use N distinct rank-R adapters
 // (rows spread round-robin), on every projection of every layer (q, k, v, o, gate, up, down: PEFT's
 // "all-linear" without lm_head). Adapters are random (the speed does not depend on their values); the KV
-// cache is f16. Each figure is the best of --reps runs of --steps steps, the no-adapter batch measured in
-// the same process.
+// cache is f16. Each figure is the best of --reps rounds of --steps steps; every round runs each
+// configuration in turn, the no-adapter batch included, so that the machine's drifting load touches all alike.
 //
 //   orchard_bench_lora MODEL [--threads 2] [--batch 32] [--adapters 1,8,32] [--rank 16] [--steps 8] [--reps 2]
 // prints one JSON object: {"decode_tok_s": {"0": x, "1": y, ...}, "ratio_to_none": {"1": y / x, ...}, ...}.
@@ -158,24 +158,25 @@ int run(const Options& o) {
 
   std::vector<std::int32_t> counts{0};
   counts.insert(counts.end(), o.adapters.begin(), o.adapters.end());
-  std::string rates, ratios;
-  double none = 0;
-  for (std::int32_t n_adapters : counts) {
-    double best = 0;
-    for (int r = 0; r < o.reps; ++r) {
+  // Rounds over every configuration in turn (the machine's load drifts; each keeps its best round).
+  std::vector<double> best(counts.size(), 0.0);
+  for (int r = 0; r < o.reps; ++r) {
+    for (std::size_t c = 0; c < counts.size(); ++c) {
       std::vector<pie::SeqId> seqs;
       std::vector<std::int32_t> lens(static_cast<std::size_t>(o.batch), 0);
       for (std::int32_t i = 0; i < o.batch; ++i) seqs.push_back(kv.create());
-      step(seqs, lens, kContext, n_adapters);
+      step(seqs, lens, kContext, counts[c]);
       const auto t0 = std::chrono::steady_clock::now();
-      for (std::int32_t s = 0; s < o.steps; ++s) step(seqs, lens, 1, n_adapters);
-      best = std::max(best, static_cast<double>(o.batch) * o.steps / seconds_since(t0));
+      for (std::int32_t s = 0; s < o.steps; ++s) step(seqs, lens, 1, counts[c]);
+      best[c] = std::max(best[c], static_cast<double>(o.batch) * o.steps / seconds_since(t0));
       for (pie::SeqId s : seqs) kv.release(s);
     }
-    if (n_adapters == 0) none = best;
-    rates += (rates.empty() ? "" : ", ") + ("\"" + std::to_string(n_adapters) + "\": " + std::to_string(best));
-    if (n_adapters > 0) {
-      ratios += (ratios.empty() ? "" : ", ") + ("\"" + std::to_string(n_adapters) + "\": " + std::to_string(best / none));
+  }
+  std::string rates, ratios;
+  for (std::size_t c = 0; c < counts.size(); ++c) {
+    rates += (rates.empty() ? "" : ", ") + ("\"" + std::to_string(counts[c]) + "\": " + std::to_string(best[c]));
+    if (counts[c] > 0) {
+      ratios += (ratios.empty() ? "" : ", ") + ("\"" + std::to_string(counts[c]) + "\": " + std::to_string(best[c] / best[0]));
     }
   }
   std::printf("{\"engine\": \"orchard\", \"threads\": %d, \"batch\": %d, \"rank\": %d, \"steps\": %d, "

@@ -181,6 +181,11 @@ TEST_F(LoraEngineTest, BadRequestsAndAttachesAreTypedErrors) {
   EXPECT_THROW(engine.attach_lora("", adapter_dir("llama", "a")), RequestError);
   EXPECT_THROW(engine.attach_lora("q", adapter_dir("qwen2", "a")), LoraError);  // shapes
   EXPECT_THROW(engine.attach_lora("q", dir_.path / "missing"), LoraError);
+  EXPECT_THROW(engine.attach_lora("q", std::shared_ptr<LoraAdapter>()), LoraError);
+  EXPECT_THROW(engine.attach_lora(std::string(257, 'n'), adapter_dir("llama", "a")), RequestError);
+  EngineOptions negative = options();
+  negative.lora_memory_bytes = -1;
+  EXPECT_THROW({ Engine e(model_, negative); }, Error);
   // The engine and the adapter attached keep serving.
   EXPECT_EQ(engine.loras().size(), 1u);
   EXPECT_EQ(run(engine, {{"a", 1.0f}}).error, "");
