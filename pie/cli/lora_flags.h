@@ -41,7 +41,7 @@ inline LoraSpec parse_lora_spec(const std::string& text) {
     char* end = nullptr;
     const double v = std::strtod(tail.c_str(), &end);
     if (end != nullptr && *end == '\0') {
-      if (!std::isfinite(v)) throw UsageError("--lora: SCALE must be a finite number in '" + text + "'");
+      if (!(std::fabs(v) <= 1e6)) throw UsageError("--lora: SCALE must be a number in [-1e6, 1e6] in '" + text + "'");
       spec.scale = static_cast<float>(v);
       spec.scale_given = true;
       rest = rest.substr(0, colon);

@@ -213,7 +213,9 @@ std::shared_ptr<LoraAdapter> read_peft_adapter(const std::filesystem::path& fold
     return config[key].get<bool>();
   };
   const double r = number("r", 8);
-  adapter->alpha = static_cast<float>(number("lora_alpha", r));
+  const double alpha = number("lora_alpha", r);
+  if (!(std::fabs(alpha) <= 1e6)) throw LoraError(fmt::format("[lora] {}: \"lora_alpha\" {} outside [-1e6, 1e6]", cfg, alpha));
+  adapter->alpha = static_cast<float>(alpha);
   adapter->rslora = flag("use_rslora");
   if (flag("use_dora")) throw LoraError(fmt::format("[lora] {}: DoRA adapters (use_dora) are not supported", cfg));
   if (flag("fan_in_fan_out")) {
@@ -313,7 +315,9 @@ std::shared_ptr<LoraAdapter> read_gguf_adapter(const std::filesystem::path& path
     }
     adapter->architecture = file->at("general.architecture").as_string("general.architecture");
     const tensor::gguf::Value* alpha = file->find("adapter.lora.alpha");
-    adapter->alpha = alpha != nullptr ? static_cast<float>(alpha->as_float("adapter.lora.alpha")) : 0.0f;
+    const double a = alpha != nullptr ? alpha->as_float("adapter.lora.alpha") : 0.0;
+    if (!(std::fabs(a) <= 1e6)) throw LoraError(fmt::format("[lora] {}: adapter.lora.alpha {} outside [-1e6, 1e6]", where, a));
+    adapter->alpha = static_cast<float>(a);
   } catch (const tensor::Error& e) {
     throw LoraError(fmt::format("[lora] {}: {}", where, e.what()));
   }

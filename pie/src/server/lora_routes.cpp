@@ -18,8 +18,9 @@ ApiError not_found(const std::string& name) {
 float scale_of(const Json& entry, const std::string& where) {
   if (!entry.contains("scale")) return 1.0f;
   const Json& s = entry["scale"];
-  if (!s.is_number() || !std::isfinite(s.get<double>())) {
-    throw ApiError::invalid(fmt::format("'{}.scale' must be a finite number", where), where + ".scale");
+  // Bounded before the conversion to float (a double past float's range has no float value).
+  if (!s.is_number() || !(std::fabs(s.get<double>()) <= 1e6)) {
+    throw ApiError::invalid(fmt::format("'{}.scale' must be a number in [-1e6, 1e6]", where), where + ".scale");
   }
   return s.get<float>();
 }

@@ -95,6 +95,9 @@ TEST(LoraCli, UsageAndAdapterErrors) {
   Result r = orchard("run -m orchard-random -p x -n 1 --lora ''");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("--lora"), std::string::npos) << r.out;
+  r = orchard("run -m orchard-random -p x -n 1 --lora a.gguf:1e300");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("SCALE must be a number"), std::string::npos) << r.out;
   r = orchard("run -m orchard-random -p x -n 1 --lora " + (dir.path / "missing").string());
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("no such file"), std::string::npos) << r.out;

@@ -177,6 +177,8 @@ TEST(LoraFormat, MissingAndMalformedFiles) {
   dir.write("adapter_config.json", R"({"r": 4, "lora_alpha": 8})");
   EXPECT_NE(lora_error([&] { read_lora_adapter(dir.path); }).find("adapter_model.safetensors is missing"),
             std::string::npos);
+  dir.write("adapter_config.json", R"({"r": 4, "lora_alpha": 1e300})");
+  EXPECT_NE(lora_error([&] { read_lora_adapter(dir.path); }).find("outside [-1e6, 1e6]"), std::string::npos);
   dir.write("adapter_config.json", R"({"r": 4, "lora_alpha": "eight"})");
   EXPECT_NE(lora_error([&] { read_lora_adapter(dir.path); }).find("\"lora_alpha\" must be a number"),
             std::string::npos);

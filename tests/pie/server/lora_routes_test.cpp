@@ -141,7 +141,7 @@ TEST_F(LoraRoutesTest, UnknownAdaptersAndModelsAre404) {
   EXPECT_EQ(status, 404);
   EXPECT_EQ(code_of(body), "lora_not_found");
   for (const Json& bad : {Json("x"), Json::array({Json{{"scale", 1}}}), Json::array({Json{{"id", true}}}),
-                          Json::array({Json{{"id", 0}, {"scale", "big"}}})}) {
+                          Json::array({Json{{"id", 0}, {"scale", "big"}}}), Json::array({Json{{"id", 0}, {"scale", 1e300}}})}) {
     std::tie(status, body) = complete({{"lora", bad}});
     EXPECT_EQ(status, 400) << bad.dump();
     EXPECT_NE(body["error"]["param"].get<std::string>().find("lora"), std::string::npos) << body.dump();
