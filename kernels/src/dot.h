@@ -35,7 +35,7 @@ using Dot4xTFn = void (*)(std::int64_t n, const void* w, std::size_t stride, con
                           int n_tokens, float* y, std::size_t y_stride);
 Dot4xTFn dot4xt_avx512_fn(tensor::DType w);
 // Tokens per call: q4_1 / q5_x run 2 rows x 8 tokens a pass (16 accumulators; q5_0 53 -> 63 GMAC/s against
-// 2 x 4); the _0 and K tiles take them four at a time (4 x 6 measured no faster there, docs/PERFORMANCE.md).
+// 2 x 4); the _0 and K tiles take them four at a time (4 x 6 measured no faster there, docs/cpu-kernels.md).
 inline constexpr int kDot4xTMaxTokens = 8;
 
 // An activation row (n elements in vec_dot_type) repacked into a kernel's own layout, packed_bytes(n) bytes.

@@ -90,7 +90,7 @@ float dot_bf16_512(std::int64_t n, const void* w, const void* x) {
 // f16/bf16: four rows at once. Each activation vector is loaded once for four weight rows (with one row per
 // pass the activation loads outnumber the weight loads 2:1 for 2-byte types, and a 14336-wide x does not fit
 // L1), 8 independent accumulators, a software prefetch kPrefetchBytes ahead in each of the four row streams.
-// f32 has none: measured no faster than dot_f32_512 (docs/PERFORMANCE.md).
+// f32 has none: measured no faster than dot_f32_512 (docs/cpu-kernels.md).
 
 template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
 inline void dot4_rows(std::int64_t n, const void* w, std::size_t stride, const void* x, float* y) {

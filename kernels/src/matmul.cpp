@@ -158,7 +158,7 @@ Product prepare(const MatmulParams& p, std::int64_t n_tokens, float* y, Isa isa)
   q.dot4 = avx512 ? detail::dot4_avx512_fn(p.w_type) : nullptr;
   q.dot4x3 = q.dot4 != nullptr && n_tokens >= 3 ? detail::dot4x3_avx512_fn(p.w_type) : nullptr;
   // Quantized types: four rows x up to kDot4xTMaxTokens tokens per weight load (same bits per product as
-  // dot). Not for one token: there the one-row kernel streams the weights faster (docs/PERFORMANCE.md).
+  // dot). Not for one token: there the one-row kernel streams the weights faster (docs/cpu-kernels.md).
   const detail::TileKernels tile = pick_tile(p.w_type, isa);
   if (n_tokens >= 2) q.dot4xt = avx512 ? detail::dot4xt_avx512_fn(p.w_type) : tile.dot4xt;
   q.act = vec_dot_type(p.w_type);

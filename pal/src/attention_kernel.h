@@ -13,7 +13,7 @@
 // guess them) one cache line of K and one of V at a time from inside steps 2 and 3 (Prefetcher), so the
 // misses overlap the arithmetic. Issued in bursts (32 lines at the start of each query row, as before), the
 // ones beyond the core's ~16 outstanding L1 misses stalled the pipeline behind them, and memory time and
-// arithmetic added up instead of overlapping (docs/PERFORMANCE.md, CPU attention).
+// arithmetic added up instead of overlapping (docs/cpu-attention.md).
 //
 // Isa provides V, kWidth (16 or 8; a page is 16 / kWidth vectors), zero, set1, load, store, load_f16,
 // fmadd, fnmadd, mul, div, add, sub, max, min, round, pow2i, reduce_add, reduce_max, reduce_lanes (kWidth

@@ -581,7 +581,7 @@ class Builder {
 
   // A chunked repetition (see kChunk): calls of chunk rule `chunk` and the copies around them. Here the
   // copies follow one another state to state (no fresh state each, unlike emit's kRepeat); this is the
-  // form that was measured (MaskBench dev split, docs/PERFORMANCE.md, session 10).
+  // form that was measured (MaskBench dev split, docs/grammar-performance.md, session 10).
   std::uint32_t emit_chunked(const Expr& e, std::uint32_t chunk, std::uint32_t entry, std::size_t depth) {
     const std::uint32_t rule = static_cast<std::uint32_t>(g_.rules().size() + shared_body_.size() + chunk);
     const ExprId c = e.children.at(0);

@@ -40,8 +40,7 @@ constexpr int kThreads = 2;
 // weights take 8-bit activations, and their rounding amplifies any difference of order 1e-4 (the order of a
 // sum, where a value is rounded to f16) into logit differences of 0.1 to 1: with only the KV cache changed from
 // f16 to f32, Orchard's own continuations of these 20 prompts keep 3 identical and move top-two gaps by up to
-// 0.62; llama.cpp's logits stand as far from a float64 forward pass as Orchard's do (docs/PERFORMANCE.md,
-// "Agreement with llama.cpp"). The 1e-3 of issue 32 presumed engines that agree to 1e-4.
+// 0.62; llama.cpp's logits stand as far from a float64 forward pass as Orchard's do (docs/agreement.md). The 1e-3 of issue 32 presumed engines that agree to 1e-4.
 constexpr double kNearTie = 0.75;
 constexpr double kPerplexityTolerance = 0.005;
 constexpr int kPerplexityCtx = 512;
