@@ -19,6 +19,7 @@
 #include "token_sets.h"
 #include "token_table.h"
 #include "u32_hash.h"
+#include "vocabulary_index.h"
 
 namespace pse {
 
@@ -32,7 +33,7 @@ struct CompiledGrammar::Impl {
   static constexpr std::uint32_t kNoTable = ~0u;
   std::vector<std::uint32_t> table_state;  // [n_tables] the state a table is built from
   // [n_tables] (when every table is built in compile) an earlier table whose state reads every string of
-  // at most Vocabulary::kShortTokenBytes bytes alike (derive_token_table), or kNoTable.
+  // at most VocabularyIndex::kShortTokenBytes bytes alike (derive_token_table), or kNoTable.
   std::vector<std::uint32_t> table_base;
   // Tables shared with other grammars (CompileOptions::shared_tables): per rule, its entry in the
   // TableCache, looked up at the first table built in the rule (identifying a rule writes out its

@@ -12,6 +12,7 @@
 #include "stack_dfa.h"
 #include "state_classes.h"
 #include "tables_ahead.h"
+#include "vocabulary_index.h"
 
 namespace pse {
 
@@ -93,7 +94,7 @@ CompiledGrammar compile_bounded(const Grammar& grammar, std::shared_ptr<const Vo
   impl->scan_index.assign(a.n_states(), CompiledGrammar::Impl::kNoTable);
   const auto t_classes = std::chrono::steady_clock::now();
   std::vector<std::uint32_t> classes;
-  // The classes up to the short tokens' length (Vocabulary::kShortTokenBytes), which `classes` refine:
+  // The classes up to the short tokens' length (VocabularyIndex::kShortTokenBytes), which `classes` refine:
   // tables of one such class differ only in the long tokens (the positions of a counted repetition).
   std::vector<std::uint32_t> short_classes;
   // Classes save table builds but cost a pass over the automaton: worth it when every table is built
@@ -112,9 +113,9 @@ CompiledGrammar compile_bounded(const Grammar& grammar, std::shared_ptr<const Vo
     // Optional: past a quarter of the time left, go without them.
     const detail::Deadline classes_deadline = deadline.by(t_classes + (deadline.at - t_classes) / 4);
     try {
-      const std::size_t horizon = impl->vocabulary->max_token_length();
-      const bool short_horizon = horizon > Vocabulary::kShortTokenBytes;
-      classes = detail::future_classes(a, horizon, 256, &classes_deadline, Vocabulary::kShortTokenBytes,
+      const std::size_t horizon = impl->vocabulary->index().max_token_length();
+      const bool short_horizon = horizon > VocabularyIndex::kShortTokenBytes;
+      classes = detail::future_classes(a, horizon, 256, &classes_deadline, VocabularyIndex::kShortTokenBytes,
                                        short_horizon ? &short_classes : nullptr);
     } catch (const LimitError&) {
       classes.clear();
@@ -163,7 +164,7 @@ CompiledGrammar compile_bounded(const Grammar& grammar, std::shared_ptr<const Vo
   if (lazy_classes) {
     // A table slot per state for now; each rule's classes point its states at their class's first table.
     impl->classes_by_rule = true;
-    impl->class_horizon = impl->vocabulary->max_token_length();
+    impl->class_horizon = impl->vocabulary->index().max_token_length();
     impl->canonical_states.resize(a.n_states());
     for (std::uint32_t s = 0; s < a.n_states(); ++s) impl->canonical_states[s] = s;
     impl->rule_classified = std::make_unique<std::atomic<std::uint8_t>[]>(a.rule_start.size());

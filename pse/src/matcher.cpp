@@ -8,6 +8,7 @@
 
 #include "compiled_grammar_impl.h"
 #include "earley.h"
+#include "vocabulary_index.h"
 
 namespace pse {
 
@@ -126,6 +127,7 @@ void Matcher::allow_token_edges(std::span<std::uint32_t> mask) const {
 
 void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
   const Vocabulary& vocab = *impl_->vocabulary;
+  const VocabularyIndex& ix = vocab.index();
   const std::size_t words = vocab.n_mask_words();
   if (mask.size() < words) {
     throw InputError(fmt::format("[matcher] fill_next_token_bitmask: the mask has {} words, {} needed "
@@ -161,7 +163,7 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
   std::vector<std::uint64_t>& marks = scratch_->marks;
   scratch_->n_callers_at = 0;
   scratch_->asked_once.clear();
-  const std::size_t n_text = vocab.text_tokens().size();
+  const std::size_t n_text = ix.text_tokens().size();
   if (marks.size() != (n_text + 63) / 64) marks.assign((n_text + 63) / 64, 0);
   std::size_t lo_word = SIZE_MAX, hi_word = 0;
   for (std::uint32_t s : states) {
@@ -188,8 +190,8 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
     // of the common prefix with the one before, and a dead prefix is not tried twice.
     detail::Chart& c = *chart_;
     const std::size_t base = c.n_sets();
-    const std::vector<TokenId>& sorted = vocab.text_tokens();
-    const std::vector<std::uint32_t>& lcp = vocab.lcp();
+    const std::vector<TokenId>& sorted = ix.text_tokens();
+    const std::vector<std::uint32_t>& lcp = ix.lcp();
     std::size_t prev = SIZE_MAX;
     std::size_t dead_at = SIZE_MAX;  // byte index where the previous token died
     for (std::size_t w = lo_word; w <= hi_word; ++w) {
@@ -200,14 +202,14 @@ void Matcher::fill_next_token_bitmask(std::span<std::uint32_t> mask) {
         bits &= bits - 1;
         const TokenId id = sorted[p];
         if ((mask[id >> 5] >> (id & 31)) & 1) continue;
-        const std::string_view tok = vocab.sorted_token(p);
+        const std::string_view tok = ix.sorted_token(p);
         std::size_t l = 0;
         if (prev != SIZE_MAX) {
           if (p - prev <= 32) {
             l = SIZE_MAX;
             for (std::size_t q = prev + 1; q <= p; ++q) l = std::min<std::size_t>(l, lcp[q]);
           } else {
-            const std::string_view pv = vocab.sorted_token(prev);
+            const std::string_view pv = ix.sorted_token(prev);
             const std::size_t n = std::min(pv.size(), tok.size());
             while (l < n && pv[l] == tok[l]) ++l;
           }

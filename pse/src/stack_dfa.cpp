@@ -7,6 +7,7 @@
 
 #include "pse/vocabulary.h"
 #include "u32_hash.h"
+#include "vocabulary_index.h"
 
 namespace pse::detail {
 
@@ -212,11 +213,11 @@ bool StackDfa::each_byte_interval(std::int32_t config, unsigned lo, unsigned hi,
   return true;
 }
 
-bool StackDfa::loops_on(std::int32_t config, Vocabulary::TokenClass cls) {
-  if (cls == Vocabulary::TokenClass::kText) return text_step(config) == config;
+bool StackDfa::loops_on(std::int32_t config, VocabularyIndex::TokenClass cls) {
+  if (cls == VocabularyIndex::TokenClass::kText) return text_step(config) == config;
   static constexpr std::array<std::uint64_t, 2> kPlain = [] {
     std::array<std::uint64_t, 2> set{};
-    for (const auto& [lo, hi] : Vocabulary::kPlainRanges)
+    for (const auto& [lo, hi] : VocabularyIndex::kPlainRanges)
       for (unsigned b = lo; b <= hi; ++b) set[b >> 6] |= std::uint64_t{1} << (b & 63);
     return set;
   }();
@@ -287,7 +288,7 @@ std::int32_t StackDfa::text_step(std::int32_t config) {
   auto find = [&]() -> std::int32_t {
     const std::int32_t target = step(config, 'a');
     if (target == kDead) return kDead;
-    for (const auto& [lo, hi] : Vocabulary::kPlainRanges) {
+    for (const auto& [lo, hi] : VocabularyIndex::kPlainRanges) {
       if (!each_byte_interval(config, lo, hi, [&](unsigned b, unsigned) { return step(config, static_cast<std::uint8_t>(b)) == target; }))
         return kDead;
     }

@@ -19,6 +19,7 @@
 #include "automaton.h"
 #include "flat_index.h"
 #include "pse/vocabulary.h"
+#include "vocabulary_index.h"
 
 namespace pse::detail {
 
@@ -58,10 +59,10 @@ class StackDfa {
   }
   // The bytes some stack of the configuration can read next.
   ByteSet first_bytes(std::int32_t config) const;
-  // Every token of the class (Vocabulary::TokenClass) is read from the configuration, whole characters
+  // Every token of the class (VocabularyIndex::TokenClass) is read from the configuration, whole characters
   // leading back to it, so a walk from here reads such a token whole: kPlain, every plain byte loops;
   // kText, also every well-formed multi-byte character (and so every first part of one). Memoized.
-  bool loops_on(std::int32_t config, Vocabulary::TokenClass c);
+  bool loops_on(std::int32_t config, VocabularyIndex::TokenClass c);
   // The configuration that every JSON text character (a plain byte, or a well-formed multi-byte
   // character) leads to from `config`, when it is the same for all of them; else kDead. A bounded run
   // of string characters steps this way: a token of n text characters read from here ends n such steps
@@ -102,7 +103,7 @@ class StackDfa {
   // end depths (uncertain_ends[k] of them per position, in order). Tables of different states that
   // reach the same configuration after a first byte reuse it instead of walking the group again.
   struct GroupResult {
-    std::int8_t whole = -1;  // a Vocabulary::TokenClass whose members in the group are accepted too, or -1
+    std::int8_t whole = -1;  // a VocabularyIndex::TokenClass whose members in the group are accepted too, or -1
     std::vector<std::uint64_t> accepted;  // bit i: the group's i-th token (by position) is accepted
     std::size_t n_accepted = 0;           // its bits set
     std::vector<std::uint32_t> uncertain, uncertain_ends, end_depths;
@@ -274,7 +275,7 @@ class DfaCursor {
   }
   bool last_has_any_final_at_origin0() const { return dfa_->outer_final(path_.back()); }
   ByteSet first_bytes() const { return dfa_->first_bytes(path_.back()); }
-  bool last_loops_on(Vocabulary::TokenClass c) { return dfa_->loops_on(path_.back(), c); }
+  bool last_loops_on(VocabularyIndex::TokenClass c) { return dfa_->loops_on(path_.back(), c); }
   std::int32_t last_config() const { return path_.back(); }
   StackDfa* dfa() const { return dfa_; }
 

@@ -1,4 +1,5 @@
 #include "token_sets.h"
+#include "vocabulary_index.h"
 
 #include <fmt/format.h>
 
@@ -30,7 +31,7 @@ std::vector<TokenSetMask> resolve_token_sets(const Grammar& grammar, const Autom
         for (std::size_t t = r.lo; t <= r.hi; ++t) mark(t);
       }
     } else {
-      for (const TokenId t : vocabulary.text_tokens()) mark(static_cast<std::size_t>(t));
+      for (const TokenId t : vocabulary.index().text_tokens()) mark(static_cast<std::size_t>(t));
       for (const TokenId t : vocabulary.special_ids())
         if (!vocabulary.is_eos(t)) mark(static_cast<std::size_t>(t));
       for (const TokenIdRange& r : ranges) {  // (ids past the vocabulary exclude nothing)

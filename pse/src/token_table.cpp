@@ -16,6 +16,7 @@
 #include "earley.h"
 #include "pse/error.h"
 #include "stack_dfa.h"
+#include "vocabulary_index.h"
 
 namespace pse::detail {
 
@@ -119,8 +120,9 @@ class AcceptedIds {
   template <class Word>
   bool add_mostly_accepted_group(Word* words, std::size_t n, const TokenId* ids, const Vocabulary& vocab,
                                  std::uint8_t b, std::uint32_t begin, std::size_t accepted = kUncounted) {
-    const std::vector<std::uint32_t>& mask = vocab.first_byte_mask(b);
-    const std::span<const std::uint32_t> group_words = vocab.group_words(b);
+    const VocabularyIndex& ix = vocab.index();
+    const std::vector<std::uint32_t>& mask = ix.first_byte_mask(b);
+    const std::span<const std::uint32_t> group_words = ix.group_words(b);
     if (mask.empty() && group_words.empty()) return false;
     const std::size_t n_group_words = (n + 63) / 64;
     if (accepted == kUncounted) {
@@ -136,11 +138,11 @@ class AcceptedIds {
     if (!dense && (group_words.empty() || 2 * group_words.size() + rejected_ids >= one_by_one)) return false;
     to_bits();
     thread_local std::vector<std::uint32_t> kept;
-    const std::uint32_t* const word_of = vocab.word_of_position() + begin;
+    const std::uint32_t* const word_of = ix.word_of_position() + begin;
     if (dense) {
       kept.assign(mask.begin(), mask.end());
     } else {
-      kept.assign(vocab.group_word_bits(b).begin(), vocab.group_word_bits(b).end());
+      kept.assign(ix.group_word_bits(b).begin(), ix.group_word_bits(b).end());
     }
     for (std::size_t w = 0; w < n_group_words; ++w) {
       std::uint64_t rejected = ~static_cast<std::uint64_t>(words[w]);
@@ -346,7 +348,7 @@ class EveryContextReads {
 
   template <class MakeCursor>
   EveryContextReads(const Vocabulary& vocab, std::span<const std::uint32_t> contexts, bool enabled, MakeCursor make)
-      : vocab_(vocab) {
+      : vocab_(vocab), ix_(vocab.index()) {
     if (!enabled || contexts.empty() || contexts.size() > kMaxContexts) return;
     walks_.resize(contexts.size());
     for (std::size_t i = 0; i < contexts.size(); ++i) {
@@ -360,9 +362,9 @@ class EveryContextReads {
   // and whose other bytes are in the set, is read by every context (that rest shared each walk's loop
   // depth with the rest the walk last stepped through), so a run of such tokens is accepted a word at a
   // time. Else nullptr.
-  const Vocabulary::AsciiSetIndex* common_loop(std::size_t& depth) const {
+  const VocabularyIndex::AsciiSetIndex* common_loop(std::size_t& depth) const {
     if (walks_.empty() || walks_[0].loop_set == nullptr) return nullptr;
-    const Vocabulary::AsciiSetIndex* const set = walks_[0].loop_set.get();
+    const VocabularyIndex::AsciiSetIndex* const set = walks_[0].loop_set.get();
     depth = 0;
     for (const Walk& w : walks_) {
       if (w.loop_set.get() != set || w.loop_depth == SIZE_MAX) return nullptr;
@@ -373,7 +375,7 @@ class EveryContextReads {
 
   // The rest of the token at sorted position p after its first `offset` bytes.
   bool all(std::uint32_t p, std::size_t offset) {
-    const std::string_view tok = vocab_.sorted_token(p);
+    const std::string_view tok = ix_.sorted_token(p);
     if (walks_.empty() || offset >= tok.size()) return false;
     for (Walk& w : walks_) {
       if (!w.reads(vocab_, p, offset, tok.substr(offset))) return false;
@@ -394,7 +396,7 @@ class EveryContextReads {
     std::size_t loop_depth = SIZE_MAX;
     std::array<std::uint64_t, 2> loop_bytes{};
     // loop_bytes' index, once the vocabulary has built it: one lookup per rest instead of its bytes.
-    std::shared_ptr<const Vocabulary::AsciiSetIndex> loop_set;
+    std::shared_ptr<const VocabularyIndex::AsciiSetIndex> loop_set;
 
     // Whether the rest from `from` on (token p's bytes from offset + from) is made of the loop's set.
     bool in_loop_set(std::uint32_t p, std::size_t offset, std::string_view rest, std::size_t from) const {
@@ -407,13 +409,14 @@ class EveryContextReads {
     }
     void note_loop(const Vocabulary& vocab, std::size_t d) {
       if constexpr (std::is_same_v<Cursor, DfaCursor>) {
+        const VocabularyIndex& ix = vocab.index();
         const std::int32_t c = cursor.last_config();
         if (!cursor.dfa()->has_ascii_self_loop(c)) return;
         const std::array<std::uint64_t, 2>& bytes = cursor.dfa()->ascii_loops(c);
         if (count_bytes(bytes) < kMinLoopBytes) return;
         loop_depth = d;
         // (Only an index built already: the rests checked here are few next to the walks that build it.)
-        if (loop_set == nullptr || bytes != loop_bytes) loop_set = vocab.ascii_set_index(bytes, false);
+        if (loop_set == nullptr || bytes != loop_bytes) loop_set = ix.ascii_set_index(bytes, false);
         loop_bytes = bytes;
       }
     }
@@ -453,6 +456,7 @@ class EveryContextReads {
     }
   };
   const Vocabulary& vocab_;
+  const VocabularyIndex& ix_;
   std::vector<Walk> walks_;
 };
 
@@ -467,7 +471,7 @@ constexpr std::uint32_t kMinRunGroup = 128;
 // A tight run over a loop's subtree at least this long asks for the loop set's index.
 constexpr std::uint32_t kMinIndexedRun = 64;
 // A run's tokens are taken from the set index's masks by length.
-static_assert(StackDfa::kMaxAsciiRun <= Vocabulary::kMaxSetRunBytes);
+static_assert(StackDfa::kMaxAsciiRun <= VocabularyIndex::kMaxSetRunBytes);
 
 // Whether a bounded run of `length` bytes of `set` from `config` (StackDfa::ascii_run: each byte of the
 // set one step on, whichever it is) ends closed: no configuration on the way lets the rule end, and after
@@ -497,7 +501,7 @@ bool run_ends_closed(StackDfa& dfa, std::int32_t config, std::size_t length) {
     if (config == StackDfa::kDead || dfa.outer_final(config)) return false;
   }
   for (unsigned b = 0x20; b < 0x100; ++b) {
-    const bool starts_text = Vocabulary::is_plain_byte(b) || (b >= 0xC2 && b <= 0xF4);
+    const bool starts_text = VocabularyIndex::is_plain_byte(b) || (b >= 0xC2 && b <= 0xF4);
     if (starts_text && dfa.step(config, static_cast<std::uint8_t>(b)) != StackDfa::kDead) return false;
   }
   return true;
@@ -507,11 +511,12 @@ template <class Cursor, class MakeCursor>
 TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                   const Deadline* deadline, FollowFilter filter,
                                   MakeCursor make) {
+  const VocabularyIndex& ix = vocab.index();
   TokenTable table;
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
-  const std::vector<TokenId>& sorted = vocab.text_tokens();
-  const std::vector<std::uint32_t>& fb = vocab.first_byte_begin();
+  const std::vector<TokenId>& sorted = ix.text_tokens();
+  const std::vector<std::uint32_t>& fb = ix.first_byte_begin();
 
   Cursor chart = make();
   chart.reset_detached({&state, 1});
@@ -522,8 +527,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
 
   AcceptedIds accepted_ids(vocab.n_mask_words());
   std::vector<std::uint64_t> group_accepted;  // zero between groups (see accept below)
-  auto accept_whole = [&](Vocabulary::TokenClass c, unsigned b) {
-    const Vocabulary::TokenClassIndex& index = vocab.token_class(c);
+  auto accept_whole = [&](VocabularyIndex::TokenClass c, unsigned b) {
+    const VocabularyIndex::TokenClassIndex& index = ix.token_class(c);
     if (!index.group_bits[b].empty()) {
       accepted_ids.add_mask(index.group_bits[b]);
     } else {
@@ -580,8 +585,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   // What the group memo's results depend on besides the configuration: the rule (full filter) or its
   // follow bytes.
   std::uint32_t filter_id = 0;
-  const Vocabulary::TokenClassIndex& plain_class = vocab.token_class(Vocabulary::TokenClass::kPlain);
-  const Vocabulary::TokenClassIndex& text_class = vocab.token_class(Vocabulary::TokenClass::kText);
+  const VocabularyIndex::TokenClassIndex& plain_class = ix.token_class(VocabularyIndex::TokenClass::kPlain);
+  const VocabularyIndex::TokenClassIndex& text_class = ix.token_class(VocabularyIndex::TokenClass::kText);
   // Text tokens read whole from the start: all of them when the start configuration loops on every text
   // character (inside a JSON string), or those of at most text_run characters when it steps through a
   // bounded run of them (a string with a maxLength: each character one step on, whichever it is). They
@@ -594,7 +599,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   // Else, tokens made only of a set of ASCII bytes that the start configuration loops on (all of them)
   // or starts a bounded run over (those of at most start_set_length bytes): accepted at once too.
   // Without the set's index (not built yet), each token is checked as the walk meets it.
-  std::shared_ptr<const Vocabulary::AsciiSetIndex> start_set;
+  std::shared_ptr<const VocabularyIndex::AsciiSetIndex> start_set;
   std::size_t start_set_length = 0;
   std::array<std::uint64_t, 2> start_bytes{};
   // And the longer members are rejected without a walk when that run ends closed (the last positions
@@ -602,7 +607,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
   bool reject_longer_members = false;
   if constexpr (std::is_same_v<Cursor, DfaCursor>) {
     filter_id = filter == FollowFilter::kFull ? 2 * (rule + 1) : 2 * chart.dfa()->follow_set_id(rule) + 1;
-    start_loops_on_text = chart.last_loops_on(Vocabulary::TokenClass::kText);
+    start_loops_on_text = chart.last_loops_on(VocabularyIndex::TokenClass::kText);
     if (start_loops_on_text) {
       accepted_ids.add_mask(text_class.bits);
     } else if (!text_class.up_to.empty()) {
@@ -622,7 +627,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         start_bytes = start_run.bytes;
         start_set_length = start_run.length;
       }
-      if (start_set_length > 0) start_set = vocab.ascii_set_index(start_bytes);
+      if (start_set_length > 0) start_set = ix.ascii_set_index(start_bytes);
       if (start_set != nullptr) {
         if (start_set_length >= start_set->max_length) {
           start_set_length = SIZE_MAX;
@@ -647,8 +652,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     // When the first byte leads to a configuration that loops on every token of a class (plain ASCII,
     // or all JSON string text), the group's tokens of that class are read whole: accepted at once, not
     // walked; the walk visits the others, each resuming from its common prefix with the last one walked.
-    const Vocabulary::TokenClassIndex* whole = nullptr;
-    Vocabulary::TokenClass whole_class = Vocabulary::TokenClass::kPlain;
+    const VocabularyIndex::TokenClassIndex* whole = nullptr;
+    VocabularyIndex::TokenClass whole_class = VocabularyIndex::TokenClass::kPlain;
     // Or, when the first byte (a plain one) leads into a bounded run of text characters, the group's
     // text tokens of at most 1 + group_run characters are accepted as they come, without a walk.
     std::size_t group_run = 0;
@@ -675,7 +680,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
                                                          vocab, static_cast<std::uint8_t>(b), fb[b], g->n_accepted)) {
               accepted_ids.add_group(g->accepted.data(), g->accepted.size(), sorted.data() + fb[b]);
             }
-            if (g->whole >= 0) accept_whole(static_cast<Vocabulary::TokenClass>(g->whole), b);
+            if (g->whole >= 0) accept_whole(static_cast<VocabularyIndex::TokenClass>(g->whole), b);
             for (std::size_t k = 0, e = 0; k < g->uncertain.size(); ++k) {
               table.end_begin.push_back(static_cast<std::uint32_t>(table.end_depths.size()));
               table.uncertain.push_back(g->uncertain[k]);
@@ -686,12 +691,12 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         }
         if (text_run > 0) {
           // The text tokens that fit are accepted already; the others are walked.
-        } else if (Vocabulary::is_plain_byte(b) && chart.last_loops_on(Vocabulary::TokenClass::kText)) {
+        } else if (VocabularyIndex::is_plain_byte(b) && chart.last_loops_on(VocabularyIndex::TokenClass::kText)) {
           whole = &text_class;
-          whole_class = Vocabulary::TokenClass::kText;
-        } else if (Vocabulary::is_plain_byte(b) && chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {
+          whole_class = VocabularyIndex::TokenClass::kText;
+        } else if (VocabularyIndex::is_plain_byte(b) && chart.last_loops_on(VocabularyIndex::TokenClass::kPlain)) {
           whole = &plain_class;
-        } else if (Vocabulary::is_plain_byte(b) && !text_class.up_to.empty()) {
+        } else if (VocabularyIndex::is_plain_byte(b) && !text_class.up_to.empty()) {
           group_run = chart.dfa()->text_run(chart.last_config(), text_class.up_to.size() - 1);
         }
         if (whole == nullptr && group_run == 0 && text_run == 0 && start_set_length == 0 && b < 0x80 &&
@@ -733,7 +738,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     const std::vector<std::uint32_t>* loop_from = nullptr;
     std::array<std::uint64_t, 2> loop_bytes{};
     // loop_bytes' index, asked for at the first token whose bytes before the loop are not all in the set
-    std::shared_ptr<const Vocabulary::AsciiSetIndex> loop_set;
+    std::shared_ptr<const VocabularyIndex::AsciiSetIndex> loop_set;
     bool loop_set_asked = false;
     bool loop_multibyte = false;  // and on every multi-byte character
     auto note_loop = [&](std::size_t d) {
@@ -747,9 +752,9 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         // A small set (digits, spaces) reads few tokens whole: leave the depth to a larger loop.
         const std::array<std::uint64_t, 2>& bytes = chart.dfa()->ascii_loops(c);
         if (count_bytes(bytes) < kMinLoopBytes) return;
-        if (chart.last_loops_on(Vocabulary::TokenClass::kText)) {
+        if (chart.last_loops_on(VocabularyIndex::TokenClass::kText)) {
           loop_from = &text_class.member_from;
-        } else if (chart.last_loops_on(Vocabulary::TokenClass::kPlain)) {  // from the same set
+        } else if (chart.last_loops_on(VocabularyIndex::TokenClass::kPlain)) {  // from the same set
           loop_from = &plain_class.member_from;
         } else {
           loop_from = nullptr;
@@ -765,8 +770,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       // (" foo" enters an identifier loop after "f"). It starts at a character boundary (a loop entered
       // after a lone lead byte does not read the continuation bytes that follow it).
       auto at_boundary = [&] {
-        return loop_depth == vocab.sorted_token_size(p) ||
-               (static_cast<unsigned char>(vocab.sorted_token(p)[loop_depth]) & 0xC0) != 0x80;
+        return loop_depth == ix.sorted_token_size(p) ||
+               (static_cast<unsigned char>(ix.sorted_token(p)[loop_depth]) & 0xC0) != 0x80;
       };
       if (loop_from != nullptr) return (*loop_from)[p] <= loop_depth && at_boundary();
       // The set's index, once asked for (below), answers most tokens at once: the rest from loop_depth is
@@ -776,27 +781,27 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       // characters), is checked below.
       if (loop_set_asked && loop_set != nullptr && loop_set->member_from[p] < 255) {
         if (loop_set->member_from[p] <= loop_depth) return true;
-        if (vocab.non_ascii(p) == Vocabulary::NonAscii::kNone) return false;
+        if (ix.non_ascii(p) == VocabularyIndex::NonAscii::kNone) return false;
       }
       if (!at_boundary()) return false;
-      const std::array<std::uint64_t, 2>& used = vocab.ascii_bytes(p);
+      const std::array<std::uint64_t, 2>& used = ix.ascii_bytes(p);
       if ((used[0] & ~loop_bytes[0]) == 0 && (used[1] & ~loop_bytes[1]) == 0) {  // every ASCII byte in the set
-        return vocab.non_ascii(p) == Vocabulary::NonAscii::kNone ||
-               (loop_multibyte && vocab.non_ascii(p) == Vocabulary::NonAscii::kCharacters);
+        return ix.non_ascii(p) == VocabularyIndex::NonAscii::kNone ||
+               (loop_multibyte && ix.non_ascii(p) == VocabularyIndex::NonAscii::kCharacters);
       }
       // Some byte is not in the set: the set's index answers for ASCII tokens (asked for only now: a
       // loop whose tokens are all made of the set never needs it); else the rest is read.
       if (!loop_set_asked) {
-        loop_set = vocab.ascii_set_index(loop_bytes);
+        loop_set = ix.ascii_set_index(loop_bytes);
         loop_set_asked = true;
       }
-      if (loop_set != nullptr && loop_set->member_from[p] < 255 && vocab.non_ascii(p) == Vocabulary::NonAscii::kNone)
+      if (loop_set != nullptr && loop_set->member_from[p] < 255 && ix.non_ascii(p) == VocabularyIndex::NonAscii::kNone)
         return loop_set->member_from[p] <= loop_depth;
-      const std::string_view tok = vocab.sorted_token(p);
+      const std::string_view tok = ix.sorted_token(p);
       for (std::size_t i = loop_depth; i < tok.size(); ++i) {
         const unsigned c = static_cast<unsigned char>(tok[i]);
         if (c < 0x80 ? ((loop_bytes[c >> 6] >> (c & 63)) & 1) == 0
-                     : !loop_multibyte || vocab.non_ascii(p) != Vocabulary::NonAscii::kCharacters)
+                     : !loop_multibyte || ix.non_ascii(p) != VocabularyIndex::NonAscii::kCharacters)
           return false;
       }
       return true;
@@ -808,10 +813,10 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
     // space). Returns the last position accepted. (Out of line: the walk's loop is hot.)
     auto every_caller_run = [&](std::uint32_t p, std::size_t dead_at) __attribute__((noinline)) {
       std::size_t loop_at = 0;
-      const Vocabulary::AsciiSetIndex* const set = every_context.common_loop(loop_at);
+      const VocabularyIndex::AsciiSetIndex* const set = every_context.common_loop(loop_at);
       const std::size_t depth = accepted_end + loop_at;
-      if (set == nullptr || depth > dead_at + 1 || depth >= Vocabulary::kReadWholeDepths) return p;
-      const std::uint32_t q = next_clear(set->from_depth[depth].data(), p + 1, vocab.subtree_end(p, dead_at));
+      if (set == nullptr || depth > dead_at + 1 || depth >= VocabularyIndex::kReadWholeDepths) return p;
+      const std::uint32_t q = next_clear(set->from_depth[depth].data(), p + 1, ix.subtree_end(p, dead_at));
       if (q == p + 1) return p;
       set_bits(group_bits, p + 1 - group_begin, q - group_begin);
       words_hi = ((q - 1 - group_begin) >> 6) + 1;
@@ -828,14 +833,14 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         // index, inline: most tokens of a run take it. (A long run asks for the index: its tokens may all
         // be made of the set, which rest_read_whole answers without it, a token at a time.)
         if (loop_from == nullptr && !loop_set_asked && loop_end - p >= kMinIndexedRun) {
-          loop_set = vocab.ascii_set_index(loop_bytes);
+          loop_set = ix.ascii_set_index(loop_bytes);
           loop_set_asked = true;
         }
         const bool indexed = loop_from == nullptr && loop_set_asked && loop_set != nullptr;
         // (Not when the group's class is accepted already: its members, most of such a run, are skipped
         // below instead of being accepted twice.)
         const std::uint64_t* read_whole_bits = nullptr;
-        if (loop_depth < Vocabulary::kReadWholeDepths && whole == nullptr) {
+        if (loop_depth < VocabularyIndex::kReadWholeDepths && whole == nullptr) {
           if (loop_from == &text_class.member_from) {
             read_whole_bits = text_class.from_depth[loop_depth].data();
           } else if (loop_from == &plain_class.member_from) {
@@ -874,8 +879,8 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         p = whole->next_out[p];
         if (p >= fb[b + 1]) break;
       }
-      if (start_set == nullptr && start_set_length > 0 && vocab.sorted_token_size(p) <= start_set_length &&
-          vocab.made_of(p, start_bytes)) {
+      if (start_set == nullptr && start_set_length > 0 && ix.sorted_token_size(p) <= start_set_length &&
+          ix.made_of(p, start_bytes)) {
         accept(p);
         continue;
       }
@@ -904,7 +909,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         accept(p);
         continue;
       }
-      if (run.length > 0 && vocab.sorted_token_size(p) <= run.length + 1 && vocab.made_of(p, run.bytes)) {
+      if (run.length > 0 && ix.sorted_token_size(p) <= run.length + 1 && ix.made_of(p, run.bytes)) {
         accept(p);
         continue;
       }
@@ -926,13 +931,13 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
                                      "table of automaton state {}",
                                      state));
       }
-      const std::string_view tok = vocab.sorted_token(p);
+      const std::string_view tok = ix.sorted_token(p);
       // The bytes shared with the last token walked (tokens read whole may lie between them): from the
       // vocabulary's common prefixes of neighbours when it is a few positions back, else compared.
       std::size_t l = 0;
       if (!last.empty() && p - last_p <= 4) {
-        l = vocab.lcp()[p];
-        for (std::uint32_t k = last_p + 1; k < p; ++k) l = std::min<std::size_t>(l, vocab.lcp()[k]);
+        l = ix.lcp()[p];
+        for (std::uint32_t k = last_p + 1; k < p; ++k) l = std::min<std::size_t>(l, ix.lcp()[k]);
       } else {
         for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
       }
@@ -971,7 +976,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         if (chart.last_has_final(rule, 0)) ends.push_back(static_cast<std::uint32_t>(j + 1));
         note_loop(j + 1);
       }
-      loop_end = loop_depth == SIZE_MAX || !loop_runs ? 0 : vocab.subtree_end(p, loop_depth - 1);
+      loop_end = loop_depth == SIZE_MAX || !loop_runs ? 0 : ix.subtree_end(p, loop_depth - 1);
       if (read_whole || depth_dead == SIZE_MAX) {
         accept(p);
       } else {
@@ -979,19 +984,19 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
         if (ends.empty() || !uncertain(p, tok, depth_dead, accepted)) {
           // No end before the failing byte, or none followed by a byte that may follow the rule: every
           // token under this prefix is rejected; skip them all.
-          p = vocab.subtree_end(p, depth_dead) - 1;
+          p = ix.subtree_end(p, depth_dead) - 1;
           // With no end on the way, so are the next subtrees with the same bytes before it and a byte
           // there that dies too: each costs one step looked up (a bounded run's table meets thousands,
           // "aB", "a-", ... after each letter).
           if (ends.empty()) {
-            const std::uint32_t siblings_end = depth_dead == 0 ? fb[b + 1] : vocab.subtree_end(p, depth_dead - 1);
+            const std::uint32_t siblings_end = depth_dead == 0 ? fb[b + 1] : ix.subtree_end(p, depth_dead - 1);
             std::uint32_t q = p + 1;
             while (q < siblings_end) {
-              if (chart.push(static_cast<unsigned char>(vocab.sorted_token(q)[depth_dead]))) {
+              if (chart.push(static_cast<unsigned char>(ix.sorted_token(q)[depth_dead]))) {
                 chart.truncate(depth_dead + 2);
                 break;
               }
-              q = vocab.subtree_end(q, depth_dead);
+              q = ix.subtree_end(q, depth_dead);
             }
             p = q - 1;
           }
@@ -1004,7 +1009,7 @@ TokenTable build_token_table_with(const Automaton& a, const Vocabulary& vocab, s
       for (std::size_t w = words_lo; w < words_hi; ++w) record.accepted[w] |= group_bits[w];
     if (words_lo < words_hi) {
       // (Not counted when the words set hold too few bits for it: more than the group's sparse words.)
-      if (64 * (words_hi - words_lo) > vocab.group_words(static_cast<std::uint8_t>(b)).size() &&
+      if (64 * (words_hi - words_lo) > ix.group_words(static_cast<std::uint8_t>(b)).size() &&
           accepted_ids.add_mostly_accepted_group(group_bits, fb[b + 1] - group_begin, sorted.data() + group_begin,
                                                  vocab, static_cast<std::uint8_t>(b), group_begin)) {
         std::fill(group_bits + words_lo, group_bits + words_hi, 0);
@@ -1071,16 +1076,17 @@ template <class Cursor, class MakeCursor>
 std::vector<std::uint32_t> long_tokens_read_far_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state,
                                                      const Deadline* deadline,
                                                      MakeCursor make) {
-  constexpr std::size_t kShort = Vocabulary::kShortTokenBytes;
+  const VocabularyIndex& ix = vocab.index();
+  constexpr std::size_t kShort = VocabularyIndex::kShortTokenBytes;
   ResumingWalk<Cursor> walk{make()};
   walk.chart.reset_detached({&state, 1});
-  const std::vector<std::uint32_t>& lcp = vocab.long_token_lcp();
+  const std::vector<std::uint32_t>& lcp = ix.long_token_lcp();
   std::vector<std::uint32_t> far;
-  for (std::size_t k = 0; k < vocab.long_tokens().size(); ++k) {
+  for (std::size_t k = 0; k < ix.long_tokens().size(); ++k) {
     check_deadline(deadline, k, state);
-    const std::uint32_t p = vocab.long_tokens()[k];
+    const std::uint32_t p = ix.long_tokens()[k];
     const std::size_t l = std::min<std::size_t>(lcp[k], kShort);
-    if (walk.read(vocab.sorted_token(p), l, kShort, a.state_rule[state], false) == SIZE_MAX) far.push_back(p);
+    if (walk.read(ix.sorted_token(p), l, kShort, a.state_rule[state], false) == SIZE_MAX) far.push_back(p);
   }
   return far;
 }
@@ -1093,12 +1099,13 @@ TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, 
                                    const TokenTable& base, std::span<const std::uint32_t> read_far,
                                    const Deadline* deadline, FollowFilter filter,
                                    MakeCursor make) {
+  const VocabularyIndex& ix = vocab.index();
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
   FollowCheck<Cursor> follow_check(checked_contexts(a, rule, filter), make);
   EveryContextReads<Cursor> every_context(vocab, a.rule_contexts[rule],
                                           filter == FollowFilter::kFull && rule != a.root, make);
-  const std::vector<TokenId>& sorted = vocab.text_tokens();
+  const std::vector<TokenId>& sorted = ix.text_tokens();
   ResumingWalk<Cursor> walk{make()};
   walk.chart.reset_detached({&state, 1});
   std::vector<TokenId> accepted, not_accepted;                  // of read_far
@@ -1107,7 +1114,7 @@ TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, 
   for (std::size_t k = 0; k < read_far.size(); ++k) {
     check_deadline(deadline, k, state);
     const std::uint32_t p = read_far[k];
-    const std::string_view tok = vocab.sorted_token(p);
+    const std::string_view tok = ix.sorted_token(p);
     std::size_t l = 0;
     for (const std::size_t n = std::min(last.size(), tok.size()); l < n && last[l] == tok[l];) ++l;
     last = tok;
@@ -1183,6 +1190,7 @@ TokenTable derive_token_table_with(const Automaton& a, const Vocabulary& vocab, 
 template <class Cursor>
 ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, UncertainView below,
                                   std::span<const std::uint32_t> caller_returns, Cursor& chart) {
+  const VocabularyIndex& ix = vocab.index();
   // The rest of each token after a depth where the callee ends, read from the caller returns (one rule,
   // one origin: every parse path the caller's rule may take) in a detached chart. Consumed: accepted.
   // Dead: the depths where the caller's rule ended (outer end, any depth including 0) with a byte its
@@ -1229,11 +1237,11 @@ ChainTable build_chain_table_with(const Automaton& a, const Vocabulary& vocab, U
     return false;
   };
   ChainTable out;
-  const std::vector<TokenId>& sorted = vocab.text_tokens();
+  const std::vector<TokenId>& sorted = ix.text_tokens();
   std::vector<TokenId> accepted_ids;  // in byte order; a bitset or an ascending list at the end
   for (std::size_t k = 0; k < below.uncertain.size(); ++k) {
     const std::uint32_t p = below.uncertain[k];
-    const std::string_view tok = vocab.sorted_token(p);
+    const std::string_view tok = ix.sorted_token(p);
     next_ends.clear();
     bool accepted = false;
     for (std::uint32_t e = below.end_begin[k]; e < below.end_begin[k + 1] && !accepted; ++e) {
@@ -1262,6 +1270,7 @@ namespace {
 template <class Cursor, class MakeCursor>
 void apply_follow_filter_with(const Automaton& a, const Vocabulary& vocab, std::uint32_t state, TokenTable& table,
                               MakeCursor make) {
+  const VocabularyIndex& ix = vocab.index();
   const std::uint32_t rule = a.state_rule[state];
   const ByteSet& follow = a.rule_follow[rule];
   FollowCheck<Cursor> follow_check(a.rule_contexts[rule], make);
@@ -1270,7 +1279,7 @@ void apply_follow_filter_with(const Automaton& a, const Vocabulary& vocab, std::
   std::vector<TokenId> accepted;  // uncertain tokens that every caller reads on
   for (std::size_t k = 0; k < table.uncertain.size(); ++k) {
     const std::uint32_t p = table.uncertain[k];
-    const std::string_view tok = vocab.sorted_token(p);
+    const std::string_view tok = ix.sorted_token(p);
     const std::size_t before = out.end_depths.size();
     bool accept = false;
     for (std::uint32_t e = table.end_begin[k]; e < table.end_begin[k + 1] && !accept; ++e) {
@@ -1282,7 +1291,7 @@ void apply_follow_filter_with(const Automaton& a, const Vocabulary& vocab, std::
     }
     if (accept) {
       out.end_depths.resize(before);
-      accepted.push_back(vocab.text_tokens()[p]);
+      accepted.push_back(ix.text_tokens()[p]);
       continue;
     }
     if (out.end_depths.size() == before) continue;

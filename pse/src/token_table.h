@@ -11,6 +11,7 @@
 
 #include "automaton.h"
 #include "pse/vocabulary.h"
+#include "vocabulary_index.h"
 
 namespace pse::detail {
 
@@ -24,7 +25,7 @@ struct TokenTable {
   // Accepted tokens: a bitset over the mask rows when many, else a sorted id list.
   std::vector<std::uint32_t> accepted_bits;  // [n_mask_words] or empty
   std::vector<TokenId> accepted_list;
-  // Uncertain tokens as positions in Vocabulary::text_tokens() (sorted by bytes, so the run-time walk
+  // Uncertain tokens as positions in VocabularyIndex::text_tokens() (sorted by bytes, so the run-time walk
   // shares prefixes).
   std::vector<std::uint32_t> uncertain;
   // For uncertain[i]: the byte depths at which the state's rule may end with the rest of the token left
@@ -47,7 +48,7 @@ struct ChainTable {
   // Accepted tokens: a bitset over the mask rows when many (OR-ed word by word), else ascending ids.
   std::vector<std::uint32_t> accepted_bits;  // [n_mask_words] or empty
   std::vector<TokenId> accepted;
-  std::vector<std::uint32_t> uncertain;  // positions in Vocabulary::text_tokens(), ascending
+  std::vector<std::uint32_t> uncertain;  // positions in VocabularyIndex::text_tokens(), ascending
   std::vector<std::uint32_t> end_begin;  // [uncertain.size() + 1]
   std::vector<std::uint32_t> end_depths;
   UncertainView view() const { return {uncertain, end_begin, end_depths}; }
@@ -79,9 +80,9 @@ TokenTable build_token_table(const Automaton& automaton, const Vocabulary& vocab
                              FollowFilter follow = FollowFilter::kFull);
 
 // Deriving tables from tables. Two states of one rule that read every byte string of at most
-// Vocabulary::kShortTokenBytes bytes alike (future_classes at that horizon: the positions of a counted
+// VocabularyIndex::kShortTokenBytes bytes alike (future_classes at that horizon: the positions of a counted
 // repetition) classify every token that dies within that many bytes alike. long_tokens_read_far: the
-// long tokens (Vocabulary::long_tokens) that `state` reads past that many bytes, ascending.
+// long tokens (VocabularyIndex::long_tokens) that `state` reads past that many bytes, ascending.
 // derive_token_table: build_token_table's result for `state` from `base`, the table (built with the same
 // `follow`) of such a state, and that state's long_tokens_read_far: only those are walked. Both throw
 // LimitError when `deadline` (if given) passes.

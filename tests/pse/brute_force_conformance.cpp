@@ -10,6 +10,7 @@
 #include "pse/gbnf.h"
 #include "reference_recognizer.h"
 #include "shared_data.h"
+#include "vocabulary_index.h"
 
 namespace pse::testing {
 namespace {
@@ -93,7 +94,7 @@ TEST(Llama3, VocabularyPreprocessingKeepsEveryToken) {
   for (TokenId i = 128000; i < 128256; ++i) special.push_back(i);
   Vocabulary again(tokens, special, {128001, 128009});
   EXPECT_EQ(again.n_tokens(), 128256u);
-  EXPECT_EQ(again.text_tokens().size(), 128000u);
+  EXPECT_EQ(again.index().text_tokens().size(), 128000u);
   for (TokenId id : {0, 1000, 127999, 128000, 128255}) {
     EXPECT_EQ(again.token_bytes(id), tokens[static_cast<std::size_t>(id)]) << id;
   }

@@ -6,6 +6,7 @@
 #include "engine_test_util.h"
 #include "pse/gbnf.h"
 #include "reference_recognizer.h"
+#include "vocabulary_index.h"
 
 namespace pse::testing {
 namespace {
@@ -56,7 +57,7 @@ TEST_P(BruteForce, MaskAgreesWithReferenceRecognizer) {
 INSTANTIATE_TEST_SUITE_P(SmallGrammars, BruteForce, ::testing::Range(0, 6));
 
 // First-byte groups large enough to be taken whole less the ids a table rejects: as a mask
-// (Vocabulary::kMinMaskedGroup) or as sparse mask words (Vocabulary::kMinWordGroup). Words after spaces,
+// (VocabularyIndex::kMinMaskedGroup) or as sparse mask words (VocabularyIndex::kMinWordGroup). Words after spaces,
 // some with a letter the grammar never reads ('t') or ending in a comma it reads only after a word; their
 // ids interleaved with those of words without the space (other groups share their mask words).
 std::shared_ptr<const Vocabulary> space_group_vocabulary(char last_z, TokenId* eos) {
@@ -79,8 +80,8 @@ TEST(BruteForceLargeGroup, FastMaskEqualsBruteForce) {
     TokenId eos;
     const auto vocab = space_group_vocabulary(last_z, &eos);
     const auto space = static_cast<std::uint8_t>(' ');
-    ASSERT_EQ(vocab->first_byte_mask(space).empty(), last_z != 't') << last_z;
-    ASSERT_FALSE(vocab->group_words(space).empty()) << last_z;
+    ASSERT_EQ(vocab->index().first_byte_mask(space).empty(), last_z != 't') << last_z;
+    ASSERT_FALSE(vocab->index().group_words(space).empty()) << last_z;
     const Grammar g = parse_gbnf("root ::= \"x\" (\" \" [a-s]+ \",\"?)*\n");
     for (const TableBuild build : {TableBuild::kInCompile, TableBuild::kInBackground, TableBuild::kAtFirstUse}) {
       CompileOptions options;

@@ -13,6 +13,7 @@
 #include "pse/json_schema.h"
 #include "pse/thread_pool.h"
 #include "token_table_sets.h"
+#include "vocabulary_index.h"
 
 namespace pse::testing {
 namespace {
@@ -183,7 +184,7 @@ TEST(Compiler, TokensEveryCallerReadsOnAreAcceptedInTheTable) {
     std::size_t n = 0;
     for (const detail::TokenTable& t : cg.impl()->tables) {
       for (std::uint32_t p : t.uncertain) {
-        const std::string_view tok = cg.vocabulary().sorted_token(p);
+        const std::string_view tok = cg.vocabulary().index().sorted_token(p);
         n += tok.size() == 2 && tok[0] == ' ' && tok[1] >= 'a' && tok[1] <= 'z';
       }
     }

@@ -1,6 +1,6 @@
 // Token tables derived from the table of a state that reads every short string alike
 // (derive_token_table): each equals the table built from scratch, for every state whose class at
-// Vocabulary::kShortTokenBytes bytes has an earlier member, with both follow filters, on a small
+// VocabularyIndex::kShortTokenBytes bytes has an earlier member, with both follow filters, on a small
 // vocabulary made to tell the states apart only by long tokens and on the Llama 3.1 vocabulary.
 #include <gtest/gtest.h>
 
@@ -23,11 +23,13 @@
 #include "state_classes.h"
 #include "token_table.h"
 #include "token_table_sets.h"
+#include "vocabulary_index.h"
 
 namespace {
 
 using pse::Grammar;
 using pse::Vocabulary;
+using pse::VocabularyIndex;
 using namespace pse::detail;
 
 using pse::testing::sets_of;
@@ -42,7 +44,7 @@ struct Counts {
 Counts check_derived(const Grammar& g, const Vocabulary& vocab, const std::string& name) {
   const Automaton a = build_automaton(g, AutomatonLimits{});
   std::vector<std::uint32_t> short_classes;
-  future_classes(a, vocab.max_token_length(), 256, nullptr, Vocabulary::kShortTokenBytes, &short_classes);
+  future_classes(a, vocab.index().max_token_length(), 256, nullptr, VocabularyIndex::kShortTokenBytes, &short_classes);
   EXPECT_EQ(short_classes.size(), a.n_states()) << name;
   Counts n;
   StackDfa dfa(a);
@@ -89,7 +91,7 @@ std::size_t check_all_derived(const std::vector<std::pair<std::string, Grammar>>
 // positions of a counted repetition read the short ones alike and the long ones each their own way.
 std::shared_ptr<const Vocabulary> vocabulary_with_long_tokens() {
   std::vector<std::string> t = pse::testing::every_string("ab-@ ,", 3);
-  for (std::size_t n = Vocabulary::kShortTokenBytes - 2; n <= 40; n += 3) {
+  for (std::size_t n = VocabularyIndex::kShortTokenBytes - 2; n <= 40; n += 3) {
     t.push_back(std::string(n, 'a'));
     t.push_back(std::string(n, 'a') + "@");
     t.push_back(std::string(n, 'a') + ",b");
@@ -103,7 +105,7 @@ std::shared_ptr<const Vocabulary> vocabulary_with_long_tokens() {
 
 TEST(DerivedTables, EqualFullBuildsOnLongTokens) {
   const auto vocab = vocabulary_with_long_tokens();
-  ASSERT_FALSE(vocab->long_tokens().empty());
+  ASSERT_FALSE(vocab->index().long_tokens().empty());
   const std::vector<std::pair<std::string, Grammar>> grammars = {
       {"letters then @", pse::parse_regex("[ab]{1,40}@[ab]{1,30}")},
       {"dashes", pse::parse_regex("-{0,35}[ab]{2,30}")},
@@ -150,7 +152,7 @@ TEST(DerivedTables, WalksStopAtTheDeadline) {
   std::vector<std::string> t;
   for (int i = 0; i < 1100; ++i) t.push_back(std::string(20, 'a') + std::to_string(i));
   const Vocabulary vocab(std::move(t), {}, {});
-  ASSERT_EQ(vocab.long_tokens().size(), 1100u);
+  ASSERT_EQ(vocab.index().long_tokens().size(), 1100u);
   const Automaton a = build_automaton(pse::parse_regex("[a0-9]{1,40}"), AutomatonLimits{});
   std::uint32_t s = 0;
   while (!a.reachable[s] || !a.has_bytes(s)) ++s;

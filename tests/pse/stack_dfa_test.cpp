@@ -22,11 +22,13 @@
 #include "shared_data.h"
 #include "state_classes.h"
 #include "token_table.h"
+#include "vocabulary_index.h"
 
 namespace {
 
 using pse::Grammar;
 using pse::Vocabulary;
+using pse::VocabularyIndex;
 using namespace pse::detail;
 
 void expect_same(const TokenTable& x, const TokenTable& y, const std::string& where) {
@@ -71,7 +73,7 @@ ChainSets union_of(const std::vector<ChainSets>& each, const Vocabulary& vocab) 
   for (const ChainSets& c : each) out.accepted.insert(c.accepted.begin(), c.accepted.end());
   for (const ChainSets& c : each) {
     for (const auto& [p, depths] : c.uncertain) {
-      const auto id = static_cast<std::uint32_t>(vocab.text_tokens()[p]);
+      const auto id = static_cast<std::uint32_t>(vocab.index().text_tokens()[p]);
       if (!out.accepted.contains(id)) out.uncertain[p].insert(depths.begin(), depths.end());
     }
   }
@@ -452,7 +454,7 @@ TEST(StackDfa, LongerMembersOfABoundedRunAreRejectedOnlyWhenItEndsClosed) {
                     name + ": state " + std::to_string(s) + " round " + std::to_string(round));
       }
     }
-    EXPECT_NE(vocab.ascii_set_index(lower, false), nullptr) << name << ": the letters' index was never built";
+    EXPECT_NE(vocab.index().ascii_set_index(lower, false), nullptr) << name << ": the letters' index was never built";
   }
 }
 
@@ -517,7 +519,7 @@ TEST(StackDfa, LoopsOnTokenClasses) {
     const std::uint32_t s = root_start(a);
     const std::int32_t c = dfa.step(dfa.start({&s, 1}), '"');
     EXPECT_NE(c, StackDfa::kDead) << pattern;
-    return std::pair{dfa.loops_on(c, Vocabulary::TokenClass::kPlain), dfa.loops_on(c, Vocabulary::TokenClass::kText)};
+    return std::pair{dfa.loops_on(c, VocabularyIndex::TokenClass::kPlain), dfa.loops_on(c, VocabularyIndex::TokenClass::kText)};
   };
   EXPECT_EQ(loops(R"("[^"\\\x00-\x1f]*")"), std::pair(true, true));
   EXPECT_EQ(loops(R"("[ -~]*")"), std::pair(true, false));  // no multi-byte characters

@@ -16,6 +16,7 @@
 #include "pse/error.h"
 #include "pse/json_schema.h"
 #include "token_table.h"
+#include "vocabulary_index.h"
 
 namespace {
 
@@ -25,7 +26,7 @@ using namespace pse::detail;
 // Returns (scanning states, classes among them).
 std::pair<std::size_t, std::size_t> check_classes(const Grammar& g, const pse::Vocabulary& vocab, const std::string& name) {
   const Automaton a = build_automaton(g, AutomatonLimits{});
-  const std::vector<std::uint32_t> cls = future_classes(a, vocab.max_token_length());
+  const std::vector<std::uint32_t> cls = future_classes(a, vocab.index().max_token_length());
   EXPECT_EQ(cls.size(), a.n_states()) << name;
   std::map<std::uint32_t, std::uint32_t> representative;
   std::map<std::uint32_t, TokenTable> tables;

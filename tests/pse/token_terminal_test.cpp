@@ -10,6 +10,7 @@
 
 #include "engine_test_util.h"
 #include "pse/gbnf.h"
+#include "vocabulary_index.h"
 
 namespace pse::testing {
 namespace {
@@ -96,7 +97,7 @@ TEST(TokenTerminals, ReasoningSection) {
   ASSERT_TRUE(m.accept_token(v.think));
   mask = fast_mask(m);
   // Every text token, <think> and <call> inside; </think> to close; never end of sequence or padding.
-  EXPECT_EQ(mask_count(mask), v.vocab->text_tokens().size() + 3);
+  EXPECT_EQ(mask_count(mask), v.vocab->index().text_tokens().size() + 3);
   EXPECT_FALSE(mask_has(mask, v.eos));
   EXPECT_FALSE(m.must_stop());
   for (const TokenId t : {v.xy, v.call, v.think, static_cast<TokenId>('q')}) ASSERT_TRUE(m.accept_token(t));

@@ -1,4 +1,5 @@
 #include "pse/vocabulary.h"
+#include "vocabulary_index.h"
 
 #include <gtest/gtest.h>
 
@@ -18,16 +19,16 @@ TEST(Vocabulary, SortsTextTokensAndIndexesFirstBytes) {
   EXPECT_EQ(v.n_tokens(), 7u);
   EXPECT_EQ(v.n_rows(), 40u);
   EXPECT_EQ(v.n_mask_words(), 2u);
-  EXPECT_EQ(v.text_tokens(), (std::vector<TokenId>{2, 1, 6, 0, 5}));
-  EXPECT_EQ(v.lcp(), (std::vector<std::uint32_t>{0, 1, 2, 0, 0}));
-  EXPECT_EQ(v.first_byte_begin()['a'], 0u);
-  EXPECT_EQ(v.first_byte_begin()['b'], 3u);
-  EXPECT_EQ(v.first_byte_begin()[0xff], 4u);
-  EXPECT_EQ(v.first_byte_begin()[256], 5u);
+  EXPECT_EQ(v.index().text_tokens(), (std::vector<TokenId>{2, 1, 6, 0, 5}));
+  EXPECT_EQ(v.index().lcp(), (std::vector<std::uint32_t>{0, 1, 2, 0, 0}));
+  EXPECT_EQ(v.index().first_byte_begin()['a'], 0u);
+  EXPECT_EQ(v.index().first_byte_begin()['b'], 3u);
+  EXPECT_EQ(v.index().first_byte_begin()[0xff], 4u);
+  EXPECT_EQ(v.index().first_byte_begin()[256], 5u);
   EXPECT_TRUE(v.is_special(3));
   EXPECT_FALSE(v.is_special(39));  // padded
   EXPECT_EQ(v.token_bytes(39), "");
-  EXPECT_EQ(v.max_token_length(), 3u);
+  EXPECT_EQ(v.index().max_token_length(), 3u);
 }
 
 TEST(Vocabulary, SubtreeEndSkipsEveryTokenWithTheSamePrefix) {
@@ -41,13 +42,13 @@ TEST(Vocabulary, SubtreeEndSkipsEveryTokenWithTheSamePrefix) {
     tokens.push_back(t);
   }
   Vocabulary v(tokens, {}, {});
-  const std::size_t n = v.text_tokens().size();
+  const std::size_t n = v.index().text_tokens().size();
   for (std::size_t p = 0; p < n; ++p) {
-    const std::string_view t = v.sorted_token(p);
+    const std::string_view t = v.index().sorted_token(p);
     for (std::size_t d = 0; d < t.size(); ++d) {
       std::size_t q = p + 1;
-      while (q < n && v.sorted_token(q).starts_with(t.substr(0, d + 1))) ++q;
-      ASSERT_EQ(v.subtree_end(p, d), q) << "token " << t << " depth " << d;
+      while (q < n && v.index().sorted_token(q).starts_with(t.substr(0, d + 1))) ++q;
+      ASSERT_EQ(v.index().subtree_end(p, d), q) << "token " << t << " depth " << d;
     }
   }
 }
@@ -61,14 +62,14 @@ TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
                                            " x", "\x01", "\xc0\xaf", "a\xe4\xb8\xad", "aa", "ac",
                                            "a\xe4\xb8", "\xe0\x80", "\xb8" "ab"};
   Vocabulary v(tokens, {}, {});
-  const auto& plain = v.token_class(Vocabulary::TokenClass::kPlain);
-  const auto& text = v.token_class(Vocabulary::TokenClass::kText);
+  const auto& plain = v.index().token_class(VocabularyIndex::TokenClass::kPlain);
+  const auto& text = v.index().token_class(VocabularyIndex::TokenClass::kText);
   std::set<TokenId> plain_ids, text_ids;
   std::map<TokenId, std::size_t> position;
-  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
-    position[v.text_tokens()[p]] = p;
-    if (plain.member[p]) plain_ids.insert(v.text_tokens()[p]);
-    if (text.member[p]) text_ids.insert(v.text_tokens()[p]);
+  for (std::size_t p = 0; p < v.index().text_tokens().size(); ++p) {
+    position[v.index().text_tokens()[p]] = p;
+    if (plain.member[p]) plain_ids.insert(v.index().text_tokens()[p]);
+    if (text.member[p]) text_ids.insert(v.index().text_tokens()[p]);
   }
   EXPECT_EQ(plain_ids, (std::set<TokenId>{0, 6, 10, 11}));
   EXPECT_EQ(text_ids, (std::set<TokenId>{0, 1, 2, 6, 9, 10, 11, 12}));
@@ -83,16 +84,16 @@ TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
             (std::vector<TokenId>{10, 0, 11, 12, 9}));
   for (TokenId id = 0; id < static_cast<TokenId>(tokens.size()); ++id)
     EXPECT_EQ((text.bits[0] >> id) & 1, text_ids.count(id)) << id;
-  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+  for (std::size_t p = 0; p < v.index().text_tokens().size(); ++p) {
     std::size_t q = p;
-    while (q < v.text_tokens().size() && text.member[q]) ++q;
+    while (q < v.index().text_tokens().size() && text.member[q]) ++q;
     EXPECT_EQ(text.next_out[p], q) << p;
   }
   // Lengths in characters (a cut-short last one counts), the masks by length, the jump past the members
   // of any length up to the longest.
   const std::map<TokenId, std::uint32_t> expected_chars = {{1, 1}, {9, 2}, {2, 1}, {12, 2}, {13, 0}};
-  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
-    if (const auto it = expected_chars.find(v.text_tokens()[p]); it != expected_chars.end()) {
+  for (std::size_t p = 0; p < v.index().text_tokens().size(); ++p) {
+    if (const auto it = expected_chars.find(v.index().text_tokens()[p]); it != expected_chars.end()) {
       EXPECT_EQ(text.chars[p], it->second) << it->first;
     }
     EXPECT_EQ(text.next_out_of_run[p], text.next_out[p]) << p;  // every member here fits the longest run
@@ -108,7 +109,7 @@ TEST(Vocabulary, TokenClassesIndexPlainAndJsonText) {
 // Each token's ASCII bytes as a set, and how its other bytes stand: whole characters (the last may be
 // cut short) or not.
 TEST(Vocabulary, AsciiBytesAndNonAsciiKinds) {
-  using K = Vocabulary::NonAscii;
+  using K = VocabularyIndex::NonAscii;
   const std::vector<std::pair<std::string, K>> cases = {
       {"ab", K::kNone},       {"\xc3\xa9", K::kCharacters}, {"a\xc3", K::kCharacters},   {"\xf0\x9f", K::kCharacters},
       {"\xb8" "b", K::kOther}, {"\xc3" "a", K::kOther},      {"\xed\xa0\x80", K::kOther}, {"\xc0\xaf", K::kOther},
@@ -116,13 +117,13 @@ TEST(Vocabulary, AsciiBytesAndNonAsciiKinds) {
   std::vector<std::string> tokens;
   for (const auto& [t, k] : cases) tokens.push_back(t);
   Vocabulary v(tokens, {}, {});
-  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
-    const std::string& t = tokens[static_cast<std::size_t>(v.text_tokens()[p])];
+  for (std::size_t p = 0; p < v.index().text_tokens().size(); ++p) {
+    const std::string& t = tokens[static_cast<std::size_t>(v.index().text_tokens()[p])];
     std::array<std::uint64_t, 2> ascii{};
     for (const char c : t)
       if (static_cast<unsigned char>(c) < 0x80) ascii[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
-    EXPECT_EQ(v.ascii_bytes(p), ascii) << t;
-    EXPECT_EQ(v.non_ascii(p), cases[static_cast<std::size_t>(v.text_tokens()[p])].second) << t;
+    EXPECT_EQ(v.index().ascii_bytes(p), ascii) << t;
+    EXPECT_EQ(v.index().non_ascii(p), cases[static_cast<std::size_t>(v.index().text_tokens()[p])].second) << t;
   }
 }
 
@@ -136,43 +137,43 @@ TEST(Vocabulary, AsciiSetIndexListsTheTokensMadeOfASet) {
   std::array<std::uint64_t, 2> set{};
   for (const char c : std::string("abc")) set[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
   // Questions that do not count build nothing, and leave the count as it was.
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(v.ascii_set_index(set, false), nullptr) << i;
-  for (std::uint32_t i = 1; i < Vocabulary::kAsciiSetIndexAfter; ++i) EXPECT_EQ(v.ascii_set_index(set), nullptr) << i;
-  const auto index = v.ascii_set_index(set);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(v.index().ascii_set_index(set, false), nullptr) << i;
+  for (std::uint32_t i = 1; i < VocabularyIndex::kAsciiSetIndexAfter; ++i) EXPECT_EQ(v.index().ascii_set_index(set), nullptr) << i;
+  const auto index = v.index().ascii_set_index(set);
   ASSERT_NE(index, nullptr);
-  EXPECT_EQ(v.ascii_set_index(set), index);  // kept
-  EXPECT_EQ(v.ascii_set_index(set, false), index);
+  EXPECT_EQ(v.index().ascii_set_index(set), index);  // kept
+  EXPECT_EQ(v.index().ascii_set_index(set, false), index);
   EXPECT_EQ(index->max_length, 6u);
   std::set<TokenId> members;
-  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
-    const std::string& t = tokens[static_cast<std::size_t>(v.text_tokens()[p])];
+  for (std::size_t p = 0; p < v.index().text_tokens().size(); ++p) {
+    const std::string& t = tokens[static_cast<std::size_t>(v.index().text_tokens()[p])];
     const bool member = t.find_first_not_of("abc") == std::string::npos;
     EXPECT_EQ(index->length[p], member ? t.size() : 0u) << t;
     const std::size_t last_out = t.find_last_not_of("abc");
     EXPECT_EQ(index->member_from[p], last_out == std::string::npos ? 0u : last_out + 1) << t;
-    if (member) members.insert(v.text_tokens()[p]);
+    if (member) members.insert(v.index().text_tokens()[p]);
     std::size_t q = p;
-    while (q < v.text_tokens().size() &&
-           tokens[static_cast<std::size_t>(v.text_tokens()[q])].find_first_not_of("abc") == std::string::npos)
+    while (q < v.index().text_tokens().size() &&
+           tokens[static_cast<std::size_t>(v.index().text_tokens()[q])].find_first_not_of("abc") == std::string::npos)
       ++q;
     EXPECT_EQ(index->next_out[p], q) << t;
   }
   // Up to kMaxAsciiSetIndexes sets are kept; past them, none is built.
-  for (std::size_t k = 1; k <= Vocabulary::kMaxAsciiSetIndexes; ++k) {
+  for (std::size_t k = 1; k <= VocabularyIndex::kMaxAsciiSetIndexes; ++k) {
     std::array<std::uint64_t, 2> other = set;
     other[1] |= std::uint64_t{1} << k;  // one more byte each
-    std::shared_ptr<const Vocabulary::AsciiSetIndex> got;
-    for (std::uint32_t i = 0; i < Vocabulary::kAsciiSetIndexAfter; ++i) got = v.ascii_set_index(other);
-    EXPECT_EQ(got == nullptr, k == Vocabulary::kMaxAsciiSetIndexes) << k;
+    std::shared_ptr<const VocabularyIndex::AsciiSetIndex> got;
+    for (std::uint32_t i = 0; i < VocabularyIndex::kAsciiSetIndexAfter; ++i) got = v.index().ascii_set_index(other);
+    EXPECT_EQ(got == nullptr, k == VocabularyIndex::kMaxAsciiSetIndexes) << k;
   }
   // NUL is never a member byte: the set asked with it is the same index.
   std::array<std::uint64_t, 2> with_nul = set;
   with_nul[0] |= 1;
-  EXPECT_EQ(v.ascii_set_index(with_nul), index);
+  EXPECT_EQ(v.index().ascii_set_index(with_nul), index);
   ASSERT_EQ(index->up_to.size(), 7u);  // lengths 0..6
   ASSERT_EQ(index->fits.size(), 7u);
   for (std::size_t n = 0; n < index->fits.size(); ++n) {
-    for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
+    for (std::size_t p = 0; p < v.index().text_tokens().size(); ++p) {
       EXPECT_EQ((index->fits[n][p >> 6] >> (p & 63)) & 1, index->length[p] != 0 && index->length[p] <= n ? 1u : 0u)
           << "position " << p << ", length " << n;
     }
@@ -195,29 +196,29 @@ TEST(Vocabulary, ReadWholeBitsByDepthFollowTheirDefinitions) {
   Vocabulary v(tokens, {}, {});
   std::array<std::uint64_t, 2> set{};
   for (const char c : std::string("abc")) set[static_cast<unsigned char>(c) >> 6] |= std::uint64_t{1} << (c & 63);
-  std::shared_ptr<const Vocabulary::AsciiSetIndex> index;
-  for (std::uint32_t i = 0; i < Vocabulary::kAsciiSetIndexAfter; ++i) index = v.ascii_set_index(set);
+  std::shared_ptr<const VocabularyIndex::AsciiSetIndex> index;
+  for (std::uint32_t i = 0; i < VocabularyIndex::kAsciiSetIndexAfter; ++i) index = v.index().ascii_set_index(set);
   ASSERT_NE(index, nullptr);
-  ASSERT_EQ(index->from_depth.size(), Vocabulary::kReadWholeDepths);
-  ASSERT_EQ(index->from_depth_chars.size(), Vocabulary::kReadWholeDepths);
+  ASSERT_EQ(index->from_depth.size(), VocabularyIndex::kReadWholeDepths);
+  ASSERT_EQ(index->from_depth_chars.size(), VocabularyIndex::kReadWholeDepths);
   auto bit = [](const std::vector<std::uint64_t>& bits, std::size_t p) {
     return ((bits[p >> 6] >> (p & 63)) & 1) != 0;
   };
   auto starts_char = [](std::string_view t, std::size_t d) {
     return d == t.size() || (static_cast<unsigned char>(t[d]) & 0xC0) != 0x80;
   };
-  const Vocabulary::TokenClassIndex& text = v.token_class(Vocabulary::TokenClass::kText);
-  const Vocabulary::TokenClassIndex& plain = v.token_class(Vocabulary::TokenClass::kPlain);
-  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) {
-    const std::string& t = tokens[static_cast<std::size_t>(v.text_tokens()[p])];
-    for (std::size_t d = 0; d < Vocabulary::kReadWholeDepths; ++d) {
+  const VocabularyIndex::TokenClassIndex& text = v.index().token_class(VocabularyIndex::TokenClass::kText);
+  const VocabularyIndex::TokenClassIndex& plain = v.index().token_class(VocabularyIndex::TokenClass::kPlain);
+  for (std::size_t p = 0; p < v.index().text_tokens().size(); ++p) {
+    const std::string& t = tokens[static_cast<std::size_t>(v.index().text_tokens()[p])];
+    for (std::size_t d = 0; d < VocabularyIndex::kReadWholeDepths; ++d) {
       // (Past the token's end the rest is empty: made of the set. A run's tokens are never that short.)
       const std::string rest = d <= t.size() ? t.substr(d) : std::string();
       const bool in_set = rest.find_first_not_of("abc") == std::string::npos;
       EXPECT_EQ(bit(index->from_depth[d], p), in_set) << t << " at " << d;
       // Whole characters: the rest starts one, its ASCII bytes are in the set and the token is of
-      // whole characters (Vocabulary::NonAscii::kCharacters), or the rest is in the set alone.
-      bool chars = d <= t.size() && starts_char(t, d) && v.non_ascii(p) == Vocabulary::NonAscii::kCharacters;
+      // whole characters (VocabularyIndex::NonAscii::kCharacters), or the rest is in the set alone.
+      bool chars = d <= t.size() && starts_char(t, d) && v.index().non_ascii(p) == VocabularyIndex::NonAscii::kCharacters;
       for (std::size_t i = d; chars && i < t.size(); ++i) {
         const auto c = static_cast<unsigned char>(t[i]);
         chars = c >= 0x80 || (c == 'a' || c == 'b' || c == 'c');
@@ -235,10 +236,10 @@ TEST(Vocabulary, ReadWholeBitsByDepthFollowTheirDefinitions) {
 TEST(Vocabulary, LongTokensFindTheirClassRestInLinearTime) {
   const std::string letters(200'000, 'a');
   Vocabulary v({letters + "\x01", "\x01" + letters, letters + "\xE4\xB8"}, {}, {});
-  const auto& plain = v.token_class(Vocabulary::TokenClass::kPlain);
-  const auto& text = v.token_class(Vocabulary::TokenClass::kText);
+  const auto& plain = v.index().token_class(VocabularyIndex::TokenClass::kPlain);
+  const auto& text = v.index().token_class(VocabularyIndex::TokenClass::kText);
   std::map<TokenId, std::size_t> position;
-  for (std::size_t p = 0; p < v.text_tokens().size(); ++p) position[v.text_tokens()[p]] = p;
+  for (std::size_t p = 0; p < v.index().text_tokens().size(); ++p) position[v.index().text_tokens()[p]] = p;
   EXPECT_EQ(text.member_from[position[0]], letters.size() + 1);  // no rest but the empty one
   EXPECT_EQ(plain.member_from[position[0]], letters.size() + 1);
   EXPECT_EQ(text.member_from[position[1]], 1u);
@@ -259,7 +260,7 @@ TEST(Vocabulary, GroupWordsHoldExactlyTheGroupsIds) {
   const Vocabulary v(t, {}, {});
   for (const char first : {'a', 'b'}) {
     const auto b = static_cast<std::uint8_t>(first);
-    const std::span<const std::uint32_t> words = v.group_words(b), bits = v.group_word_bits(b);
+    const std::span<const std::uint32_t> words = v.index().group_words(b), bits = v.index().group_word_bits(b);
     ASSERT_EQ(words.size(), bits.size());
     ASSERT_FALSE(words.empty()) << first;
     EXPECT_TRUE(std::is_sorted(words.begin(), words.end()));
@@ -267,14 +268,14 @@ TEST(Vocabulary, GroupWordsHoldExactlyTheGroupsIds) {
     for (std::size_t k = 0; k < words.size(); ++k)
       for (unsigned j = 0; j < 32; ++j)
         if ((bits[k] >> j) & 1) from_words.insert(static_cast<TokenId>(words[k] * 32 + j));
-    for (std::uint32_t p = v.first_byte_begin()[b]; p < v.first_byte_begin()[b + 1]; ++p) {
-      const TokenId id = v.text_tokens()[p];
+    for (std::uint32_t p = v.index().first_byte_begin()[b]; p < v.index().first_byte_begin()[b + 1]; ++p) {
+      const TokenId id = v.index().text_tokens()[p];
       from_group.insert(id);
-      EXPECT_EQ(words[v.word_of_position()[p]], static_cast<std::uint32_t>(id) / 32) << "position " << p;
+      EXPECT_EQ(words[v.index().word_of_position()[p]], static_cast<std::uint32_t>(id) / 32) << "position " << p;
     }
     EXPECT_EQ(from_words, from_group) << first;
   }
-  EXPECT_TRUE(v.group_words(static_cast<std::uint8_t>('c')).empty()) << "30 tokens: below kMinWordGroup";
+  EXPECT_TRUE(v.index().group_words(static_cast<std::uint8_t>('c')).empty()) << "30 tokens: below kMinWordGroup";
 }
 
 TEST(Vocabulary, LongestTextPrefixMatchesALinearScan) {
