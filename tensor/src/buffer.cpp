@@ -21,6 +21,7 @@ struct Buffer::Storage {
   std::size_t map_size = 0;
   Device device = Device::cpu;
   bool writable = true;
+  std::shared_ptr<void> owner;  // adopted memory: what keeps it alive
 
   Storage() = default;
   Storage(const Storage&) = delete;
@@ -102,6 +103,19 @@ Buffer Buffer::borrow(void* data, std::size_t bytes, bool writable) {
   s->data = static_cast<std::byte*>(data);
   s->size = bytes;
   s->writable = writable;
+  Buffer b;
+  b.storage_ = std::move(s);
+  return b;
+}
+
+Buffer Buffer::adopt(void* data, std::size_t bytes, Device device, std::shared_ptr<void> owner) {
+  auto s = std::make_shared<Storage>();
+  s->kind = Storage::Kind::borrowed;
+  s->data = static_cast<std::byte*>(data);
+  s->size = bytes;
+  s->device = device;
+  s->writable = false;
+  s->owner = std::move(owner);
   Buffer b;
   b.storage_ = std::move(s);
   return b;

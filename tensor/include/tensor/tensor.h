@@ -57,6 +57,9 @@ class Buffer {
   static Buffer map_file(const std::filesystem::path& path);
   // Wraps memory the caller owns and keeps alive (no copy, no free).
   static Buffer borrow(void* data, std::size_t bytes, bool writable);
+  // Wraps `bytes` of `device` memory at `data` that `owner` keeps alive for as long as the buffer (or a
+  // copy) lives: device memory a backend allocated (data is then a device address, not for host reads).
+  static Buffer adopt(void* data, std::size_t bytes, Device device, std::shared_ptr<void> owner);
 
   std::byte* data() const;  // nullptr for an empty buffer
   std::size_t size() const;

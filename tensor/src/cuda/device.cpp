@@ -169,6 +169,13 @@ void synchronize() {
   detail::check(detail::driver().cuCtxSynchronize(), "tensor::cuda::synchronize", "cuCtxSynchronize");
 }
 
+MemoryInfo memory_info(int ordinal) {
+  make_current(ordinal);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  detail::check(detail::driver().cuMemGetInfo(&free_bytes, &total_bytes), "tensor::cuda::memory_info", "cuMemGetInfo");
+  return {free_bytes, total_bytes};
+}
+
 #else  // !ORCHARD_HAVE_CUDA
 
 std::string unavailable_reason() {
@@ -177,6 +184,7 @@ std::string unavailable_reason() {
 const DeviceInfo& device_info(int) { detail::throw_built_without_cuda("tensor::cuda::device_info"); }
 void make_current(int) { detail::throw_built_without_cuda("tensor::cuda::make_current"); }
 void synchronize() { detail::throw_built_without_cuda("tensor::cuda::synchronize"); }
+MemoryInfo memory_info(int) { detail::throw_built_without_cuda("tensor::cuda::memory_info"); }
 
 #endif
 

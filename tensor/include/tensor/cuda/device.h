@@ -38,6 +38,14 @@ const DeviceInfo& device_info(int ordinal = 0);
 // Every CUDA entry point calls it; throws CudaUnavailable or DriverError.
 void make_current(int ordinal = 0);
 
+// Free and total memory of device `ordinal`, in bytes, as the driver reports them now.
+struct MemoryInfo {
+  std::size_t free = 0;
+  std::size_t total = 0;
+};
+// Throws CudaUnavailable or DriverError.
+MemoryInfo memory_info(int ordinal = 0);
+
 // Blocks until all work on the current device is done. Throws DriverError (e.g. a kernel fault).
 void synchronize();
 
