@@ -6,6 +6,8 @@
 #include <tensor/cuda/device.h>
 #include <tensor/cuda/jit.h>
 
+#include "cuda_sources.h"  // pie/src/backend/cuda: the CUDA backend's kernels
+
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -52,6 +54,19 @@ TEST_P(JitCompile, KernelsLayerSources) {
     SCOPED_TRACE(std::string(s.name));
     EXPECT_NO_THROW(tc::compile_cubin(s.name, s.text, {}, arch));
   }
+}
+
+TEST_P(JitCompile, PieBackendSources) {
+  const int arch = GetParam();
+  const auto sources = pie::cuda::embedded_sources();
+  ASSERT_FALSE(sources.empty());
+  for (const auto& s : sources) {
+    SCOPED_TRACE(std::string(s.name));
+    std::string cubin;
+    EXPECT_NO_THROW(cubin = tc::compile_cubin(s.name, s.text, {}, arch));
+    EXPECT_GT(cubin.size(), 0u);
+  }
+  EXPECT_NO_THROW(pie::cuda::embedded_source("decoder_ops.cu"));
 }
 
 TEST(JitCompileSources, EveryPalSourceIsEmbedded) {

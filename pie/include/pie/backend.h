@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pal/attention.h"
@@ -140,6 +141,26 @@ class Backend {
   // threw. No effect without a step begun.
   virtual void wait() = 0;
 };
+
+// The CUDA backend on device `ordinal`: weights in device memory in their file type (f32, f16, bf16, q8_0,
+// q4_0, q4_1, q4_K, q5_K, q6_K), f16 KV pages in device memory, the step's kernels queued on a stream of its
+// own by begin() (which returns once they are queued), the logits copied back by wait(). Throws pie::Error
+// saying why when CUDA cannot be used here (no build support, no driver, no device).
+std::unique_ptr<Backend> make_cuda_backend(int ordinal = 0);
+
+// Which device a forward pass runs on, as asked (`--device`): automatic takes CUDA when a usable GPU is
+// present.
+enum class DeviceRequest : std::uint8_t { automatic, cpu, cuda };
+// "auto", "cpu", "cuda" -> the request; throws pie::Error naming the value otherwise.
+DeviceRequest parse_device_request(std::string_view text);
+struct DeviceChoice {
+  tensor::Device device = tensor::Device::cpu;
+  std::string reason;  // why, for the log: "asked for", "a usable GPU: NVIDIA H100 ...", "no GPU: ..."
+};
+// Resolves a request. Throws pie::Error (the reason) when cuda is asked for and cannot be used.
+DeviceChoice choose_device(DeviceRequest request);
+// The backend of a choice: make_cuda_backend(0) or make_cpu_backend(n_threads).
+std::unique_ptr<Backend> make_backend(tensor::Device device, std::int32_t n_threads);
 
 // The CPU backend: kernels/ and pal/ (AVX-512 / AVX2 where the CPU has them) on a pool of n_threads
 // (0: every core), each step run by a thread of its own. Throws pie::Error on a negative n_threads.

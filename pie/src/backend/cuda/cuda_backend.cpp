@@ -1,0 +1,633 @@
+// The CUDA backend: weights copied once to device memory in their file type, f16 KV pages in device
+// memory, and each operation a kernel queued on the backend's stream: decoder_ops.cu (embedding, norms,
+// products that read the quantized blocks directly, element-wise ops, generic RoPE / attention) and pal's
+// CUDA RoPE + append and paged attention where they apply (head dims 64, 128, 256). begin() queues the
+// step's kernels from the calling thread and returns; wait() waits for the stream and copies the logits
+// to host memory. Sampling stays on the host.
+//
+// The step's host-side tables (tokens, positions, KV slots, page tables) are copied to the device once per
+// step, at their first use, and reused by every layer.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pal/cuda/attention_cuda.h"
+#include "pal/cuda/kv_write_cuda.h"
+#include "pie/backend.h"
+#include "pie/error.h"
+#include "cuda_sources.h"
+#include "tensor/cuda/device.h"
+#include "tensor/cuda/jit.h"
+#include "tensor/cuda/memory_pool.h"
+#include "tensor/cuda/stream.h"
+
+namespace pie {
+namespace {
+
+namespace tc = tensor::cuda;
+
+constexpr unsigned kThreads = 256;
+constexpr int kMatmulWarps = 4, kMatmulTokens = 8;  // WARPS and TOKENS of decoder_ops.cu
+// Keys per split of pal's decode attention: fixed, so a row's sum order depends on its own length only
+// (batch invariance), never on how many sequences share the step.
+constexpr std::int32_t kDecodeChunk = 512;
+
+// The module of decoder_ops.cu for the current device, compiled (or read from the JIT cache) once.
+const tc::Kernel& kernel(const std::string& entry) {
+  static std::mutex mutex;
+  static std::map<std::string, tc::Kernel> kernels;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = kernels.find(entry); it != kernels.end()) return it->second;
+  const tc::EmbeddedSource& src = cuda::embedded_source("decoder_ops.cu");
+  const tc::Module& module = tc::load_module(src.name, src.text, {});
+  return kernels.emplace(entry, module.kernel(entry.c_str())).first->second;
+}
+
+// The entry-point suffix of a weight type; throws pie::Error for a type the kernels cannot read.
+std::string type_suffix(tensor::DType t, const char* what) {
+  switch (t) {
+    case tensor::DType::f32: return "f32";
+    case tensor::DType::f16: return "f16";
+    case tensor::DType::bf16: return "bf16";
+    case tensor::DType::q8_0: return "q8_0";
+    case tensor::DType::q4_0: return "q4_0";
+    case tensor::DType::q4_1: return "q4_1";
+    case tensor::DType::q4_K: return "q4_K";
+    case tensor::DType::q5_K: return "q5_K";
+    case tensor::DType::q6_K: return "q6_K";
+    default:
+      throw Error(fmt::format("[backend:cuda] {}: weight type {} is not supported on CUDA (f32, f16, bf16, q8_0, "
+                              "q4_0, q4_1, q4_K, q5_K, q6_K)",
+                              what, tensor::dtype_name(t)));
+  }
+}
+
+unsigned grid_for(long long n) {
+  return static_cast<unsigned>(std::clamp<long long>((n + kThreads - 1) / kThreads, 1, 65535));
+}
+
+bool pal_head_dim(std::int32_t d) { return d == 64 || d == 128 || d == 256; }
+
+// KV pages in device memory: one K and one V pool per layer, f16.
+class DeviceKvStorage final : public KvStorage {
+ public:
+  DeviceKvStorage(const KvCacheConfig& c, const tc::Stream* stream) : config_(c), stream_(stream) {
+    const std::size_t pool = c.pool_page_bytes() * static_cast<std::size_t>(c.n_pages);
+    for (std::int32_t l = 0; l < c.n_layer; ++l) {
+      k_.push_back(tc::MemoryPool::global().allocate(pool));
+      v_.push_back(tc::MemoryPool::global().allocate(pool));
+      // Zeros, not stale bytes: attention tiles read whole pages and mask the slots past a sequence's end.
+      k_.back().fill_bytes(0, stream);
+      v_.back().fill_bytes(0, stream);
+    }
+  }
+  const KvCacheConfig& config() const override { return config_; }
+  tensor::Device device() const override { return tensor::Device::cuda; }
+  void* k_pool(std::int32_t layer) override { return k_[checked(layer)].as<void>(); }
+  void* v_pool(std::int32_t layer) override { return v_[checked(layer)].as<void>(); }
+
+  void copy_page(std::int32_t src, std::int32_t dst, std::int32_t n_slots) override {
+    if (src < 0 || src >= config_.n_pages || dst < 0 || dst >= config_.n_pages) {
+      throw Error(fmt::format("[kv:cuda] copy_page {} -> {}: pages are 0 .. {}", src, dst, config_.n_pages - 1));
+    }
+    if (n_slots < 0 || n_slots > kKvPageSize) {
+      throw Error(fmt::format("[kv:cuda] copy_page: {} slots, expected 0 .. {}", n_slots, kKvPageSize));
+    }
+    if (n_slots == 0 || src == dst) return;
+    tc::make_current();
+    const long long slot_elems = static_cast<long long>(config_.n_kv_head) * config_.head_dim;
+    const long long n = slot_elems * n_slots;
+    const long long src_off = static_cast<long long>(src) * kKvPageSize * slot_elems;
+    const long long dst_off = static_cast<long long>(dst) * kKvPageSize * slot_elems;
+    for (std::int32_t l = 0; l < config_.n_layer; ++l) {
+      for (tc::DeviceBuffer* pool : {&k_[static_cast<std::size_t>(l)], &v_[static_cast<std::size_t>(l)]}) {
+        const std::uint16_t* s = pool->as<std::uint16_t>() + src_off;
+        std::uint16_t* d = pool->as<std::uint16_t>() + dst_off;
+        long long count = n;
+        void* args[] = {&s, &d, &count};
+        kernel("copy_u16").launch({grid_for(n), 1, 1}, {kThreads, 1, 1}, 0, stream_, args);
+      }
+    }
+  }
+
+ private:
+  std::size_t checked(std::int32_t layer) const {
+    if (layer < 0 || layer >= config_.n_layer) {
+      throw Error(fmt::format("[kv:cuda] layer {} out of range [0, {})", layer, config_.n_layer));
+    }
+    return static_cast<std::size_t>(layer);
+  }
+  KvCacheConfig config_;
+  const tc::Stream* stream_;
+  std::vector<tc::DeviceBuffer> k_, v_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int ordinal) : ordinal_(ordinal) {
+    tc::make_current(ordinal_);
+    stream_ = std::make_unique<tc::Stream>();
+  }
+  ~CudaBackend() override {
+    try {
+      tc::make_current(ordinal_);
+      stream_->synchronize();
+    } catch (...) {  // a faulted context: nothing left to wait for
+    }
+  }
+
+  std::string name() const override { return "cuda"; }
+  tensor::Device device() const override { return tensor::Device::cuda; }
+
+  std::shared_ptr<const ModelWeights> upload(std::shared_ptr<const Model> model) override {
+    if (!model) throw Error("[backend:cuda] upload: no model");
+    tc::make_current(ordinal_);
+    const ModelWeights& host = model->weights;
+    // Every distinct tensor once (a tied output head is the embedding's tensor).
+    std::map<const std::byte*, std::size_t> sizes;
+    auto count = [&](const Weight& w) {
+      if (w) sizes[w.data()] = dense_size(w);
+    };
+    count(host.token_embd);
+    count(host.output_norm);
+    count(host.output);
+    for (const LayerWeights& l : host.layers) {
+      for (const Weight* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+                              &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
+        count(*w);
+      }
+    }
+    std::size_t total = 0;
+    for (const auto& [ptr, n] : sizes) total += tc::MemoryPool::size_class(n);
+    const tc::MemoryInfo mem = tc::memory_info(ordinal_);
+    if (total > mem.free) {
+      throw Error(fmt::format("[backend:cuda] the model's weights need {} bytes ({:.2f} GiB) of GPU memory; {} has {} "
+                              "bytes ({:.2f} GiB) free of {}",
+                              total, static_cast<double>(total) / (1 << 30), tc::device_info(ordinal_).name, mem.free,
+                              static_cast<double>(mem.free) / (1 << 30), mem.total));
+    }
+    auto out = std::make_shared<ModelWeights>();
+    std::map<const std::byte*, Weight> placed;
+    auto place = [&](const Weight& w) -> Weight {
+      if (!w) return {};
+      if (auto it = placed.find(w.data()); it != placed.end() && it->second.dtype() == w.dtype() &&
+                                           it->second.shape() == w.shape()) {
+        return it->second;
+      }
+      Weight d = to_device(w);
+      placed[w.data()] = d;
+      return d;
+    };
+    out->token_embd = place(host.token_embd);
+    out->output_norm = place(host.output_norm);
+    out->output = place(host.output);
+    for (const LayerWeights& l : host.layers) {
+      LayerWeights d;
+      d.attn_norm = place(l.attn_norm);
+      d.wq = place(l.wq);
+      d.wk = place(l.wk);
+      d.wv = place(l.wv);
+      d.wo = place(l.wo);
+      d.bq = place(l.bq);
+      d.bk = place(l.bk);
+      d.bv = place(l.bv);
+      d.q_norm = place(l.q_norm);
+      d.k_norm = place(l.k_norm);
+      d.ffn_norm = place(l.ffn_norm);
+      d.w_gate = place(l.w_gate);
+      d.w_up = place(l.w_up);
+      d.w_down = place(l.w_down);
+      out->layers.push_back(std::move(d));
+    }
+    // Every matrix type is checked here, at load, not at the first step.
+    type_suffix(out->token_embd.dtype(), "token_embd");
+    type_suffix(out->output.dtype(), "output");
+    for (std::size_t i = 0; i < out->layers.size(); ++i) {
+      const LayerWeights& l = out->layers[i];
+      for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        type_suffix(w->dtype(), fmt::format("layer {}", i).c_str());
+      }
+    }
+    return out;
+  }
+
+  std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) override {
+    config.validate();
+    if (config.dtype != tensor::DType::f16) {
+      throw Error(fmt::format("[backend:cuda] KV dtype {}: the CUDA backend keeps KV pages in f16",
+                              tensor::dtype_name(config.dtype)));
+    }
+    if (config.head_dim > 256) {
+      throw Error(fmt::format("[backend:cuda] head_dim {}: the CUDA attention takes head dims up to 256",
+                              config.head_dim));
+    }
+    tc::make_current(ordinal_);
+    const std::size_t bytes = config.page_bytes() * static_cast<std::size_t>(config.n_pages);
+    const tc::MemoryInfo mem = tc::memory_info(ordinal_);
+    if (bytes > mem.free) {
+      throw Error(fmt::format("[backend:cuda] a KV cache of {} pages needs {} bytes of GPU memory; {} bytes are free",
+                              config.n_pages, bytes, mem.free));
+    }
+    return std::make_unique<DeviceKvStorage>(config, stream_.get());
+  }
+
+  Rows scratch(int slot, std::int64_t n_rows, std::int64_t n_cols) override {
+    if (slot < 0 || slot > kMaxSlot) {
+      throw Error(fmt::format("[backend:cuda] scratch slot {} outside [0, {}]", slot, kMaxSlot));
+    }
+    tc::DeviceBuffer& b = grown(scratch_[static_cast<std::size_t>(slot)],
+                                static_cast<std::size_t>(n_rows * n_cols) * sizeof(float));
+    return {b.as<float>(), n_rows, n_cols};
+  }
+
+  Rows output_rows(std::span<float> host, std::int64_t n_rows, std::int64_t n_cols) override {
+    if (static_cast<std::int64_t>(host.size()) < n_rows * n_cols) {
+      throw Error(fmt::format("[backend:cuda] output rows: {} floats for [{}, {}]", host.size(), n_rows, n_cols));
+    }
+    output_host_ = host.first(static_cast<std::size_t>(n_rows * n_cols));
+    return scratch(kOutput, n_rows, n_cols);
+  }
+
+  void embed(const Weight& table, std::span<const std::int32_t> tokens, const Rows& out) override {
+    if (tokens.empty()) return;
+    const std::int32_t* dev_tokens = upload_ints(kTokens, tokens);
+    const std::uint8_t* w = weight_ptr(table);
+    long long row_bytes = table.strides().bytes[0];
+    int n_embd = static_cast<int>(out.n_cols);
+    float* o = out.data;
+    void* args[] = {&w, &row_bytes, &n_embd, &dev_tokens, &o};
+    kernel("embed_" + type_suffix(table.dtype(), "token_embd"))
+        .launch({static_cast<unsigned>(tokens.size()), 1, 1}, {64, 1, 1}, 0, stream_.get(), args);
+  }
+
+  void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) override {
+    if (x.n_rows == 0) return;
+    const float* xp = x.data;
+    const float* w = weight.data_as<const float>();
+    int n = static_cast<int>(x.n_cols);
+    float* o = out.data;
+    void* args[] = {&xp, &w, &eps, &n, &o};
+    kernel("rms_norm").launch({static_cast<unsigned>(x.n_rows), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+  }
+
+  void project(const Rows& in, std::span<const Projection> outs) override {
+    if (in.n_rows == 0) return;
+    for (const Projection& p : outs) {
+      const Weight& w = *p.weight;
+      const std::uint8_t* wp = weight_ptr(w);
+      long long row_bytes = w.strides().bytes[0];
+      int n_out = static_cast<int>(w.dim(0)), n_in = static_cast<int>(w.dim(1));
+      const float* x = in.data;
+      int n_tokens = static_cast<int>(in.n_rows);
+      float* y = p.out.data;
+      void* args[] = {&wp, &row_bytes, &n_out, &n_in, &x, &n_tokens, &y};
+      const tc::Dim3 grid{static_cast<unsigned>((n_out + kMatmulWarps - 1) / kMatmulWarps),
+                          static_cast<unsigned>((n_tokens + kMatmulTokens - 1) / kMatmulTokens), 1};
+      kernel("matmul_" + type_suffix(w.dtype(), "projection")).launch(grid, {kMatmulWarps * 32, 1, 1}, 0,
+                                                                     stream_.get(), args);
+    }
+  }
+
+  void add_bias(const Rows& x, const Weight& bias) override {
+    long long total = x.n_rows * x.n_cols;
+    if (total == 0) return;
+    float* xp = x.data;
+    const float* b = bias.data_as<const float>();
+    int n = static_cast<int>(x.n_cols);
+    void* args[] = {&xp, &b, &n, &total};
+    kernel("add_bias").launch({grid_for(total), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+  }
+
+  void add(const Rows& acc, const Rows& x) override { elementwise("add", acc, x.data); }
+  void swiglu(const Rows& gate, const Rows& up) override { elementwise("swiglu", gate, up.data); }
+
+  void rope_append(const StepLayout& layout, const pal::RopeTable& rope, const Rows& q, const Rows& k, const Rows& v,
+                   KvStorage& kv, std::int32_t layer) override {
+    const std::int32_t n_tokens = static_cast<std::int32_t>(k.n_rows);
+    if (n_tokens == 0) return;
+    const KvCacheConfig& c = kv.config();
+    const std::int32_t* positions = upload_ints(kPositions, layout.positions);
+    const std::int32_t* slots = upload_ints(kSlots, layout.kv_slots);
+    const auto n_q_heads = static_cast<std::int32_t>(q.n_cols / c.head_dim);
+    if (pal_head_dim(c.head_dim)) {
+      pal::cuda::KvWriteArgs args{tensor::DType::f16, c.n_kv_head, c.head_dim, kv.k_pool(layer), kv.v_pool(layer)};
+      pal::cuda::rope_append(rope.config(), args, q.data, k.data, v.data, positions, slots, n_tokens, n_q_heads,
+                             stream_.get());
+      return;
+    }
+    // Other head dims: the step's cos/sin rows from the table, RoPE on q and k, then the append.
+    const float* cos_rows = nullptr;
+    const float* sin_rows = nullptr;
+    step_rope_rows(layout, rope, cos_rows, sin_rows);
+    int n_pairs = rope.n_pairs(), head_dim = c.head_dim, gptj = rope.config().layout == pal::RopeLayout::gptj;
+    for (const Rows* x : {&q, &k}) {
+      float* xp = x->data;
+      int n_heads = static_cast<int>(x->n_cols / head_dim);
+      void* args[] = {&xp, &cos_rows, &sin_rows, &n_heads, &head_dim, &n_pairs, &gptj};
+      kernel("rope_rows").launch({static_cast<unsigned>(n_tokens), 1, 1}, {128, 1, 1}, 0, stream_.get(), args);
+    }
+    const float* kp = k.data;
+    const float* vp = v.data;
+    int row = static_cast<int>(k.n_cols);
+    void* kpool = kv.k_pool(layer);
+    void* vpool = kv.v_pool(layer);
+    void* args[] = {&kp, &vp, &slots, &row, &kpool, &vpool};
+    kernel("kv_append_f16").launch({static_cast<unsigned>(n_tokens), 1, 1}, {128, 1, 1}, 0, stream_.get(), args);
+  }
+
+  void attention(const StepLayout& layout, const pal::AttentionParams& params, const Rows& q, KvStorage& kv,
+                 std::int32_t layer, const Rows& out) override {
+    const KvCacheConfig& c = kv.config();
+    for (const AttentionGroup* g : {&layout.decode, &layout.prefill}) {
+      if (g->empty()) continue;
+      const bool decode = g == &layout.decode;
+      const GroupTables& t = group_tables(layout, *g, decode ? 0 : 1);
+      if (pal_head_dim(c.head_dim)) {
+        pal_attention(*g, t, decode, params, q, kv, layer, out);
+      } else {
+        generic_attention(layout, t, params, q, kv, layer, out);
+      }
+    }
+  }
+
+  void gather_rows(const Rows& x, std::span<const std::int32_t> rows, const Rows& out) override {
+    if (rows.empty()) return;
+    const std::int32_t* dev_rows = upload_ints(kGatherRows, rows);
+    gather(x, dev_rows, static_cast<unsigned>(rows.size()), out);
+  }
+
+  void soft_cap(const Rows& x, float cap) override {
+    long long total = x.n_rows * x.n_cols;
+    if (total == 0) return;
+    float* xp = x.data;
+    void* args[] = {&xp, &cap, &total};
+    kernel("soft_cap").launch({grid_for(total), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+  }
+
+  void begin(std::function<void()> step) override {
+    if (in_flight_) throw Error("[backend:cuda] begin: a step is already under way (wait() first)");
+    in_flight_ = true;
+    error_ = nullptr;
+    ++step_id_;
+    try {
+      tc::make_current(ordinal_);
+      step();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+
+  void wait() override {
+    if (!in_flight_) return;
+    in_flight_ = false;
+    std::exception_ptr error = std::exchange(error_, nullptr);
+    try {
+      tc::make_current(ordinal_);
+      stream_->synchronize();
+      if (!error && !output_host_.empty()) {
+        scratch_[kOutput].copy_to_host(output_host_.data(), output_host_.size_bytes(), 0, stream_.get());
+        stream_->synchronize();
+      }
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+    output_host_ = {};
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  // Scratch slots of the backend's own (the builders use the low ones), and upload slots of the step's
+  // integer tables.
+  static constexpr int kMaxSlot = 64;
+  static constexpr int kGatheredQ = 60, kGatheredOut = 61, kRopeCos = 62, kRopeSin = 63, kOutput = 64;
+  enum IntSlot : int { kTokens, kPositions, kSlots, kGatherRows, kGroupFirst, kNumIntSlots = kGroupFirst + 2 * 5 };
+
+  // A group's tables on the device: pal's page tables, and the generic kernel's per-query rows and sequences.
+  struct GroupTables {
+    std::uint64_t step = 0;
+    const std::int32_t* page_indptr = nullptr;
+    const std::int32_t* page_indices = nullptr;
+    const std::int32_t* seq_lens = nullptr;
+    const std::int32_t* qo_indptr = nullptr;
+    const std::int32_t* rows = nullptr;
+    const std::int32_t* seqs = nullptr;
+    std::int32_t n_queries = 0, max_seq_len = 0, max_q_len = 0;
+  };
+
+  static std::size_t dense_size(const Weight& w) {
+    return static_cast<std::size_t>(w.n_rows()) * tensor::row_bytes(w.dtype(), w.dim(w.rank() - 1));
+  }
+
+  // A dense device copy of a host weight, its memory owned by the returned tensor.
+  Weight to_device(const Weight& w) {
+    const std::size_t row = tensor::row_bytes(w.dtype(), w.dim(w.rank() - 1));
+    const std::size_t bytes = dense_size(w);
+    auto buf = std::make_shared<tc::DeviceBuffer>(tc::MemoryPool::global().allocate(bytes));
+    if (w.is_contiguous()) {
+      buf->copy_from_host(w.data(), bytes);
+    } else {
+      std::vector<std::byte> staged(bytes);
+      for (std::int64_t r = 0; r < w.n_rows(); ++r) std::memcpy(staged.data() + r * row, w.row(r), row);
+      buf->copy_from_host(staged.data(), bytes);
+    }
+    void* ptr = buf->as<void>();
+    return tensor::Tensor::view(tensor::Buffer::adopt(ptr, bytes, tensor::Device::cuda, buf), 0, w.dtype(), w.shape());
+  }
+
+  static const std::uint8_t* weight_ptr(const Weight& w) {
+    if (w.buffer().device() != tensor::Device::cuda) {
+      throw Error("[backend:cuda] a weight is in host memory (weights must come from this backend's upload())");
+    }
+    return reinterpret_cast<const std::uint8_t*>(w.data());
+  }
+
+  // `b` with at least `bytes`; a buffer that must grow is replaced once the stream is done with it.
+  tc::DeviceBuffer& grown(tc::DeviceBuffer& b, std::size_t bytes) {
+    if (b.bytes() < bytes) {
+      if (!b.empty()) stream_->synchronize();
+      b = tc::MemoryPool::global().allocate(std::max<std::size_t>(bytes, 256));
+    }
+    return b;
+  }
+
+  const std::int32_t* upload_ints(int slot, std::span<const std::int32_t> host) {
+    const auto s = static_cast<std::size_t>(slot);
+    if (uploaded_step_[s] == step_id_ && uploaded_from_[s] == host.data() && uploaded_size_[s] == host.size() &&
+        slot != kTokens && slot != kGatherRows) {
+      return ints_[s].as<const std::int32_t>();
+    }
+    tc::DeviceBuffer& b = grown(ints_[s], host.size_bytes());
+    if (!host.empty()) b.copy_from_host(host.data(), host.size_bytes(), 0, stream_.get());
+    uploaded_step_[s] = step_id_;
+    uploaded_from_[s] = host.data();
+    uploaded_size_[s] = host.size();
+    return b.as<const std::int32_t>();
+  }
+
+  const GroupTables& group_tables(const StepLayout& layout, const AttentionGroup& g, int which) {
+    GroupTables& t = groups_[static_cast<std::size_t>(which)];
+    if (t.step == step_id_) return t;
+    const int base = kGroupFirst + 5 * which;
+    t.step = step_id_;
+    t.page_indptr = upload_ints(base + 0, g.page_indptr);
+    t.page_indices = upload_ints(base + 1, g.page_indices);
+    t.seq_lens = upload_ints(base + 2, g.seq_lens);
+    t.qo_indptr = upload_ints(base + 3, g.qo_indptr);
+    t.rows = nullptr;
+    const auto n_seqs = static_cast<std::int32_t>(g.seq_lens.size());
+    t.n_queries = static_cast<std::int32_t>(g.rows.size());
+    t.max_seq_len = 0;
+    t.max_q_len = 0;
+    seqs_host_[static_cast<std::size_t>(which)].clear();
+    for (std::int32_t s = 0; s < n_seqs; ++s) {
+      t.max_seq_len = std::max(t.max_seq_len, g.seq_lens[static_cast<std::size_t>(s)]);
+      const std::int32_t n_q = g.qo_indptr[static_cast<std::size_t>(s) + 1] - g.qo_indptr[static_cast<std::size_t>(s)];
+      t.max_q_len = std::max(t.max_q_len, n_q);
+      for (std::int32_t i = 0; i < n_q; ++i) seqs_host_[static_cast<std::size_t>(which)].push_back(s);
+    }
+    // rows and seqs share one upload: [rows..., seqs...].
+    std::vector<std::int32_t>& both = rows_seqs_host_[static_cast<std::size_t>(which)];
+    both.assign(g.rows.begin(), g.rows.end());
+    both.insert(both.end(), seqs_host_[static_cast<std::size_t>(which)].begin(),
+                seqs_host_[static_cast<std::size_t>(which)].end());
+    const std::int32_t* dev = upload_ints(base + 4, both);
+    t.rows = dev;
+    t.seqs = dev + g.rows.size();
+    (void)layout;
+    return t;
+  }
+
+  void pal_attention(const AttentionGroup& g, const GroupTables& t, bool decode, const pal::AttentionParams& params,
+                     const Rows& q, KvStorage& kv, std::int32_t layer, const Rows& out) {
+    const KvCacheConfig& c = kv.config();
+    const auto n = static_cast<unsigned>(g.rows.size());
+    const Rows gq = scratch(kGatheredQ, n, q.n_cols), go = scratch(kGatheredOut, n, q.n_cols);
+    gather(q, t.rows, n, gq);
+    pal::PagedKv p;
+    p.k_pages = kv.k_pool(layer);
+    p.v_pages = kv.v_pool(layer);
+    p.dtype = tensor::DType::f16;
+    p.n_pages = c.n_pages;
+    p.n_kv_heads = c.n_kv_head;
+    p.head_dim = c.head_dim;
+    p.n_seqs = static_cast<std::int32_t>(g.seq_lens.size());
+    p.page_indptr = t.page_indptr;
+    p.page_indices = t.page_indices;
+    p.seq_lens = t.seq_lens;
+    if (decode) {
+      pal::cuda::DecodeTuning tuning;
+      tuning.chunk = kDecodeChunk;
+      pal::cuda::decode_attention(p, params, {gq.data, go.data}, t.max_seq_len, stream_.get(), tuning);
+    } else {
+      pal::cuda::prefill_attention(p, params, {t.qo_indptr, gq.data, go.data}, t.max_q_len, stream_.get());
+    }
+    // Scatter back: out[rows[i]] = go[i].
+    const float* src = go.data;
+    const std::int32_t* rows = t.rows;
+    int cols = static_cast<int>(q.n_cols);
+    float* dst = out.data;
+    void* args[] = {&src, &rows, &cols, &dst};
+    kernel("scatter_rows").launch({n, 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+  }
+
+  void generic_attention(const StepLayout& layout, const GroupTables& t, const pal::AttentionParams& params, const Rows& q, KvStorage& kv,
+                         std::int32_t layer, const Rows& out) {
+    const KvCacheConfig& c = kv.config();
+    const float* qp = q.data;
+    float* op = out.data;
+    const std::int32_t* rows = t.rows;
+    const std::int32_t* seqs = t.seqs;
+    const std::int32_t* positions = upload_ints(kPositions, layout.positions);
+    int n_queries = t.n_queries, n_q_heads = params.n_q_heads, n_kv_heads = c.n_kv_head, head_dim = c.head_dim;
+    const std::int32_t* page_indptr = t.page_indptr;
+    const std::int32_t* page_indices = t.page_indices;
+    const void* kp = kv.k_pool(layer);
+    const void* vp = kv.v_pool(layer);
+    float scale = params.scale, cap = params.logit_soft_cap;
+    int window = params.sliding_window;
+    void* args[] = {&qp,          &op,           &rows, &seqs,       &positions, &n_queries,
+                    &page_indptr, &page_indices, &kp,   &vp,         &n_q_heads, &n_kv_heads,
+                    &head_dim,    &scale,        &cap,  &window};
+    const long long warps = static_cast<long long>(n_queries) * n_q_heads;
+    kernel("attention_generic")
+        .launch({static_cast<unsigned>((warps + 3) / 4), 1, 1}, {128, 1, 1}, 0, stream_.get(), args);
+  }
+
+  void gather(const Rows& x, const std::int32_t* dev_rows, unsigned n, const Rows& out) {
+    const float* src = x.data;
+    int cols = static_cast<int>(x.n_cols);
+    float* dst = out.data;
+    void* args[] = {&src, &dev_rows, &cols, &dst};
+    kernel("gather_rows").launch({n, 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+  }
+
+  // The cos / sin rows of the step's positions ([n_tokens][n_pairs], attention factor folded in), once a step.
+  void step_rope_rows(const StepLayout& layout, const pal::RopeTable& rope, const float*& cos_rows,
+                      const float*& sin_rows) {
+    const std::size_t n_pairs = static_cast<std::size_t>(rope.n_pairs());
+    const std::size_t n = layout.positions.size() * n_pairs;
+    tc::DeviceBuffer& cb = grown(scratch_[kRopeCos], n * sizeof(float));
+    tc::DeviceBuffer& sb = grown(scratch_[kRopeSin], n * sizeof(float));
+    if (rope_step_ != step_id_) {
+      rope_cos_.resize(n);
+      rope_sin_.resize(n);
+      for (std::size_t t = 0; t < layout.positions.size(); ++t) {
+        std::memcpy(rope_cos_.data() + t * n_pairs, rope.cos_row(layout.positions[t]), n_pairs * sizeof(float));
+        std::memcpy(rope_sin_.data() + t * n_pairs, rope.sin_row(layout.positions[t]), n_pairs * sizeof(float));
+      }
+      cb.copy_from_host(rope_cos_.data(), n * sizeof(float), 0, stream_.get());
+      sb.copy_from_host(rope_sin_.data(), n * sizeof(float), 0, stream_.get());
+      rope_step_ = step_id_;
+    }
+    cos_rows = cb.as<const float>();
+    sin_rows = sb.as<const float>();
+  }
+
+  void elementwise(const char* entry, const Rows& acc, const float* x) {
+    long long total = acc.n_rows * acc.n_cols;
+    if (total == 0) return;
+    float* a = acc.data;
+    void* args[] = {&a, &x, &total};
+    kernel(entry).launch({grid_for(total), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+  }
+
+  int ordinal_;
+  std::unique_ptr<tc::Stream> stream_;
+  std::array<tc::DeviceBuffer, kMaxSlot + 1> scratch_;
+  std::array<tc::DeviceBuffer, kNumIntSlots> ints_;
+  std::array<std::uint64_t, kNumIntSlots> uploaded_step_{};
+  std::array<const std::int32_t*, kNumIntSlots> uploaded_from_{};
+  std::array<std::size_t, kNumIntSlots> uploaded_size_{};
+  std::array<GroupTables, 2> groups_;
+  std::array<std::vector<std::int32_t>, 2> seqs_host_, rows_seqs_host_;
+  std::vector<float> rope_cos_, rope_sin_;
+  std::uint64_t rope_step_ = 0;
+  std::uint64_t step_id_ = 0;
+  bool in_flight_ = false;
+  std::exception_ptr error_;
+  std::span<float> output_host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
+  const std::string why_not = tensor::cuda::unavailable_reason();
+  if (!why_not.empty()) throw Error(fmt::format("[backend:cuda] CUDA cannot be used here: {}", why_not));
+  try {
+    return std::make_unique<CudaBackend>(ordinal);
+  } catch (const tensor::Error& e) {
+    throw Error(fmt::format("[backend:cuda] device {}: {}", ordinal, e.what()));
+  }
+}
+
+}  // namespace pie

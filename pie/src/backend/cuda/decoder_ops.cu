@@ -1,0 +1,367 @@
+// The CUDA backend's kernels (pie/src/backend/cuda/cuda_backend.cpp), compiled at run time by NVRTC (no
+// toolkit headers): embedding lookup, RMSNorm, products with the weights in their file type (the blocks
+// read and dequantized in registers, never expanded in memory), bias, residual add, SwiGLU, row gather and
+// soft-capping; RoPE, KV append and paged attention for the head dims pal's CUDA kernels do not take.
+//
+// Batch invariance: every kernel computes a row from that row alone, in an order that depends on the row's
+// length only (a product's dot for token t is the same lanes over the same chunks whatever the other tokens).
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+
+// Weight types, as tensor::DType numbers them.
+#define WT_F32 0
+#define WT_F16 1
+#define WT_BF16 2
+#define WT_Q4_0 3
+#define WT_Q4_1 4
+#define WT_Q8_0 7
+#define WT_Q4_K 10
+#define WT_Q5_K 11
+#define WT_Q6_K 12
+
+__device__ __forceinline__ float half_to_f32(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ u16 f32_to_half(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(static_cast<unsigned>(h) << 16); }
+__device__ __forceinline__ u16 ld16(const u8* p) { return static_cast<u16>(p[0] | (p[1] << 8)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The 6-bit scale and min of sub-block j (0..7) of a q4_K / q5_K super-block.
+__device__ __forceinline__ void scale_min_k4(int j, const u8* q, float& d, float& m) {
+  if (j < 4) {
+    d = static_cast<float>(q[j] & 63);
+    m = static_cast<float>(q[j + 4] & 63);
+  } else {
+    d = static_cast<float>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    m = static_cast<float>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Elements [32 c, 32 c + 32) of a row of n elements (zeros past n) in w[0..32).
+template <int T>
+__device__ __forceinline__ void load_chunk(const u8* row, int c, int n, float* w) {
+  if (T == WT_F32 || T == WT_F16 || T == WT_BF16) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int i = 32 * c + j;
+      float v = 0.0f;
+      if (i < n) {
+        if (T == WT_F32) v = reinterpret_cast<const float*>(row)[i];
+        if (T == WT_F16) v = half_to_f32(reinterpret_cast<const u16*>(row)[i]);
+        if (T == WT_BF16) v = bf16_to_f32(reinterpret_cast<const u16*>(row)[i]);
+      }
+      w[j] = v;
+    }
+  } else if (T == WT_Q8_0) {  // 34 bytes: d (f16), 32 int8
+    const u8* b = row + 34 * c;
+    const float d = half_to_f32(ld16(b));
+#pragma unroll
+    for (int j = 0; j < 32; ++j) w[j] = d * static_cast<float>(static_cast<i8>(b[2 + j]));
+  } else if (T == WT_Q4_0) {  // 18 bytes: d, 16 bytes of nibbles (low: 0..15, high: 16..31), q - 8
+    const u8* b = row + 18 * c;
+    const float d = half_to_f32(ld16(b));
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      w[j] = d * static_cast<float>((b[2 + j] & 0xF) - 8);
+      w[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
+    }
+  } else if (T == WT_Q4_1) {  // 20 bytes: d, m, 16 bytes of nibbles; d q + m
+    const u8* b = row + 20 * c;
+    const float d = half_to_f32(ld16(b)), m = half_to_f32(ld16(b + 2));
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      w[j] = d * static_cast<float>(b[4 + j] & 0xF) + m;
+      w[j + 16] = d * static_cast<float>(b[4 + j] >> 4) + m;
+    }
+  } else if (T == WT_Q4_K || T == WT_Q5_K) {
+    // 144 (q4_K) or 176 (q5_K) bytes per 256: d, dmin, 12 bytes of scales, [qh 32,] qs 128. Chunk j of the
+    // super-block is the low (even j) or high (odd j) nibbles of qs[32 (j / 2) ..], with scale/min j.
+    const int sb = c >> 3, j = c & 7;
+    const u8* b = row + (T == WT_Q4_K ? 144 : 176) * sb;
+    const float d = half_to_f32(ld16(b)), dmin = half_to_f32(ld16(b + 2));
+    float sc, mn;
+    scale_min_k4(j, b + 4, sc, mn);
+    const float dl = d * sc, ml = dmin * mn;
+    const u8* qs = b + (T == WT_Q4_K ? 16 : 48) + 32 * (j >> 1);
+    const int shift = (j & 1) ? 4 : 0;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      int q = (qs[l] >> shift) & 0xF;
+      if (T == WT_Q5_K) q += ((b[16 + l] >> j) & 1) ? 16 : 0;
+      w[l] = dl * static_cast<float>(q) - ml;
+    }
+  } else if (T == WT_Q6_K) {
+    // 210 bytes per 256: ql 128, qh 64, scales 16 (int8), d. Chunk j: half h = j / 4 (128 elements), group
+    // g = j % 4 of it: ql[64 h + 32 (g & 1) + l] nibble (g >= 2: high), qh[32 h + l] bits 2 g, scales
+    // 8 h + 2 g + l / 16.
+    const int sb = c >> 3, j = c & 7, h = j >> 2, g = j & 3;
+    const u8* b = row + 210 * sb;
+    const float d = half_to_f32(ld16(b + 208));
+    const u8* ql = b + 64 * h + 32 * (g & 1);
+    const u8* qh = b + 128 + 32 * h;
+    const i8* sc = reinterpret_cast<const i8*>(b + 192) + 8 * h + 2 * g;
+    const int lshift = (g >= 2) ? 4 : 0;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      const int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
+      w[l] = d * static_cast<float>(sc[l / 16]) * static_cast<float>(q);
+    }
+  }
+}
+
+// y[t][o] = sum_i W[o][i] x[t][i]: a warp per output row o and TOKENS tokens; lane l takes chunks l, l + 32,
+// ... of the row, dequantized once for all the tokens, and the warp sums the lanes.
+#define TOKENS 8
+#define WARPS 4
+template <int T>
+__device__ __forceinline__ void matmul(const u8* __restrict__ w, long long row_bytes, int n_out, int n_in,
+                                       const float* __restrict__ x, int n_tokens, float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int o = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  const int t0 = blockIdx.y * TOKENS;
+  if (o >= n_out) return;
+  const u8* row = w + row_bytes * o;
+  const int n_chunks = (n_in + 31) / 32;
+  float acc[TOKENS];
+#pragma unroll
+  for (int t = 0; t < TOKENS; ++t) acc[t] = 0.0f;
+  for (int c = lane; c < n_chunks; c += 32) {
+    float wv[32];
+    load_chunk<T>(row, c, n_in, wv);
+#pragma unroll
+    for (int t = 0; t < TOKENS; ++t) {
+      if (t0 + t < n_tokens) {
+        const float* xr = x + static_cast<long long>(t0 + t) * n_in + 32 * c;
+        float s = 0.0f;
+        if (32 * c + 32 <= n_in && (n_in & 3) == 0) {
+#pragma unroll
+          for (int j = 0; j < 32; j += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(xr + j);
+            s += wv[j] * v.x + wv[j + 1] * v.y + wv[j + 2] * v.z + wv[j + 3] * v.w;
+          }
+        } else {
+          for (int j = 0; j < 32 && 32 * c + j < n_in; ++j) s += wv[j] * xr[j];
+        }
+        acc[t] += s;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TOKENS; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (lane == 0 && t0 + t < n_tokens) y[static_cast<long long>(t0 + t) * n_out + o] = s;
+  }
+}
+
+#define MATMUL_ENTRY(NAME, T)                                                                               \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(const u8* w, long long row_bytes, int n_out, \
+                                                                int n_in, const float* x, int n_tokens,       \
+                                                                float* y) {                                   \
+    matmul<T>(w, row_bytes, n_out, n_in, x, n_tokens, y);                                                     \
+  }
+MATMUL_ENTRY(matmul_f32, WT_F32)
+MATMUL_ENTRY(matmul_f16, WT_F16)
+MATMUL_ENTRY(matmul_bf16, WT_BF16)
+MATMUL_ENTRY(matmul_q8_0, WT_Q8_0)
+MATMUL_ENTRY(matmul_q4_0, WT_Q4_0)
+MATMUL_ENTRY(matmul_q4_1, WT_Q4_1)
+MATMUL_ENTRY(matmul_q4_K, WT_Q4_K)
+MATMUL_ENTRY(matmul_q5_K, WT_Q5_K)
+MATMUL_ENTRY(matmul_q6_K, WT_Q6_K)
+
+// out[t] = table[tokens[t]]: a block per token, a thread per chunk of 32.
+template <int T>
+__device__ __forceinline__ void embed(const u8* table, long long row_bytes, int n_embd, const int* tokens,
+                                      float* out) {
+  const int t = blockIdx.x;
+  const u8* row = table + row_bytes * tokens[t];
+  float* o = out + static_cast<long long>(t) * n_embd;
+  for (int c = threadIdx.x; c < (n_embd + 31) / 32; c += blockDim.x) {
+    float wv[32];
+    load_chunk<T>(row, c, n_embd, wv);
+    for (int j = 0; j < 32 && 32 * c + j < n_embd; ++j) o[32 * c + j] = wv[j];
+  }
+}
+#define EMBED_ENTRY(NAME, T)                                                                                   \
+  extern "C" __global__ void NAME(const u8* table, long long row_bytes, int n_embd, const int* tokens, float* out) { \
+    embed<T>(table, row_bytes, n_embd, tokens, out);                                                             \
+  }
+EMBED_ENTRY(embed_f32, WT_F32)
+EMBED_ENTRY(embed_f16, WT_F16)
+EMBED_ENTRY(embed_bf16, WT_BF16)
+EMBED_ENTRY(embed_q8_0, WT_Q8_0)
+EMBED_ENTRY(embed_q4_0, WT_Q4_0)
+EMBED_ENTRY(embed_q4_1, WT_Q4_1)
+EMBED_ENTRY(embed_q4_K, WT_Q4_K)
+EMBED_ENTRY(embed_q5_K, WT_Q5_K)
+EMBED_ENTRY(embed_q6_K, WT_Q6_K)
+
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w: a block of 256 threads per row.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float eps, int n, float* out) {
+  __shared__ float partial[8];
+  const float* xr = x + static_cast<long long>(blockIdx.x) * n;
+  float* o = out + static_cast<long long>(blockIdx.x) * n;
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(partial[0] / static_cast<float>(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+}
+
+// x[r][i] += bias[i], over n_rows * n elements.
+extern "C" __global__ void add_bias(float* x, const float* bias, int n, long long total) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    x[i] += bias[i % n];
+  }
+}
+
+extern "C" __global__ void add(float* acc, const float* x, long long total) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    acc[i] += x[i];
+  }
+}
+
+// gate = silu(gate) * up.
+extern "C" __global__ void swiglu(float* gate, const float* up, long long total) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+extern "C" __global__ void soft_cap(float* x, float cap, long long total) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    x[i] = cap * tanhf(x[i] / cap);
+  }
+}
+
+// out[i] = x[rows[i]] (scatter: out[rows[i]] = x[i]): a block per row.
+extern "C" __global__ void gather_rows(const float* x, const int* rows, int n, float* out) {
+  const float* s = x + static_cast<long long>(rows[blockIdx.x]) * n;
+  float* d = out + static_cast<long long>(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+// RoPE in place on the heads of x [n_tokens][n_heads][head_dim] from the step's cos/sin rows
+// ([n_tokens][n_pairs], the attention factor folded in): NeoX pairs (i, i + n_pairs), GPT-J (2i, 2i + 1).
+extern "C" __global__ void rope_rows(float* x, const float* cos_rows, const float* sin_rows, int n_heads,
+                                     int head_dim, int n_pairs, int gptj) {
+  const int t = blockIdx.x;
+  const float* cs = cos_rows + static_cast<long long>(t) * n_pairs;
+  const float* sn = sin_rows + static_cast<long long>(t) * n_pairs;
+  for (int k = threadIdx.x; k < n_heads * n_pairs; k += blockDim.x) {
+    const int h = k / n_pairs, i = k % n_pairs;
+    float* v = x + (static_cast<long long>(t) * n_heads + h) * head_dim;
+    const int i0 = gptj ? 2 * i : i, i1 = gptj ? 2 * i + 1 : i + n_pairs;
+    const float x0 = v[i0], x1 = v[i1];
+    v[i0] = x0 * cs[i] - x1 * sn[i];
+    v[i1] = x1 * cs[i] + x0 * sn[i];
+  }
+}
+
+// K and V rows [n_tokens][row] into their f16 page slots (slot = page * 16 + offset): a block per token.
+extern "C" __global__ void kv_append_f16(const float* k, const float* v, const int* slots, int row, u16* k_pages,
+                                         u16* v_pages) {
+  const int t = blockIdx.x;
+  const long long dst = static_cast<long long>(slots[t]) * row;
+  for (int i = threadIdx.x; i < row; i += blockDim.x) {
+    k_pages[dst + i] = f32_to_half(k[static_cast<long long>(t) * row + i]);
+    v_pages[dst + i] = f32_to_half(v[static_cast<long long>(t) * row + i]);
+  }
+}
+
+// Paged attention for any even head dim up to 256, f16 pages, one warp per (query, query head): query i is
+// step row rows[i] of sequence seqs[i] at position pos[i], and sees keys max(0, pos - window + 1) .. pos.
+// Online softmax over the keys in order (lane l holds dims l, l + 32, ...).
+#define MAX_DIMS_PER_LANE 8
+extern "C" __global__ void attention_generic(const float* q, float* out, const int* rows, const int* seqs,
+                                             const int* pos, int n_queries, const int* page_indptr,
+                                             const int* page_indices, const u16* k_pages, const u16* v_pages,
+                                             int n_q_heads, int n_kv_heads, int head_dim, float scale,
+                                             float soft_cap, int window) {
+  const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (warp >= n_queries * n_q_heads) return;
+  const int i = warp / n_q_heads, h = warp % n_q_heads;
+  const int kvh = h / (n_q_heads / n_kv_heads);
+  const long long q_off = (static_cast<long long>(rows[i]) * n_q_heads + h) * head_dim;
+  float qv[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE];
+#pragma unroll
+  for (int d = 0; d < MAX_DIMS_PER_LANE; ++d) {
+    const int dim = lane + 32 * d;
+    qv[d] = dim < head_dim ? q[q_off + dim] : 0.0f;
+    acc[d] = 0.0f;
+  }
+  const int p = pos[i];
+  const int first = window > 0 ? max(0, p - window + 1) : 0;
+  const int* pages = page_indices + page_indptr[seqs[i]];
+  float m = -1.0e30f, l = 0.0f;
+  for (int j = first; j <= p; ++j) {
+    const long long kv_off = ((static_cast<long long>(pages[j >> 4]) * 16 + (j & 15)) * n_kv_heads + kvh) * head_dim;
+    float s = 0.0f;
+#pragma unroll
+    for (int d = 0; d < MAX_DIMS_PER_LANE; ++d) {
+      const int dim = lane + 32 * d;
+      if (dim < head_dim) s += qv[d] * half_to_f32(k_pages[kv_off + dim]);
+    }
+    s = warp_sum(s) * scale;
+    if (soft_cap > 0.0f) s = soft_cap * tanhf(s / soft_cap);
+    const float m_new = fmaxf(m, s);
+    const float correction = expf(m - m_new), e = expf(s - m_new);
+    l = l * correction + e;
+#pragma unroll
+    for (int d = 0; d < MAX_DIMS_PER_LANE; ++d) {
+      const int dim = lane + 32 * d;
+      const float vv = dim < head_dim ? half_to_f32(v_pages[kv_off + dim]) : 0.0f;
+      acc[d] = acc[d] * correction + e * vv;
+    }
+    m = m_new;
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int d = 0; d < MAX_DIMS_PER_LANE; ++d) {
+    const int dim = lane + 32 * d;
+    if (dim < head_dim) out[q_off + dim] = acc[d] * inv;
+  }
+}
+
+// out[rows[i]] = x[i]: a block per row.
+extern "C" __global__ void scatter_rows(const float* x, const int* rows, int n, float* out) {
+  const float* s = x + static_cast<long long>(blockIdx.x) * n;
+  float* d = out + static_cast<long long>(rows[blockIdx.x]) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+// dst[i] = src[i] for n 16-bit elements (KV page copies; the ranges do not overlap).
+extern "C" __global__ void copy_u16(const u16* src, u16* dst, long long n) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    dst[i] = src[i];
+  }
+}
