@@ -21,6 +21,7 @@
 #include "grammar_source.h"
 #include "model_option.h"
 #include "lora_flags.h"
+#include "device_flag.h"
 #include "speculative_flags.h"
 #include "stored_defaults.h"
 #include "pie/chat_session.h"
@@ -178,12 +179,15 @@ int run_chat(std::span<const std::string> args) {
   spec.add_options(parser);
   LoraFlags lora;
   lora.add_options(parser);
+  DeviceFlag device;
+  device.add_options(parser);
   if (!parser.parse(args)) return 0;
   (void)lora.specs();  // a malformed --lora is a usage error before the model loads
 
   pie::EngineOptions engine_options;
   engine_options.max_running = 1;
   engine_options.speculative = spec.get();
+  engine_options.device = device.get();
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 1, 1024));
   if (ctx) engine_options.context_length = static_cast<std::int32_t>(parse_int(*ctx, "--ctx", 16, 1 << 20));
 
@@ -214,6 +218,7 @@ int run_chat(std::span<const std::string> args) {
   add_stored_adapters(lora, opened);
   auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
   if (const auto loras = lora.attach(*engine); !loras.empty()) fields["lora"] = LoraFlags::field(loras);
+  log_device(engine->device());
   Chat chat(engine, std::move(fields), interactive);
   if (auto system = system_prompt(chat_options.system, opened)) chat.session().set_system(*system);
 

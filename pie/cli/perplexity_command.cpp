@@ -23,6 +23,7 @@
 
 #include "arg_parser.h"
 #include "commands.h"
+#include "device_flag.h"
 #include "pie/error.h"
 #include "pie/kv_cache.h"
 #include "pie/model.h"
@@ -40,6 +41,7 @@ struct PerplexitySettings {
   std::int32_t n_batch = 512;    // tokens per forward step
   int n_threads = 0;
   tensor::DType kv_dtype = tensor::DType::f16;
+  pie::DeviceRequest device = pie::DeviceRequest::automatic;
   bool json = false;
 };
 
@@ -105,12 +107,18 @@ int compute_perplexity(const std::string& model_path, const std::string& text_pa
   const std::int32_t n_seq = std::max<std::int32_t>(1, s.n_batch / n_ctx);
   const std::int32_t step_tokens = std::min(s.n_batch, n_ctx);
 
-  tensor::ThreadPool pool(s.n_threads);
-  pie::ModelRunner runner(model, &pool);
+  const pie::DeviceChoice device = pie::choose_device(s.device);
+  if (device.device == tensor::Device::cuda && s.kv_dtype != tensor::DType::f16) {
+    throw UsageError("--kv-type f32 is CPU-only: the CUDA backend keeps the KV cache in f16");
+  }
+  if (!s.json) log_device(device);
+  tensor::ThreadPool pool(device.device == tensor::Device::cpu ? s.n_threads : 1);
+  pie::ModelRunner runner(model, device.device == tensor::Device::cuda ? pie::make_cuda_backend(0)
+                                                                       : pie::make_cpu_backend(&pool));
   const std::int32_t pages_per_seq = (n_ctx + pie::kKvPageSize - 1) / pie::kKvPageSize;
   pie::KvCacheConfig kv_config = runner.kv_config(pages_per_seq * n_seq, s.kv_dtype);
   kv_config.prefix_caching = false;
-  pie::KvCache kv(kv_config);
+  pie::KvCache kv(runner.make_kv_storage(kv_config));
 
   if (!s.json) {
     std::fprintf(stderr,
@@ -194,6 +202,7 @@ int compute_perplexity(const std::string& model_path, const std::string& text_pa
     j["estimates"] = estimates;
     j["kv_type"] = std::string(tensor::dtype_name(s.kv_dtype));
     j["threads"] = pool.n_threads();
+    j["device"] = device.device == tensor::Device::cuda ? "cuda" : "cpu";
     j["seconds"] = seconds;
     write_out(j.dump() + "\n");
   } else {
@@ -208,10 +217,11 @@ int compute_perplexity(const std::string& model_path, const std::string& text_pa
 }  // namespace
 
 int run_perplexity(std::span<const std::string> args) {
-  std::optional<std::string> model_path, file, ctx, chunks, threads, batch, kv_type;
+  std::optional<std::string> model_path, file, ctx, chunks, threads, batch, kv_type, device;
   bool json = false;
   ArgParser parser(
-      "orchard perplexity -m MODEL -f FILE [--ctx N] [--chunks N] [--batch N] [--threads N] [--kv-type T] [--json]",
+      "orchard perplexity -m MODEL -f FILE [--ctx N] [--chunks N] [--batch N] [--threads N] [--kv-type T] [--device D]\n"
+      "                  [--json]",
       "Computes the model's perplexity over the text of FILE as llama.cpp's llama-perplexity does: the\n"
       "file is tokenized (with BOS when the model's metadata asks for it) and cut into chunks of N\n"
       "tokens; each chunk is evaluated on its own (its first token replaced by BOS when the model adds\n"
@@ -230,6 +240,9 @@ int run_perplexity(std::span<const std::string> args) {
               &batch)
       .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)
       .option("kv-type", 0, "T", "KV cache type, f16 (llama.cpp's default) or f32 (default f16)", &kv_type)
+      .option("device", 0, "DEVICE",
+              "where the forward pass runs: cuda, cpu, or auto (default: cuda when a usable GPU is present)",
+              &device)
       .flag("json", 0, "print one JSON object (ppl, ppl_error, estimates per chunk, ...)", &json);
   if (!parser.parse(args)) return 0;
   if (!model_path) throw UsageError("missing option --model/-m MODEL");
@@ -250,6 +263,7 @@ int run_perplexity(std::span<const std::string> args) {
     }
   }
   s.json = json;
+  s.device = DeviceFlag{device}.get();
   return compute_perplexity(*model_path, *file, s);
 }
 

@@ -15,6 +15,7 @@
 #include "grammar_source.h"
 #include "model_option.h"
 #include "lora_flags.h"
+#include "device_flag.h"
 #include "speculative_flags.h"
 #include "stored_defaults.h"
 #include "pie/chat_session.h"
@@ -35,6 +36,7 @@ void write_out(const std::string& text) {
 
 struct RunSettings {
   int n_threads = 0;
+  pie::DeviceRequest device = pie::DeviceRequest::automatic;
   int parallel = 1;             // concurrent requests (seeds seed, seed + 1, ...)
   std::optional<bool> add_bos;  // --bos / --no-bos; nullopt: as the model's metadata says
   bool json_stats = false;
@@ -89,11 +91,13 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
   if (grammar.given()) request.grammar = grammar.load();
 
   pie::EngineOptions options;
+  options.device = settings.device;
   options.n_threads = settings.n_threads;
   options.speculative = settings.speculative;
   options.max_running = settings.parallel;
   pie::Engine engine(model, options);
   request.loras = settings.lora.attach(engine);
+  log_device(engine.device());
   const auto t0 = std::chrono::steady_clock::now();
   // --parallel N: N requests at once, seeds seed .. seed + N - 1 (the grammar is compiled once: cached).
   std::vector<std::shared_ptr<pie::RequestStream>> streams;
@@ -158,12 +162,14 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
                   const nlohmann::ordered_json& fields, const std::optional<std::string>& system,
                   const RunSettings& settings) {
   pie::EngineOptions options;
+  options.device = settings.device;
   options.n_threads = settings.n_threads;
   options.speculative = settings.speculative;
   options.max_running = 1;
   auto engine = std::make_shared<pie::Engine>(model, options);
   nlohmann::ordered_json request_fields = fields;
   if (const auto loras = settings.lora.attach(*engine); !loras.empty()) request_fields["lora"] = LoraFlags::field(loras);
+  log_device(engine->device());
   pie::ChatSession session(engine);
   if (system) session.set_system(*system);
   const auto t0 = std::chrono::steady_clock::now();
@@ -241,6 +247,8 @@ int run_run(std::span<const std::string> args) {
   spec.add_options(parser);
   LoraFlags lora;
   lora.add_options(parser);
+  DeviceFlag device;
+  device.add_options(parser);
   if (!parser.parse(args)) return 0;
   if (prompt && prompt_file) throw UsageError("give -p PROMPT or -f FILE, not both");
   if (bos && no_bos) throw UsageError("give --bos or --no-bos, not both");
@@ -272,6 +280,7 @@ int run_run(std::span<const std::string> args) {
   settings.speculative = spec.get();
   settings.lora = lora;
   (void)lora.specs();  // a malformed --lora is a usage error before the model loads
+  settings.device = device.get();
 
   // A model that cannot be found or loaded, a bad prompt, grammar or request: thrown to main, which
   // writes one line and exits with status 2. A generation that fails once running: status 1.

@@ -17,6 +17,7 @@
 #include "grammar_source.h"
 #include "model_option.h"
 #include "lora_flags.h"
+#include "device_flag.h"
 #include "speculative_flags.h"
 #include "pie/embedding.h"
 #include "pie/engine.h"
@@ -111,6 +112,8 @@ int run_serve(std::span<const std::string> args) {
   spec.add_options(parser);
   LoraFlags lora;
   lora.add_options(parser);
+  DeviceFlag device;
+  device.add_options(parser);
   if (!parser.parse(args)) return 0;
   const std::vector<LoraSpec> lora_specs = lora.specs();
 
@@ -121,6 +124,7 @@ int run_serve(std::span<const std::string> args) {
   engine_options.grammar_tables = table_build_option(grammar_tables, "--grammar-tables");
   engine_options.kv_resident = true;  // a server's memory stays level as its prefix cache fills
   engine_options.speculative = spec.get();
+  engine_options.device = device.get();
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
   engine_options.max_queued = max_queue ? static_cast<std::int32_t>(parse_int(*max_queue, "--max-queue", 1, 1 << 20))
                                         : 4 * engine_options.max_running;
@@ -216,6 +220,7 @@ int run_serve(std::span<const std::string> args) {
       return std::make_shared<pie::Embedder>(pie::embedding_model_from_decoder(model), embed_threads);
     };
   }
+  if (!quiet) log_device(engine->device());
   pie::Server server(engine, options);
   int bound = server.bind();
   std::printf("listening on http://%s:%d (model %s)\n", options.host.c_str(), bound, server.model_name().c_str());

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "pie/backend.h"
 #include "pie/error.h"
 #include "pie/model.h"
 #include "pie/sampling.h"
@@ -144,7 +145,10 @@ class RequestStream {
 };
 
 struct EngineOptions {
-  std::int32_t n_threads = 0;            // forward-pass threads (0: all cores)
+  // Where the forward pass runs: automatic takes CUDA when a usable GPU is present (Engine::device() says
+  // which was chosen and why). On CUDA the KV cache is f16 (an f32 kv_dtype becomes f16 there).
+  DeviceRequest device = DeviceRequest::automatic;
+  std::int32_t n_threads = 0;            // forward-pass threads (0: all cores; the CPU backend's)
   std::int32_t max_running = 16;         // sequences decoding at once
   std::int32_t max_batch_tokens = 512;   // tokens per step (decode rows + prefill chunks)
   std::int32_t context_length = 0;       // per sequence; 0: the model's trained context (capped at 8192)
@@ -231,6 +235,8 @@ class Engine {
 
   const Model& model() const;
   const EngineOptions& options() const;
+  // The device the forward pass runs on and why it was chosen (for the log).
+  const DeviceChoice& device() const;
   EngineStats stats() const;
   // Stops taking requests, finishes or cancels the running ones, returns when the loop is idle.
   void shutdown(bool cancel_running);

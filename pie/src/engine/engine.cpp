@@ -199,6 +199,7 @@ constexpr std::int32_t kPromptLogprobsChunk = 64;
 struct Engine::Impl {
   std::shared_ptr<const Model> model;
   EngineOptions options;
+  DeviceChoice device;
   std::int32_t context_length = 0;
   std::int32_t n_vocab = 0;
   std::unique_ptr<pse::ThreadPool> mask_pool;
@@ -307,7 +308,11 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   // Masks fill on their own threads while the backend runs the forward pass on its own.
   const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
   mask_pool = std::make_unique<pse::ThreadPool>(std::clamp<std::size_t>(hw / 4, 2, 8));
-  runner = std::make_unique<ModelRunner>(model, make_cpu_backend(options.n_threads));
+  device = choose_device(options.device);
+  if (device.device == tensor::Device::cuda && options.kv_dtype == tensor::DType::f32) {
+    options.kv_dtype = tensor::DType::f16;  // the CUDA backend's KV pages are f16
+  }
+  runner = std::make_unique<ModelRunner>(model, make_backend(device.device, options.n_threads));
 
   const std::size_t page_bytes = runner->kv_config(1, options.kv_dtype).page_bytes();
   const std::int64_t context_pages = (context_length + kKvPageSize - 1) / kKvPageSize;
@@ -1106,6 +1111,7 @@ std::vector<LoraInfo> Engine::loras() const { return impl_->lora_registry->list(
 const Model& Engine::model() const { return *impl_->model; }
 
 const EngineOptions& Engine::options() const { return impl_->options; }
+const DeviceChoice& Engine::device() const { return impl_->device; }
 
 EngineStats Engine::stats() const {
   EngineStats s;
