@@ -2,7 +2,8 @@
 # The engine on the GPU: decode speed of `orchard run --device cuda` on a Llama-3.1-8B-shaped F16 model
 # with random weights (written by the llama.cpp peer's gen_llama8b_gguf.py, the model its README's figures
 # were measured on), at batch 1 and with --parallel N sequences, beside the card's measured copy bandwidth
-# (the bound of a batch-1 step that reads every weight once). JSON lines to standard output.
+# (the bound of a batch-1 step that reads every weight once). TYPES (default "f16 q8_0 q4_0"): the F16 file
+# and its `orchard convert` to each other type. JSON lines to standard output.
 #
 #   ORCHARD=build/pie/orchard PEER=../shared/peers/llama.cpp GGUF_PY=path/to/gguf-py scripts/bench-cuda-engine.sh
 #
@@ -31,9 +32,20 @@ try:
 except Exception as err:  # no torch: the bound is left out
     print(json.dumps({"measure": "copy_bandwidth", "error": str(err)}))
 PY
+declare -A files=([f16]="$model")
+for type in ${TYPES:-f16 q8_0 q4_0}; do
+  [[ -n "${files[$type]:-}" ]] && continue
+  files[$type]="$work/llama8b-$type.gguf"
+  [[ -f "${files[$type]}" ]] || "$orchard" convert "$model" -o "${files[$type]}" --type "$type" >&2
+done
+# The prompt encodes to about 128 tokens (the model's placeholder vocabulary spells it byte by byte).
 prompt="The quick brown fox jumps over the lazy dog and keeps running through the forest until night falls"
-for parallel in ${PARALLEL:-1 8 64}; do
-  "$orchard" run --device cuda -m "$model" -p "$prompt" -n "${TOKENS:-128}" --temp 0 --ignore-eos \
-    --parallel "$parallel" --json-stats 2>"$work/stats.json" >/dev/null
-  echo "{\"measure\": \"orchard_decode\", \"parallel\": $parallel, \"stats\": $(grep '^{' "$work/stats.json" | tail -1)}"
+for type in ${TYPES:-f16 q8_0 q4_0}; do
+  bytes=$(stat -c %s "${files[$type]}")
+  for parallel in ${PARALLEL:-1 8 64}; do
+    "$orchard" run --device cuda -m "${files[$type]}" -p "$prompt" -n "${TOKENS:-128}" --temp 0 --ignore-eos \
+      --parallel "$parallel" --json-stats 2>"$work/stats.json" >/dev/null || { cat "$work/stats.json" >&2; continue; }
+    echo "{\"measure\": \"orchard_decode\", \"type\": \"$type\", \"file_bytes\": $bytes, \"parallel\": $parallel," \
+      "\"stats\": $(grep '^{' "$work/stats.json" | tail -1)}"
+  done
 done

@@ -116,9 +116,13 @@ TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
   REQUIRE_GPU();
   auto backend = make_cuda_backend();
   std::mt19937 rng(std::random_device{}());
-  for (DType type : kWeightTypes) {
-    SCOPED_TRACE(std::string(tensor::dtype_name(type)));
-    const std::int64_t n_out = 75, n_in = 512, n_tokens = 11;  // 75: a partial block of warps; 11: of tokens
+  // Rows of 512 (every type; the float types' 16-byte path) and of 300 (the float types' element path).
+  std::vector<std::pair<DType, std::int64_t>> cases;
+  for (DType type : kWeightTypes) cases.emplace_back(type, 512);
+  for (DType type : {DType::f32, DType::f16, DType::bf16}) cases.emplace_back(type, 300);
+  for (const auto& [type, n_in] : cases) {
+    SCOPED_TRACE(std::string(tensor::dtype_name(type)) + " rows of " + std::to_string(n_in));
+    const std::int64_t n_out = 75, n_tokens = 11;  // 75: a partial block of warps; 11: of tokens
     TestMatrix m = random_matrix(type, n_out, n_in, rng);
     const UploadedMatrix w = upload_matrix(*backend, m, type, n_out, n_in);
     const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * n_in), rng);

@@ -66,26 +66,38 @@ __device__ __forceinline__ void load_chunk(const u8* row, int c, int n, float* w
       }
       w[j] = v;
     }
-  } else if (T == WT_Q8_0) {  // 34 bytes: d (f16), 32 int8
-    const u8* b = row + 34 * c;
-    const float d = half_to_f32(ld16(b));
-#pragma unroll
-    for (int j = 0; j < 32; ++j) w[j] = d * static_cast<float>(static_cast<i8>(b[2 + j]));
-  } else if (T == WT_Q4_0) {  // 18 bytes: d, 16 bytes of nibbles (low: 0..15, high: 16..31), q - 8
-    const u8* b = row + 18 * c;
-    const float d = half_to_f32(ld16(b));
+  } else if (T == WT_Q8_0) {  // 34 bytes: d (f16), 32 int8; 2-byte aligned: read as 17 halfwords
+    const u16* b = reinterpret_cast<const u16*>(row + 34 * c);
+    const float d = half_to_f32(b[0]);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      w[j] = d * static_cast<float>((b[2 + j] & 0xF) - 8);
-      w[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
+      const u16 q = b[1 + j];
+      w[2 * j] = d * static_cast<float>(static_cast<i8>(q & 0xFF));
+      w[2 * j + 1] = d * static_cast<float>(static_cast<i8>(q >> 8));
     }
-  } else if (T == WT_Q4_1) {  // 20 bytes: d, m, 16 bytes of nibbles; d q + m
-    const u8* b = row + 20 * c;
-    const float d = half_to_f32(ld16(b)), m = half_to_f32(ld16(b + 2));
+  } else if (T == WT_Q4_0) {  // 18 bytes: d, 16 bytes of nibbles (low: 0..15, high: 16..31), q - 8
+    const u16* b = reinterpret_cast<const u16*>(row + 18 * c);
+    const float d = half_to_f32(b[0]);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      w[j] = d * static_cast<float>(b[4 + j] & 0xF) + m;
-      w[j + 16] = d * static_cast<float>(b[4 + j] >> 4) + m;
+    for (int j = 0; j < 8; ++j) {
+      const u16 q = b[1 + j];
+      w[2 * j] = d * static_cast<float>((q & 0xF) - 8);
+      w[2 * j + 1] = d * static_cast<float>(((q >> 8) & 0xF) - 8);
+      w[2 * j + 16] = d * static_cast<float>(((q >> 4) & 0xF) - 8);
+      w[2 * j + 17] = d * static_cast<float>((q >> 12) - 8);
+    }
+  } else if (T == WT_Q4_1) {  // 20 bytes: d, m, 16 bytes of nibbles; d q + m; 4-byte aligned
+    const unsigned* b = reinterpret_cast<const unsigned*>(row + 20 * c);
+    const unsigned dm = b[0];
+    const float d = half_to_f32(static_cast<u16>(dm & 0xFFFF)), m = half_to_f32(static_cast<u16>(dm >> 16));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const unsigned q = b[1 + j];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        w[4 * j + k] = d * static_cast<float>((q >> (8 * k)) & 0xF) + m;
+        w[4 * j + k + 16] = d * static_cast<float>((q >> (8 * k + 4)) & 0xF) + m;
+      }
     }
   } else if (T == WT_Q4_K || T == WT_Q5_K) {
     // 144 (q4_K) or 176 (q5_K) bytes per 256: d, dmin, 12 bytes of scales, [qh 32,] qs 128. Chunk j of the
@@ -127,9 +139,66 @@ __device__ __forceinline__ void load_chunk(const u8* row, int c, int n, float* w
 // ... of the row, dequantized once for all the tokens, and the warp sums the lanes.
 #define TOKENS 8
 #define WARPS 4
+// The float types with rows of a multiple of 8: lane l reads 16-byte runs 8 (l + 32 k) .. + 8 of the row,
+// the warp's loads coalesced into 512-byte spans (f16/bf16; 1 KiB for f32), several in flight.
+template <int T>
+__device__ __forceinline__ void matmul_dense(const u8* __restrict__ w, long long row_bytes, int n_out, int n_in,
+                                             const float* __restrict__ x, int n_tokens, float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int o = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  const int t0 = blockIdx.y * TOKENS;
+  if (o >= n_out) return;
+  const u8* row = w + row_bytes * o;
+  const int n8 = n_in / 8;
+  float acc[TOKENS];
+#pragma unroll
+  for (int t = 0; t < TOKENS; ++t) acc[t] = 0.0f;
+#pragma unroll 4
+  for (int k = lane; k < n8; k += 32) {
+    float wv[8];
+    if (T == WT_F32) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(row) + 2 * k);
+      const float4 b = __ldg(reinterpret_cast<const float4*>(row) + 2 * k + 1);
+      wv[0] = a.x; wv[1] = a.y; wv[2] = a.z; wv[3] = a.w;
+      wv[4] = b.x; wv[5] = b.y; wv[6] = b.z; wv[7] = b.w;
+    } else {
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(row) + k);
+      const unsigned words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (T == WT_F16) {
+          wv[2 * j] = half_to_f32(static_cast<u16>(words[j] & 0xFFFF));
+          wv[2 * j + 1] = half_to_f32(static_cast<u16>(words[j] >> 16));
+        } else {
+          wv[2 * j] = __uint_as_float(words[j] << 16);
+          wv[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TOKENS; ++t) {
+      if (t0 + t < n_tokens) {
+        const float4* xr = reinterpret_cast<const float4*>(x + static_cast<long long>(t0 + t) * n_in) + 2 * k;
+        const float4 a = xr[0], b = xr[1];
+        acc[t] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y +
+                  wv[6] * b.z + wv[7] * b.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TOKENS; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (lane == 0 && t0 + t < n_tokens) y[static_cast<long long>(t0 + t) * n_out + o] = s;
+  }
+}
+
 template <int T>
 __device__ __forceinline__ void matmul(const u8* __restrict__ w, long long row_bytes, int n_out, int n_in,
                                        const float* __restrict__ x, int n_tokens, float* __restrict__ y) {
+  if ((T == WT_F32 || T == WT_F16 || T == WT_BF16) && n_in % 8 == 0) {
+    matmul_dense<T>(w, row_bytes, n_out, n_in, x, n_tokens, y);
+    return;
+  }
   const int lane = threadIdx.x & 31;
   const int o = blockIdx.x * WARPS + (threadIdx.x >> 5);
   const int t0 = blockIdx.y * TOKENS;
