@@ -218,7 +218,7 @@ int run_chat(std::span<const std::string> args) {
   add_stored_adapters(lora, opened);
   auto engine = std::make_shared<pie::Engine>(opened.model, engine_options);
   if (const auto loras = lora.attach(*engine); !loras.empty()) fields["lora"] = LoraFlags::field(loras);
-  log_device(engine->device());
+  log_device(engine->device(), engine_options.device);
   Chat chat(engine, std::move(fields), interactive);
   if (auto system = system_prompt(chat_options.system, opened)) chat.session().set_system(*system);
 

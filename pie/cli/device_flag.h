@@ -30,8 +30,11 @@ struct DeviceFlag {
   }
 };
 
-// "orchard: forward pass on cuda (a usable GPU: NVIDIA H100 80GB HBM3)" on standard error.
-inline void log_device(const pie::DeviceChoice& choice) {
+// "orchard: forward pass on cuda (a usable GPU: NVIDIA H100 80GB HBM3)" on standard error, when the forward
+// pass runs on a GPU or the device was asked for; the default on a machine without one stays quiet (so that
+// a command's error stays its one line of standard error).
+inline void log_device(const pie::DeviceChoice& choice, pie::DeviceRequest request) {
+  if (choice.device != tensor::Device::cuda && request == pie::DeviceRequest::automatic) return;
   std::fprintf(stderr, "orchard: forward pass on %s (%s)\n", choice.device == tensor::Device::cuda ? "cuda" : "cpu",
                choice.reason.c_str());
 }

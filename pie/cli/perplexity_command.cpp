@@ -111,7 +111,7 @@ int compute_perplexity(const std::string& model_path, const std::string& text_pa
   if (device.device == tensor::Device::cuda && s.kv_dtype != tensor::DType::f16) {
     throw UsageError("--kv-type f32 is CPU-only: the CUDA backend keeps the KV cache in f16");
   }
-  if (!s.json) log_device(device);
+  if (!s.json) log_device(device, s.device);
   tensor::ThreadPool pool(device.device == tensor::Device::cpu ? s.n_threads : 1);
   pie::ModelRunner runner(model, device.device == tensor::Device::cuda ? pie::make_cuda_backend(0)
                                                                        : pie::make_cpu_backend(&pool));

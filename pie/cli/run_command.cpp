@@ -97,7 +97,7 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
   options.max_running = settings.parallel;
   pie::Engine engine(model, options);
   request.loras = settings.lora.attach(engine);
-  log_device(engine.device());
+  log_device(engine.device(), settings.device);
   const auto t0 = std::chrono::steady_clock::now();
   // --parallel N: N requests at once, seeds seed .. seed + N - 1 (the grammar is compiled once: cached).
   std::vector<std::shared_ptr<pie::RequestStream>> streams;
@@ -169,7 +169,7 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
   auto engine = std::make_shared<pie::Engine>(model, options);
   nlohmann::ordered_json request_fields = fields;
   if (const auto loras = settings.lora.attach(*engine); !loras.empty()) request_fields["lora"] = LoraFlags::field(loras);
-  log_device(engine->device());
+  log_device(engine->device(), settings.device);
   pie::ChatSession session(engine);
   if (system) session.set_system(*system);
   const auto t0 = std::chrono::steady_clock::now();

@@ -220,7 +220,7 @@ int run_serve(std::span<const std::string> args) {
       return std::make_shared<pie::Embedder>(pie::embedding_model_from_decoder(model), embed_threads);
     };
   }
-  if (!quiet) log_device(engine->device());
+  if (!quiet) log_device(engine->device(), engine_options.device);
   pie::Server server(engine, options);
   int bound = server.bind();
   std::printf("listening on http://%s:%d (model %s)\n", options.host.c_str(), bound, server.model_name().c_str());
