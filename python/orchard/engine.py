@@ -209,9 +209,8 @@ class Engine:
 
     def __init__(self, model=None, *, device="auto", threads=None, max_running=16, max_batch_tokens=512,
                  context_length=None, kv_cache_bytes=None):
-        if device not in ("auto", "cpu"):
-            raise ValueError(f"Engine: device {device!r}: the engine runs on the CPU for now ('auto' or 'cpu'); "
-                             f"the CUDA kernels are not yet driven by the engine")
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"Engine: device must be 'auto', 'cpu' or 'cuda', got {device!r}")
         for name, v in (("threads", threads), ("context_length", context_length),
                         ("kv_cache_bytes", kv_cache_bytes)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
@@ -219,9 +218,14 @@ class Engine:
         if model is not None:
             model = str(model)
         self._native = _orchard.Engine(model, threads or 0, max_running, max_batch_tokens, context_length or 0,
-                                       kv_cache_bytes or 0)
+                                       kv_cache_bytes or 0, device)
         self.tokenizer = Tokenizer(self._native.tokenizer)
         self._tokenizer_info = None
+
+    @property
+    def device(self):
+        """Where the forward pass runs ("cpu" or "cuda") and why it was chosen: a (device, reason) pair."""
+        return self._native.device()
 
     @property
     def name(self):
@@ -432,7 +436,8 @@ def load(model=None, *, device="auto", threads=None, max_running=16, max_batch_t
     model: a .gguf file, a Hugging Face folder, a llama2.c checkpoint, a stored model's name
     ("smollm2:135m-instruct-q4_1"), "orchard-random" (the embedded random-weight model, for tests), or None for
     the default model (SmolLM2-135M-Instruct from the model store; scripts/fetch-models.sh fetches it).
-    device: "auto" or "cpu" (the engine runs on the CPU). threads: forward-pass threads (default: all cores).
+    device: "auto" (CUDA when a usable GPU is present, else the CPU), "cpu" or "cuda" (an error saying why when
+    no GPU can be used). threads: forward-pass threads (default: all cores).
     max_running: sequences decoding at once. context_length: per sequence (default: the model's, at most 8192).
 
     Raises ModelNotFoundError (a FileNotFoundError) when nothing by that name exists, ModelError when the model

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "pie/backend.h"
 #include "pie/completions.h"
 #include "pie/engine.h"
 #include "pie/grammar_vocabulary.h"
@@ -113,8 +114,10 @@ void bind_engine(nb::module_& m) {
       .def(
           "__init__",
           [](PyEngine* self, std::optional<std::string> model, std::int32_t threads, std::int32_t max_running,
-             std::int32_t max_batch_tokens, std::int32_t context_length, std::int64_t kv_cache_bytes) {
+             std::int32_t max_batch_tokens, std::int32_t context_length, std::int64_t kv_cache_bytes,
+             const std::string& device) {
             pie::EngineOptions o;
+            o.device = pie::parse_device_request(device);
             o.n_threads = threads;
             o.max_running = max_running;
             o.max_batch_tokens = max_batch_tokens;
@@ -132,6 +135,7 @@ void bind_engine(nb::module_& m) {
           },
           nb::arg("model") = nb::none(), nb::arg("threads") = 0, nb::arg("max_running") = 16,
           nb::arg("max_batch_tokens") = 512, nb::arg("context_length") = 0, nb::arg("kv_cache_bytes") = 0,
+          nb::arg("device") = "auto",
           "model: a .gguf file, a Hugging Face folder, a llama2.c checkpoint, a stored model's name, "
           "'orchard-random', or None for the default model. Raises ModelNotFoundError, ModelError.")
       .def(
@@ -154,6 +158,11 @@ void bind_engine(nb::module_& m) {
           },
           "The model's vocabulary as its grammars are compiled (logits rows: the model's).")
       .def_prop_ro("name", [](const PyEngine& e) { return e.engine->model().name; })
+      .def("device",
+           [](const PyEngine& e) {
+             const pie::DeviceChoice& d = e.engine->device();
+             return nb::make_tuple(d.device == tensor::Device::cuda ? "cuda" : "cpu", d.reason);
+           })
       .def_prop_ro("store_name", [](const PyEngine& e) { return e.store_name; })
       .def_prop_ro("path", [](const PyEngine& e) { return e.engine->model().path.string(); })
       .def_prop_ro("n_vocab", [](const PyEngine& e) { return e.engine->model().config.n_vocab; })

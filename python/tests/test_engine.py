@@ -184,8 +184,8 @@ def test_load_errors():
     with pytest.raises(orchard.ModelNotFoundError) as err:
         orchard.load("/nonexistent/model.gguf")
     assert isinstance(err.value, FileNotFoundError)
-    with pytest.raises(ValueError, match="CPU"):
-        orchard.load("orchard-random", device="cuda")
+    with pytest.raises(ValueError, match="device"):
+        orchard.load("orchard-random", device="gpu")
     with pytest.raises(ValueError, match="threads"):
         orchard.load("orchard-random", threads=0)
 
@@ -209,3 +209,24 @@ def test_default_model_extraction(default_engine):
         schema=CONTACT, temperature=0, max_tokens=64)
     validate(out.json, CONTACT)
     assert out.json["name"] == "Maria Lopez" and out.json["city"] == "Lisbon"
+
+
+def test_device_choice():
+    cpu = orchard.load("orchard-random", device="cpu", threads=1)
+    assert cpu.device[0] == "cpu" and cpu.device[1]
+    cpu.close()
+    auto = orchard.load("orchard-random", threads=1)  # CUDA when a usable GPU is present, else the CPU
+    assert auto.device[0] in ("cpu", "cuda") and auto.device[1]
+    has_gpu = auto.device[0] == "cuda"
+    auto.close()
+    if has_gpu:
+        gpu = orchard.load("orchard-random", device="cuda", threads=1)
+        assert gpu.device[0] == "cuda"
+        assert gpu.generate(prompt="x", regex="[0-9]{3}", temperature=1.0, seed=1).text.isdigit()
+        gpu.close()
+    else:  # asked for and unusable: an error that says why, never a silent CPU run
+        with pytest.raises(orchard.OrchardError) as e:
+            orchard.load("orchard-random", device="cuda", threads=1)
+        assert str(e.value)
+    with pytest.raises(ValueError):
+        orchard.load("orchard-random", device="tpu")
