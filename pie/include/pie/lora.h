@@ -44,9 +44,7 @@ struct LoraPair {
   float scale = 0;                // alpha / rank, or alpha / sqrt(rank) with rsLoRA (the user scale apart)
   std::vector<float> a;           // [rank, n_in]
   std::vector<float> b;           // [n_out, rank]
-  // A and B transposed, the layouts of the CPU's shrink and expand steps (both then run as vector updates
-  // over contiguous rows); built when fitted.
-  std::vector<float> at;          // [n_in, rank]
+  // B transposed, the layout of the CPU's expand (columns of the output contiguous); built when fitted.
   std::vector<float> bt;          // [rank, n_out]
 };
 

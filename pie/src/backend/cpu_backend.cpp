@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/lora.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "pal/attention.h"
@@ -162,9 +163,7 @@ class CpuBackend final : public Backend {
 
   void project(const Rows& in, std::span<const Projection> outs) override {
     base_project(in, outs);
-    for (const Projection& p : outs) {
-      if (!p.lora.empty()) add_loras(in, p);
-    }
+    add_loras(in, outs);
   }
 
   void base_project(const Rows& in, std::span<const Projection> outs) {
@@ -184,12 +183,14 @@ class CpuBackend final : public Backend {
                           pool_);
   }
 
-  // The low-rank terms of a projection's adapters, each for its rows (Punica's SGMV, on the CPU): shrink
-  // (t = x A^T, [n, rank] per adapter) in one parallel region over (adapter, rank) pairs, then expand
-  // (y += scale t B^T) in one over output columns, each adapter's rows added in turn. Any rank, no padding;
+  // The low-rank terms of the projections' adapters, each for its rows (Punica's SGMV, on the CPU), for
+  // every projection of the call at once: the shrinks (t = x A^T, [rows, rank] per adapter and projection)
+  // in one parallel region over tiles of four rows, then the expands (y += scale t B^T) in one over
+  // (projection, column chunk), each adapter's rows added in the step's group order. Any rank, no padding;
   // each row's sums run in an order of their own (batch invariance).
-  void add_loras(const Rows& in, const Projection& p) {
+  void add_loras(const Rows& in, std::span<const Projection> outs) {
     struct Work {
+      const Projection* projection;
       const LoraPair* pair;
       const std::vector<std::int32_t>* rows;
       float scale;
@@ -197,56 +198,73 @@ class CpuBackend final : public Backend {
     };
     std::vector<Work> work;
     std::int64_t n_t = 0;
-    for (const LoraGroup& g : p.lora) {
-      const LoraPair* pair = g.adapter->pair(p.site, p.layer);
-      const std::vector<std::int32_t>& rows = p.site == ProjectionSite::output ? g.logit_rows : g.rows;
-      if (pair == nullptr || rows.empty()) continue;
-      if (pair->n_in != in.n_cols || pair->n_out != p.out.n_cols) {
-        throw Error(fmt::format("[backend] LoRA pair of {} layer {}: [{}, {}] on a [{}, {}] projection",
-                                projection_site_name(p.site), p.layer, pair->n_out, pair->n_in, p.out.n_cols,
-                                in.n_cols));
+    for (const Projection& p : outs) {
+      for (const LoraGroup& g : p.lora) {
+        const LoraPair* pair = g.adapter->pair(p.site, p.layer);
+        const std::vector<std::int32_t>& rows = p.site == ProjectionSite::output ? g.logit_rows : g.rows;
+        if (pair == nullptr || rows.empty()) continue;
+        if (pair->n_in != in.n_cols || pair->n_out != p.out.n_cols) {
+          throw Error(fmt::format("[backend] LoRA pair of {} layer {}: [{}, {}] on a [{}, {}] projection",
+                                  projection_site_name(p.site), p.layer, pair->n_out, pair->n_in, p.out.n_cols,
+                                  in.n_cols));
+        }
+        work.push_back({&p, pair, &rows, g.scale * pair->scale, n_t});
+        n_t += static_cast<std::int64_t>(rows.size()) * pair->rank;
       }
-      work.push_back({pair, &rows, g.scale * pair->scale, n_t});
-      n_t += static_cast<std::int64_t>(rows.size()) * pair->rank;
     }
     if (work.empty()) return;
     float* t = scratch(kLoraShrunk, 1, n_t).data;
-    // Shrink, one task per (adapter, row): t[r] = sum_j x[j] At[j] (vector updates of rank floats, in j
-    // order).
+    // Shrink: one task per (work, tile of four rows).
+    constexpr std::int64_t kTile = 4;
     std::vector<std::pair<std::int32_t, std::int32_t>> tasks;
     for (std::size_t w = 0; w < work.size(); ++w) {
-      for (std::size_t r = 0; r < work[w].rows->size(); ++r) tasks.emplace_back(static_cast<std::int32_t>(w), r);
+      for (std::size_t r = 0; r < work[w].rows->size(); r += kTile) {
+        tasks.emplace_back(static_cast<std::int32_t>(w), static_cast<std::int32_t>(r));
+      }
     }
-    for_rows(static_cast<std::int64_t>(tasks.size()), 2, [&](std::int64_t i0, std::int64_t i1) {
+    for_rows(static_cast<std::int64_t>(tasks.size()), 1, [&](std::int64_t i0, std::int64_t i1) {
       for (std::int64_t i = i0; i < i1; ++i) {
         const auto [wi, r] = tasks[static_cast<std::size_t>(i)];
         const Work& w = work[static_cast<std::size_t>(wi)];
-        const std::int64_t rank = w.pair->rank;
-        float* tr = t + w.t_offset + static_cast<std::int64_t>(r) * rank;
-        std::fill(tr, tr + rank, 0.0f);
-        const float* x = in.row((*w.rows)[static_cast<std::size_t>(r)]);
-        const float* at = w.pair->at.data();
-        for (std::int64_t j = 0; j < w.pair->n_in; ++j) {
-          const float xj = x[j];
-          const float* a = at + j * rank;
-          for (std::int64_t k = 0; k < rank; ++k) tr[k] += xj * a[k];
-        }
+        kernels::LoraShrinkParams sp;
+        sp.n_in = w.pair->n_in;
+        sp.rank = w.pair->rank;
+        sp.a = w.pair->a.data();
+        sp.x = in.data;
+        sp.x_stride = in.n_cols;
+        sp.rows = {w.rows->data() + r, std::min<std::int64_t>(kTile, static_cast<std::int64_t>(w.rows->size()) - r),
+                   in.n_rows};
+        kernels::lora_shrink(sp, t + w.t_offset + static_cast<std::int64_t>(r) * w.pair->rank);
       }
     });
-    // Expand: columns in chunks; per row, y[j] += scale * sum_k t[k] Bt[k, j].
+    // Expand: one task per (projection, chunk of columns), its adapters in the step's order.
     constexpr std::int64_t kChunk = 256;
-    const std::int64_t n_out = p.out.n_cols;
-    for_rows((n_out + kChunk - 1) / kChunk, 1, [&](std::int64_t c0, std::int64_t c1) {
-      const std::int64_t j0 = c0 * kChunk, j1 = std::min(n_out, c1 * kChunk);
-      for (const Work& w : work) {
-        for (std::size_t r = 0; r < w.rows->size(); ++r) {
-          float* y = p.out.row((*w.rows)[r]);
-          const float* tr = t + w.t_offset + static_cast<std::int64_t>(r) * w.pair->rank;
-          for (std::int64_t k = 0; k < w.pair->rank; ++k) {
-            const float c = w.scale * tr[k];
-            const float* bt = w.pair->bt.data() + k * n_out;
-            for (std::int64_t j = j0; j < j1; ++j) y[j] += c * bt[j];
-          }
+    tasks.clear();
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      const std::int64_t n_chunks = (outs[i].out.n_cols + kChunk - 1) / kChunk;
+      const bool any = std::any_of(work.begin(), work.end(), [&](const Work& w) { return w.projection == &outs[i]; });
+      for (std::int64_t c = 0; any && c < n_chunks; ++c) {
+        tasks.emplace_back(static_cast<std::int32_t>(i), static_cast<std::int32_t>(c));
+      }
+    }
+    for_rows(static_cast<std::int64_t>(tasks.size()), 1, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const auto [pi, c] = tasks[static_cast<std::size_t>(i)];
+        const Projection& p = outs[static_cast<std::size_t>(pi)];
+        for (const Work& w : work) {
+          if (w.projection != &p) continue;
+          kernels::LoraExpandParams ep;
+          ep.n_out = w.pair->n_out;
+          ep.rank = w.pair->rank;
+          ep.bt = w.pair->bt.data();
+          ep.t = t + w.t_offset;
+          ep.scale = w.scale;
+          ep.col_begin = c * kChunk;
+          ep.col_end = std::min(ep.n_out, (c + 1) * kChunk);
+          ep.y = p.out.data;
+          ep.y_stride = p.out.n_cols;
+          ep.rows = {w.rows->data(), static_cast<std::int64_t>(w.rows->size()), p.out.n_rows};
+          kernels::lora_expand(ep);
         }
       }
     });

@@ -155,7 +155,7 @@ std::int64_t LoraAdapter::max_rank() const {
 
 std::size_t LoraAdapter::bytes() const {
   std::size_t n = 0;
-  for (const LoraPair& p : pairs) n += (p.a.size() + p.b.size() + p.at.size() + p.bt.size()) * sizeof(float);
+  for (const LoraPair& p : pairs) n += (p.a.size() + p.b.size() + p.bt.size()) * sizeof(float);
   return n;
 }
 
@@ -163,12 +163,6 @@ void LoraAdapter::build_index(std::int32_t n_layer) {
   index_.assign(static_cast<std::size_t>(n_layer + 1) * kSites, -1);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     LoraPair& p = pairs[i];
-    p.at.resize(p.a.size());
-    for (std::int64_t k = 0; k < p.rank; ++k) {
-      for (std::int64_t j = 0; j < p.n_in; ++j) {
-        p.at[static_cast<std::size_t>(j * p.rank + k)] = p.a[static_cast<std::size_t>(k * p.n_in + j)];
-      }
-    }
     p.bt.resize(p.b.size());
     for (std::int64_t o = 0; o < p.n_out; ++o) {
       for (std::int64_t k = 0; k < p.rank; ++k) {
