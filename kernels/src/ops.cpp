@@ -36,6 +36,12 @@ void gelu(const UnaryParams& p, const float* x, float* y, Isa isa) {
   detail::avx2::gelu(p.n, x, y);
 }
 
+void gelu_erf(const UnaryParams& p, const float* x, float* y, Isa isa) {
+  if (!use_avx2(isa)) return gelu_erf_ref(p, x, y);
+  detail::check_unary("gelu_erf", p, x, x, y);
+  detail::avx2::gelu_erf(p.n, x, y);
+}
+
 void swiglu(const UnaryParams& p, const float* gate, const float* up, float* y, Isa isa) {
   if (!use_avx2(isa)) return swiglu_ref(p, gate, up, y);
   detail::check_unary("swiglu", p, gate, up, y);

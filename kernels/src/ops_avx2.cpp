@@ -68,6 +68,39 @@ inline __m256 gelu256(__m256 x) {
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(u)));
 }
 
+// x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2, erfc(z) for z >= 0 by the Chebyshev fit of Numerical
+// Recipes' erfcc (t = 2 / (2 + z), erfc = t exp(P(t) - z^2), fractional error < 1.2e-7 for every z): one
+// exp and no cancellation on either side of 0. exp's argument reaches -87, so its float rounding alone
+// would cost 4e-6 relative: z^2 = x^2 / 2 and P - z^2 are formed with their exact errors, which go back
+// in as a first-order factor.
+inline __m256 gelu_erf256(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+  const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(0.70710678118654752f));
+  const __m256 t = _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(_mm256_set1_ps(2.0f), z));
+  __m256 p = _mm256_set1_ps(0.17087277f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
+  const __m256 xx = _mm256_mul_ps(x, x);
+  const __m256 neg_z2 = _mm256_mul_ps(xx, _mm256_set1_ps(-0.5f));                   // exact halving
+  const __m256 neg_z2_err = _mm256_mul_ps(_mm256_fmsub_ps(x, x, xx), _mm256_set1_ps(-0.5f));
+  const __m256 s = _mm256_add_ps(p, neg_z2);                                        // two-sum: s + s_err = p - z^2
+  const __m256 bb = _mm256_sub_ps(s, p);
+  const __m256 s_err = _mm256_add_ps(_mm256_sub_ps(p, _mm256_sub_ps(s, bb)), _mm256_sub_ps(neg_z2, bb));
+  const __m256 e = exp256(s);
+  const __m256 erfc = _mm256_mul_ps(_mm256_mul_ps(t, e), _mm256_add_ps(one, _mm256_add_ps(s_err, neg_z2_err)));
+  const __m256 half_erfc = _mm256_mul_ps(half, erfc);
+  const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  const __m256 phi = _mm256_blendv_ps(_mm256_sub_ps(one, half_erfc), half_erfc, negative);
+  return _mm256_mul_ps(x, phi);
+}
+
 inline float silu1(float x) { return x / (1.0f + std::exp(-x)); }
 inline float gelu1(float x) {
   return x / (1.0f + std::exp(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x)));
@@ -142,6 +175,17 @@ void gelu(std::int64_t n, const float* x, float* y) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu256(_mm256_loadu_ps(x + i)));
   for (; i < n; ++i) y[i] = gelu1(x[i]);
+}
+
+void gelu_erf(std::int64_t n, const float* x, float* y) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu_erf256(_mm256_loadu_ps(x + i)));
+  if (i < n) {  // the tail through a zero-padded vector: the same arithmetic as the body
+    alignas(32) float buf[8] = {};
+    for (std::int64_t j = i; j < n; ++j) buf[j - i] = x[j];
+    _mm256_store_ps(buf, gelu_erf256(_mm256_load_ps(buf)));
+    for (std::int64_t j = i; j < n; ++j) y[j] = buf[j - i];
+  }
 }
 
 void swiglu(std::int64_t n, const float* gate, const float* up, float* y) {

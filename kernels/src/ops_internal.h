@@ -19,6 +19,7 @@ void rms_norm(const NormParams& p, const float* x, const float* weight, float* y
 void layer_norm(const NormParams& p, const float* x, const float* weight, const float* bias, float* y);
 void silu(std::int64_t n, const float* x, float* y);
 void gelu(std::int64_t n, const float* x, float* y);
+void gelu_erf(std::int64_t n, const float* x, float* y);
 void swiglu(std::int64_t n, const float* gate, const float* up, float* y);
 void add(std::int64_t n, const float* a, const float* b, float* y);
 void mul(std::int64_t n, const float* a, const float* b, float* y);

@@ -106,6 +106,15 @@ void gelu_ref(const UnaryParams& p, const float* x, float* y) {
   }
 }
 
+void gelu_erf_ref(const UnaryParams& p, const float* x, float* y) {
+  detail::check_unary("gelu_erf_ref", p, x, x, y);
+  for (std::int64_t i = 0; i < p.n; ++i) {
+    const double v = x[i];
+    // erfc(-v / sqrt 2) rather than 1 + erf: no cancellation for negative v.
+    y[i] = static_cast<float>(0.5 * v * std::erfc(-v * 0.70710678118654752440));
+  }
+}
+
 void swiglu_ref(const UnaryParams& p, const float* gate, const float* up, float* y) {
   detail::check_unary("swiglu_ref", p, gate, up, y);
   for (std::int64_t i = 0; i < p.n; ++i) {

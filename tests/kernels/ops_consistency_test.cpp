@@ -76,6 +76,11 @@ TEST(OpsConsistency, Activations) {
       kernels::gelu(p, x.data(), got.data(), isa);
       // exp's argument 2u is formed in float (|2u| up to ~100 for the outliers): 2e-5 covers its rounding.
       EXPECT_LT(max_elem_err(got, want, 1e-30), 2e-5) << "gelu n " << n << " " << kernels::isa_name(isa);
+      kernels::gelu_erf_ref(p, x.data(), want.data());
+      poison(got);
+      kernels::gelu_erf(p, x.data(), got.data(), isa);
+      // Relative to each value with a floor of 1e-30: the far negative side (tiny values) is held too.
+      EXPECT_LT(max_elem_err(got, want, 1e-30), 5e-7) << "gelu_erf n " << n << " " << kernels::isa_name(isa);
       kernels::swiglu_ref(p, x.data(), up.data(), want.data());
       poison(got);
       kernels::swiglu(p, x.data(), up.data(), got.data(), isa);
@@ -89,6 +94,21 @@ TEST(OpsConsistency, Activations) {
       kernels::mul(p, x.data(), up.data(), got.data(), isa);
       EXPECT_EQ(max_elem_err(got, want, 1e-30), 0.0) << "mul n " << n;
     }
+  }
+}
+
+// The exact GELU over a fine grid of its whole useful range (both tails, the crossing at 0), not only at
+// random points: the erfc fit has different error near 0 and in the tails.
+TEST(OpsConsistency, GeluErfAcrossItsRange) {
+  std::vector<float> x;
+  for (int i = -15000; i <= 15000; ++i) x.push_back(static_cast<float>(i) * 1e-3f);
+  const kernels::UnaryParams p{static_cast<std::int64_t>(x.size())};
+  std::vector<float> want(x.size()), got(x.size());
+  kernels::gelu_erf_ref(p, x.data(), want.data());
+  for (kernels::Isa isa : kernels::available_isas()) {
+    poison(got);
+    kernels::gelu_erf(p, x.data(), got.data(), isa);
+    EXPECT_LT(max_elem_err(got, want, 1e-30), 5e-7) << kernels::isa_name(isa);
   }
 }
 
@@ -142,6 +162,8 @@ TEST(OpsConsistency, ErrorsAreTyped) {
   EXPECT_THROW(kernels::rms_norm({1, -1, 1e-5f}, x.data(), nullptr, y.data()), kernels::ShapeError);
   EXPECT_THROW(kernels::rms_norm({2, 0, 1e-5f}, x.data(), nullptr, y.data()), kernels::ShapeError);
   EXPECT_THROW(kernels::silu({-3}, x.data(), y.data()), kernels::ShapeError);
+  EXPECT_THROW(kernels::gelu_erf({-3}, x.data(), y.data()), kernels::ShapeError);
+  EXPECT_THROW(kernels::gelu_erf_ref({4}, nullptr, y.data()), kernels::ShapeError);
   EXPECT_THROW(kernels::add({4}, x.data(), nullptr, y.data()), kernels::ShapeError);
   std::vector<unsigned char> table(18 * 4);
   const std::int32_t bad[] = {1, 7};

@@ -10,8 +10,11 @@
 #include <vector>
 
 #include "embed/encoder_runner.h"
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 #include "pie/error.h"
 #include "tensor/thread_pool.h"
 
@@ -43,9 +46,18 @@ kernels::MatmulParams params_of(const Weight& w) {
   return p;
 }
 
-// erf-based GELU (BERT's "gelu"), not the tanh approximation: the embeddings must match
-// transformers'.
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+// q, k and v as one [3 d, d] matrix (one product, one parallel region) in f32, and their biases.
+kernels::PackedMatrix pack_qkv(const EncoderLayerWeights& l, std::int64_t d) {
+  std::vector<float> w(static_cast<std::size_t>(3 * d * d));
+  std::int64_t row = 0;
+  for (const Weight* m : {&l.wq, &l.wk, &l.wv}) {
+    const kernels::MatmulParams p = params_of(*m);
+    for (std::int64_t r = 0; r < d; ++r, ++row) {
+      kernels::dequantize_row(p.w_type, static_cast<const std::byte*>(p.w) + r * p.w_row_bytes, w.data() + row * d, d);
+    }
+  }
+  return kernels::PackedMatrix::pack({tensor::DType::f32, w.data(), 0, 3 * d, d});
+}
 
 class BertRunner final : public EncoderRunner {
  public:
@@ -85,6 +97,16 @@ class BertRunner final : public EncoderRunner {
       require(l.ffn_norm, p + "layer_output_norm.weight", 0, d);
       require(l.ffn_norm_b, p + "layer_output_norm.bias", 0, d);
     }
+    // The products run on f32 panels packed once (kernels/gemm.h): a batch is hundreds of tokens.
+    for (const EncoderLayerWeights& l : w_.layers) {
+      PackedLayer& p = packed_.emplace_back();
+      p.qkv = pack_qkv(l, d);
+      p.qkv_bias.reserve(static_cast<std::size_t>(3 * d));
+      for (const Weight* b : {&l.bq, &l.bk, &l.bv}) p.qkv_bias.insert(p.qkv_bias.end(), f32(*b), f32(*b) + d);
+      p.wo = kernels::PackedMatrix::pack(params_of(l.wo));
+      p.w_up = kernels::PackedMatrix::pack(params_of(l.w_up));
+      p.w_down = kernels::PackedMatrix::pack(params_of(l.w_down));
+    }
   }
 
   std::int64_t token_budget() const override { return 4096; }
@@ -95,31 +117,24 @@ class BertRunner final : public EncoderRunner {
     const std::int64_t d = c_.n_embd;
     const std::int64_t ff = c_.n_ff;
     if (n == 0) return;
-    q_.resize(static_cast<std::size_t>(n * d));
-    k_.resize(q_.size());
-    v_.resize(q_.size());
-    attn_.resize(q_.size());
-    tmp_.resize(q_.size());
+    qkv_.resize(static_cast<std::size_t>(n * 3 * d));
+    attn_.resize(static_cast<std::size_t>(n * d));
+    tmp_.resize(attn_.size());
     h_.resize(static_cast<std::size_t>(n * ff));
     float* x = out;  // [n, d]: the residual stream, written in place
 
     embed(tokens, seq_indptr, x);
-    for (const EncoderLayerWeights& l : w_.layers) {
-      const kernels::MatmulParams qkv[] = {params_of(l.wq), params_of(l.wk), params_of(l.wv)};
-      float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
-      kernels::matmul_multi(qkv, x, n, qkv_out, pool_);
-      add_bias(q_.data(), n, l.bq);
-      add_bias(k_.data(), n, l.bk);
-      add_bias(v_.data(), n, l.bv);
+    using kernels::GemmActivation;
+    for (std::size_t i = 0; i < w_.layers.size(); ++i) {
+      const EncoderLayerWeights& l = w_.layers[i];
+      const PackedLayer& p = packed_[i];
+      kernels::gemm(p.qkv, x, n, qkv_.data(), {p.qkv_bias.data(), GemmActivation::none}, pool_);
       attention(seq_indptr);
-      kernels::matmul(params_of(l.wo), attn_.data(), n, tmp_.data(), pool_);
-      add_bias(tmp_.data(), n, l.bo);
+      kernels::gemm(p.wo, attn_.data(), n, tmp_.data(), {f32(l.bo), GemmActivation::none}, pool_);
       residual_norm(x, tmp_.data(), n, l.attn_norm, l.attn_norm_b);
 
-      kernels::matmul(params_of(l.w_up), x, n, h_.data(), pool_);
-      bias_gelu(n, l.b_up);
-      kernels::matmul(params_of(l.w_down), h_.data(), n, tmp_.data(), pool_);
-      add_bias(tmp_.data(), n, l.b_down);
+      kernels::gemm(p.w_up, x, n, h_.data(), {f32(l.b_up), GemmActivation::gelu_erf}, pool_);
+      kernels::gemm(p.w_down, h_.data(), n, tmp_.data(), {f32(l.b_down), GemmActivation::none}, pool_);
       residual_norm(x, tmp_.data(), n, l.ffn_norm, l.ffn_norm_b);
     }
   }
@@ -151,29 +166,6 @@ class BertRunner final : public EncoderRunner {
     kernels::layer_norm({n, d, c_.norm_eps}, x, f32(w_.embd_norm), f32(w_.embd_norm_b), x);
   }
 
-  void add_bias(float* y, std::int64_t n, const Weight& bias) {
-    const std::int64_t cols = n_in(bias);
-    for (std::int64_t t = 0; t < n; ++t)
-      kernels::add({cols}, y + t * cols, f32(bias), y + t * cols);
-  }
-
-  void bias_gelu(std::int64_t n, const Weight& bias) {
-    const std::int64_t ff = c_.n_ff;
-    const float* b = f32(bias);
-    float* h = h_.data();
-    auto rows = [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t t = begin; t < end; ++t) {
-        float* row = h + t * ff;
-        for (std::int64_t i = 0; i < ff; ++i) row[i] = gelu_erf(row[i] + b[i]);
-      }
-    };
-    if (pool_ != nullptr) {
-      pool_->parallel_for(n, rows, 4);
-    } else {
-      rows(0, n);
-    }
-  }
-
   // x = LayerNorm(x + y).
   void residual_norm(float* x, const float* y, std::int64_t n, const Weight& w, const Weight& b) {
     const std::int64_t d = c_.n_embd;
@@ -183,55 +175,24 @@ class BertRunner final : public EncoderRunner {
 
   // attn_ = softmax(q k^T / sqrt(head_dim)) v per input and head, over the input's own tokens.
   void attention(std::span<const std::int32_t> seq_indptr) {
-    const std::int64_t d = c_.n_embd;
-    const std::int64_t n_head = c_.n_head;
-    const std::int64_t hd = d / n_head;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const std::int64_t n_seqs = static_cast<std::int64_t>(seq_indptr.size()) - 1;
-    auto work = [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> scores;
-      for (std::int64_t job = begin; job < end; ++job) {
-        const std::int64_t s = job / n_head;
-        const std::int64_t h = job % n_head;
-        const std::int64_t first = seq_indptr[static_cast<std::size_t>(s)];
-        const std::int64_t len = seq_indptr[static_cast<std::size_t>(s) + 1] - first;
-        scores.resize(static_cast<std::size_t>(len));
-        for (std::int64_t i = 0; i < len; ++i) {
-          const float* q = q_.data() + (first + i) * d + h * hd;
-          float max_score = -INFINITY;
-          for (std::int64_t j = 0; j < len; ++j) {
-            const float* k = k_.data() + (first + j) * d + h * hd;
-            float dot = 0;
-            for (std::int64_t e = 0; e < hd; ++e) dot += q[e] * k[e];
-            scores[static_cast<std::size_t>(j)] = dot * scale;
-            max_score = std::max(max_score, dot * scale);
-          }
-          float sum = 0;
-          for (float& p : scores) {
-            p = std::exp(p - max_score);
-            sum += p;
-          }
-          float* o = attn_.data() + (first + i) * d + h * hd;
-          std::fill(o, o + hd, 0.0f);
-          for (std::int64_t j = 0; j < len; ++j) {
-            const float p = scores[static_cast<std::size_t>(j)] / sum;
-            const float* v = v_.data() + (first + j) * d + h * hd;
-            for (std::int64_t e = 0; e < hd; ++e) o[e] += p * v[e];
-          }
-        }
-      }
-    };
-    if (pool_ != nullptr) {
-      pool_->parallel_for(n_seqs * n_head, work, 1);
-    } else {
-      work(0, n_seqs * n_head);
-    }
+    const std::int64_t d = c_.n_embd, hd = d / c_.n_head;
+    const kernels::BidirectionalAttentionParams p{
+        c_.n_head, hd, 3 * d, 3 * d, 3 * d, d, 1.0f / std::sqrt(static_cast<float>(hd))};
+    const float* q = qkv_.data();
+    kernels::bidirectional_attention(p, q, q + d, q + 2 * d, seq_indptr, attn_.data(), pool_);
   }
+
+  struct PackedLayer {
+    kernels::PackedMatrix qkv, wo, w_up, w_down;
+    std::vector<float> qkv_bias;  // [3 n_embd]: q's, k's, v's
+  };
 
   const EncoderConfig& c_;
   const EncoderWeights& w_;
   tensor::ThreadPool* pool_;
-  std::vector<float> q_, k_, v_, attn_, tmp_, h_;  // [n, n_embd] each; h_ [n, n_ff]
+  std::vector<PackedLayer> packed_;
+  std::vector<float> qkv_;           // [n, 3 n_embd]: each token's q, k, v side by side
+  std::vector<float> attn_, tmp_, h_;  // [n, n_embd] each; h_ [n, n_ff]
 };
 
 }  // namespace

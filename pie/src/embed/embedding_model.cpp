@@ -16,7 +16,6 @@
 #include "pie/model_store.h"
 #include "tensor/error.h"
 #include "tensor/gguf.h"
-#include "tensor/half.h"
 #include "tokenizers/error.h"
 
 namespace pie {
@@ -85,27 +84,6 @@ std::optional<bool> folder_normalize(const std::filesystem::path& folder) {
     if (m.is_object() && m.value("type", "").find("Normalize") != std::string::npos) return true;
   }
   return false;
-}
-
-// The encoder's f32 matrices as f16 copies: the CPU products have four-row, three-token f16 kernels
-// (kernels/matmul.h) and none for f32, so this runs BERT about 1.6x faster; the 200-sentence check
-// against sentence-transformers (tests/pie/embed) holds at cosine >= 0.9999 with it.
-void matrices_to_f16(EmbeddingModel& model) {
-  auto convert = [&](Weight& w) {
-    if (w.empty() || w.dtype() != tensor::DType::f32 || w.rank() != 2) return;
-    auto half = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(w.numel()));
-    const std::byte* src = w.data();
-    for (std::size_t i = 0; i < half->size(); ++i) {
-      float x;
-      std::memcpy(&x, src + i * sizeof(float), sizeof(float));
-      (*half)[i] = tensor::f32_to_f16(x);
-    }
-    model.storage.push_back(half);
-    w = weight_view(half->data(), half->size() * sizeof(std::uint16_t), tensor::DType::f16, w.dim(0), w.dim(1));
-  };
-  for (EncoderLayerWeights& l : model.encoder_weights.layers) {
-    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_up, &l.w_down}) convert(*w);
-  }
 }
 
 std::shared_ptr<const tokenizers::Tokenizer> load_tokenizer(const std::filesystem::path& path) {
@@ -259,7 +237,6 @@ std::shared_ptr<EmbeddingModel> load_bert_folder(const std::filesystem::path& fo
   }
   model->pooling = folder_pooling(folder).value_or(Pooling::mean);
   model->normalize = folder_normalize(folder).value_or(true);
-  matrices_to_f16(*model);
   return model;
 }
 
@@ -417,7 +394,6 @@ std::shared_ptr<EmbeddingModel> load_bert_gguf(const std::filesystem::path& path
                             bind.integer("bert.pooling_type")));
   }
   model->normalize = true;
-  matrices_to_f16(*model);
   return model;
 }
 
