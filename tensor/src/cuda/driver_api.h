@@ -20,7 +20,9 @@ namespace tensor::cuda::detail {
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)    \
   X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
   X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)          \
-  X(cuEventElapsedTime) X(cuGetErrorName) X(cuGetErrorString) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuMemGetInfo)
+  X(cuEventElapsedTime) X(cuGetErrorName) X(cuGetErrorString) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuMemGetInfo)                                 \
+  X(cuMemAllocHost) X(cuMemFreeHost) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)   \
+  X(cuGraphExecUpdate) X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuGraphGetNodes)
 
 struct DriverApi {
 #define ORCHARD_CU_MEMBER(fn) decltype(&::fn) fn = nullptr;

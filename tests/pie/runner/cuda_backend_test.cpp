@@ -3,10 +3,10 @@
 // models against the CPU backend (the llama / mistral / qwen2 / qwen3 test models, stories260K, the
 // random-weight model in every weight type: logits within 1e-2 absolute, greedy continuations equal
 // wherever the CPU's top-two margin exceeds 1e-2; the real default model when the store holds it, within
-// 5e-2), the engine on CUDA (a constrained generation that
-// validates, continuous batching equal to each request alone), and the errors: no GPU when cuda is asked
-// for, a model larger than the GPU's free memory. The GPU tests skip with the reason where CUDA cannot be
-// used; the error tests of a machine without a GPU run everywhere.
+// 5e-2), steps captured as CUDA graphs equal to plain launches bit for bit, the engine on CUDA (a
+// constrained generation that validates, continuous batching equal to each request alone), and the errors:
+// no GPU when cuda is asked for, a model larger than the GPU's free memory. The GPU tests skip with the
+// reason where CUDA cannot be used; the error tests of a machine without a GPU run everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -421,6 +421,63 @@ std::shared_ptr<const Model> with_matrices(const Model& src, DType type, bool de
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) convert(*w);
   }
   return m;
+}
+
+// Steps captured as CUDA graphs (the default) against the same steps with plain launches
+// (ORCHARD_CUDA_GRAPHS=0): bit-identical logits through a prefill, decode steps of two sequences (each step
+// an update of the kept graph: positions, lengths and page tables change), one sequence alone (a new
+// shape), and two again (the first shape's graph, kept). qwen3 (head dim 64) takes pal's attention, llama
+// (12) the generic kernels.
+std::vector<float> logits_of_steps(const std::shared_ptr<const Model>& model, bool graphs) {
+  setenv("ORCHARD_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+  ModelRunner runner(model, make_cuda_backend());
+  unsetenv("ORCHARD_CUDA_GRAPHS");
+  KvCache kv(runner.make_kv_storage([&] {
+    KvCacheConfig c = runner.kv_config(32, DType::f16);
+    c.prefix_caching = false;
+    return c;
+  }()));
+  const std::int32_t n_vocab = model->config.n_vocab;
+  Seq a, b;
+  a.id = kv.create();
+  b.id = kv.create();
+  a.tokens = some_tokens(19, n_vocab, 7);
+  b.tokens = some_tokens(5, n_vocab, 11);
+  std::vector<float> all;
+  auto keep = [&](const std::vector<std::vector<std::vector<float>>>& step) {
+    for (const auto& seq : step) {
+      for (const auto& row : seq) all.insert(all.end(), row.begin(), row.end());
+    }
+  };
+  keep(run_step(runner, kv, {{&a, 19}, {&b, 5}}));
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<std::int32_t> token(1, n_vocab - 1);
+  for (int step = 0; step < 12; ++step) {
+    a.tokens.push_back(token(rng));
+    if (step < 4 || step >= 8) b.tokens.push_back(token(rng));
+    if (step >= 4 && step < 8) {
+      keep(run_step(runner, kv, {{&a, 1}}));
+    } else {
+      keep(run_step(runner, kv, {{&a, 1}, {&b, 1}}));
+    }
+  }
+  return all;
+}
+
+TEST(CudaBackendGraphs, CapturedStepsMatchPlainLaunchesBitForBit) {
+  REQUIRE_GPU();
+  for (const char* name : {"qwen3", "llama"}) {
+    SCOPED_TRACE(name);
+    const auto model = load_model(model_dir(name).string());
+    const std::vector<float> captured = logits_of_steps(model, true);
+    const std::vector<float> plain = logits_of_steps(model, false);
+    ASSERT_EQ(captured.size(), plain.size());
+    ASSERT_GT(captured.size(), 0u);
+    for (std::size_t i = 0; i < captured.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(plain[i])) << "logit " << i;
+      ASSERT_EQ(captured[i], plain[i]) << "logit " << i;
+    }
+  }
 }
 
 class CudaBackendWeightTypes : public ::testing::TestWithParam<DType> {};

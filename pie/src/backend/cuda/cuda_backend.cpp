@@ -5,12 +5,19 @@
 // step's kernels from the calling thread and returns; wait() waits for the stream and copies the logits
 // to host memory. Sampling stays on the host.
 //
-// The step's host-side tables (tokens, positions, KV slots, page tables) are copied to the device once per
-// step, at their first use, and reused by every layer.
+// The step's host-side tables (tokens, positions, KV slots, page tables) are staged in page-locked memory and
+// copied to the device once per step, at their first use, and reused by every layer.
+//
+// A step is captured as a CUDA graph and replayed (tc::GraphCache: one executable per shape, updated in
+// place while the shape holds), so the device runs its ~500 kernels back to back instead of waiting on the
+// host's launches. What cannot be captured (a buffer that must grow, pal's split workspace growing: both
+// synchronize) abandons the capture and runs the step with plain launches, which grows what was short, so
+// the next step captures. ORCHARD_CUDA_GRAPHS=0 turns capture off.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -27,6 +34,7 @@
 #include "pie/error.h"
 #include "cuda_sources.h"
 #include "tensor/cuda/device.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/jit.h"
 #include "tensor/cuda/memory_pool.h"
 #include "tensor/cuda/stream.h"
@@ -132,11 +140,52 @@ class DeviceKvStorage final : public KvStorage {
   std::vector<tc::DeviceBuffer> k_, v_;
 };
 
+// Page-locked staging for a step's host tables: each upload takes the next 256-byte aligned span, so every
+// copy of the step reads memory of its own, valid until the step is done (a captured copy reads it when the
+// graph runs). Spans are handed out from the first chunk with room; a step that needed several chunks
+// leaves one chunk as large as all of them for the next (reset() runs between steps, nothing in flight).
+class PinnedStaging {
+ public:
+  void* take(const void* src, std::size_t n) {
+    const std::size_t need = (n + 255) / 256 * 256;
+    while (current_ < chunks_.size() && used_ + need > chunks_[current_].bytes()) {
+      ++current_;
+      used_ = 0;
+    }
+    if (current_ == chunks_.size()) chunks_.emplace_back(std::max<std::size_t>(need, kMinChunk));
+    void* dst = static_cast<std::byte*>(chunks_[current_].data()) + used_;
+    std::memcpy(dst, src, n);
+    used_ += need;
+    return dst;
+  }
+  void reset() {
+    if (chunks_.size() > 1) {
+      std::size_t total = 0;
+      for (const tc::HostBuffer& c : chunks_) total += c.bytes();
+      chunks_.clear();
+      chunks_.emplace_back(total);
+    }
+    current_ = 0;
+    used_ = 0;
+  }
+
+ private:
+  static constexpr std::size_t kMinChunk = 1 << 16;
+  std::vector<tc::HostBuffer> chunks_;
+  std::size_t current_ = 0, used_ = 0;
+};
+
+// Thrown inside a captured step where the step cannot be captured (a buffer must grow): the step is run
+// again with plain launches.
+struct NotCapturable {};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int ordinal) : ordinal_(ordinal) {
     tc::make_current(ordinal_);
     stream_ = std::make_unique<tc::Stream>();
+    const char* graphs = std::getenv("ORCHARD_CUDA_GRAPHS");
+    graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
   }
   ~CudaBackend() override {
     try {
@@ -378,9 +427,10 @@ class CudaBackend final : public Backend {
     if (in_flight_) throw Error("[backend:cuda] begin: a step is already under way (wait() first)");
     in_flight_ = true;
     error_ = nullptr;
-    ++step_id_;
     try {
       tc::make_current(ordinal_);
+      if (graphs_enabled_ && run_captured(step)) return;
+      new_step();
       step();
     } catch (...) {
       error_ = std::current_exception();
@@ -424,6 +474,37 @@ class CudaBackend final : public Backend {
     std::int32_t n_queries = 0, max_seq_len = 0, max_q_len = 0;
   };
 
+  // A new step: the staging and the step's upload caches start afresh.
+  void new_step() {
+    ++step_id_;
+    staging_.reset();
+  }
+
+  // The step captured as a graph and launched; false (nothing queued) when it could not be captured.
+  // Three failed captures in a row turn capture off for this backend (a step that never captures, e.g. an
+  // operation that synchronizes, would otherwise pay for two runs of its host code every time).
+  bool run_captured(const std::function<void()>& step) {
+    new_step();
+    graphs_.capture_begin(*stream_);
+    capturing_ = true;
+    bool captured = false;
+    try {
+      step();
+      capturing_ = false;
+      captured = graphs_.capture_end(*stream_);
+    } catch (...) {
+      capturing_ = false;
+      graphs_.capture_abandon(*stream_);
+    }
+    if (!captured) {
+      if (++failed_captures_ >= 3) graphs_enabled_ = false;
+      return false;
+    }
+    failed_captures_ = 0;
+    graphs_.launch(*stream_);
+    return true;
+  }
+
   static std::size_t dense_size(const Weight& w) {
     return static_cast<std::size_t>(w.n_rows()) * tensor::row_bytes(w.dtype(), w.dim(w.rank() - 1));
   }
@@ -454,6 +535,7 @@ class CudaBackend final : public Backend {
   // `b` with at least `bytes`; a buffer that must grow is replaced once the stream is done with it.
   tc::DeviceBuffer& grown(tc::DeviceBuffer& b, std::size_t bytes) {
     if (b.bytes() < bytes) {
+      if (capturing_) throw NotCapturable{};
       if (!b.empty()) stream_->synchronize();
       b = tc::MemoryPool::global().allocate(std::max<std::size_t>(bytes, 256));
     }
@@ -467,7 +549,7 @@ class CudaBackend final : public Backend {
       return ints_[s].as<const std::int32_t>();
     }
     tc::DeviceBuffer& b = grown(ints_[s], host.size_bytes());
-    if (!host.empty()) b.copy_from_host(host.data(), host.size_bytes(), 0, stream_.get());
+    if (!host.empty()) b.copy_from_host(staging_.take(host.data(), host.size_bytes()), host.size_bytes(), 0, stream_.get());
     uploaded_step_[s] = step_id_;
     uploaded_from_[s] = host.data();
     uploaded_size_[s] = host.size();
@@ -585,8 +667,8 @@ class CudaBackend final : public Backend {
         std::memcpy(rope_cos_.data() + t * n_pairs, rope.cos_row(layout.positions[t]), n_pairs * sizeof(float));
         std::memcpy(rope_sin_.data() + t * n_pairs, rope.sin_row(layout.positions[t]), n_pairs * sizeof(float));
       }
-      cb.copy_from_host(rope_cos_.data(), n * sizeof(float), 0, stream_.get());
-      sb.copy_from_host(rope_sin_.data(), n * sizeof(float), 0, stream_.get());
+      cb.copy_from_host(staging_.take(rope_cos_.data(), n * sizeof(float)), n * sizeof(float), 0, stream_.get());
+      sb.copy_from_host(staging_.take(rope_sin_.data(), n * sizeof(float)), n * sizeof(float), 0, stream_.get());
       rope_step_ = step_id_;
     }
     cos_rows = cb.as<const float>();
@@ -613,6 +695,10 @@ class CudaBackend final : public Backend {
   std::vector<float> rope_cos_, rope_sin_;
   std::uint64_t rope_step_ = 0;
   std::uint64_t step_id_ = 0;
+  PinnedStaging staging_;
+  tc::GraphCache graphs_;
+  bool graphs_enabled_ = true, capturing_ = false;
+  int failed_captures_ = 0;
   bool in_flight_ = false;
   std::exception_ptr error_;
   std::span<float> output_host_;
