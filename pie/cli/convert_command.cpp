@@ -11,6 +11,8 @@
 #include "arg_parser.h"
 #include "commands.h"
 #include "lora_command.h"
+#include "pie/embedding.h"
+#include "pie/embedding_convert.h"
 #include "pie/model.h"
 #include "pie/model_store.h"
 #include "tensor/dtype.h"
@@ -56,6 +58,38 @@ class Progress {
   int last_ = -1;
 };
 
+// A BERT folder or GGUF, or a stored one: what load_embedding_model reads as an encoder.
+bool is_encoder(const std::string& input) {
+  if (pie::is_embedding_model_path(input)) return true;
+  std::error_code ec;
+  if (std::filesystem::exists(input, ec) || !pie::ModelName::valid(input)) return false;
+  const pie::ModelStore store;
+  if (!store.contains(input)) return false;
+  return pie::is_embedding_model_path(store.find(input).file);
+}
+
+// An encoder embedding model -> llama.cpp's bert GGUF (pie/embedding_convert.h).
+int convert_encoder(const std::string& input, const std::string& output, pie::ConvertOptions convert) {
+  const std::shared_ptr<const pie::EmbeddingModel> model = pie::open_embedding_model(input);
+  Progress write_progress("converting");
+  convert.progress = [&](std::uint64_t done, std::uint64_t total) { write_progress(done, total); };
+  convert.notice = [&](const std::string& line) {
+    write_progress.finish();
+    std::fprintf(stderr, "orchard convert: note: %s\n", line.c_str());
+  };
+  pie::write_gguf_embedding_model(*model, output, convert);
+  write_progress.finish();
+  // Reading the file back checks it and gives the summary.
+  const std::shared_ptr<const pie::EmbeddingModel> written = pie::load_embedding_model(output);
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(output, ec);
+  const pie::EncoderConfig& c = *written->encoder;
+  std::printf("wrote %s: bert, %d layers, n_embd %d, vocab %d, pooling %s, %.1f MiB (f16)\n", output.c_str(),
+              c.n_layer, c.n_embd, c.n_vocab, pie::pooling_name(written->pooling),
+              static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return 0;
+}
+
 }  // namespace
 
 int run_convert(std::span<const std::string> args) {
@@ -66,6 +100,9 @@ int run_convert(std::span<const std::string> args) {
       "names, the tokenizer (tokenizer.ggml.*) and chat template. INPUT is a GGUF file, a Hugging Face\n"
       "folder (config.json, *.safetensors, tokenizer.json) or a llama2.c checkpoint (its tokenizer .bin\n"
       "beside it, or given with --tokenizer), a stored model's name, or orchard-random.\n\n"
+      "A BERT embedding model (a Hugging Face folder of model_type bert, such as all-MiniLM-L6-v2) is\n"
+      "written as llama.cpp's bert GGUF (f16 matrices; its WordPiece vocabulary and pooling), which\n"
+      "`orchard pull` / `create` store as one blob and the server embeds with by name.\n\n"
       "TYPE is the type of the weight matrices: f32, f16 (default), bf16, q8_0, q4_0, q4_K or q6_K\n"
       "(quantized exactly as ggml does). Norms and biases stay f32; with q4_K/q6_K the output projection\n"
       "is q6_K. Matrices whose rows the type cannot hold fall back as llama.cpp does (q4_K -> q5_0,\n"
@@ -88,6 +125,7 @@ int run_convert(std::span<const std::string> args) {
   if (base) throw UsageError("--base is for PEFT adapters; INPUT is not one (no adapter_config.json)");
   pie::ConvertOptions convert;
   convert.type = type_text ? parse_type(*type_text) : tensor::DType::f16;
+  if (is_encoder(*input)) return convert_encoder(*input, *output, convert);
 
   pie::LoadOptions load;
   if (tokenizer) load.tokenizer_path = *tokenizer;

@@ -60,19 +60,70 @@ void set_id(tensor::gguf::Writer& w, const char* key, const std::optional<TokenI
   if (id) w.set(key, tensor::gguf::make_uint32(static_cast<std::uint32_t>(*id)));
 }
 
+// WordPiece as llama.cpp's "bert" vocabulary (convert_hf_to_gguf.py's phantom-space form): a word-initial
+// piece gets U+2581 in front, a continuation piece loses its "##", bracketed tokens ([CLS], [unused0]) stay
+// as they are. llama.cpp lowercases every text it tokenizes this way, so a cased vocabulary is refused.
+void add_wordpiece_metadata(const Tokenizer::Impl& impl, tensor::gguf::Writer& w, std::size_t n_vocab) {
+  if (!impl.wp_llama_preprocess && !impl.normalizer.lowercases()) {
+    throw InputError(fmt::format("[tokenizer] {}: a cased WordPiece vocabulary cannot be exported to GGUF "
+                                 "(llama.cpp's bert tokenizer lowercases every text)",
+                                 impl.source));
+  }
+  const std::size_t n = impl.n_vocab();
+  std::vector<tensor::gguf::Value> tokens, types;
+  tokens.reserve(n_vocab);
+  types.reserve(n_vocab);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string& text = impl.texts[i];
+    const std::string& key = impl.wp_keys[i];
+    const auto id = static_cast<TokenId>(i);
+    std::string out = text;
+    const bool bracketed = text.size() >= 2 && text.front() == '[' && text.back() == ']';
+    if (!bracketed && impl.types[i] == TokenType::kNormal && !key.empty()) {
+      const TokenId* start = impl.wp_start.find(key);
+      const TokenId* cont = impl.wp_cont.find(key);
+      if (start != nullptr && *start == id) {
+        out = std::string(kSpm) + key;
+      } else if (cont != nullptr && *cont == id) {
+        out = key;
+      }
+    }
+    tokens.push_back(tensor::gguf::make_string(std::move(out)));
+    types.push_back(tensor::gguf::make_int32(static_cast<std::int32_t>(impl.types[i])));
+  }
+  for (std::size_t i = n; i < n_vocab; ++i) {
+    tokens.push_back(tensor::gguf::make_string(fmt::format("[PAD{}]", i)));
+    types.push_back(tensor::gguf::make_int32(static_cast<std::int32_t>(TokenType::kUnused)));
+  }
+  w.set("tokenizer.ggml.model", tensor::gguf::make_string("bert"));
+  w.set("tokenizer.ggml.pre", tensor::gguf::make_string("default"));
+  w.set("tokenizer.ggml.tokens", tensor::gguf::make_array(tensor::gguf::ValueType::kString, std::move(tokens)));
+  w.set("tokenizer.ggml.token_type", tensor::gguf::make_array(tensor::gguf::ValueType::kInt32, std::move(types)));
+  const SpecialTokens& sp = impl.special;
+  set_id(w, "tokenizer.ggml.unknown_token_id", sp.unk);
+  set_id(w, "tokenizer.ggml.seperator_token_id", sp.sep ? sp.sep : sp.eos);  // llama.cpp's spelling
+  set_id(w, "tokenizer.ggml.padding_token_id", sp.pad);
+  set_id(w, "tokenizer.ggml.cls_token_id", sp.cls ? sp.cls : sp.bos);
+  set_id(w, "tokenizer.ggml.mask_token_id", sp.mask);
+  w.set("tokenizer.ggml.add_bos_token", tensor::gguf::make_bool(impl.add_bos));
+  w.set("tokenizer.ggml.add_eos_token", tensor::gguf::make_bool(impl.add_eos));
+}
+
 }  // namespace
 
 void add_gguf_metadata(const Tokenizer& tokenizer, tensor::gguf::Writer& writer, std::size_t n_vocab) {
   const Tokenizer::Impl& impl = tokenizer.impl();
   const std::size_t n = impl.n_vocab();
-  if (impl.kind == ModelKind::kWordPiece) {
-    throw InputError(fmt::format("[tokenizer] {}: exporting a WordPiece vocabulary to GGUF is not supported",
-                                 impl.source));
-  }
   if (n_vocab == 0) n_vocab = n;
   if (n_vocab < n) {
     throw InputError(fmt::format("[tokenizer] {}: the vocabulary has {} tokens, more than the model's {} rows",
                                  impl.source, n, n_vocab));
+  }
+  if (impl.kind == ModelKind::kWordPiece) {
+    tensor::gguf::Writer w = writer;  // all or nothing
+    add_wordpiece_metadata(impl, w, n_vocab);
+    writer = std::move(w);
+    return;
   }
   const bool spm = impl.kind == ModelKind::kSentencePiece;
 

@@ -142,4 +142,13 @@ std::vector<std::string> wordpiece_words_llama(std::string_view text) {
   return words;
 }
 
+bool Normalizer::lowercases() const {
+  for (const NormalizerStep& st : steps_) {
+    if (st.kind == NormalizerStep::Kind::kLowercase || (st.kind == NormalizerStep::Kind::kBert && st.lowercase)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace tokenizers::detail

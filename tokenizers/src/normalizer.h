@@ -35,6 +35,8 @@ class Normalizer {
  public:
   void add(NormalizerStep step) { steps_.push_back(std::move(step)); }
   bool empty() const { return steps_.empty(); }
+  // Whether a step lowercases the text (Lowercase, or a BertNormalizer with lowercase on).
+  bool lowercases() const;
   // Normalizes valid UTF-8; `first` says whether the fragment starts the input.
   std::string apply(std::string_view text, bool first) const;
 

@@ -1,11 +1,12 @@
 // tokenizers::add_gguf_metadata: a tokenizer exported to GGUF metadata and read back tokenizes exactly as
 // the original (llama.cpp's test strings), for SentencePiece and byte-level BPE vocabularies from GGUF,
-// tokenizer.json, llama2.c and tiktoken-style folders.
+// tokenizer.json, llama2.c and tiktoken-style folders; WordPiece as llama.cpp's bert vocabulary.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
+#include "embedding_model.h"
 #include "shared_data.h"
 #include "tokenizers/gguf_export.h"
 #include "tokenizers/tokenizer.h"
@@ -89,16 +90,51 @@ TEST(Export, PadsToTheModelsRows) {
   EXPECT_THROW(tokenizers::add_gguf_metadata(t, w, 100), tokenizers::InputError);
 }
 
-TEST(Export, WordPieceIsRefused) {
+// WordPiece: MiniLM's tokenizer.json (bert-base-uncased's vocabulary) exported as llama.cpp's "bert"
+// vocabulary gives the very tokens and types of llama.cpp's own conversion of that vocabulary
+// (ggml-vocab-bert-bge.gguf), and tokenizes as the original; a cased vocabulary is refused.
+TEST(Export, WordPieceAsLlamaCppsBertVocabulary) {
   ORCHARD_REQUIRE_SHARED_DATA("tokenizers/llama.cpp/ggml-vocab-bert-bge.gguf");
-  const auto t = tokenizers::Tokenizer::load(shared_data("tokenizers/llama.cpp/ggml-vocab-bert-bge.gguf"));
+  ORCHARD_REQUIRE_SHARED_DATA("tokenizers/llama.cpp/ggml-vocab-llama-spm.gguf.inp");
+  ORCHARD_REQUIRE_EMBEDDING_MODEL();
+  const auto hf = tokenizers::Tokenizer::load(orchard::testing::embedding_model_path() / "tokenizer.json");
+  const auto reference = tokenizers::Tokenizer::load(shared_data("tokenizers/llama.cpp/ggml-vocab-bert-bge.gguf"));
+  const tokenizers::Tokenizer back = round_trip(hf);
+  ASSERT_EQ(back.vocab_size(), reference.vocab_size());
+  for (std::size_t i = 0; i < back.vocab_size(); ++i) {
+    const auto id = static_cast<tokenizers::TokenId>(i);
+    ASSERT_EQ(back.token_text(id), reference.token_text(id)) << "token " << i;
+    ASSERT_EQ(back.token_type(id), reference.token_type(id)) << "token " << i;
+  }
+  EXPECT_EQ(back.model_kind(), tokenizers::ModelKind::kWordPiece);
+  EXPECT_EQ(back.special_tokens().cls, hf.special_tokens().cls);
+  EXPECT_EQ(back.special_tokens().sep, hf.special_tokens().sep);
+  EXPECT_EQ(back.special_tokens().mask, hf.special_tokens().mask);
+  int n = 0;
+  for (const std::string& s : {std::string("A man is eating food."), std::string("Müller's café, 東京, and 3.75%!"),
+                               std::string("unaffable tokenization of [MASK] words")}) {
+    EXPECT_EQ(back.encode(s, {.add_bos = true, .add_eos = true}), hf.encode(s, {.add_bos = true, .add_eos = true}))
+        << "text #" << n++ << ": '" << s << "'";
+  }
+  // The same vocabulary, cased: llama.cpp would lowercase its texts, so it is not exported.
+  std::ifstream in(orchard::testing::embedding_model_path() / "tokenizer.json", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string cased = ss.str();
+  const std::string on = "\"lowercase\":true";
+  const std::size_t at = cased.find(on);
+  ASSERT_NE(at, std::string::npos);
+  cased.replace(at, on.size(), "\"lowercase\":false");
+  const auto cased_tokenizer = tokenizers::Tokenizer::parse(
+      std::span(reinterpret_cast<const std::uint8_t*>(cased.data()), cased.size()), "cased.json");
   gg::Writer w;
   try {
-    tokenizers::add_gguf_metadata(t, w);
+    tokenizers::add_gguf_metadata(cased_tokenizer, w);
     FAIL() << "no error";
   } catch (const tokenizers::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("WordPiece"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cased WordPiece"), std::string::npos) << e.what();
   }
+  EXPECT_EQ(w.to_bytes(), gg::Writer().to_bytes());  // the writer is unchanged
 }
 
 }  // namespace

@@ -1,0 +1,21 @@
+// An encoder embedding model (pie/embedding.h) written as llama.cpp's "bert" GGUF: what `orchard convert`
+// makes of a BERT folder, so that the model store keeps it as one blob (and llama.cpp loads it).
+#pragma once
+
+#include <filesystem>
+
+#include "pie/embedding.h"
+#include "pie/model.h"
+
+namespace pie {
+
+// Writes `model` (an encoder: a decoder embedder is refused) with llama.cpp's bert keys and tensor names,
+// its WordPiece vocabulary as tokenizer.ggml.* ("bert") and its pooling as bert.pooling_type. The
+// attention and feed-forward matrices are written as f16 (what Orchard runs them as: options.type must be
+// f16), the embedding tables, norms and biases as loaded, so the file embeds exactly as the folder does.
+// Throws ModelError naming what cannot be written (a decoder, another type, a cased vocabulary), pie::Error
+// on I/O.
+void write_gguf_embedding_model(const EmbeddingModel& model, const std::filesystem::path& path,
+                                const ConvertOptions& options);
+
+}  // namespace pie
