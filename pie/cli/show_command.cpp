@@ -72,6 +72,7 @@ int run_show(std::span<const std::string> args) {
     out += fmt::format("    {:<20} {}\n", "context length", details.context_length);
     out += fmt::format("    {:<20} {}\n", "embedding length", details.embedding_length);
     out += fmt::format("    {:<20} {}\n", "quantization", details.quantization);
+    if (details.embedding) out += fmt::format("    {:<20} {}\n", "pooling", details.pooling);
     if (!params.empty()) out += "\n  Parameters\n" + params;
     if (!model.system.empty()) out += fmt::format("\n  System\n    {}\n", model.system);
     if (!model.adapters.empty())

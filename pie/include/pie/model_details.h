@@ -1,6 +1,6 @@
 // What `orchard show`, `orchard list` and /api/show say of a model file, read from its GGUF
 // metadata and tensor table alone (no weights loaded): family, parameter count, quantization,
-// context length, template.
+// context length, template; an embedding model's pooling.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,11 @@ struct ModelDetails {
   std::uint64_t head_count_kv = 0;
   std::uint64_t vocab_size = 0;  // tokenizer.ggml.tokens
   std::string chat_template;     // tokenizer.chat_template, may be empty
+  // An embedding model (general.architecture "bert": it embeds, never generates) and its pooling:
+  // "mean", "cls", "last" from bert.pooling_type (llama.cpp's numbers, 1 when absent), or the number
+  // of one Orchard does not run. Empty for a generative model.
+  bool embedding = false;
+  std::string pooling;
 };
 
 // Throws ModelError naming the file when it is not a readable GGUF file.

@@ -8,6 +8,7 @@
 
 #include "pie/error.h"
 #include "server/api_error.h"
+#include "server/model_registry.h"
 #include "server/openai_format.h"
 
 namespace pie::server {
@@ -162,13 +163,8 @@ EmbeddingsRequest parse_embeddings_request(const Json& body, EmbeddingsApi api) 
     r.truncate = body["truncate"].get<bool>();
   }
   if (api != EmbeddingsApi::openai) {
-    // Accepted as Ollama has them; one model stays loaded here, so keep_alive changes nothing.
-    if (body.contains("keep_alive") && !body["keep_alive"].is_null() &&
-        !body["keep_alive"].is_string() && !body["keep_alive"].is_number()) {
-      throw ApiError::invalid(
-          fmt::format("'keep_alive' must be a duration string or a number of seconds, got {}",
-                      body["keep_alive"].type_name()),
-          "keep_alive");
+    if (body.contains("keep_alive") && !body["keep_alive"].is_null()) {
+      r.keep_alive = ModelRegistry::parse_keep_alive(body["keep_alive"], "keep_alive");
     }
     if (body.contains("options") && !body["options"].is_null() && !body["options"].is_object()) {
       throw ApiError::invalid("'options' must be an object", "options");

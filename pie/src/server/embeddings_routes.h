@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,11 +24,12 @@ struct EmbeddingsRequest {
   std::int32_t dimensions = 0;                    // 0: all
   bool truncate = true;    // Ollama's default; OpenAI never truncates (400 instead)
   bool load_only = false;  // Ollama: no input at all loads the model
+  std::optional<double> keep_alive;  // Ollama: seconds the model stays loaded after (0 unloads it)
 };
 
 // Throws ApiError 400 naming the field: input of another type (a number, an object, a list mixing
 // strings and ids), an empty list, ids outside int32, encoding_format other than float / base64,
-// dimensions not a positive integer, truncate not a boolean, unknown keep_alive types.
+// dimensions not a positive integer, truncate not a boolean, a keep_alive Ollama would not take.
 EmbeddingsRequest parse_embeddings_request(const Json& body, EmbeddingsApi api);
 
 // Runs the request on `embedder` and returns the response body of its API; `model_name` is echoed.

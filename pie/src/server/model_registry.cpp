@@ -14,7 +14,13 @@ using Clock = std::chrono::steady_clock;
 
 struct RegistryEntry {
   std::string name;
-  std::shared_ptr<ServedModel> served;  // null while unloaded or loading
+  std::shared_ptr<ServedModel> served;  // null while unloaded or loading, and for an embedding model
+  // An embedding model's (null while unloaded or loading), or a generative model's hidden states (made
+  // on its first embedding request, from `decoder`).
+  std::shared_ptr<Embedder> embedder;
+  std::shared_ptr<const Model> decoder;  // a loaded generative model's weights
+  bool encoder = false;                  // an embedding model: loads as an Embedder alone
+  std::mutex embedder_mutex;             // one generative model's embedder made at a time
   std::optional<StoredModel> stored;
   std::uint64_t size = 0;
   bool pinned = false;
@@ -27,6 +33,20 @@ struct RegistryEntry {
 };
 
 namespace {
+
+using Dropped = std::vector<std::shared_ptr<const void>>;  // engines and embedders let go of outside the lock
+
+bool is_loaded(const RegistryEntry& e) { return e.served != nullptr || e.embedder != nullptr; }
+
+// Moves what `e` holds loaded into `dropped` (freed when the caller lets go of it).
+void unload_into(RegistryEntry& e, Dropped& dropped) {
+  if (e.served) dropped.push_back(std::move(e.served));
+  if (e.embedder) dropped.push_back(std::move(e.embedder));
+  if (e.decoder) dropped.push_back(std::move(e.decoder));
+  e.served.reset();
+  e.embedder.reset();
+  e.decoder.reset();
+}
 
 // The name a stored model's i-th ADAPTER is attached under.
 std::string adapter_name(std::size_t i) { return fmt::format("adapter{}", i); }
@@ -42,13 +62,17 @@ std::chrono::system_clock::time_point to_system(Clock::time_point t) {
 // ----------------------------------------------------------------------------------------
 
 ModelLease::ModelLease(ModelRegistry& registry, std::shared_ptr<RegistryEntry> entry,
-                       std::shared_ptr<ServedModel> model, std::optional<double> keep_alive)
+                       std::shared_ptr<ServedModel> model, std::shared_ptr<Embedder> embedder,
+                       std::optional<double> keep_alive)
     : registry_(registry),
       entry_(std::move(entry)),
       model_(std::move(model)),
+      embedder_(std::move(embedder)),
       keep_alive_(keep_alive) {}
 
 ModelLease::~ModelLease() { registry_.release(entry_, keep_alive_); }
+
+const std::string& ModelLease::name() const { return entry_->name; }
 
 const std::optional<StoredModel>& ModelLease::stored() const { return entry_->stored; }
 
@@ -91,11 +115,11 @@ ModelRegistry::ModelRegistry(std::shared_ptr<ServedModel> first, RegistryOptions
 }
 
 ModelRegistry::~ModelRegistry() {
-  std::vector<std::shared_ptr<ServedModel>> dropped;
+  Dropped dropped;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    for (auto& [name, entry] : entries_) dropped.push_back(std::move(entry->served));
+    for (auto& [name, entry] : entries_) unload_into(*entry, dropped);
     changed_.notify_all();
   }
   if (reaper_.joinable()) reaper_.join();
@@ -187,12 +211,48 @@ std::vector<std::string> ModelRegistry::names() const {
 }
 
 std::shared_ptr<ModelLease> ModelRegistry::acquire(const std::string& asked, bool ollama,
-                                                   std::optional<double> keep_alive) {
+                                                   std::optional<double> keep_alive,
+                                                   ModelUse use) {
+  std::shared_ptr<ModelLease> lease = acquire_loaded(asked, ollama, keep_alive, use);
+  if (use != ModelUse::embed || lease->embedder_ || lease->entry_->pinned) return lease;
+  // A generative model's embeddings: its decoder as an embedder, made once while it stays loaded.
+  RegistryEntry& entry = *lease->entry_;
+  std::lock_guard made(entry.embedder_mutex);
+  std::shared_ptr<const Model> decoder;
+  {
+    std::lock_guard lock(mutex_);
+    lease->embedder_ = entry.embedder;
+    decoder = entry.decoder;
+  }
+  if (lease->embedder_) return lease;
+  try {
+    lease->embedder_ =
+        std::make_shared<Embedder>(embedding_model_from_decoder(decoder), options_.engine.n_threads);
+  } catch (const std::exception& e) {
+    throw ApiError::invalid(fmt::format("model '{}' gives no embeddings: {}", entry.name, e.what()),
+                            "model", "model_not_embedding");
+  }
+  std::lock_guard lock(mutex_);
+  if (entry.served) entry.embedder = lease->embedder_;  // kept while the model stays loaded
+  return lease;
+}
+
+ApiError ModelRegistry::not_generative(const std::string& name) {
+  return ApiError::invalid(
+      fmt::format("model '{}' is an embedding model: it does not generate text (it answers POST "
+                  "/v1/embeddings, /api/embed and /api/embeddings)",
+                  name),
+      "model", "model_not_generative");
+}
+
+std::shared_ptr<ModelLease> ModelRegistry::acquire_loaded(const std::string& asked, bool ollama,
+                                                          std::optional<double> keep_alive,
+                                                          ModelUse use) {
   if (first_->serves(asked)) {
     std::lock_guard lock(mutex_);
     ++first_entry_->running;
     first_entry_->last_used = Clock::now();
-    return std::make_shared<ModelLease>(*this, first_entry_, first_, keep_alive);
+    return std::make_shared<ModelLease>(*this, first_entry_, first_, nullptr, keep_alive);
   }
   const std::optional<std::string> name = stored_name(asked);
   if (!name) {
@@ -214,29 +274,37 @@ std::shared_ptr<ModelLease> ModelRegistry::acquire(const std::string& asked, boo
     throw ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down");
   if (const auto it = entries_.find(*name); it == entries_.end() || it->second != entry) {
     lock.unlock();  // the load it waited for failed (and was forgotten): try again
-    return acquire(asked, ollama, keep_alive);
+    return acquire_loaded(asked, ollama, keep_alive, use);
   }
-  entry->last_used = Clock::now();
-  if (entry->served) {
+  if (is_loaded(*entry)) {
+    if (entry->encoder && use == ModelUse::generate) throw not_generative(*name);
+    entry->last_used = Clock::now();
     ++entry->running;
     entry->unload_when_idle = false;
-    return std::make_shared<ModelLease>(*this, entry, entry->served, keep_alive);
+    return std::make_shared<ModelLease>(*this, entry, entry->served, entry->embedder, keep_alive);
   }
   // Not loaded: this request loads it, outside the lock; others for it wait on `loading`.
   std::uint64_t size = 0;
   try {
     const StoredModel stored = store_->find(*name);
-    // Its file and its KV pool: the pool's bytes when given, else known once its engine has sized
-    // it.
-    size = stored.size +
-           static_cast<std::uint64_t>(std::max<std::int64_t>(options_.engine.kv_cache_bytes, 0));
+    entry->encoder = is_embedding_model_path(stored.file);
+    // Its file and, for an engine, its KV pool: the pool's bytes when given, else known once its
+    // engine has sized it.
+    size = stored.size + (entry->encoder ? 0
+                                         : static_cast<std::uint64_t>(std::max<std::int64_t>(
+                                               options_.engine.kv_cache_bytes, 0)));
     entry->stored = stored;
   } catch (const std::exception& e) {
     entries_.erase(*name);
     throw ApiError(500, "server_error", fmt::format("cannot load '{}': {}", *name, e.what()),
                    "model", "model_load_failed");
   }
-  std::vector<std::shared_ptr<ServedModel>> dropped;
+  if (entry->encoder && use == ModelUse::generate) {
+    entries_.erase(*name);
+    throw not_generative(*name);
+  }
+  entry->last_used = Clock::now();
+  Dropped dropped;
   if (!make_room(lock, size, dropped)) {
     entries_.erase(*name);
     lock.unlock();
@@ -253,42 +321,56 @@ std::shared_ptr<ModelLease> ModelRegistry::acquire(const std::string& asked, boo
   lock.unlock();
   dropped.clear();  // engines of unloaded models stop here, outside the lock
   std::shared_ptr<ServedModel> served;
+  std::shared_ptr<Embedder> embedder;
+  std::shared_ptr<const Model> decoder;
   std::string error;
   try {
-    const OpenedModel opened = open_model(*name, *store_);
-    auto engine = std::make_shared<Engine>(opened.model, options_.engine);
-    if (opened.stored) {
-      for (std::size_t i = 0; i < opened.stored->adapters.size(); ++i) {
-        engine->attach_lora(adapter_name(i), opened.stored->adapters[i]);
+    if (entry->encoder) {
+      auto encoder =
+          std::const_pointer_cast<EmbeddingModel>(load_embedding_model(entry->stored->file));
+      encoder->name = *name;
+      embedder = std::make_shared<Embedder>(std::move(encoder), options_.engine.n_threads);
+    } else {
+      const OpenedModel opened = open_model(*name, *store_);
+      decoder = opened.model;
+      auto engine = std::make_shared<Engine>(opened.model, options_.engine);
+      if (opened.stored) {
+        for (std::size_t i = 0; i < opened.stored->adapters.size(); ++i) {
+          engine->attach_lora(adapter_name(i), opened.stored->adapters[i]);
+        }
       }
+      served = std::make_shared<ServedModel>(engine, *name, options_.served);
     }
-    served = std::make_shared<ServedModel>(engine, *name, options_.served);
   } catch (const std::exception& e) {
     error = e.what();
   }
   lock.lock();
   entry->loading = false;
   changed_.notify_all();
-  if (!served) {
+  if (!served && !embedder) {
     entries_.erase(*name);
     throw ApiError(500, "server_error", fmt::format("cannot load '{}': {}", *name, error), "model",
                    "model_load_failed");
   }
   entry->served = served;
-  entry->size = entry->stored->size + static_cast<std::uint64_t>(std::max<std::int64_t>(
-                                          served->engine().options().kv_cache_bytes, 0));
+  entry->embedder = embedder;
+  entry->decoder = decoder;
+  entry->size = entry->stored->size +
+                (served ? static_cast<std::uint64_t>(std::max<std::int64_t>(
+                              served->engine().options().kv_cache_bytes, 0))
+                        : 0);
   entry->unload_when_idle = false;
   ++entry->running;
-  return std::make_shared<ModelLease>(*this, entry, served, keep_alive);
+  return std::make_shared<ModelLease>(*this, entry, served, embedder, keep_alive);
 }
 
 bool ModelRegistry::make_room(std::unique_lock<std::mutex>&, std::uint64_t size,
-                              std::vector<std::shared_ptr<ServedModel>>& dropped) {
+                              Dropped& dropped) {
   auto fits = [&] {
     std::size_t count = 1;  // the first model
     std::uint64_t bytes = first_entry_->size + size;
     for (const auto& [name, e] : entries_) {
-      if (e->served || e->loading) {
+      if (is_loaded(*e) || e->loading) {
         ++count;
         bytes += e->size;
       }
@@ -299,12 +381,12 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>&, std::uint64_t size,
   while (!fits()) {
     std::shared_ptr<RegistryEntry> oldest;
     for (const auto& [name, e] : entries_) {
-      if (e->served && e->running == 0 && !e->loading &&
+      if (is_loaded(*e) && e->running == 0 && !e->loading &&
           (!oldest || e->last_used < oldest->last_used))
         oldest = e;
     }
     if (!oldest) return false;
-    dropped.push_back(std::move(oldest->served));
+    unload_into(*oldest, dropped);
     oldest->expires.reset();
   }
   return true;
@@ -312,7 +394,7 @@ bool ModelRegistry::make_room(std::unique_lock<std::mutex>&, std::uint64_t size,
 
 void ModelRegistry::release(const std::shared_ptr<RegistryEntry>& entry,
                             std::optional<double> keep_alive) {
-  std::shared_ptr<ServedModel> dropped;
+  Dropped dropped;
   {
     std::lock_guard lock(mutex_);
     --entry->running;
@@ -327,7 +409,7 @@ void ModelRegistry::release(const std::shared_ptr<RegistryEntry>& entry,
                                           std::chrono::duration<double>(std::min(seconds, 1e9)));
     }
     if (entry->running == 0 && (seconds == 0 || entry->unload_when_idle)) {
-      dropped = std::move(entry->served);
+      unload_into(*entry, dropped);
       entry->expires.reset();
     }
     changed_.notify_all();
@@ -338,28 +420,28 @@ bool ModelRegistry::unload(const std::string& asked) {
   if (first_->serves(asked)) return false;
   const std::optional<std::string> name = stored_name(asked);
   if (!name) return false;
-  std::shared_ptr<ServedModel> dropped;
+  Dropped dropped;
   std::lock_guard lock(mutex_);
   const auto it = entries_.find(*name);
-  if (it == entries_.end() || !it->second->served) return false;
+  if (it == entries_.end() || !is_loaded(*it->second)) return false;
   if (it->second->running > 0) {
     it->second->unload_when_idle = true;
   } else {
-    dropped = std::move(it->second->served);
+    unload_into(*it->second, dropped);
     it->second->expires.reset();
   }
   return true;
 }
 
 void ModelRegistry::forget(const std::string& stored_name) {
-  std::shared_ptr<ServedModel> dropped;
+  Dropped dropped;
   std::lock_guard lock(mutex_);
   const auto it = entries_.find(stored_name);
   if (it == entries_.end()) return;
   if (it->second->running > 0 || it->second->loading) {
     it->second->unload_when_idle = true;
   } else {
-    dropped = std::move(it->second->served);
+    unload_into(*it->second, dropped);
     entries_.erase(it);
   }
 }
@@ -380,11 +462,12 @@ std::vector<LoadedModelInfo> ModelRegistry::loaded() const {
     }
     info.running = e.running;
     info.model = e.served.get();
+    info.embedding = e.encoder;
     out.push_back(std::move(info));
   };
   add(*first_entry_);
   for (const auto& [name, e] : entries_) {
-    if (e->served) add(*e);
+    if (is_loaded(*e)) add(*e);
   }
   return out;
 }
@@ -392,13 +475,13 @@ std::vector<LoadedModelInfo> ModelRegistry::loaded() const {
 void ModelRegistry::reap() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    std::vector<std::shared_ptr<ServedModel>> dropped;
+    Dropped dropped;
     const Clock::time_point now = Clock::now();
     Clock::time_point next = now + std::chrono::seconds(1);
     for (auto& [name, e] : entries_) {
-      if (!e->served || e->running > 0 || !e->expires) continue;
+      if (!is_loaded(*e) || e->running > 0 || !e->expires) continue;
       if (*e->expires <= now) {
-        dropped.push_back(std::move(e->served));
+        unload_into(*e, dropped);
         e->expires.reset();
       } else {
         next = std::min(next, *e->expires);

@@ -3,9 +3,11 @@
 // semantics: the request's, else the server's default; 0 unloads once its requests are done,
 // negative keeps it loaded), or earlier when the limits (a number of models, a memory budget: their
 // files' bytes) need room for another, least recently used first, never one with requests running.
-// Each loaded model has its own engine (batching, KV pool, threads). A load runs on the thread of
-// the request that needs it, without the registry's lock: requests to other models go on; requests
-// to the model being loaded wait for it.
+// Each loaded model has its own engine (batching, KV pool, threads), or, for an embedding model (a
+// BERT encoder: llama.cpp's bert GGUF), its own Embedder; both count alike against keep_alive and the
+// limits. A generative model embeds too when asked (its last hidden state, an Embedder made on the
+// first such request). A load runs on the thread of the request that needs it, without the registry's
+// lock: requests to other models go on; requests to the model being loaded wait for it.
 #pragma once
 
 #include <chrono>
@@ -20,8 +22,10 @@
 #include <thread>
 #include <vector>
 
+#include "pie/embedding.h"
 #include "pie/engine.h"
 #include "pie/model_store.h"
+#include "server/api_error.h"
 #include "server/served_model.h"
 
 namespace pie::server {
@@ -43,11 +47,18 @@ struct RegistryEntry;
 class ModelLease {
  public:
   ModelLease(ModelRegistry& registry, std::shared_ptr<RegistryEntry> entry,
-             std::shared_ptr<ServedModel> model, std::optional<double> keep_alive);
+             std::shared_ptr<ServedModel> model, std::shared_ptr<Embedder> embedder,
+             std::optional<double> keep_alive);
   ~ModelLease();
   ModelLease(const ModelLease&) = delete;
   ModelLease& operator=(const ModelLease&) = delete;
+  // The generative model; a lease taken for ModelUse::generate always has one.
   ServedModel& model() const { return *model_; }
+  // The model's embedder; a lease taken for ModelUse::embed of a stored model always has one (the
+  // first model's embedder is the server's: null here).
+  Embedder* embedder() const { return embedder_.get(); }
+  // The name the model is served under.
+  const std::string& name() const;
   // The stored model (its Modelfile's parameters and system prompt); nullopt for the first model.
   const std::optional<StoredModel>& stored() const;
   // Its Modelfile's ADAPTERs, attached to its engine when it was loaded: what each of its requests
@@ -55,9 +66,11 @@ class ModelLease {
   std::vector<LoraRequest> adapters() const;
 
  private:
+  friend class ModelRegistry;
   ModelRegistry& registry_;
   std::shared_ptr<RegistryEntry> entry_;
   std::shared_ptr<ServedModel> model_;
+  std::shared_ptr<Embedder> embedder_;
   std::optional<double> keep_alive_;
 };
 
@@ -69,7 +82,12 @@ struct LoadedModelInfo {
   std::int32_t running = 0;
   const ServedModel* model =
       nullptr;  // valid while the registry is locked by the caller's lease, else unused
+  bool embedding = false;  // an embedding model (an Embedder, no engine)
 };
+
+// What a request wants of a model: text (an engine), or embeddings (an encoder's Embedder, or a
+// generative model's hidden states).
+enum class ModelUse : std::uint8_t { generate, embed };
 
 class ModelRegistry {
  public:
@@ -80,10 +98,13 @@ class ModelRegistry {
 
   // The model `asked` names (the first model's names, "default", empty; or a stored name), loaded
   // (or loading: waits for it). keep_alive: seconds, nullopt for the default. Throws ApiError 404
-  // naming an unknown model (in Ollama's words when `ollama`), 503 when no room can be made (every
-  // loaded model busy), 500 when the model cannot be loaded.
+  // naming an unknown model (in Ollama's words when `ollama`), 400 naming an embedding model asked
+  // to generate (model_not_generative) or a generative model whose embeddings cannot be computed
+  // (model_not_embedding), 503 when no room can be made (every loaded model busy), 500 when the
+  // model cannot be loaded.
   std::shared_ptr<ModelLease> acquire(const std::string& asked, bool ollama,
-                                      std::optional<double> keep_alive = {});
+                                      std::optional<double> keep_alive = {},
+                                      ModelUse use = ModelUse::generate);
   // Unloads `asked` once its requests are done (Ollama's keep_alive 0 with nothing to generate).
   // False when it is not loaded; the first model is never unloaded.
   bool unload(const std::string& asked);
@@ -111,7 +132,11 @@ class ModelRegistry {
   // Under the lock: unloads idle models, least recently used first, until `size` more bytes and one
   // more model fit. False when they cannot.
   bool make_room(std::unique_lock<std::mutex>& lock, std::uint64_t size,
-                 std::vector<std::shared_ptr<ServedModel>>& dropped);
+                 std::vector<std::shared_ptr<const void>>& dropped);
+  // acquire without the embedder of a generative model (made by acquire when asked).
+  std::shared_ptr<ModelLease> acquire_loaded(const std::string& asked, bool ollama,
+                                             std::optional<double> keep_alive, ModelUse use);
+  static ApiError not_generative(const std::string& name);
   void reap();
 
   std::shared_ptr<ServedModel> first_;

@@ -198,28 +198,31 @@ struct Server::Impl {
   void embeddings(const httplib::Request& req, httplib::Response& res, server::EmbeddingsApi api) {
     const server::EmbeddingsRequest request = server::parse_embeddings_request(server::parse_body(req.body), api);
     const bool ollama = api != server::EmbeddingsApi::openai;
-    const bool known = engine ? registry->is_first(request.model) || registry->stored_name(request.model)
-                              : names_embedding_model(request.model);
-    if (!known) {
-      throw ApiError(404, "invalid_request_error",
-                     ollama ? fmt::format("model '{}' not found", request.model)
-                            : fmt::format("The model '{}' does not exist; this server serves '{}'", request.model,
-                                          fmt::join(engine ? registry->names() : embedding_names, "', '")),
-                     "model", "model_not_found");
+    if (!engine) {  // an embedding model served alone
+      if (!names_embedding_model(request.model)) {
+        throw ApiError(404, "invalid_request_error",
+                       ollama ? fmt::format("model '{}' not found", request.model)
+                              : fmt::format("The model '{}' does not exist; this server serves '{}'", request.model,
+                                            fmt::join(embedding_names, "', '")),
+                       "model", "model_not_found");
+      }
+      return res.set_content(server::answer_embeddings(request, *embedder, served_name()), "application/json");
     }
-    if (engine && !registry->is_first(request.model)) {
-      throw ApiError::invalid(fmt::format("model '{}' gives no embeddings here: they come from '{}', the model "
-                                          "the server was started with", request.model, model->name()),
-                              "model", "model_not_embedding");
+    // Any model by name: a stored embedding model, a stored generative model's hidden states (the
+    // registry's embedders), or the first model's (the server's own, options.embedder).
+    const auto lease = registry->acquire(request.model, ollama, request.keep_alive, server::ModelUse::embed);
+    Embedder* model_embedder = lease->embedder();
+    if (model_embedder == nullptr) {
+      std::call_once(embedder_made, [this] {
+        if (options.embedder) embedder = options.embedder();
+      });
+      if (!embedder) {
+        throw ApiError::invalid(fmt::format("model '{}' gives no embeddings on this server", lease->name()),
+                                "model", "model_not_embedding");
+      }
+      model_embedder = embedder.get();
     }
-    std::call_once(embedder_made, [this] {
-      if (options.embedder) embedder = options.embedder();
-    });
-    if (!embedder) {
-      throw ApiError::invalid(fmt::format("model '{}' gives no embeddings on this server", served_name()), "model",
-                              "model_not_embedding");
-    }
-    res.set_content(server::answer_embeddings(request, *embedder, served_name()), "application/json");
+    res.set_content(server::answer_embeddings(request, *model_embedder, lease->name()), "application/json");
   }
 
   // The routes an embedding model served alone answers; the others answer 400 (they generate, or work on

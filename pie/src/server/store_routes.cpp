@@ -193,6 +193,7 @@ Json show_response(const ModelRegistry& registry, const Json& body) {
             {d.family + ".attention.head_count_kv", d.head_count_kv},
             {"tokenizer.ggml.tokens_count", d.vocab_size}};
   if (!d.name.empty()) info["general.name"] = d.name;
+  if (d.embedding) info[d.family + ".pooling_type"] = d.pooling;
   const std::string modelfile = modelfile_text(m);
   std::string parameters;
   std::istringstream lines(modelfile);
@@ -208,7 +209,7 @@ Json show_response(const ModelRegistry& registry, const Json& body) {
            {"system", m.system},
            {"details", details_json(d)},
            {"model_info", std::move(info)},
-           {"capabilities", Json::array({"completion", "tools"})},
+           {"capabilities", d.embedding ? Json::array({"embedding"}) : Json::array({"completion", "tools"})},
            {"modified_at", iso_time(std::chrono::file_clock::to_sys(m.modified))}};
   if (!m.messages.empty()) out["messages"] = Json::parse(m.messages);
   return out;

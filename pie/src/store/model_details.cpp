@@ -71,6 +71,13 @@ ModelDetails read_model_details(const std::filesystem::path& gguf) {
   out.head_count = uint_or_zero(file, arch + ".attention.head_count");
   out.head_count_kv = uint_or_zero(file, arch + ".attention.head_count_kv");
   out.chat_template = string_or_empty(file, "tokenizer.chat_template");
+  if (arch == "bert") {
+    out.embedding = true;
+    const std::uint64_t pooling =
+        file.find("bert.pooling_type") != nullptr ? uint_or_zero(file, "bert.pooling_type") : 1;
+    static const char* const kPooling[] = {"none", "mean", "cls", "last"};
+    out.pooling = pooling >= 1 && pooling <= 3 ? kPooling[pooling] : std::to_string(pooling);
+  }
   if (const tensor::gguf::Value* tokens = file.find("tokenizer.ggml.tokens");
       tokens != nullptr && tokens->type == tensor::gguf::ValueType::kArray) {
     out.vocab_size = tokens->as_array("tokenizer.ggml.tokens").items.size();

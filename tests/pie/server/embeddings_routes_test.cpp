@@ -283,5 +283,19 @@ TEST(GenerativeServer, EmbeddingsFromTheDecodersHiddenState) {
   EXPECT_EQ(chat->status, 200) << chat->body;
 }
 
+// A server given no embedder for its model: the embedding routes answer a 400 naming the model.
+TEST(NoEmbedder, EmbeddingsOfAModelThatCannotEmbedAre400NamingIt) {
+  EngineOptions eo;
+  eo.n_threads = 1;
+  eo.context_length = 128;
+  LiveServer live(std::make_shared<Engine>(random_model(), eo), nullptr, "random");
+  for (const char* path : {"/v1/embeddings", "/api/embed"}) {
+    auto r = live.post(path, {{"model", "random"}, {"input", "hello"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find("model 'random' gives no embeddings"), std::string::npos) << r->body;
+  }
+}
+
 }  // namespace
 }  // namespace pie

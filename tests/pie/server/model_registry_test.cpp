@@ -2,7 +2,7 @@
 // GGUF under two names: loading on the first request, keep_alive (0, a time, never; Ollama's
 // durations), the limits (a number of models, a memory budget) unloading the least recently used
 // idle model and refusing (503) when every loaded one is busy, unload() with requests running, a
-// model that cannot be loaded (500), an unknown one (404 naming it).
+// model that cannot be loaded (500), an unknown one (404 naming it); an embedding model beside them.
 #include "server/model_registry.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +14,11 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
+#include "embedding_model.h"
+#include "pie/embedding.h"
+#include "pie/embedding_convert.h"
 #include "pie/engine.h"
 #include "pie/lora.h"
 #include "pie/model.h"
@@ -266,6 +271,99 @@ TEST_F(ModelRegistryTest, ModelfileAdaptersApplyToItsRequests) {
   std::string message;
   EXPECT_EQ(status_of([&] { r->acquire("broken", true); }, &message), 500);
   EXPECT_NE(message.find("cannot load 'broken:latest'"), std::string::npos) << message;
+}
+
+// An embedding model in the store (all-MiniLM-L6-v2 written as llama.cpp's bert GGUF; skipped when
+// absent) beside a generative one: each embeds by name, the encoder from its own Embedder (the
+// vectors the folder gives), the generative model from its hidden states; the encoder asked to
+// generate is a 400 naming it, loaded or not; it counts against the limits and keep_alive as an
+// engine does; a corrupt blob is a 500 naming it.
+class EmbeddingModelsTest : public ModelRegistryTest {
+ protected:
+  // The GGUF is written once for the suite (45 MB); each test stores it anew.
+  static void SetUpTestSuite() {
+    if (orchard::testing::embedding_model_path().empty()) return;
+    folder_model_ = load_embedding_model(orchard::testing::embedding_model_path());
+    gguf_ = fs::temp_directory_path() / ("orchard_registry_minilm_" + std::to_string(::getpid()) + ".gguf");
+    write_gguf_embedding_model(*folder_model_, gguf_, ConvertOptions{});
+  }
+  static void TearDownTestSuite() {
+    if (!gguf_.empty()) fs::remove(gguf_);
+    folder_model_.reset();
+  }
+  void SetUp() override {
+    ORCHARD_REQUIRE_EMBEDDING_MODEL();
+    ModelRegistryTest::SetUp();
+    ModelStore(root_ / "models").import_file(gguf_, "minilm");
+  }
+  static inline std::shared_ptr<const EmbeddingModel> folder_model_;
+  static inline fs::path gguf_;
+};
+
+TEST_F(EmbeddingModelsTest, EveryStoredModelEmbedsByName) {
+  auto r = make();
+  const std::vector<std::string> texts = {"A man is eating food.", "Müller's café, 東京!"};
+  auto lease = r->acquire("minilm", true, std::nullopt, ModelUse::embed);
+  ASSERT_NE(lease->embedder(), nullptr);
+  EXPECT_EQ(lease->name(), "minilm:latest");
+  EXPECT_EQ(lease->embedder()->model().architecture(), "bert");
+  Embedder direct(folder_model_, 1);
+  EXPECT_EQ(lease->embedder()->embed(texts).embeddings, direct.embed(texts).embeddings);
+  // The generative model's hidden states, as its file gives them directly.
+  auto generative = r->acquire("a", true, std::nullopt, ModelUse::embed);
+  ASSERT_NE(generative->embedder(), nullptr);
+  Embedder from_file(load_embedding_model(root_ / "tiny.gguf"), 1);
+  const std::vector<std::vector<std::int32_t>> ids = {{1, 5, 9, 13}};
+  EXPECT_EQ(generative->embedder()->embed_tokens(ids).embeddings,
+            from_file.embed_tokens(ids).embeddings);
+  EXPECT_EQ(generative->embedder(), r->acquire("a", true, std::nullopt, ModelUse::embed)->embedder());
+  EXPECT_NE(&generative->model(), nullptr);  // and it still generates
+  bool listed = false;
+  for (const LoadedModelInfo& m : r->loaded()) listed |= m.name == "minilm:latest" && m.embedding;
+  EXPECT_TRUE(listed);
+  // Asked to generate, loaded or not: a 400 naming it.
+  std::string message;
+  try {
+    r->acquire("minilm", true);
+    ADD_FAILURE() << "an embedding model generated";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.code(), "model_not_generative");
+    EXPECT_NE(std::string(e.what()).find("'minilm:latest' is an embedding model"), std::string::npos)
+        << e.what();
+  }
+  lease.reset();
+  EXPECT_TRUE(r->unload("minilm"));
+  EXPECT_EQ(status_of([&] { r->acquire("minilm", true); }, &message), 400);
+  EXPECT_FALSE(loaded(*r).contains("minilm:latest"));  // nothing was loaded for it
+  EXPECT_EQ(status_of([&] { r->acquire("nope", true, std::nullopt, ModelUse::embed); }, &message), 404);
+  EXPECT_NE(message.find("'nope' not found"), std::string::npos) << message;
+}
+
+TEST_F(EmbeddingModelsTest, CountsAgainstTheLimitsAndKeepAlive) {
+  auto r = make(/*max_loaded=*/2);
+  r->acquire("minilm", true, 0.0, ModelUse::embed).reset();
+  EXPECT_FALSE(loaded(*r).contains("minilm:latest"));  // keep_alive 0: unloaded when done
+  r->acquire("minilm", true, std::nullopt, ModelUse::embed).reset();
+  EXPECT_TRUE(loaded(*r).contains("minilm:latest"));
+  r->acquire("a", true).reset();  // room for one more: the idle encoder goes
+  EXPECT_EQ(loaded(*r), (std::set<std::string>{"first", "a:latest"}));
+  r->acquire("minilm", true, std::nullopt, ModelUse::embed).reset();  // and back, unloading 'a'
+  EXPECT_EQ(loaded(*r), (std::set<std::string>{"first", "minilm:latest"}));
+}
+
+TEST_F(EmbeddingModelsTest, ACorruptBlobIs500NamingIt) {
+  const StoredModel stored = ModelStore(root_ / "models").find("minilm");
+  {
+    std::fstream blob(stored.file, std::ios::in | std::ios::out | std::ios::binary);
+    blob.seekp(static_cast<std::streamoff>(stored.size / 2));
+    blob.write("corrupt!", 8);
+  }
+  auto r = make();
+  std::string message;
+  EXPECT_EQ(status_of([&] { r->acquire("minilm", true, std::nullopt, ModelUse::embed); }, &message), 500);
+  EXPECT_NE(message.find("cannot load 'minilm:latest'"), std::string::npos) << message;
+  EXPECT_NE(message.find("corrupt"), std::string::npos) << message;
 }
 
 }  // namespace
