@@ -84,9 +84,9 @@ int convert_encoder(const std::string& input, const std::string& output, pie::Co
   std::error_code ec;
   const auto bytes = std::filesystem::file_size(output, ec);
   const pie::EncoderConfig& c = *written->encoder;
-  std::printf("wrote %s: bert, %d layers, n_embd %d, vocab %d, pooling %s, %.1f MiB (f16)\n", output.c_str(),
+  std::printf("wrote %s: bert, %d layers, n_embd %d, vocab %d, pooling %s, %.1f MiB (%s)\n", output.c_str(),
               c.n_layer, c.n_embd, c.n_vocab, pie::pooling_name(written->pooling),
-              static_cast<double>(bytes) / (1024.0 * 1024.0));
+              static_cast<double>(bytes) / (1024.0 * 1024.0), std::string(tensor::dtype_name(convert.type)).c_str());
   return 0;
 }
 
@@ -101,7 +101,8 @@ int run_convert(std::span<const std::string> args) {
       "folder (config.json, *.safetensors, tokenizer.json) or a llama2.c checkpoint (its tokenizer .bin\n"
       "beside it, or given with --tokenizer), a stored model's name, or orchard-random.\n\n"
       "A BERT embedding model (a Hugging Face folder of model_type bert, such as all-MiniLM-L6-v2) is\n"
-      "written as llama.cpp's bert GGUF (f16 matrices; its WordPiece vocabulary and pooling), which\n"
+      "written as llama.cpp's bert GGUF (matrices f16, or f32 with --type f32; its WordPiece vocabulary\n"
+      "and pooling), which\n"
       "`orchard pull` / `create` store as one blob and the server embeds with by name.\n\n"
       "TYPE is the type of the weight matrices: f32, f16 (default), bf16, q8_0, q4_0, q4_K or q6_K\n"
       "(quantized exactly as ggml does). Norms and biases stay f32; with q4_K/q6_K the output projection\n"

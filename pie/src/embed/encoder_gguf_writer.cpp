@@ -1,12 +1,16 @@
 // write_gguf_embedding_model: a BERT encoder as llama.cpp's bert GGUF (the names load_bert_gguf reads).
 #include <fmt/format.h>
 
+#include <cstring>
 #include <vector>
+
+#include "kernels/quant.h"
 
 #include "pie/embedding_convert.h"
 #include "pie/error.h"
 #include "tensor/error.h"
 #include "tensor/gguf.h"
+#include "tensor/half.h"
 #include "tokenizers/error.h"
 #include "tokenizers/gguf_export.h"
 
@@ -16,17 +20,30 @@ namespace {
 namespace gg = tensor::gguf;
 using tensor::DType;
 
-// ggml's type numbers of what an encoder's tensors hold after loading.
-std::uint32_t ggml_type(DType t, const std::filesystem::path& path, const std::string& name) {
-  switch (t) {
-    case DType::f32: return 0;
-    case DType::f16: return 1;
-    case DType::bf16: return 30;
-    default:
-      throw ModelError(fmt::format("[convert] {}: tensor '{}' is {}; an encoder's tensors are written as f32, "
-                                   "f16 or bf16",
-                                   path.string(), name, tensor::dtype_name(t)));
+// A tensor's values as f32 (any type the loader keeps: f32, f16, bf16, or a quantized one).
+std::vector<float> as_f32(const Weight& t) {
+  const std::int64_t n_in = t.dim(t.rank() - 1);
+  const std::int64_t rows = t.numel() / n_in;
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  const std::size_t row_bytes = tensor::row_bytes(t.dtype(), n_in);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    kernels::dequantize_row_ref(t.dtype(), t.data() + static_cast<std::size_t>(r) * row_bytes,
+                                out.data() + r * n_in, n_in);
   }
+  return out;
+}
+
+std::vector<std::uint8_t> bytes_of(const float* values, std::size_t n, DType type) {
+  if (type == DType::f32) {
+    const auto* b = reinterpret_cast<const std::uint8_t*>(values);
+    return std::vector<std::uint8_t>(b, b + n * sizeof(float));
+  }
+  std::vector<std::uint8_t> out(n * sizeof(std::uint16_t));
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t h = tensor::f32_to_f16(values[i]);
+    std::memcpy(out.data() + i * sizeof h, &h, sizeof h);
+  }
+  return out;
 }
 
 // llama.cpp's LLAMA_POOLING_TYPE.
@@ -50,8 +67,8 @@ void write_gguf_embedding_model(const EmbeddingModel& model, const std::filesyst
     throw fail(fmt::format("'{}' is a decoder used as an embedder; only encoders are written as bert GGUF",
                            model.name));
   }
-  if (options.type != DType::f16) {
-    throw fail(fmt::format("an encoder's matrices are written as f16 (what Orchard runs them as), not {}",
+  if (options.type != DType::f16 && options.type != DType::f32) {
+    throw fail(fmt::format("an encoder's matrices are written as f16 or f32, not {}",
                            tensor::dtype_name(options.type)));
   }
   if (!model.tokenizer) throw fail("the model has no tokenizer (GGUF files carry one)");
@@ -68,7 +85,7 @@ void write_gguf_embedding_model(const EmbeddingModel& model, const std::filesyst
   try {
     w.set("general.architecture", gg::make_string("bert"));
     w.set("general.name", gg::make_string(model.name));
-    w.set("general.file_type", gg::make_uint32(1));  // mostly f16
+    w.set("general.file_type", gg::make_uint32(options.type == DType::f16 ? 1 : 0));  // llama_ftype
     w.set("bert.context_length", gg::make_uint32(static_cast<std::uint32_t>(c.n_positions)));
     w.set("bert.embedding_length", gg::make_uint32(static_cast<std::uint32_t>(c.n_embd)));
     w.set("bert.feed_forward_length", gg::make_uint32(static_cast<std::uint32_t>(c.n_ff)));
@@ -85,12 +102,17 @@ void write_gguf_embedding_model(const EmbeddingModel& model, const std::filesyst
   }
   std::size_t done = 0;
   const std::size_t total = 5 + 16 * e.layers.size();
+  // Matrices (the token table too) in the type asked for; vectors (norms, biases) and the position
+  // and token type tables in f32, as convert_hf_to_gguf.py writes them (llama.cpp adds those tables to
+  // f32 activations, which it cannot do from f16).
   auto add = [&](const std::string& name, const Weight& t) {
     if (t.empty()) throw fail(fmt::format("tensor '{}' is missing", name));
     std::vector<std::uint64_t> dims;
     for (int i = t.rank() - 1; i >= 0; --i) dims.push_back(static_cast<std::uint64_t>(t.dim(i)));
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(t.data());
-    w.add_tensor(name, dims, ggml_type(t.dtype(), path, name), std::vector<std::uint8_t>(bytes, bytes + t.nbytes()));
+    const bool added_table = name == "position_embd.weight" || name == "token_types.weight";
+    const DType type = t.rank() == 2 && !added_table ? options.type : DType::f32;
+    const std::vector<float> values = as_f32(t);
+    w.add_tensor(name, dims, type == DType::f32 ? 0 : 1, bytes_of(values.data(), values.size(), type));
     if (options.progress) options.progress(++done, total);
   };
   add("token_embd.weight", e.token_embd);

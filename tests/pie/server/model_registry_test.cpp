@@ -275,7 +275,7 @@ TEST_F(ModelRegistryTest, ModelfileAdaptersApplyToItsRequests) {
 
 // An embedding model in the store (all-MiniLM-L6-v2 written as llama.cpp's bert GGUF; skipped when
 // absent) beside a generative one: each embeds by name, the encoder from its own Embedder (the
-// vectors the folder gives), the generative model from its hidden states; the encoder asked to
+// vectors its file gives), the generative model from its hidden states; the encoder asked to
 // generate is a 400 naming it, loaded or not; it counts against the limits and keep_alive as an
 // engine does; a corrupt blob is a 500 naming it.
 class EmbeddingModelsTest : public ModelRegistryTest {
@@ -307,7 +307,7 @@ TEST_F(EmbeddingModelsTest, EveryStoredModelEmbedsByName) {
   ASSERT_NE(lease->embedder(), nullptr);
   EXPECT_EQ(lease->name(), "minilm:latest");
   EXPECT_EQ(lease->embedder()->model().architecture(), "bert");
-  Embedder direct(folder_model_, 1);
+  Embedder direct(load_embedding_model(gguf_), 1);  // the same file, opened directly
   EXPECT_EQ(lease->embedder()->embed(texts).embeddings, direct.embed(texts).embeddings);
   // The generative model's hidden states, as its file gives them directly.
   auto generative = r->acquire("a", true, std::nullopt, ModelUse::embed);

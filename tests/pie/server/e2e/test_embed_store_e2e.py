@@ -7,8 +7,9 @@ The store (a temporary ORCHARD_HOME) holds:
   smollm2  the real default model (SmolLM2-135M-Instruct Q4_1), the model the server starts with (-m smollm2);
   tiny     orchard-random written as a 3.5 MB Q8_0 GGUF (a second generative model);
   minilm   all-MiniLM-L6-v2 written by `orchard convert` as llama.cpp's bert GGUF, pulled through /api/pull.
-Answers are checked, not only their shapes: embeddings against `orchard embed` on the original files (the HF
-folder for MiniLM), greedy text against the same request made alone.
+Answers are checked, not only their shapes: embeddings against `orchard embed` on the same files (and MiniLM's
+against the HF folder's within cosine 0.9999: the GGUF holds f16 matrices), greedy text against the same
+request made alone.
 
 Run by CTest: test_embed_store_e2e.py --orchard build/pie/orchard. Exit 0 pass, 1 fail, 77 skipped with a
 one-line reason (the `ollama` or `openai` package, the default model or all-MiniLM-L6-v2 is absent).
@@ -154,7 +155,9 @@ def test_pull_create_list_show(s, ctx):
 def test_embeddings_match_the_direct_embedder(s, ctx):
     ref = ctx["ref"]
     # OpenAI /v1/embeddings, Ollama /api/embed and the older /api/embeddings, each against `orchard embed` on
-    # the HF folder (the GGUF in the store holds the same weights: equal vectors).
+    # the GGUF file; that file's vectors against the HF folder's (f16 matrices: within cosine 0.9999).
+    for i, (v, f) in enumerate(zip(ref["minilm"], ref["minilm_folder"])):
+        expect(cosine(v, f) >= 0.9999, f"the GGUF's vector #{i} against the folder's: cosine {cosine(v, f)}")
     r = s.openai.embeddings.create(model="minilm", input=TEXTS)
     expect(r.model == "minilm:latest" and r.usage.prompt_tokens > len(TEXTS), (r.model, r.usage))
     for i, d in enumerate(r.data):
@@ -280,7 +283,8 @@ def main():
     subprocess.run([args.orchard, "pull", tiny, "-q"], check=True, capture_output=True, env=env)
     subprocess.run([args.orchard, "pull", smollm2_blob, "--name", "smollm2", "-q"], check=True, capture_output=True,
                    env=env)
-    ref = {"minilm": direct_embeddings(args.orchard, folder, env),
+    ref = {"minilm": direct_embeddings(args.orchard, minilm_gguf, env),
+           "minilm_folder": direct_embeddings(args.orchard, folder, env),
            "tiny": direct_embeddings(args.orchard, tiny, env),
            "smollm2": direct_embeddings(args.orchard, smollm2_blob, env)}
     print(f"set-up ({time.time() - start:.1f} s)", flush=True)
