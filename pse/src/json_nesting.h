@@ -4,8 +4,14 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "pse/error.h"
 
 namespace pse::detail {
 
@@ -34,6 +40,23 @@ bool json_nesting_exceeds(const Json& value, std::size_t limit) {
     }
   }
   return false;
+}
+
+// Parses `text`, throwing LimitError ("<what>nests arrays and objects more than <limit> levels deep")
+// as soon as a container opens past `limit` levels. A bound checked after parsing comes too late: the
+// DOM parser itself copies values recursively while it builds them (ordered_json's members live in a
+// vector), so a text 20,000 levels deep overflows the stack inside parse(). Parse errors propagate as
+// nlohmann's parse_error for the caller to place.
+template <typename Json>
+Json parse_json_bounded(std::string_view text, std::size_t limit, std::string_view what) {
+  auto bound = [&](int depth, typename Json::parse_event_t event, Json&) {
+    const bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+    if (opens && static_cast<std::size_t>(depth) + 1 > limit) {
+      throw LimitError(fmt::format("{}nests arrays and objects more than {} levels deep", what, limit));
+    }
+    return true;
+  };
+  return Json::parse(text, bound);
 }
 
 }  // namespace pse::detail

@@ -138,7 +138,8 @@ Grammar Converter::run() {
   index_resources(root_, root_base_, "", 0);
   for (const auto& [uri, text] : options_.documents) {
     try {
-      documents_.push_back(json::parse(text));
+      documents_.push_back(detail::parse_json_bounded<json>(
+          text, options_.max_nesting, fmt::format("[json_schema] document \"{}\" ", uri)));
     } catch (const json::exception& e) {
       throw SchemaError(fmt::format("[json_schema] document \"{}\" is not JSON: {}", uri, e.what()), uri, "");
     }
@@ -778,7 +779,8 @@ Grammar json_schema_to_grammar(const nlohmann::json& schema, const JsonSchemaOpt
 Grammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOptions& options) {
   nlohmann::ordered_json schema;
   try {
-    schema = nlohmann::ordered_json::parse(schema_text);
+    schema = detail::parse_json_bounded<nlohmann::ordered_json>(schema_text, options.max_nesting,
+                                                                "[json_schema] the schema ");
   } catch (const nlohmann::ordered_json::exception& e) {
     throw SchemaError(fmt::format("[json_schema] the schema is not JSON: {}", e.what()), "", "");
   }

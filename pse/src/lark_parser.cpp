@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "char_sets.h"
+#include "json_nesting.h"
 #include "pse/json_schema.h"
 #include "pse/lark.h"
 #include "pse/regex.h"
@@ -440,13 +441,16 @@ class LarkParser {
     std::string_view slice = in_.text().substr(begin, in_.pos() - begin);
     nlohmann::ordered_json schema;
     try {
-      schema = nlohmann::ordered_json::parse(slice);  // ordered: "properties" keep their order
+      // ordered: "properties" keep their order; bounded while read (json_nesting.h says why)
+      schema = detail::parse_json_bounded<nlohmann::ordered_json>(slice, JsonSchemaOptions{}.max_nesting, "");
     } catch (const nlohmann::ordered_json::parse_error& e) {
       // e.byte counts the bytes read up to and including the offending one.
       std::size_t byte = e.byte == 0 ? 0 : std::min<std::size_t>(e.byte - 1, slice.size() - 1);
       std::string what = e.what();
       if (auto p = what.find(": "); p != std::string::npos) what = what.substr(p + 2);
       in_.fail_at(begin + byte, "the %json schema is not JSON: " + what);
+    } catch (const LimitError& e) {
+      throw LimitError("[lark] " + in_.where(at) + ": the %json schema " + e.what());
     }
     Grammar sub;
     try {

@@ -489,6 +489,20 @@ TEST(JsonSchema, DeepValuesAreALimitErrorNotACrash) {
     EXPECT_THROW((void)json_schema_to_grammar(nlohmann::json::parse(schema)), LimitError);
     EXPECT_THROW((void)json_schema_to_grammar(nlohmann::ordered_json::parse(schema)), LimitError);
   }
+  // Far deeper text is refused while it is read: nlohmann's parser copies values recursively as it
+  // builds them, so a bound checked after parse() came too late (the fuzzer's crash: a "default" of
+  // 20,000 arrays under ASan).
+  const std::string deeper = std::string(300000, '[') + std::string(300000, ']');
+  for (const std::string& schema : {R"({"default":)" + deeper + "}", R"({"enum":[{"a":)" + deeper + "}]}"}) {
+    try {
+      (void)json_schema_to_grammar(std::string_view(schema));
+      ADD_FAILURE() << "no LimitError for a value nested 300,000 deep";
+    } catch (const LimitError& e) {
+      EXPECT_NE(std::string(e.what()).find("[json_schema] the schema nests arrays and objects more than 1000"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   // The bound is the option's, and values just under it still convert.
   std::string under = std::string(990, '[') + std::string(990, ']');
   expect_language(R"({"const":)" + under + "}", {under}, {"[]"});
@@ -501,6 +515,14 @@ TEST(JsonSchema, DeepValuesAreALimitErrorNotACrash) {
   EXPECT_THROW((void)json_schema_to_grammar(std::string_view(R"({"$ref":"http://example.com/deep.json"})"),
                                             with_document),
                LimitError);
+  with_document.documents["http://example.com/deep.json"] = R"({"const":)" + deeper + "}";
+  try {
+    (void)json_schema_to_grammar(std::string_view(R"({"$ref":"http://example.com/deep.json"})"), with_document);
+    ADD_FAILURE() << "a document nested 300,000 deep should be refused while it is read";
+  } catch (const LimitError& e) {
+    EXPECT_NE(std::string(e.what()).find(R"(document "http://example.com/deep.json" nests)"), std::string::npos)
+        << e.what();
+  }
 }
 
 // enum lists are deduplicated and intersected under JSON Schema equality, in linear time (a 100,000-string

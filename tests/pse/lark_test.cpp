@@ -334,6 +334,17 @@ TEST(LarkJson, Errors) {
   } catch (const LimitError& e) {
     EXPECT_NE(std::string(e.what()).find("more than 1000 levels deep"), std::string::npos) << e.what();
   }
+  // Text far deeper still is refused while it is read, with its place (the parser itself recursed).
+  const std::string deeper = std::string(300000, '[') + std::string(300000, ']');
+  try {
+    parse_lark("start: %json {\"default\": " + deeper + "}\n");
+    ADD_FAILURE() << "a value nested 300,000 deep should be refused while it is read";
+  } catch (const LimitError& e) {
+    EXPECT_NE(std::string(e.what()).find("[lark] line 1, column 8: the %json schema nests arrays and objects more "
+                                         "than 1000 levels deep"),
+              std::string::npos)
+        << e.what();
+  }
   expect_error("start: A\nA: \"x\" %json {}\n", 2, 8, "%json cannot be used inside the terminal 'A'");
   expect_error("%json {}\nstart: \"a\"\n", 1, 1, "%json is not a statement");
   expect_error("start: \"a\" %jsonx {}\n", 1, 12, "directives must start a line");

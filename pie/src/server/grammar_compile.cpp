@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "pse/json_schema.h"
 #include "pse/matcher.h"
 #include "server/api_error.h"
 #include "server/openai_format.h"
@@ -30,9 +31,21 @@ Json text_location(const std::string& text, std::size_t offset) {
 }
 
 // A schema sent as JSON text (the playground's editor): a syntax error says where.
+// Nesting past the converter's bound is refused while the text is read: nlohmann's parser itself
+// recurses (it copies values as it builds them), so a check after parse() would come too late.
 Json parse_schema_text(const std::string& text) {
+  const std::size_t limit = pse::JsonSchemaOptions{}.max_nesting;
+  auto bound = [limit](int depth, Json::parse_event_t event, Json&) {
+    const bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+    if (opens && static_cast<std::size_t>(depth) + 1 > limit) {
+      throw ApiError::invalid(
+          fmt::format("[json_schema] the schema nests arrays and objects more than {} levels deep", limit),
+          "json_schema", "constraint_too_large");
+    }
+    return true;
+  };
   try {
-    return Json::parse(text);
+    return Json::parse(text, bound);
   } catch (const Json::parse_error& e) {
     // e.byte is 1-based: the byte at which the parser gave up.
     Json location = text_location(text, e.byte > 0 ? e.byte - 1 : 0);

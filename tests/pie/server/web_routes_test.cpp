@@ -258,6 +258,12 @@ TEST_F(WebRoutesTest, CompileErrorsSayWhatAndWhere) {
   EXPECT_EQ(text["location"]["line"], 2);
   EXPECT_GE(text["location"]["column"].get<int>(), 22);
   EXPECT_LE(text["location"]["column"].get<int>(), 25);
+  // Schema text nested past the converter's bound: refused while read (the parser itself recursed).
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  Json nested = compile(Json{{"json_schema", "{\"default\": " + deep + "}"}}, 400)["error"];
+  EXPECT_EQ(nested["code"], "constraint_too_large");
+  EXPECT_EQ(nested["param"], "json_schema");
+  EXPECT_NE(nested["message"].get<std::string>().find("more than 1000 levels deep"), std::string::npos) << nested;
   // A schema the converter rejects: the pointer and keyword.
   Json schema = compile(Json{{"json_schema", Json{{"type", "object"}, {"properties", Json{{"a", Json{{"type", "strin"}}}}}}}},
                         400)["error"];
