@@ -44,8 +44,8 @@ void check_lora_expand(const LoraExpandParams& p) {
     fail("lora_expand", "columns [" + str(p.col_begin) + ", " + str(p.col_end) + ") outside [0, " + str(p.n_out) + "]");
   }
   check_rows("lora_expand", p.rows);
-  if (p.rows.n > 0 && (p.bt == nullptr || p.t == nullptr || p.y == nullptr)) {
-    fail("lora_expand", "null bt, t or y");
+  if (p.rows.n > 0 && (p.b == nullptr || p.t == nullptr || p.y == nullptr)) {
+    fail("lora_expand", "null b, t or y");
   }
 }
 
@@ -71,8 +71,8 @@ void lora_expand_ref(const LoraExpandParams& p) {
     const float* t = p.t + i * p.rank;
     for (std::int64_t j = p.col_begin; j < p.col_end; ++j) {
       float s = 0.0f;
-      for (std::int64_t k = 0; k < p.rank; ++k) s += p.scale * t[k] * p.bt[k * p.n_out + j];
-      y[j] += s;
+      for (std::int64_t k = 0; k < p.rank; ++k) s += t[k] * p.b[j * p.rank + k];
+      y[j] += p.scale * s;
     }
   }
 }

@@ -1,6 +1,7 @@
-// AVX2 + FMA LoRA kernels: register tiles of up to four rows, so that A (shrink) and B (expand) are read
-// once per four rows instead of once per row. Each (row, rank) sum of the shrink and each (row, column) sum
-// of the expand has an accumulator of its own, fed in the same order whatever the tile's height: a row's
+// AVX2 + FMA LoRA kernels. Shrink: register tiles of up to four rows, so that A is read once per four rows;
+// expand: B's rows (the adapter's [n_out, rank]) dotted with t eight columns at a time, a block of B kept in
+// L1 while every row reads it. Each (row, rank) sum of the shrink and each (row, column) sum of the expand
+// has an accumulator of its own, fed in an order fixed by the shapes and the column's position: a row's
 // result does not depend on the rows beside it.
 #include <immintrin.h>
 
@@ -65,45 +66,50 @@ void shrink_rows(const float* const* x, const float* a, std::int64_t n_in, std::
   if (k < rank) shrink_tile<R, 1>(x, a, n_in, k, t);
 }
 
-// y[r][j..] += sum_k c[r][k] bt[k][j..] for R rows over columns [j0, j1): 16 columns at a time, then 8,
-// then one.
-template <int R>
-void expand_rows(const float* const* c, const float* bt, std::int64_t n_out, std::int64_t rank, std::int64_t j0,
-                 std::int64_t j1, float* const* y) {
+// Lane c of the result: the sum of a[c]'s eight lanes (a transpose-and-add of eight vectors).
+inline __m256 hsum8(const __m256* a) {
+  const __m256 q0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 q1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+}
+
+// t . b over k in [0, rank): 8-lane partial sums, then the lanes, then a scalar tail.
+inline float dot_rank(const float* t, const float* b, std::int64_t rank) {
+  const std::int64_t kv = rank & ~std::int64_t{7};
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t k = 0; k < kv; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(t + k), _mm256_loadu_ps(b + k), acc);
+  float s = hsum(acc);
+  for (std::int64_t k = kv; k < rank; ++k) s = std::fmaf(t[k], b[k], s);
+  return s;
+}
+
+// y[j] += scale t . b[j] for j in [j0, j1), B [n_out, rank] read along its rows: eight columns at a time
+// (eight dot products summed across lanes at once), then one at a time.
+void expand_row(const float* t, const float* b, std::int64_t rank, float scale, std::int64_t j0, std::int64_t j1,
+                float* y) {
+  const std::int64_t kv = rank & ~std::int64_t{7};
+  const __m256 sv = _mm256_set1_ps(scale);
   std::int64_t j = j0;
-  for (; j + 16 <= j1; j += 16) {
-    __m256 acc[R][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (std::int64_t k = 0; k < rank; ++k) {
-      const __m256 b0 = _mm256_loadu_ps(bt + k * n_out + j);
-      const __m256 b1 = _mm256_loadu_ps(bt + k * n_out + j + 8);
-      for (int r = 0; r < R; ++r) {
-        const __m256 cv = _mm256_broadcast_ss(c[r] + k);
-        acc[r][0] = _mm256_fmadd_ps(cv, b0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(cv, b1, acc[r][1]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      _mm256_storeu_ps(y[r] + j, _mm256_add_ps(_mm256_loadu_ps(y[r] + j), acc[r][0]));
-      _mm256_storeu_ps(y[r] + j + 8, _mm256_add_ps(_mm256_loadu_ps(y[r] + j + 8), acc[r][1]));
-    }
-  }
   for (; j + 8 <= j1; j += 8) {
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (std::int64_t k = 0; k < rank; ++k) {
-      const __m256 b0 = _mm256_loadu_ps(bt + k * n_out + j);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(c[r] + k), b0, acc[r]);
+    __m256 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
+    for (std::int64_t k = 0; k < kv; k += 8) {
+      const __m256 tv = _mm256_loadu_ps(t + k);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(b + (j + c) * rank + k), tv, acc[c]);
     }
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y[r] + j, _mm256_add_ps(_mm256_loadu_ps(y[r] + j), acc[r]));
-  }
-  for (; j < j1; ++j) {
-    for (int r = 0; r < R; ++r) {
-      float s = 0.0f;
-      for (std::int64_t k = 0; k < rank; ++k) s = std::fmaf(c[r][k], bt[k * n_out + j], s);
-      y[r][j] += s;
+    __m256 s = hsum8(acc);
+    if (kv < rank) {
+      alignas(32) float tail[8];
+      for (int c = 0; c < 8; ++c) {
+        float x = 0.0f;
+        for (std::int64_t k = kv; k < rank; ++k) x = std::fmaf(t[k], b[(j + c) * rank + k], x);
+        tail[c] = x;
+      }
+      s = _mm256_add_ps(s, _mm256_load_ps(tail));
     }
+    _mm256_storeu_ps(y + j, _mm256_fmadd_ps(sv, s, _mm256_loadu_ps(y + j)));
   }
+  for (; j < j1; ++j) y[j] = std::fmaf(scale, dot_rank(t, b + j * rank, rank), y[j]);
 }
 
 }  // namespace
@@ -127,29 +133,13 @@ void lora_shrink(const LoraShrinkParams& p, float* t) {
 }
 
 void lora_expand(const LoraExpandParams& p) {
-  // The rows' shrunk values scaled once: c = scale t (at most four rows of rank 256 at a time).
-  alignas(32) float scaled[4 * 256];
-  for (std::int64_t i0 = 0; i0 < p.rows.n; i0 += 4) {
-    const int n = static_cast<int>(p.rows.n - i0 < 4 ? p.rows.n - i0 : 4);
-    const float* c[4];
-    float* y[4];
-    for (std::int64_t k0 = 0; k0 < p.rank; k0 += 256) {
-      // Ranks past 256 (not met in practice: adapters are bounded there) run in slices of 256.
-      const std::int64_t kn = p.rank - k0 < 256 ? p.rank - k0 : 256;
-      for (int r = 0; r < n; ++r) {
-        const float* t = p.t + (i0 + r) * p.rank + k0;
-        float* cr = scaled + r * 256;
-        for (std::int64_t k = 0; k < kn; ++k) cr[k] = p.scale * t[k];
-        c[r] = cr;
-        y[r] = p.y + static_cast<std::int64_t>(p.rows.index[i0 + r]) * p.y_stride;
-      }
-      const float* bt = p.bt + k0 * p.n_out;
-      switch (n) {
-        case 4: expand_rows<4>(c, bt, p.n_out, kn, p.col_begin, p.col_end, y); break;
-        case 3: expand_rows<3>(c, bt, p.n_out, kn, p.col_begin, p.col_end, y); break;
-        case 2: expand_rows<2>(c, bt, p.n_out, kn, p.col_begin, p.col_end, y); break;
-        default: expand_rows<1>(c, bt, p.n_out, kn, p.col_begin, p.col_end, y); break;
-      }
+  // Columns in blocks of 64 (B's block, 64 rows of rank floats, stays in L1 while every row reads it).
+  constexpr std::int64_t kBlock = 64;
+  for (std::int64_t j0 = p.col_begin; j0 < p.col_end; j0 += kBlock) {
+    const std::int64_t j1 = j0 + kBlock < p.col_end ? j0 + kBlock : p.col_end;
+    for (std::int64_t i = 0; i < p.rows.n; ++i) {
+      expand_row(p.t + i * p.rank, p.b, p.rank, p.scale, j0, j1,
+                 p.y + static_cast<std::int64_t>(p.rows.index[i]) * p.y_stride);
     }
   }
 }

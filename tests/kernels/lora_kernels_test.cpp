@@ -78,7 +78,7 @@ TEST(LoraKernels, ExpandMatchesReferenceAndLeavesOtherRowsAndColumns) {
         const auto seed = static_cast<std::uint32_t>(rank * 1000 + n_out * 10 + n + 7);
         const std::int64_t stride = n_out + 3;
         const std::vector<float> y0 = random_floats(kMatrixRows * stride, seed);
-        const std::vector<float> bt = random_floats(rank * n_out, seed + 1, 0.1f);
+        const std::vector<float> b = random_floats(n_out * rank, seed + 1, 0.1f);
         const std::vector<float> t = random_floats(n * rank, seed + 2);
         // Row 3 appears twice when n >= 6 ((i * 5 + 3) % 9 for i = 0 and i = 9 would; force one here).
         std::vector<std::int32_t> rows = some_rows(n, kMatrixRows);
@@ -87,7 +87,7 @@ TEST(LoraKernels, ExpandMatchesReferenceAndLeavesOtherRowsAndColumns) {
         kernels::LoraExpandParams p;
         p.n_out = n_out;
         p.rank = rank;
-        p.bt = bt.data();
+        p.b = b.data();
         p.t = t.data();
         p.scale = 0.75f;
         p.col_begin = c0;
@@ -122,18 +122,18 @@ TEST(LoraKernels, RowResultIndependentOfItsNeighbours) {
   const std::int64_t n_in = 300, n_out = 300, rank = 17;
   const std::vector<float> x = random_floats(8 * n_in, 1);
   const std::vector<float> a = random_floats(rank * n_in, 2, 0.1f);
-  const std::vector<float> bt = random_floats(rank * n_out, 3, 0.1f);
+  const std::vector<float> b = random_floats(n_out * rank, 3, 0.1f);
   for (kernels::Isa isa : kernels::available_isas()) {
     const std::vector<std::int32_t> all{0, 1, 2, 3, 4, 5, 6, 7};
     std::vector<float> t_all(8 * rank), t_one(rank);
     kernels::lora_shrink({n_in, rank, a.data(), x.data(), n_in, {all.data(), 8, 8}}, t_all.data(), isa);
     std::vector<float> y_all(8 * n_out, 1.0f), y_one(8 * n_out, 1.0f);
-    kernels::lora_expand({n_out, rank, bt.data(), t_all.data(), 0.5f, 0, n_out, y_all.data(), n_out, {all.data(), 8, 8}},
+    kernels::lora_expand({n_out, rank, b.data(), t_all.data(), 0.5f, 0, n_out, y_all.data(), n_out, {all.data(), 8, 8}},
                          isa);
     for (std::int32_t r : {0, 5, 7}) {
       kernels::lora_shrink({n_in, rank, a.data(), x.data(), n_in, {&r, 1, 8}}, t_one.data(), isa);
       for (std::int64_t k = 0; k < rank; ++k) ASSERT_EQ(t_one[static_cast<std::size_t>(k)], t_all[static_cast<std::size_t>(r * rank + k)]);
-      kernels::lora_expand({n_out, rank, bt.data(), t_one.data(), 0.5f, 0, n_out, y_one.data(), n_out, {&r, 1, 8}}, isa);
+      kernels::lora_expand({n_out, rank, b.data(), t_one.data(), 0.5f, 0, n_out, y_one.data(), n_out, {&r, 1, 8}}, isa);
       for (std::int64_t j = 0; j < n_out; ++j) {
         ASSERT_EQ(y_one[static_cast<std::size_t>(r * n_out + j)], y_all[static_cast<std::size_t>(r * n_out + j)])
             << kernels::isa_name(isa) << " row " << r;
@@ -159,14 +159,14 @@ TEST(LoraKernels, BadShapesAreTypedErrorsAndWriteNothing) {
                  kernels::ShapeError);
     for (float v : t) EXPECT_EQ(v, -1.0f);
     std::vector<float> y(4 * 8, 2.0f);
-    const std::vector<float> bt(2 * 8, 1.0f), tt(2, 1.0f);
-    EXPECT_THROW(kernels::lora_expand({8, 2, bt.data(), tt.data(), 1.0f, 0, 8, y.data(), 8, {&bad_row, 1, 4}}, isa),
+    const std::vector<float> b(8 * 2, 1.0f), tt(2, 1.0f);
+    EXPECT_THROW(kernels::lora_expand({8, 2, b.data(), tt.data(), 1.0f, 0, 8, y.data(), 8, {&bad_row, 1, 4}}, isa),
                  kernels::ShapeError);
-    EXPECT_THROW(kernels::lora_expand({8, 2, bt.data(), tt.data(), 1.0f, 4, 9, y.data(), 8, {&good_row, 1, 4}}, isa),
+    EXPECT_THROW(kernels::lora_expand({8, 2, b.data(), tt.data(), 1.0f, 4, 9, y.data(), 8, {&good_row, 1, 4}}, isa),
                  kernels::ShapeError);
-    EXPECT_THROW(kernels::lora_expand({8, 2, bt.data(), tt.data(), 1.0f, 5, 4, y.data(), 8, {&good_row, 1, 4}}, isa),
+    EXPECT_THROW(kernels::lora_expand({8, 2, b.data(), tt.data(), 1.0f, 5, 4, y.data(), 8, {&good_row, 1, 4}}, isa),
                  kernels::ShapeError);
-    EXPECT_THROW(kernels::lora_expand({8, 2, bt.data(), tt.data(), 1.0f, 0, 8, y.data(), 6, {&good_row, 1, 4}}, isa),
+    EXPECT_THROW(kernels::lora_expand({8, 2, b.data(), tt.data(), 1.0f, 0, 8, y.data(), 6, {&good_row, 1, 4}}, isa),
                  kernels::ShapeError);
     EXPECT_THROW(kernels::lora_expand({8, 2, nullptr, tt.data(), 1.0f, 0, 8, y.data(), 8, {&good_row, 1, 4}}, isa),
                  kernels::ShapeError);

@@ -2,8 +2,8 @@
 // shrink t = x A^T and expand y += scale t B^T, over a subset of an activation matrix's rows, any rank
 // (no padding to a maximum). Each row is computed from that row alone, in an order fixed by the shapes
 // and the columns asked for, so a row's result does not depend on the other rows of its group (batch
-// invariance). A scalar reference (*_ref) and an AVX2/FMA version (register tiles of four rows) share one
-// params struct; sizes that do not fit, null pointers with work to do and rows out of range throw
+// invariance). A and B are read as adapters hold them (PEFT's layouts), so attaching one copies nothing. A
+// scalar reference (*_ref) and an AVX2/FMA version share one params struct; sizes that do not fit, null pointers with work to do and rows out of range throw
 // kernels::ShapeError, and nothing is written then.
 #pragma once
 
@@ -35,7 +35,7 @@ void lora_shrink(const LoraShrinkParams& p, float* t, Isa isa = best_isa());
 struct LoraExpandParams {
   std::int64_t n_out = 0;
   std::int64_t rank = 0;
-  const float* bt = nullptr;     // B transposed, [rank, n_out]
+  const float* b = nullptr;      // B [n_out, rank]
   const float* t = nullptr;      // the shrunk rows, [rows.n, rank]
   float scale = 1.0f;
   std::int64_t col_begin = 0;    // the columns [col_begin, col_end) of y updated (a caller's chunk)
@@ -44,7 +44,7 @@ struct LoraExpandParams {
   std::int64_t y_stride = 0;
   LoraRows rows;
 };
-// y[rows[i], j] += sum_k (scale t[i, k]) bt[k, j] for j in [col_begin, col_end); other rows and columns
+// y[rows[i], j] += scale sum_k t[i, k] b[j, k] for j in [col_begin, col_end); other rows and columns
 // untouched. A row listed twice gets the term twice.
 void lora_expand_ref(const LoraExpandParams& p);
 void lora_expand(const LoraExpandParams& p, Isa isa = best_isa());

@@ -44,8 +44,6 @@ struct LoraPair {
   float scale = 0;                // alpha / rank, or alpha / sqrt(rank) with rsLoRA (the user scale apart)
   std::vector<float> a;           // [rank, n_in]
   std::vector<float> b;           // [n_out, rank]
-  // B transposed, the layout of the CPU's expand (columns of the output contiguous); built when fitted.
-  std::vector<float> bt;          // [rank, n_out]
 };
 
 struct LoraAdapter {
@@ -69,6 +67,11 @@ struct LoraAdapter {
   std::size_t bytes() const;  // of its A and B matrices
   // Builds the (site, layer) lookup; fit_lora_adapter calls it.
   void build_index(std::int32_t n_layer);
+  // The lookup's size once fitted, (n_layer + 1) * 8 slots ((layer + 1) * 8 + site); 0 before.
+  std::size_t n_slots() const { return index_.size(); }
+  // Distinct for every fitting of every adapter in the process (0 before the first): what a backend keys
+  // its copy of the pairs by (an address may be reused by another adapter once this one is gone).
+  std::uint64_t uid() const { return uid_; }
 
  private:
   static constexpr std::size_t kSites = 8;
@@ -76,6 +79,7 @@ struct LoraAdapter {
     return static_cast<std::size_t>(layer + 1) * kSites + static_cast<std::size_t>(site);
   }
   std::vector<std::int32_t> index_;
+  std::uint64_t uid_ = 0;
 };
 
 // Reads an adapter: a PEFT folder (or its adapter_config.json) or a GGUF adapter file, told apart by

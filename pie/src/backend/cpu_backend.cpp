@@ -256,7 +256,7 @@ class CpuBackend final : public Backend {
           kernels::LoraExpandParams ep;
           ep.n_out = w.pair->n_out;
           ep.rank = w.pair->rank;
-          ep.bt = w.pair->bt.data();
+          ep.b = w.pair->b.data();
           ep.t = t + w.t_offset;
           ep.scale = w.scale;
           ep.col_begin = c * kChunk;

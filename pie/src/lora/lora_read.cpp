@@ -4,6 +4,7 @@
 // as f32 pairs keyed by projection site and layer; what needs no base is checked here.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -155,20 +156,15 @@ std::int64_t LoraAdapter::max_rank() const {
 
 std::size_t LoraAdapter::bytes() const {
   std::size_t n = 0;
-  for (const LoraPair& p : pairs) n += (p.a.size() + p.b.size() + p.bt.size()) * sizeof(float);
+  for (const LoraPair& p : pairs) n += (p.a.size() + p.b.size()) * sizeof(float);
   return n;
 }
 
 void LoraAdapter::build_index(std::int32_t n_layer) {
+  static std::atomic<std::uint64_t> next_uid{1};
+  uid_ = next_uid.fetch_add(1);
   index_.assign(static_cast<std::size_t>(n_layer + 1) * kSites, -1);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
-    LoraPair& p = pairs[i];
-    p.bt.resize(p.b.size());
-    for (std::int64_t o = 0; o < p.n_out; ++o) {
-      for (std::int64_t k = 0; k < p.rank; ++k) {
-        p.bt[static_cast<std::size_t>(k * p.n_out + o)] = p.b[static_cast<std::size_t>(o * p.rank + k)];
-      }
-    }
     const std::size_t s = slot(pairs[i].site, pairs[i].layer);
     if (s >= index_.size()) {
       throw LoraError(fmt::format("[lora] {}: layer {} past the base's {} layers", path.string(), pairs[i].layer, n_layer));
