@@ -67,6 +67,7 @@ TEST_P(JitCompile, PieBackendSources) {
     EXPECT_GT(cubin.size(), 0u);
   }
   EXPECT_NO_THROW(pie::cuda::embedded_source("decoder_ops.cu"));
+  EXPECT_NO_THROW(pie::cuda::embedded_source("lora_ops.cu"));
 }
 
 TEST(JitCompileSources, EveryPalSourceIsEmbedded) {

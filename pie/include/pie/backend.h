@@ -93,6 +93,12 @@ class Backend {
   virtual tensor::Device device() const = 0;
   // Whether project() applies Projection::lora (the runner refuses a batch with adapters otherwise).
   virtual bool supports_lora() const { return false; }
+  // Places a fitted adapter's pairs where project() reads them (device memory on a GPU) ahead of its first
+  // step, so that the step does not pay for it; without this, project() places it at first use. May be
+  // called from any thread, a step under way or not. Throws pie::Error when it cannot be placed.
+  virtual void prepare_lora(const LoraAdapter& adapter) { (void)adapter; }
+  // Drops the backend's copy of an adapter's pairs, if it keeps one (a later step naming it places it again).
+  virtual void release_lora(const LoraAdapter& adapter) { (void)adapter; }
 
   // The model's weights resident in the backend's memory for as long as the returned pointer lives: the
   // model's own tensors for the CPU backend, device copies on a GPU. Throws pie::Error when they cannot

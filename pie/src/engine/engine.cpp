@@ -1096,15 +1096,25 @@ CompiledConstraint Engine::compile(const pse::Grammar& grammar, const std::vecto
   return impl_->grammars->compile_typed(grammar, special_tokens, abandoned);
 }
 
+// Attaching places the adapter's pairs where the backend reads them (device memory on a GPU) at once, so
+// that the first request naming it does not wait for the copy; detaching drops that copy.
 LoraInfo Engine::attach_lora(const std::string& name, const std::filesystem::path& path) {
-  return impl_->lora_registry->attach(name, path);
+  LoraInfo info = impl_->lora_registry->attach(name, path);
+  if (auto adapter = impl_->lora_registry->find(name)) impl_->runner->backend().prepare_lora(*adapter);
+  return info;
 }
 
 LoraInfo Engine::attach_lora(const std::string& name, std::shared_ptr<LoraAdapter> adapter) {
-  return impl_->lora_registry->attach(name, std::move(adapter));
+  LoraInfo info = impl_->lora_registry->attach(name, std::move(adapter));
+  if (auto placed = impl_->lora_registry->find(name)) impl_->runner->backend().prepare_lora(*placed);
+  return info;
 }
 
-void Engine::detach_lora(const std::string& name) { impl_->lora_registry->detach(name); }
+void Engine::detach_lora(const std::string& name) {
+  std::shared_ptr<const LoraAdapter> adapter = impl_->lora_registry->find(name);
+  impl_->lora_registry->detach(name);
+  if (adapter) impl_->runner->backend().release_lora(*adapter);
+}
 
 std::vector<LoraInfo> Engine::loras() const { return impl_->lora_registry->list(); }
 

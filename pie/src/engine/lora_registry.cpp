@@ -89,6 +89,12 @@ void LoraRegistry::detach(const std::string& name) {
   entries_.erase(it);
 }
 
+std::shared_ptr<const LoraAdapter> LoraRegistry::find(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.name == name; });
+  return it == entries_.end() ? nullptr : it->adapter;
+}
+
 std::vector<LoraInfo> LoraRegistry::list() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<LoraInfo> out;

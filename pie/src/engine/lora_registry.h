@@ -39,6 +39,8 @@ class LoraRegistry {
   // Forgets `name`. Throws LoraNotFoundError when it is not attached.
   void detach(const std::string& name);
   std::vector<LoraInfo> list() const;
+  // The adapter attached under `name` while it is in memory; nullptr when evicted or not attached.
+  std::shared_ptr<const LoraAdapter> find(const std::string& name) const;
   // The adapters a request names (an evicted one read again). Throws LoraNotFoundError naming the first
   // unknown one, RequestError (param "lora") on a scale that is not finite, a name given twice or more than
   // kMaxRequestLoras adapters, LoraError when an evicted adapter's file cannot be read again.

@@ -32,6 +32,7 @@
 #include "pal/cuda/kv_write_cuda.h"
 #include "pie/backend.h"
 #include "pie/error.h"
+#include "cuda_lora.h"
 #include "cuda_sources.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/graph.h"
@@ -186,6 +187,7 @@ class CudaBackend final : public Backend {
     stream_ = std::make_unique<tc::Stream>();
     const char* graphs = std::getenv("ORCHARD_CUDA_GRAPHS");
     graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
+    lora_ = std::make_unique<cuda::CudaLora>(ordinal_, stream_.get());
   }
   ~CudaBackend() override {
     try {
@@ -197,6 +199,10 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   tensor::Device device() const override { return tensor::Device::cuda; }
+  bool supports_lora() const override { return true; }
+
+  void prepare_lora(const LoraAdapter& adapter) override { lora_->prepare(adapter); }
+  void release_lora(const LoraAdapter& adapter) override { lora_->release(adapter); }
 
   std::shared_ptr<const ModelWeights> upload(std::shared_ptr<const Model> model) override {
     if (!model) throw Error("[backend:cuda] upload: no model");
@@ -345,6 +351,12 @@ class CudaBackend final : public Backend {
       kernel("matmul_" + type_suffix(w.dtype(), "projection")).launch(grid, {kMatmulWarps * 32, 1, 1}, 0,
                                                                      stream_.get(), args);
     }
+    if (std::any_of(outs.begin(), outs.end(), [](const Projection& p) { return !p.lora.empty(); })) {
+      const cuda::LoraStep step{step_id_, capturing_, [this](const void* src, std::size_t n) -> const void* {
+                                  return staging_.take(src, n);
+                                }};
+      for (const Projection& p : outs) lora_->apply(in, p, step);
+    }
   }
 
   void add_bias(const Rows& x, const Weight& bias) override {
@@ -444,6 +456,7 @@ class CudaBackend final : public Backend {
     try {
       tc::make_current(ordinal_);
       stream_->synchronize();
+      lora_->end_step();
       if (!error && !output_host_.empty()) {
         scratch_[kOutput].copy_to_host(output_host_.data(), output_host_.size_bytes(), 0, stream_.get());
         stream_->synchronize();
@@ -685,6 +698,7 @@ class CudaBackend final : public Backend {
 
   int ordinal_;
   std::unique_ptr<tc::Stream> stream_;
+  std::unique_ptr<cuda::CudaLora> lora_;  // adapters in device memory (cuda_lora.h)
   std::array<tc::DeviceBuffer, kMaxSlot + 1> scratch_;
   std::array<tc::DeviceBuffer, kNumIntSlots> ints_;
   std::array<std::uint64_t, kNumIntSlots> uploaded_step_{};
