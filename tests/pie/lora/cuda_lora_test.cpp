@@ -288,6 +288,22 @@ TEST(CudaLoraResidency, LeastRecentlyUsedEvictedPastTheBudget) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("loose"), std::string::npos) << e.what();
   }
+  // Nor a rank past 256 (the readers refuse one; an adapter built in memory is checked here).
+  auto wide = std::make_shared<LoraAdapter>();
+  wide->name = "wide";
+  const Weight& wq = model->weights.layers[0].wq;
+  LoraPair p{ProjectionSite::q, 0, 300, n_in(wq), n_out(wq), 1.0f, {}, {}};
+  p.a.assign(static_cast<std::size_t>(p.rank * p.n_in), 0.0f);
+  p.b.assign(static_cast<std::size_t>(p.n_out * p.rank), 0.0f);
+  wide->pairs.push_back(std::move(p));
+  fit_lora_adapter(*wide, *model);
+  try {
+    lora.prepare(*wide);
+    ADD_FAILURE() << "a rank-300 adapter was placed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 300"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(lora.resident(*wide));
 }
 
 }  // namespace

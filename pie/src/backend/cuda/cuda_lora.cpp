@@ -111,7 +111,13 @@ CudaLora::Resident& CudaLora::place(const LoraAdapter& adapter) {
     throw Error(fmt::format("[backend:cuda] LoRA adapter '{}' is not fitted to a model", adapter.name));
   }
   std::size_t floats = 0;
-  for (const LoraPair& p : adapter.pairs) floats += padded(p.a.size()) + padded(p.b.size());
+  for (const LoraPair& p : adapter.pairs) {
+    if (p.rank < 1 || p.rank > kLoraTStride) {
+      throw Error(fmt::format("[backend:cuda] LoRA adapter '{}': {} layer {} has rank {}; ranks are 1 to {}",
+                              adapter.name, projection_site_name(p.site), p.layer, p.rank, kLoraTStride));
+    }
+    floats += padded(p.a.size()) + padded(p.b.size());
+  }
   const std::size_t bytes = floats * sizeof(float);
   if (budget_ == 0) budget_ = std::max<std::size_t>(tc::memory_info(ordinal_).free / 4, 1);
   evict_over_budget(bytes);
