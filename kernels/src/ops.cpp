@@ -24,6 +24,18 @@ void layer_norm(const NormParams& p, const float* x, const float* weight, const 
   detail::avx2::layer_norm(p, x, weight, bias, y);
 }
 
+void add_layer_norm(const NormParams& p, const float* a, const float* b, const float* weight, const float* bias,
+                    float* y, Isa isa) {
+  if (!use_avx2(isa)) return add_layer_norm_ref(p, a, b, weight, bias, y);
+  detail::check_norm("add_layer_norm", p, a, y);
+  if (p.n_rows * p.n > 0 && b == nullptr) throw ShapeError("[kernels::add_layer_norm] null input or output");
+  for (std::int64_t r = 0; r < p.n_rows; ++r) {
+    float* yr = y + r * p.n;
+    detail::avx2::add(p.n, a + r * p.n, b + r * p.n, yr);
+    detail::avx2::layer_norm({1, p.n, p.eps}, yr, weight, bias, yr);
+  }
+}
+
 void silu(const UnaryParams& p, const float* x, float* y, Isa isa) {
   if (!use_avx2(isa)) return silu_ref(p, x, y);
   detail::check_unary("silu", p, x, x, y);

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernels/error.h"
 #include "kernels/ops.h"
@@ -88,6 +89,17 @@ void layer_norm_ref(const NormParams& p, const float* x, const float* weight, co
       const double v = (xr[i] - mean) * inv;
       yr[i] = static_cast<float>(v * (weight ? weight[i] : 1.0f) + (bias ? bias[i] : 0.0f));
     }
+  }
+}
+
+void add_layer_norm_ref(const NormParams& p, const float* a, const float* b, const float* weight, const float* bias,
+                        float* y) {
+  detail::check_norm("add_layer_norm_ref", p, a, y);
+  if (p.n_rows * p.n > 0 && b == nullptr) detail::fail("add_layer_norm_ref", "null input or output");
+  std::vector<float> sum(static_cast<std::size_t>(p.n));
+  for (std::int64_t r = 0; r < p.n_rows; ++r) {
+    for (std::int64_t i = 0; i < p.n; ++i) sum[static_cast<std::size_t>(i)] = a[r * p.n + i] + b[r * p.n + i];
+    layer_norm_ref({1, p.n, p.eps}, sum.data(), weight, bias, y + r * p.n);
   }
 }
 

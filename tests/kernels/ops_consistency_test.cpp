@@ -50,6 +50,12 @@ TEST(OpsConsistency, Norms) {
         poison(got);
         kernels::layer_norm(p, x.data(), nullptr, nullptr, got.data(), isa);
         EXPECT_LT(max_rel_err(got, want), 2e-6) << "layer_norm (no affine) n " << n;
+        // The residual form, in place over its first operand (the encoder's x = LayerNorm(x + y)).
+        const std::vector<float> r = random_floats(rows * n, static_cast<std::uint32_t>(n + 99), 2.0f);
+        kernels::add_layer_norm_ref(p, x.data(), r.data(), w.data(), b.data(), want.data());
+        got = x;
+        kernels::add_layer_norm(p, got.data(), r.data(), w.data(), b.data(), got.data(), isa);
+        EXPECT_LT(max_rel_err(got, want), 2e-6) << "add_layer_norm n " << n << " " << kernels::isa_name(isa);
       }
     }
   }
@@ -163,6 +169,9 @@ TEST(OpsConsistency, ErrorsAreTyped) {
   EXPECT_THROW(kernels::rms_norm({2, 0, 1e-5f}, x.data(), nullptr, y.data()), kernels::ShapeError);
   EXPECT_THROW(kernels::silu({-3}, x.data(), y.data()), kernels::ShapeError);
   EXPECT_THROW(kernels::gelu_erf({-3}, x.data(), y.data()), kernels::ShapeError);
+  EXPECT_THROW(kernels::add_layer_norm({1, 8, 1e-5f}, x.data(), nullptr, nullptr, nullptr, y.data()), kernels::ShapeError);
+  EXPECT_THROW(kernels::add_layer_norm_ref({2, 0, 1e-5f}, x.data(), x.data(), nullptr, nullptr, y.data()),
+               kernels::ShapeError);
   EXPECT_THROW(kernels::gelu_erf_ref({4}, nullptr, y.data()), kernels::ShapeError);
   EXPECT_THROW(kernels::add({4}, x.data(), nullptr, y.data()), kernels::ShapeError);
   std::vector<unsigned char> table(18 * 4);

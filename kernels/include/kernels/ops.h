@@ -28,6 +28,13 @@ void layer_norm_ref(const NormParams& p, const float* x, const float* weight, co
 void layer_norm(const NormParams& p, const float* x, const float* weight, const float* bias, float* y,
                 Isa isa = best_isa());
 
+// y = LayerNorm(a + b) (a residual add and the norm after it), row by row so each sum is normalized while
+// in cache; a + b is rounded to float first, as the two separate kernels would. y may be a or b.
+void add_layer_norm_ref(const NormParams& p, const float* a, const float* b, const float* weight, const float* bias,
+                        float* y);
+void add_layer_norm(const NormParams& p, const float* a, const float* b, const float* weight, const float* bias,
+                    float* y, Isa isa = best_isa());
+
 // Element-wise over n elements.
 struct UnaryParams {
   std::int64_t n = 0;

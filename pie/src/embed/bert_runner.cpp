@@ -166,11 +166,18 @@ class BertRunner final : public EncoderRunner {
     kernels::layer_norm({n, d, c_.norm_eps}, x, f32(w_.embd_norm), f32(w_.embd_norm_b), x);
   }
 
-  // x = LayerNorm(x + y).
+  // x = LayerNorm(x + y), rows in parallel.
   void residual_norm(float* x, const float* y, std::int64_t n, const Weight& w, const Weight& b) {
     const std::int64_t d = c_.n_embd;
-    kernels::add({n * d}, x, y, x);
-    kernels::layer_norm({n, d, c_.norm_eps}, x, f32(w), f32(b), x);
+    auto rows = [&](std::int64_t begin, std::int64_t end) {
+      kernels::add_layer_norm({end - begin, d, c_.norm_eps}, x + begin * d, y + begin * d, f32(w), f32(b),
+                              x + begin * d);
+    };
+    if (pool_ != nullptr) {
+      pool_->parallel_for(n, rows, 16);
+    } else {
+      rows(0, n);
+    }
   }
 
   // attn_ = softmax(q k^T / sqrt(head_dim)) v per input and head, over the input's own tokens.
