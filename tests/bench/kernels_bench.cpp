@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
@@ -146,6 +147,46 @@ void matmul_args(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// An encoder's batch: all-MiniLM-L6-v2's products (q/k/v as one [1152, 384], the output [384, 384], up
+// [1536, 384] and down [384, 1536]) for 480 tokens, on one thread, as multiply-adds per second: the packed
+// f32 gemm (kernels/gemm.h, mode 0) beside matmul over the same weights in f16 (mode 1, the encoder's
+// products before gemm), in the same program.
+//
+//   build/tests/bench/kernels_bench --benchmark_filter='gemm/'
+void BM_gemm(benchmark::State& state) {
+  const std::int64_t n_out = state.range(0), n_in = state.range(1), n_tokens = 480;
+  const bool packed = state.range(2) == 0;
+  std::vector<float> wf(static_cast<std::size_t>(n_out * n_in));
+  for (std::size_t i = 0; i < wf.size(); ++i) wf[i] = static_cast<float>(static_cast<int>(i * 104729 % 2001) - 1000) * 1e-4f;
+  const std::vector<unsigned char> w16 = [&] {
+    std::vector<unsigned char> w(tensor::row_bytes(DType::f16, n_in) * static_cast<std::size_t>(n_out));
+    kernels::quantize_row_ref(DType::f16, wf.data(), w.data(), n_out * n_in);
+    return w;
+  }();
+  const kernels::PackedMatrix pm = kernels::PackedMatrix::pack({DType::f32, wf.data(), 0, n_out, n_in});
+  const kernels::MatmulParams p16{DType::f16, w16.data(), 0, n_out, n_in};
+  std::vector<float> x(static_cast<std::size_t>(n_in * n_tokens)), y(static_cast<std::size_t>(n_out * n_tokens));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i * 7919 % 2001) - 1000) * 1e-3f;
+  for (auto _ : state) {
+    if (packed) {
+      kernels::gemm(pm, x.data(), n_tokens, y.data(), {}, nullptr);
+    } else {
+      kernels::matmul(p16, x.data(), n_tokens, y.data(), nullptr);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens * n_out * n_in),
+                                               benchmark::Counter::kIsRate);
+  state.SetLabel(packed ? "gemm f32 packed" : "matmul f16");
+}
+BENCHMARK(BM_gemm)
+    ->ArgsProduct({{1152}, {384}, {0, 1}})
+    ->ArgsProduct({{384}, {384}, {0, 1}})
+    ->ArgsProduct({{1536}, {384}, {0, 1}})
+    ->ArgsProduct({{384}, {1536}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 // The limit: streaming reads of 512 MiB (16x the L3) split over the threads.
 void BM_read_bandwidth(benchmark::State& state) {
