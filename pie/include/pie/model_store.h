@@ -137,6 +137,9 @@ class ModelStore {
   // Removes the name; then each of its blobs that no other manifest names. Throws ModelNotFoundError when
   // it is not stored, StoreError.
   void remove(std::string_view name) const;
+  // The file of the blob `digest` ("sha256:<hex>") when it is stored (present; not hashed again), else
+  // nullopt.
+  std::optional<std::filesystem::path> blob_file(std::string_view digest) const;
   // Where a download of `url` is kept until it is complete (blobs/partial-<sha256 of the url>).
   std::filesystem::path partial_path(std::string_view url) const;
 

@@ -802,6 +802,21 @@ struct Server::Impl {
         emit(server::create_model_route(*registry, body));
       });
     });
+    route("POST", R"(/api/blobs/([^/]+))", "/api/blobs/{digest}",
+          [this](const httplib::Request& req, httplib::Response& res) {
+            server::put_blob_route(*registry, req.matches[1].str(), req.body);
+            res.status = 201;
+          });
+    // HEAD (as httplib answers it for a GET route): 200 when the blob is stored, 404 otherwise.
+    route("GET", R"(/api/blobs/([^/]+))", "/api/blobs/{digest}",
+          [this](const httplib::Request& req, httplib::Response& res) {
+            const std::string digest = req.matches[1].str();
+            if (!server::blob_stored(*registry, digest)) {
+              throw ApiError(404, "invalid_request_error", fmt::format("blob {} not found", digest), "digest",
+                             "blob_not_found");
+            }
+            res.status = 200;
+          });
     route("POST", "/api/pull", "/api/pull", [this](const httplib::Request& req, httplib::Response& res) {
       progress_route(req, res, [this](const Json& body, const std::function<void(const Json&)>& emit) {
         server::pull_model_route(*registry, body, emit);

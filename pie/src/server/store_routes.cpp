@@ -11,6 +11,7 @@
 #include "pie/model_pull.h"
 #include "pie/modelfile.h"
 #include "server/api_error.h"
+#include "store/sha256.h"
 
 namespace pie::server {
 namespace {
@@ -99,6 +100,43 @@ auto store_call(F&& f) {
   } catch (const ModelError& e) {
     throw ApiError(400, "invalid_request_error", e.what(), "model", "invalid_model");
   }
+}
+
+// "sha256:<64 hex>" (or Ollama's file form "sha256-<hex>") as "sha256:<hex>"; 400 naming `field` otherwise.
+std::string blob_digest(const std::string& text, const std::string& field) {
+  std::string hex = text.size() == 71 && (text.starts_with("sha256:") || text.starts_with("sha256-"))
+                        ? text.substr(7)
+                        : std::string();
+  if (hex.empty() || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw ApiError::invalid(
+        fmt::format("'{}' is not a blob digest (sha256:<64 lower-case hex digits>)", text), field);
+  }
+  return "sha256:" + hex;
+}
+
+// 'files' / 'adapters' of /api/create: {file name: digest}, each an uploaded blob; their files.
+std::vector<std::pair<std::string, fs::path>> uploaded_files(const ModelStore& store, const Json& body,
+                                                             const char* key) {
+  std::vector<std::pair<std::string, fs::path>> out;
+  if (!body.contains(key) || body[key].is_null()) return out;
+  if (!body[key].is_object()) {
+    throw ApiError::invalid(fmt::format("'{}' must be an object of file names to blob digests", key), key);
+  }
+  for (const auto& [file, digest] : body[key].items()) {
+    if (!digest.is_string()) {
+      throw ApiError::invalid(fmt::format("'{}.{}' must be a digest string", key, file), key);
+    }
+    const std::string d = blob_digest(digest.get<std::string>(), key);
+    const std::optional<fs::path> path = store.blob_file(d);
+    if (!path) {
+      throw ApiError::invalid(fmt::format("'{}.{}': blob {} is not on the server (upload it first: POST "
+                                          "/api/blobs/{})",
+                                          key, file, d, d),
+                              key);
+    }
+    out.emplace_back(file, *path);
+  }
+  return out;
 }
 
 // A JSON value as a Modelfile value: quoted when it holds quotes or lines.
@@ -253,7 +291,26 @@ Json create_model_route(ModelRegistry& registry, const Json& body) {
         [&] { return parse_modelfile(body["modelfile"].get<std::string>(), "modelfile"); });
   } else {
     // The newer API's fields, read through the Modelfile parser so both are checked the same way.
-    std::string text = "FROM " + modelfile_value(Json(required_string(body, {"from"}))) + "\n";
+    // The model: 'from' (a stored name or a path), or the one GGUF among the uploaded 'files'.
+    const auto files = uploaded_files(store, body, "files");
+    std::string from;
+    if (!files.empty()) {
+      if (body.contains("from") && !body["from"].is_null()) {
+        throw ApiError::invalid("give 'from' or 'files', not both", "files");
+      }
+      if (files.size() != 1) {
+        throw ApiError::invalid(
+            fmt::format("'files' holds {} files; the store takes one GGUF model file", files.size()),
+            "files");
+      }
+      from = files.front().second.string();
+    } else {
+      from = required_string(body, {"from"});
+    }
+    std::string text = "FROM " + modelfile_value(Json(from)) + "\n";
+    for (const auto& [file, path] : uploaded_files(store, body, "adapters")) {
+      text += "ADAPTER " + modelfile_value(Json(path.string())) + "\n";
+    }
     for (const char* key : {"template", "system"}) {
       if (!body.contains(key)) continue;
       if (!body[key].is_string())
@@ -291,15 +348,11 @@ Json create_model_route(ModelRegistry& registry, const Json& body) {
                             m["content"].get<std::string>());
       }
     }
-    for (const char* key : {"files", "adapters", "quantize"}) {
-      if (body.contains(key) && !body[key].is_null() &&
-          !(body[key].is_object() && body[key].empty())) {
-        throw ApiError::invalid(
-            fmt::format(
-                "'{}' is not supported: give 'from' a GGUF path on the server or a stored name",
-                key),
-            key);
-      }
+    if (body.contains("quantize") && !body["quantize"].is_null()) {
+      throw ApiError::invalid(
+          "'quantize' is not supported: quantize with `orchard convert --type`, then create from the "
+          "file",
+          "quantize");
     }
     modelfile = store_call([&] { return parse_modelfile(text, "request"); });
   }
@@ -307,6 +360,23 @@ Json create_model_route(ModelRegistry& registry, const Json& body) {
       store_call([&] { return create_model(store, name, modelfile, fs::current_path()); });
   registry.forget(created.name.str());  // a model of that name loaded before is reloaded as created
   return Json{{"status", "success"}};
+}
+
+void put_blob_route(ModelRegistry& registry, const std::string& digest, const std::string& body) {
+  const ModelStore& store = require_store(registry);
+  const std::string want = blob_digest(digest, "digest");
+  const std::string got = "sha256:" + pie::store::sha256_hex(body);
+  if (got != want) {
+    throw ApiError::invalid(
+        fmt::format("the body's sha256 is {}, not the digest it was sent under ({}): nothing stored",
+                    got, want),
+        "digest");
+  }
+  store_call([&] { return store.put_blob(body); });
+}
+
+bool blob_stored(const ModelRegistry& registry, const std::string& digest) {
+  return require_store(registry).blob_file(blob_digest(digest, "digest")).has_value();
 }
 
 void copy_model_route(ModelRegistry& registry, const Json& body) {

@@ -103,6 +103,13 @@ fs::path ModelStore::blob_path(std::string_view digest) const {
   return root_ / "blobs" / fmt::format("sha256-{}", digest.substr(std::min<std::size_t>(digest.size(), 7)));
 }
 
+std::optional<fs::path> ModelStore::blob_file(std::string_view digest) const {
+  fs::path path = blob_path(digest);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  return path;
+}
+
 StoredModel ModelStore::read_manifest(const ModelName& name) const {
   const fs::path manifest = root_ / "manifests" / name.name / name.tag;
   std::error_code ec;

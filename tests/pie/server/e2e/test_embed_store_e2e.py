@@ -6,7 +6,8 @@ with requests to all three interleaved from threads and models unloaded (keep_al
 The store (a temporary ORCHARD_HOME) holds:
   smollm2  the real default model (SmolLM2-135M-Instruct Q4_1), the model the server starts with (-m smollm2);
   tiny     orchard-random written as a 3.5 MB Q8_0 GGUF (a second generative model);
-  minilm   all-MiniLM-L6-v2 written by `orchard convert` as llama.cpp's bert GGUF, pulled through /api/pull.
+  minilm   all-MiniLM-L6-v2 written by `orchard convert` as llama.cpp's bert GGUF, pulled through /api/pull;
+and, for a while, tiny uploaded again as a blob (POST /api/blobs) and created from it (create(files=...)).
 Answers are checked, not only their shapes: embeddings against `orchard embed` on the same files (and MiniLM's
 against the HF folder's within cosine 0.9999: the GGUF holds f16 matrices), greedy text against the same
 request made alone.
@@ -97,6 +98,14 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
 
+    def http_raw(self, method, path, data):
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
     def loaded(self):
         return {m.model: m for m in self.ollama.ps().models}
 
@@ -150,6 +159,33 @@ def test_pull_create_list_show(s, ctx):
            and info["bert.pooling_type"] == "mean" and info["bert.block_count"] == 6, info)
     expect(s.ollama.show("tiny").details.family == "llama", "tiny's family")
     expect("completion" in s.ollama.show("smollm2").capabilities, "smollm2's capabilities")
+
+
+def test_blob_upload_and_create_from_files(s, ctx):
+    # The ollama client's create(files=...): the file uploaded as a blob (POST /api/blobs/sha256:<hex>, its
+    # digest checked), then named; HEAD says whether a blob is stored.
+    digest = s.ollama.create_blob(ctx["tiny"])
+    head = urllib.request.Request(f"{s.base}/api/blobs/{digest}", method="HEAD")
+    with urllib.request.urlopen(head, timeout=30) as r:
+        expect(r.status == 200, f"HEAD {r.status}")
+    expect(s.ollama.create(model="uploaded", files={"tiny.gguf": digest}).status == "success", "create from files")
+    alone = s.ollama.generate(model="tiny", prompt="Once", options={"num_predict": 4, "temperature": 0}).response
+    got = s.ollama.generate(model="uploaded", prompt="Once", options={"num_predict": 4, "temperature": 0})
+    expect(got.response == alone and got.model == "uploaded:latest", f"{got.model}: {got.response!r} != {alone!r}")
+    expect(s.ollama.delete("uploaded").status == "success", "delete uploaded")
+    # Bad input: a body whose sha256 is not its digest, a digest of another form, a blob never uploaded.
+    wrong = "sha256:" + "0" * 64
+    status, text = s.http_raw("POST", f"/api/blobs/{wrong}", b"not the bytes of that digest")
+    expect(status == 400 and "nothing stored" in text and wrong in text, f"{status} {text}")
+    status, text = s.http_raw("POST", "/api/blobs/md5:abc", b"x")
+    expect(status == 400 and "not a blob digest" in text, f"{status} {text}")
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{s.base}/api/blobs/{wrong}", method="HEAD"), timeout=30)
+        raise AssertionError("HEAD of a blob never uploaded answered 200")
+    except urllib.error.HTTPError as e:
+        expect(e.code == 404, f"HEAD {e.code}")
+    expect_error(lambda: s.ollama.create(model="x", files={"a.gguf": wrong}), 400, "not on the server")
+    expect_error(lambda: s.ollama.create(model="x", from_="tiny", quantize="q4_K_M"), 400, "quantize")
 
 
 def test_embeddings_match_the_direct_embedder(s, ctx):
@@ -253,7 +289,8 @@ def test_interleaved_with_unload_and_reload(s, ctx):
             expect(got == alone[kind], f"{kind}: {got!r} != {alone[kind]!r}")
 
 
-TESTS = [test_pull_create_list_show, test_embeddings_match_the_direct_embedder, test_interleaved_with_unload_and_reload]
+TESTS = [test_pull_create_list_show, test_blob_upload_and_create_from_files, test_embeddings_match_the_direct_embedder,
+         test_interleaved_with_unload_and_reload]
 
 
 def main():
@@ -288,7 +325,7 @@ def main():
            "tiny": direct_embeddings(args.orchard, tiny, env),
            "smollm2": direct_embeddings(args.orchard, smollm2_blob, env)}
     print(f"set-up ({time.time() - start:.1f} s)", flush=True)
-    ctx = {"orchard": args.orchard, "home": home, "minilm_gguf": minilm_gguf, "ref": ref}
+    ctx = {"orchard": args.orchard, "home": home, "minilm_gguf": minilm_gguf, "tiny": tiny, "ref": ref}
     failed = []
     server = Server(args.orchard, home)
     try:
