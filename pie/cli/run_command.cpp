@@ -40,7 +40,7 @@ struct RunSettings {
   int parallel = 1;             // concurrent requests (seeds seed, seed + 1, ...)
   std::optional<bool> add_bos;  // --bos / --no-bos; nullopt: as the model's metadata says
   bool json_stats = false;
-  pie::SpeculativeOptions speculative;
+  SpeculativeFlags speculative;
   LoraFlags lora;
 };
 
@@ -93,7 +93,7 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
   pie::EngineOptions options;
   options.device = settings.device;
   options.n_threads = settings.n_threads;
-  options.speculative = settings.speculative;
+  settings.speculative.apply(options);
   options.max_running = settings.parallel;
   pie::Engine engine(model, options);
   request.loras = settings.lora.attach(engine);
@@ -164,7 +164,7 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
   pie::EngineOptions options;
   options.device = settings.device;
   options.n_threads = settings.n_threads;
-  options.speculative = settings.speculative;
+  settings.speculative.apply(options);
   options.max_running = 1;
   auto engine = std::make_shared<pie::Engine>(model, options);
   nlohmann::ordered_json request_fields = fields;
@@ -277,7 +277,8 @@ int run_run(std::span<const std::string> args) {
   settings.parallel = parallel ? static_cast<int>(parse_int(*parallel, "--parallel", 1, 256)) : 1;
   if (bos || no_bos) settings.add_bos = bos;
   settings.json_stats = json_stats;
-  settings.speculative = spec.get();
+  settings.speculative = spec;
+  (void)spec.get();  // a malformed --spec is a usage error before the model loads
   settings.lora = lora;
   (void)lora.specs();  // a malformed --lora is a usage error before the model loads
   settings.device = device.get();

@@ -123,7 +123,7 @@ int run_serve(std::span<const std::string> args) {
   if (kv_cache_mb) engine_options.kv_cache_bytes = parse_int(*kv_cache_mb, "--kv-cache-mb", 1, 1 << 24) << 20;
   engine_options.grammar_tables = table_build_option(grammar_tables, "--grammar-tables");
   engine_options.kv_resident = true;  // a server's memory stays level as its prefix cache fills
-  engine_options.speculative = spec.get();
+  spec.apply(engine_options);
   engine_options.device = device.get();
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
   engine_options.max_queued = max_queue ? static_cast<std::int32_t>(parse_int(*max_queue, "--max-queue", 1, 1 << 20))
@@ -203,6 +203,9 @@ int run_serve(std::span<const std::string> args) {
     // A stored model is served under its store name; a file under the name the server derives from it.
     if (!name) options.model_name = opened.store_name;
     options.engine_options = engine_options;
+    // The draft model drafts for MODEL alone: the store's other models may have other vocabularies.
+    options.engine_options->draft_model.reset();
+    if (engine_options.speculative.mode == pie::DraftMode::draft) options.engine_options->speculative = {};
     engine = std::make_shared<pie::Engine>(opened.model, engine_options);
     if (!quiet) {
       std::fprintf(stderr, "orchard serve: KV pool of %.0f MiB committed (%d sequences of %d tokens)\n",

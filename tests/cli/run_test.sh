@@ -93,7 +93,9 @@ jsonschema.validate(json.loads(open(sys.argv[2], encoding="utf-8").read()), sche
     run run -m "$stories/stories260K.bin" --temp 0 -n 200; expect_rc 0
     expect_stories_text ;;
   run_spec_bad)
-    run run -m orchard-random -p hi --spec eagle; expect_rc 2; expect_err_line "--spec: expected ngram or off"
+    run run -m orchard-random -p hi --spec eagle; expect_rc 2; expect_err_line "--spec: expected ngram, draft=MODEL or off"
+    run run -m orchard-random -p hi --spec draft=; expect_rc 2; expect_err_line "--spec draft=MODEL: the MODEL is missing"
+    run run -m orchard-random -p hi --spec "draft=$tmp/none.gguf"; expect_rc 2
     run run -m orchard-random -p hi --spec-k 4; expect_rc 2; expect_err_line "--spec-k needs --spec ngram"
     run run -m orchard-random -p hi --spec ngram --spec-k 17; expect_rc 2; expect_err_line "--spec-k" ;;
   run_spec_stories)  # speculative decoding changes nothing in the greedy text, and says what it kept
@@ -101,6 +103,14 @@ jsonschema.validate(json.loads(open(sys.argv[2], encoding="utf-8").read()), sche
     run run -m "$stories/stories260K.bin" --temp 0 -n 200 --spec ngram; expect_rc 0
     expect_stories_text
     [[ "$err" == *"drafts kept"* ]] || fail "summary does not report drafts: $err" ;;
+  run_spec_draft)  # a draft model (here the model itself) changes nothing in the greedy text
+    need "$stories/stories260K.bin"
+    run run -m "$stories/stories260K.bin" --temp 0 -n 200 --spec "draft=$stories/stories260K.bin" --spec-k 4
+    expect_rc 0
+    expect_stories_text
+    [[ "$err" == *"drafts kept"* ]] || fail "summary does not report drafts: $err"
+    run run -m orchard-random -p hi --spec "draft=$stories/stories260K.bin"; expect_rc 2
+    expect_err_line "the vocabularies differ" ;;
   run_stories_converted)
     need "$stories/stories260K.bin"
     "$ORCHARD" convert "$stories/stories260K.bin" -o "$tmp/stories.gguf" --type f32 >/dev/null 2>"$tmp/err" ||

@@ -176,6 +176,15 @@ struct EngineOptions {
   // CPU, where scoring drafts costs what it saves.
   SpeculativeOptions speculative;
   std::int32_t speculative_max_batch = 4;
+  // The draft model of DraftMode::draft (--spec draft=PATH): a model of the target's vocabulary, resident
+  // beside it with its own backend and a KV pool of as many pages as the target's. The engine's
+  // construction throws ModelError when its vocabulary differs or it does not fit in draft_memory_bytes
+  // (0: the device's free memory once the target is loaded).
+  std::shared_ptr<const Model> draft_model;
+  std::int64_t draft_memory_bytes = 0;
+  // A drafter of the caller's for DraftMode::custom: a developer hook (the oracle drafter of
+  // scripts/bench-spec-oracle.sh, make_oracle_drafter), called on the engine's loop thread only.
+  std::shared_ptr<Drafter> custom_drafter;
 };
 
 struct EngineStats {

@@ -5,9 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "pie/backend.h"
+#include "pie/model.h"
 
 namespace pie {
 
@@ -17,9 +21,15 @@ enum class DraftMode : std::uint8_t {
   // earlier in the prompt and output, proposing what followed them there. Free, and strong wherever the
   // output copies its input (extraction, edits, code).
   ngram,
+  // A draft model (EngineOptions::draft_model): a smaller model of the same vocabulary, resident beside the
+  // target with its own KV pages, drafts greedily.
+  draft,
+  // The engine's EngineOptions::custom_drafter (C++ only: benchmarks and tests, e.g. make_oracle_drafter).
+  custom,
 };
-const char* draft_mode_name(DraftMode mode);  // "off", "ngram"
-// Throws RequestError (param "speculative") on another name.
+const char* draft_mode_name(DraftMode mode);  // "off", "ngram", "draft", "custom"
+// "off", "ngram", "draft"; throws RequestError (param "speculative") on another name ("custom" included:
+// it is not an API name).
 DraftMode draft_mode_from_name(const std::string& name);
 
 inline constexpr std::int32_t kMaxDraftTokens = 16;
@@ -44,6 +54,8 @@ std::vector<std::int32_t> prompt_lookup(std::span<const std::int32_t> context, s
 class StepCost {
  public:
   void record(std::int32_t n_tokens, double seconds);
+  // The seconds a step of n_tokens takes on the line (0 until a step was seen).
+  double seconds(std::int32_t n_tokens) const;
   // The cost of one more token in a step of n_tokens, as a fraction of that step (a prior of 0.3 until
   // steps of different sizes were seen).
   double relative_token_cost(std::int32_t n_tokens) const;
@@ -69,5 +81,86 @@ class DraftLength {
   double acceptance_ = 0.6;  // running rate per drafted token (a hopeful prior)
   std::int32_t idle_ = 0;    // steps without drafting since the last verification
 };
+
+// A source of drafts. Each step the engine asks for the drafts of the rows that speculate in it (all at
+// once: a draft model batches them), verifies them, and tells the drafter how much of each row it kept;
+// a row's sample ending releases what the drafter holds for it. Drafters run on the engine's loop thread.
+class Drafter {
+ public:
+  struct Row {
+    std::uint64_t key = 0;                  // the sample, the same from its first step to its release
+    std::span<const std::int32_t> context;  // its tokens so far: the prompt, then the output
+    std::int32_t max_tokens = 0;            // draft at most this many (>= 1)
+    std::vector<std::int32_t> draft;        // out: the proposed continuation (empty: none)
+  };
+  virtual ~Drafter() = default;
+  // Fills each row's draft. Throws pie::Error when drafting failed (the engine then drafts nothing).
+  virtual void propose(std::span<Row> rows) = 0;
+  // Verification kept the first n_keep tokens of the row's context and draft.
+  virtual void keep(std::uint64_t key, std::int32_t n_keep) { (void)key, (void)n_keep; }
+  virtual void release(std::uint64_t key) { (void)key; }
+  // The seconds drafting costs per drafted token of a row, for a step of n_rows drafting rows (what the
+  // adaptive length weighs beside verification's cost); 0 for a drafter that costs nothing to speak of.
+  virtual double token_seconds(std::int32_t n_rows) const {
+    (void)n_rows;
+    return 0;
+  }
+};
+
+// Prompt lookup (prompt_lookup() above) as a Drafter.
+std::unique_ptr<Drafter> make_prompt_lookup_drafter();
+
+// The draft model's place beside the target: its backend, its KV pool and its step size.
+struct DraftModelOptions {
+  tensor::Device device = tensor::Device::cpu;
+  // CPU: the pool its forward passes run on (the target's threads; nullptr: one thread).
+  tensor::ThreadPool* pool = nullptr;
+  std::int32_t n_pages = 0;             // KV pages (16 tokens each): as many as the target's pool holds
+  tensor::DType kv_dtype = tensor::DType::f32;
+  std::int32_t max_batch_tokens = 512;  // tokens per forward pass while catching up
+  // Bytes its weights and KV pool may take (0: what the device has free now, the target already loaded).
+  std::int64_t memory_bytes = 0;
+};
+
+// Throws ModelError when `draft` cannot draft for `target`: another vocabulary (naming both sizes), other
+// special or end-of-generation ids, other token texts.
+void check_draft_vocabulary(const Model& draft, const Model& target);
+
+// A draft model as a Drafter: resident beside the target with its own backend and KV pages. Each proposal
+// first catches every row's draft sequence up with its context (the tokens since the kept prefix, run
+// through the draft model in chunks of max_batch_tokens, rows batched), then drafts max_tokens tokens
+// greedily, one batched forward pass per token. keep() truncates the draft's KV to the kept prefix; the
+// target's correction token is computed at the next catch-up.
+class DraftModelDrafter final : public Drafter {
+ public:
+  // Throws ModelError on a vocabulary that differs (check_draft_vocabulary), a draft that does not fit in
+  // options.memory_bytes (naming what it needs and what there is), or an architecture without a forward pass.
+  DraftModelDrafter(std::shared_ptr<const Model> draft, const Model& target, const DraftModelOptions& options);
+  ~DraftModelDrafter() override;
+  void propose(std::span<Row> rows) override;
+  void keep(std::uint64_t key, std::int32_t n_keep) override;
+  void release(std::uint64_t key) override;
+  double token_seconds(std::int32_t n_rows) const override;
+
+  // For tests: the tokens whose K/V the draft cache holds for `key` (empty when none), and its pages in use.
+  std::vector<std::int32_t> cached_tokens(std::uint64_t key) const;
+  std::int32_t pages_in_use() const;
+  // Bytes the draft takes beside the target (weights and KV pool).
+  std::int64_t resident_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The oracle drafter of the benchmark of speculation's ceiling (scripts/bench-spec-oracle.sh): it knows
+// the target's greedy continuation (`sequence`: prompt and output, recorded from a run without
+// speculation) and replays it, each drafted token replaced by a wrong one with probability
+// 1 - acceptance (a seeded stream: the same run twice drafts the same), so that greedy verification keeps
+// a share `acceptance` of what it is shown. A context that leaves the sequence gets no draft. Throws
+// pie::Error on an acceptance outside [0, 1] or n_vocab < 2.
+std::unique_ptr<Drafter> make_oracle_drafter(std::vector<std::int32_t> sequence, double acceptance,
+                                             std::uint64_t seed, std::int32_t n_vocab);
 
 }  // namespace pie

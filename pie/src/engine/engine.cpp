@@ -24,6 +24,7 @@
 #include "pie/scheduler.h"
 #include "pse/matcher.h"
 #include "pse/thread_pool.h"
+#include "tensor/thread_pool.h"
 #include "request_check.h"
 #include "engine/lora_registry.h"
 #include "request_stream.h"
@@ -148,6 +149,7 @@ struct Sample {
   // Speculative decoding: the tokens drafted for the coming step (empty: none), and how many to draft.
   std::vector<std::int32_t> draft;
   DraftLength draft_length;
+  std::uint64_t draft_key = 0;  // the sample for the drafter (Drafter::Row::key)
   bool finished = false;
   bool hit_stop_string = false;  // the text after it (and what the stop matcher holds back) is dropped
   std::int32_t end_token = -1;    // the end-of-sequence token sampled last, for the last event
@@ -203,6 +205,8 @@ struct Engine::Impl {
   std::int32_t context_length = 0;
   std::int32_t n_vocab = 0;
   std::unique_ptr<pse::ThreadPool> mask_pool;
+  // The forward pass's threads when a draft model shares them with the target on the CPU.
+  std::unique_ptr<tensor::ThreadPool> cpu_pool;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<KvCache> kv;
   std::unique_ptr<KvCachePages> pages;
@@ -230,6 +234,11 @@ struct Engine::Impl {
   std::vector<std::uint32_t> step_masks;
   std::vector<std::uint32_t> step_draft_masks;
   StepCost step_cost;  // what a step's tokens cost, for the draft lengths
+  // The drafters of the speculative modes (nullptr: the mode is not available).
+  std::unique_ptr<Drafter> ngram_drafter;
+  std::unique_ptr<Drafter> draft_model_drafter;
+  std::shared_ptr<Drafter> custom_drafter;
+  std::atomic<std::uint64_t> next_draft_key{1};  // submit() numbers samples on callers' threads
 
   mutable std::mutex stats_mutex;
   EngineStats stats;
@@ -265,6 +274,15 @@ struct Engine::Impl {
   void fork_samples(Request& r);
   void drop_finished();
   void publish_stats();
+  Drafter* drafter_for(DraftMode mode) const {
+    switch (mode) {
+      case DraftMode::ngram: return ngram_drafter.get();
+      case DraftMode::draft: return draft_model_drafter.get();
+      case DraftMode::custom: return custom_drafter.get();
+      case DraftMode::off: return nullptr;
+    }
+    return nullptr;
+  }
   bool is_eos(std::int32_t token) const {
     return std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
   }
@@ -312,7 +330,13 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   if (device.device == tensor::Device::cuda && options.kv_dtype == tensor::DType::f32) {
     options.kv_dtype = tensor::DType::f16;  // the CUDA backend's KV pages are f16
   }
-  runner = std::make_unique<ModelRunner>(model, make_backend(device.device, options.n_threads));
+  if (options.draft_model && device.device == tensor::Device::cpu) {
+    // The draft model's passes and the target's alternate: one pool of threads serves both.
+    cpu_pool = std::make_unique<tensor::ThreadPool>(options.n_threads);
+    runner = std::make_unique<ModelRunner>(model, make_cpu_backend(cpu_pool.get()));
+  } else {
+    runner = std::make_unique<ModelRunner>(model, make_backend(device.device, options.n_threads));
+  }
 
   const std::size_t page_bytes = runner->kv_config(1, options.kv_dtype).page_bytes();
   const std::int64_t context_pages = (context_length + kKvPageSize - 1) / kKvPageSize;
@@ -360,6 +384,26 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   }
   stats.kv_pages = static_cast<std::int32_t>(n_pages);
   stats.kv_pages_free = static_cast<std::int32_t>(n_pages);
+
+  ngram_drafter = make_prompt_lookup_drafter();
+  custom_drafter = options.custom_drafter;
+  if (options.draft_model) {
+    DraftModelOptions d;
+    d.device = device.device;
+    d.pool = cpu_pool.get();
+    d.n_pages = static_cast<std::int32_t>(n_pages);
+    d.kv_dtype = options.kv_dtype;
+    d.max_batch_tokens = options.max_batch_tokens;
+    d.memory_bytes = options.draft_memory_bytes;
+    draft_model_drafter = std::make_unique<DraftModelDrafter>(options.draft_model, *model, d);
+  } else if (options.draft_memory_bytes < 0) {
+    throw Error(fmt::format("[engine] draft_memory_bytes must be >= 0, got {}", options.draft_memory_bytes));
+  }
+  if (options.speculative.mode != DraftMode::off && !drafter_for(options.speculative.mode)) {
+    throw Error(fmt::format("[engine] speculative mode \"{}\" needs {}", draft_mode_name(options.speculative.mode),
+                            options.speculative.mode == DraftMode::draft ? "a draft model (draft_model)"
+                                                                         : "a drafter (custom_drafter)"));
+  }
 }
 
 void Engine::Impl::publish_stats() {
@@ -405,6 +449,7 @@ void Engine::Impl::emit(Sample& s, std::vector<std::int32_t> tokens, std::string
 void Engine::Impl::finish(Sample& s, FinishReason reason, std::string error) {
   if (s.finished) return;
   s.finished = true;
+  if (Drafter* d = drafter_for(s.request->speculative.mode)) d->release(s.draft_key);
   if (s.seq) {
     by_seq.erase(*s.seq);
     scheduler->remove(*s.seq);
@@ -595,7 +640,15 @@ void Engine::Impl::close_row(Sample& s, RowOutput& out, bool going, std::size_t 
     out.reason = FinishReason::length;
     going = false;
   }
-  if (going) scheduler->append(*s.seq, std::span<const std::int32_t>(out.added).subspan(n_known));
+  if (going && out.added.size() > n_known) {
+    scheduler->append(*s.seq, std::span<const std::int32_t>(out.added).subspan(n_known));
+  } else if (going) {
+    // A kept draft token before forced text that gave no token of its own (the one it spells is kept back
+    // for sampling): its K/V is computed, but the next token needs its logits, so it is computed again.
+    const std::int32_t last = s.output.back();
+    scheduler->truncate(*s.seq, static_cast<std::int32_t>(scheduler->tokens(*s.seq).size()) - 1);
+    scheduler->append(*s.seq, std::span<const std::int32_t>(&last, 1));
+  }
   emit(s, std::move(out.added), std::move(out.text), std::move(out.logprobs), FinishReason::none, {},
        out.n_allowed);
   if (!going) finish(s, out.reason);
@@ -902,37 +955,65 @@ void Engine::Impl::propose_drafts() {
     }
   }
   if (rows.empty() || n_decoding > options.speculative_max_batch) return;
-  for (Sample* s : rows) {
-    const GenerateRequest& q = s->request->req;
-    const std::span<const std::int32_t> context = scheduler->tokens(*s->seq);
-    const auto n_tokens = static_cast<std::int32_t>(context.size());
-    const std::int32_t limit = std::min(q.max_tokens, context_length - static_cast<std::int32_t>(q.prompt.size()));
-    // Each kept draft token is an output token (the last may reach the limit: no token is sampled after
-    // it then), and each takes a position of the context.
-    const std::int32_t room =
-        std::min(limit - static_cast<std::int32_t>(s->output.size()), context_length - n_tokens);
-    const std::int32_t k = std::min(room, s->draft_length.next(step_cost.relative_token_cost(n_decoding)));
-    if (k <= 0) continue;
-    std::vector<std::int32_t> draft = prompt_lookup(context, k);
-    // A draft is text: it stops before a token that ends generation or is special.
-    const auto text_end = std::find_if(draft.begin(), draft.end(), [&](std::int32_t t) {
-      return is_eos(t) || model->tokenizer->is_special(t);
-    });
-    draft.erase(text_end, draft.end());
-    // And before the first token the grammar rejects, and after one past which the grammar forces text:
-    // decoding without a draft appends that text's tokens there (jump-forward), so must this.
-    if (s->matcher && !draft.empty()) {
-      std::size_t ok = 0;
-      while (ok < draft.size() && s->matcher->accept_token(draft[ok])) {
-        ++ok;
-        if (!s->matcher->forced_continuation().empty()) break;
-      }
-      if (ok > 0) s->matcher->rollback(static_cast<std::int32_t>(ok));
-      draft.resize(ok);
+  const double step_seconds = step_cost.seconds(n_decoding);
+  for (const DraftMode mode : {DraftMode::ngram, DraftMode::draft, DraftMode::custom}) {
+    Drafter* drafter = drafter_for(mode);
+    if (drafter == nullptr) continue;
+    std::vector<Sample*> mine;
+    for (Sample* s : rows) {
+      if (s->request->speculative.mode == mode) mine.push_back(s);
     }
-    if (draft.empty()) continue;
-    scheduler->draft(*s->seq, draft);
-    s->draft = std::move(draft);
+    if (mine.empty()) continue;
+    // A drafted token costs its share of the verifying step, plus the drafter's own time for it.
+    double token_cost = step_cost.relative_token_cost(n_decoding);
+    if (step_seconds > 0) token_cost += drafter->token_seconds(static_cast<std::int32_t>(mine.size())) / step_seconds;
+    std::vector<Drafter::Row> asks;
+    std::vector<Sample*> asked;
+    for (Sample* s : mine) {
+      const GenerateRequest& q = s->request->req;
+      const std::span<const std::int32_t> context = scheduler->tokens(*s->seq);
+      const auto n_tokens = static_cast<std::int32_t>(context.size());
+      const std::int32_t limit =
+          std::min(q.max_tokens, context_length - static_cast<std::int32_t>(q.prompt.size()));
+      // Each kept draft token is an output token (the last may reach the limit: no token is sampled after
+      // it then), and each takes a position of the context.
+      const std::int32_t room =
+          std::min(limit - static_cast<std::int32_t>(s->output.size()), context_length - n_tokens);
+      const std::int32_t k = std::min(room, s->draft_length.next(token_cost));
+      if (k <= 0) continue;
+      asks.push_back({s->draft_key, context, k, {}});
+      asked.push_back(s);
+    }
+    if (asks.empty()) continue;
+    try {
+      drafter->propose(asks);
+    } catch (const std::exception&) {
+      continue;  // no drafts this step: decoding goes on as without speculation
+    }
+    for (std::size_t i = 0; i < asks.size(); ++i) {
+      Sample* s = asked[i];
+      std::vector<std::int32_t> draft = std::move(asks[i].draft);
+      if (draft.size() > static_cast<std::size_t>(asks[i].max_tokens)) draft.resize(static_cast<std::size_t>(asks[i].max_tokens));
+      // A draft is text: it stops before a token that ends generation, is special or is not a logits row.
+      const auto text_end = std::find_if(draft.begin(), draft.end(), [&](std::int32_t t) {
+        return t < 0 || t >= n_vocab || is_eos(t) || model->tokenizer->is_special(t);
+      });
+      draft.erase(text_end, draft.end());
+      // And before the first token the grammar rejects, and after one past which the grammar forces text:
+      // decoding without a draft appends that text's tokens there (jump-forward), so must this.
+      if (s->matcher && !draft.empty()) {
+        std::size_t ok = 0;
+        while (ok < draft.size() && s->matcher->accept_token(draft[ok])) {
+          ++ok;
+          if (!s->matcher->forced_continuation().empty()) break;
+        }
+        if (ok > 0) s->matcher->rollback(static_cast<std::int32_t>(ok));
+        draft.resize(ok);
+      }
+      if (draft.empty()) continue;
+      scheduler->draft(*s->seq, draft);
+      s->draft = std::move(draft);
+    }
   }
 }
 
@@ -981,6 +1062,7 @@ void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<
          out.n_allowed);
   }
   const auto n_draft = static_cast<std::int32_t>(draft.size());
+  if (Drafter* d = drafter_for(r.speculative.mode)) d->keep(s.draft_key, first_position + 1 + kept);
   s.draft_length.record(n_draft, kept);
   r.usage.draft_tokens += n_draft;
   r.usage.accepted_draft_tokens += kept;
@@ -1057,6 +1139,13 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   if (request.id.empty()) request.id = fmt::format("req-{}", m.next_id.fetch_add(1));
   r->req = std::move(request);
   r->speculative = r->req.speculative.value_or(m.options.speculative);
+  if (r->speculative.mode != DraftMode::off && !m.drafter_for(r->speculative.mode)) {
+    throw RequestError(fmt::format("[speculative] mode \"{}\" needs {}, and the engine has none",
+                                   draft_mode_name(r->speculative.mode),
+                                   r->speculative.mode == DraftMode::draft ? "a draft model (--spec draft=PATH)"
+                                                                           : "a custom drafter"),
+                       "speculative");
+  }
   r->usage.prompt_tokens = static_cast<std::int32_t>(r->req.prompt.size());
   if (r->req.prompt_logprobs) r->prompt_logprobs.resize(r->req.prompt.size() - 1);
   r->channel = std::make_shared<detail::RequestChannel>(r->req.id, m.signal);
@@ -1066,6 +1155,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
     s.request = r.get();
     s.index = i;
     s.sampler.emplace(r->req.sampling, r->seed + static_cast<std::uint64_t>(i));
+    s.draft_key = m.next_draft_key.fetch_add(1);
     if (r->speculative.k > 0) s.draft_length = DraftLength(r->speculative.k, /*fixed=*/true);
     s.detok.emplace(*m.model->tokenizer, tokenizers::DecodeOptions{.skip_special = true});
     if (!r->req.stop.empty()) s.stops.emplace(r->req.stop);

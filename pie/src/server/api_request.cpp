@@ -132,18 +132,20 @@ std::vector<std::string> parse_stop(const Json& v, const std::string& path) {
   return stops;
 }
 
-// Extension "speculative": "ngram" or "off", or {"mode": "ngram" | "off", "k": 0..16} (k 0: adaptive).
+// Extension "speculative": "ngram", "draft" or "off", or {"mode": ..., "k": 0..16} (k 0: adaptive).
 std::optional<SpeculativeOptions> parse_speculative(const Json& body, const std::string& scope) {
   const Json* v = member(body, "speculative");
   if (v == nullptr) return std::nullopt;
   const std::string path = scope.empty() ? "speculative" : scope + ".speculative";
   SpeculativeOptions out;
   auto mode = [&](const Json& m, const std::string& where) {
-    if (!m.is_string()) wrong_type(where, "\"ngram\" or \"off\"", m);
+    if (!m.is_string()) wrong_type(where, "\"ngram\", \"draft\" or \"off\"", m);
     const std::string name = m.get<std::string>();
     if (name == "ngram") return DraftMode::ngram;
+    if (name == "draft") return DraftMode::draft;  // the server's draft model (--spec draft=MODEL)
     if (name == "off") return DraftMode::off;
-    throw ApiError::invalid(fmt::format("'{}' must be \"ngram\" or \"off\", got \"{}\"", where, name), where);
+    throw ApiError::invalid(fmt::format("'{}' must be \"ngram\", \"draft\" or \"off\", got \"{}\"", where, name),
+                            where);
   };
   if (v->is_string()) {
     out.mode = mode(*v, path);

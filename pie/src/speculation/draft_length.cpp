@@ -44,12 +44,32 @@ double StepCost::relative_token_cost(std::int32_t n_tokens) const {
   return per_token / (base + per_token * std::max(1, n_tokens));
 }
 
-const char* draft_mode_name(DraftMode mode) { return mode == DraftMode::ngram ? "ngram" : "off"; }
+double StepCost::seconds(std::int32_t n_tokens) const {
+  if (w_ <= 0) return 0;
+  const double mn = n_ / w_, mt = t_ / w_;
+  const double var = nn_ / w_ - mn * mn;
+  if (var < 0.05) return mt;  // one step size seen: its time
+  const double per_token = std::max(0.0, (nt_ / w_ - mn * mt) / var);
+  const double base = std::max(mt - per_token * mn, 1e-9);
+  return base + per_token * std::max(1, n_tokens);
+}
+
+const char* draft_mode_name(DraftMode mode) {
+  switch (mode) {
+    case DraftMode::off: return "off";
+    case DraftMode::ngram: return "ngram";
+    case DraftMode::draft: return "draft";
+    case DraftMode::custom: return "custom";
+  }
+  return "off";
+}
 
 DraftMode draft_mode_from_name(const std::string& name) {
   if (name == "off") return DraftMode::off;
   if (name == "ngram") return DraftMode::ngram;
-  throw RequestError("[speculative] mode must be \"ngram\" or \"off\", got \"" + name + "\"", "speculative");
+  if (name == "draft") return DraftMode::draft;
+  throw RequestError("[speculative] mode must be \"ngram\", \"draft\" or \"off\", got \"" + name + "\"",
+                     "speculative");
 }
 
 void SpeculativeOptions::validate() const {

@@ -23,4 +23,17 @@ std::vector<std::int32_t> prompt_lookup(std::span<const std::int32_t> context, s
   return out;
 }
 
+namespace {
+
+class PromptLookupDrafter final : public Drafter {
+ public:
+  void propose(std::span<Row> rows) override {
+    for (Row& row : rows) row.draft = prompt_lookup(row.context, row.max_tokens);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> make_prompt_lookup_drafter() { return std::make_unique<PromptLookupDrafter>(); }
+
 }  // namespace pie

@@ -162,6 +162,7 @@ TEST(ParseOpenAIChat, SpeculativeExtension) {
   ASSERT_TRUE(full);
   EXPECT_EQ(full->k, 5);
   EXPECT_EQ(parse_openai_chat(chat({{"speculative", "off"}})).params.speculative->mode, DraftMode::off);
+  EXPECT_EQ(parse_openai_chat(chat({{"speculative", "draft"}})).params.speculative->mode, DraftMode::draft);
   EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"speculative", "eagle"}})); }), "speculative");
   EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"speculative", 3}})); }), "speculative");
   EXPECT_EQ(param_of([] { parse_openai_chat(chat({{"speculative", Json{{"k", 17}}}})); }), "speculative.k");
