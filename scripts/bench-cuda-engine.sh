@@ -41,7 +41,7 @@ done
 # The prompt encodes to about 128 tokens (the model's placeholder vocabulary spells it byte by byte).
 prompt="The quick brown fox jumps over the lazy dog and keeps running through the forest until night falls"
 for type in ${TYPES:-f16 q8_0 q4_0}; do
-  bytes=$(stat -c %s "${files[$type]}")
+  bytes=$(stat -L -c %s "${files[$type]}")
   for parallel in ${PARALLEL:-1 8 64}; do
     "$orchard" run --device cuda -m "${files[$type]}" -p "$prompt" -n "${TOKENS:-128}" --temp 0 --ignore-eos \
       --parallel "$parallel" --json-stats 2>"$work/stats.json" >/dev/null || { cat "$work/stats.json" >&2; continue; }

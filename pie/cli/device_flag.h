@@ -1,8 +1,10 @@
 // --device cpu|cuda|auto, the device option of the commands that run a model (run, chat, serve, perplexity),
-// and the log line that says which device was chosen and why.
+// --gpu-memory FRACTION (run, chat, serve: the engine's KV pool on a GPU), and the log line that says which
+// device was chosen and why.
 #pragma once
 
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -13,11 +15,32 @@ namespace orchard::cli {
 
 struct DeviceFlag {
   std::optional<std::string> value;
+  std::optional<std::string> gpu_memory_value;
 
   void add_options(ArgParser& p) {
     p.option("device", 0, "DEVICE",
              "where the forward pass runs: cuda (a GPU), cpu, or auto (default: cuda when a usable GPU is present)",
              &value);
+    p.option("gpu-memory", 0, "FRACTION",
+             "on a GPU, the fraction of its memory to use (weights, KV pool, activations); the KV pool takes what "
+             "the weights leave of it (default 0.9)",
+             &gpu_memory_value);
+  }
+
+  // Throws UsageError unless the value is a number in (0, 1].
+  double gpu_memory() const {
+    if (!gpu_memory_value) return 0.9;
+    std::size_t used = 0;
+    double f = 0;
+    try {
+      f = std::stod(*gpu_memory_value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != gpu_memory_value->size() || !(f > 0.0 && f <= 1.0)) {
+      throw UsageError("--gpu-memory: expected a fraction in (0, 1], got '" + *gpu_memory_value + "'");
+    }
+    return f;
   }
 
   // Throws UsageError on a bad value.

@@ -37,6 +37,7 @@ void write_out(const std::string& text) {
 struct RunSettings {
   int n_threads = 0;
   pie::DeviceRequest device = pie::DeviceRequest::automatic;
+  double gpu_memory = 0.9;
   int parallel = 1;             // concurrent requests (seeds seed, seed + 1, ...)
   std::optional<bool> add_bos;  // --bos / --no-bos; nullopt: as the model's metadata says
   bool json_stats = false;
@@ -92,6 +93,7 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
 
   pie::EngineOptions options;
   options.device = settings.device;
+  options.gpu_memory = settings.gpu_memory;
   options.n_threads = settings.n_threads;
   settings.speculative.apply(options);
   options.max_running = settings.parallel;
@@ -163,6 +165,7 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
                   const RunSettings& settings) {
   pie::EngineOptions options;
   options.device = settings.device;
+  options.gpu_memory = settings.gpu_memory;
   options.n_threads = settings.n_threads;
   settings.speculative.apply(options);
   options.max_running = 1;
@@ -282,6 +285,7 @@ int run_run(std::span<const std::string> args) {
   settings.lora = lora;
   (void)lora.specs();  // a malformed --lora is a usage error before the model loads
   settings.device = device.get();
+  settings.gpu_memory = device.gpu_memory();
 
   // A model that cannot be found or loaded, a bad prompt, grammar or request: thrown to main, which
   // writes one line and exits with status 2. A generation that fails once running: status 1.

@@ -168,6 +168,12 @@ DeviceChoice choose_device(DeviceRequest request);
 // The backend of a choice: make_cuda_backend(0) or make_cpu_backend(n_threads).
 std::unique_ptr<Backend> make_backend(tensor::Device device, std::int32_t n_threads);
 
+// `backend` itself, or, when ORCHARD_INJECT_STEP_FAULTS names steps ("3" or "3,7": counted from 1, in the
+// order begin() is called), a wrapper whose wait() of those steps throws pie::Error as a device fault inside
+// the step would: a test hook for the handling of faults (the engine wraps its backend with it). Throws
+// pie::Error naming the variable when its value is malformed.
+std::unique_ptr<Backend> with_injected_faults(std::unique_ptr<Backend> backend);
+
 // The CPU backend: kernels/ and pal/ (AVX-512 / AVX2 where the CPU has them) on a pool of n_threads
 // (0: every core), each step run by a thread of its own. Throws pie::Error on a negative n_threads.
 std::unique_ptr<Backend> make_cpu_backend(std::int32_t n_threads);

@@ -152,7 +152,12 @@ struct EngineOptions {
   std::int32_t max_running = 16;         // sequences decoding at once
   std::int32_t max_batch_tokens = 512;   // tokens per step (decode rows + prefill chunks)
   std::int32_t context_length = 0;       // per sequence; 0: the model's trained context (capped at 8192)
-  std::int64_t kv_cache_bytes = 0;       // 0: enough for max_running full contexts, capped at 4 GiB
+  std::int64_t kv_cache_bytes = 0;       // 0: CPU: enough for max_running full contexts, capped at 4 GiB;
+                                         // CUDA: what gpu_memory leaves after the weights (with a
+                                         // draft_model: as on the CPU)
+  // On CUDA, the fraction of the GPU's memory the engine may use (weights, KV pool, activations), as vLLM's
+  // gpu_memory_utilization: with kv_cache_bytes 0 the KV pool takes what remains of it after the weights.
+  double gpu_memory = 0.9;
   tensor::DType kv_dtype = tensor::DType::f32;
   bool prefix_caching = true;
   // The KV pool committed at start (KvCacheConfig::resident): a server's memory stays level as its prefix
@@ -199,6 +204,9 @@ struct EngineStats {
   double mask_seconds = 0;               // time spent filling masks (on the pool)
   double forward_seconds = 0;
   std::uint64_t steps = 0;
+  // Steps whose forward pass failed (a device fault inside the step: its requests ended with an error).
+  std::uint64_t forward_failures = 0;
+  std::string last_forward_error;  // the last such failure's message ("" when none)
 };
 
 // A constraint compiled by Engine::compile.

@@ -28,6 +28,8 @@
 #include "request_check.h"
 #include "engine/lora_registry.h"
 #include "request_stream.h"
+#include "tensor/cuda/device.h"
+#include "tensor/cuda/memory_pool.h"
 
 namespace pie {
 
@@ -196,6 +198,29 @@ struct PromptRow {
 // floats), so this bounds the step's logits to a few tens of megabytes whatever the batch size.
 constexpr std::int32_t kPromptLogprobsChunk = 64;
 
+// The KV pool's pages on CUDA: what `fraction` of the GPU's memory leaves once the weights are resident
+// (free memory now, the pool's cached blocks counted free, less the (1 - fraction) share kept back for
+// activations and everything else). Throws pie::Error, with the figures, when it holds no full context.
+std::int64_t gpu_kv_pages(double fraction, std::size_t page_bytes, std::int64_t context_pages) {
+  const tensor::cuda::MemoryInfo mem = tensor::cuda::memory_info();
+  const double free =
+      static_cast<double>(mem.free) + static_cast<double>(tensor::cuda::MemoryPool::global().bytes_cached());
+  const double budget = free - (1.0 - fraction) * static_cast<double>(mem.total);
+  const std::int64_t n_pages = budget > 0 ? static_cast<std::int64_t>(budget / static_cast<double>(page_bytes)) : 0;
+  if (n_pages < context_pages + 1) {
+    throw Error(fmt::format("[engine] gpu_memory {}: {:.2f} GiB of the GPU's {:.2f} GiB are free after the weights, "
+                            "which leaves {:.2f} GiB for the KV pool; one context needs {:.2f} GiB ({} pages of {} "
+                            "bytes)",
+                            fraction, free / (1 << 30), static_cast<double>(mem.total) / (1 << 30),
+                            std::max(budget, 0.0) / (1 << 30),
+                            static_cast<double>(context_pages + 1) * static_cast<double>(page_bytes) / (1 << 30),
+                            context_pages + 1, page_bytes));
+  }
+  // At most 2^20 pages (16M tokens): a small model's pages are small, and the host's page tables grow with
+  // their count.
+  return std::min<std::int64_t>(n_pages, std::int64_t{1} << 20);
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -315,6 +340,9 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
     throw Error("[engine] kv_dtype must be f32 or f16");
   }
   options.speculative.validate();
+  if (!(options.gpu_memory > 0.0 && options.gpu_memory <= 1.0)) {
+    throw Error(fmt::format("[engine] gpu_memory must be a fraction in (0, 1], got {}", options.gpu_memory));
+  }
   if (options.speculative_max_batch < 0) {
     throw Error(fmt::format("[engine] speculative_max_batch must be >= 0, got {}", options.speculative_max_batch));
   }
@@ -333,9 +361,10 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   if (options.draft_model && device.device == tensor::Device::cpu) {
     // The draft model's passes and the target's alternate: one pool of threads serves both.
     cpu_pool = std::make_unique<tensor::ThreadPool>(options.n_threads);
-    runner = std::make_unique<ModelRunner>(model, make_cpu_backend(cpu_pool.get()));
+    runner = std::make_unique<ModelRunner>(model, with_injected_faults(make_cpu_backend(cpu_pool.get())));
   } else {
-    runner = std::make_unique<ModelRunner>(model, make_backend(device.device, options.n_threads));
+    runner = std::make_unique<ModelRunner>(model,
+                                           with_injected_faults(make_backend(device.device, options.n_threads)));
   }
 
   const std::size_t page_bytes = runner->kv_config(1, options.kv_dtype).page_bytes();
@@ -348,6 +377,10 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
                               "needs {}",
                               options.kv_cache_bytes, n_pages, page_bytes, context_length, context_pages + 1));
     }
+  } else if (device.device == tensor::Device::cuda && !options.draft_model) {
+    // (With a draft model, whose weights and KV pages come later, the CPU's sizing below.)
+    n_pages = gpu_kv_pages(options.gpu_memory, page_bytes, context_pages);
+    options.kv_cache_bytes = n_pages * static_cast<std::int64_t>(page_bytes);
   } else {
     const std::int64_t cap = (std::int64_t{4} << 30) / static_cast<std::int64_t>(page_bytes);
     n_pages = std::min<std::int64_t>(options.max_running * context_pages + 1, cap);
@@ -846,7 +879,13 @@ bool Engine::Impl::step() {
     }
   }
   if (!forward_error.empty()) {
-    // Nothing was sampled; every request in the batch fails (the batch itself was inconsistent).
+    // Nothing was sampled; every request in the batch fails (the batch was inconsistent, or the device
+    // faulted inside the step); the engine goes on with the next step, and the stats keep the fault.
+    {
+      std::lock_guard<std::mutex> lock(stats_mutex);
+      ++stats.forward_failures;
+      stats.last_forward_error = forward_error;
+    }
     for (Sample* s : row_samples) fail_request(*s->request, "forward pass failed: " + forward_error);
     for (const DraftedRow& d : drafted) fail_request(*d.sample->request, "forward pass failed: " + forward_error);
     for (const ScheduledChunk& c : plan.chunks) {

@@ -826,7 +826,18 @@ struct Server::Impl {
       res.set_content(server::dump_json(Json{{"version", options.version}}), "application/json");
     });
     route("GET", "/health", "/health", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(server::dump_json(Json{{"status", "ok"}, {"model", served_name()}}), "application/json");
+      // A forward pass that failed (a device fault inside a step) is reported here: the server keeps
+      // serving, the requests of that step got their errors.
+      Json body{{"status", "ok"}, {"model", served_name()}};
+      if (engine) {
+        const EngineStats stats = engine->stats();
+        if (stats.forward_failures > 0) {
+          body["status"] = "degraded";
+          body["forward_failures"] = stats.forward_failures;
+          body["last_forward_error"] = stats.last_forward_error;
+        }
+      }
+      res.set_content(server::dump_json(body), "application/json");
     });
     route("POST", "/v1/grammar/compile", "/v1/grammar/compile",
           [this](const httplib::Request& req, httplib::Response& res) {

@@ -1,7 +1,8 @@
 // The CUDA backend (pie/src/backend/cuda): its kernels against their CPU references on fresh random inputs
 // with poisoned outputs (every weight type's product and embedding, RMSNorm, the element-wise ops), whole
 // models against the CPU backend (the llama / mistral / qwen2 / qwen3 test models, stories260K, the
-// random-weight model in every weight type: logits within 1e-2 absolute, greedy continuations equal
+// random-weight model in every weight type: logits within 1e-2 absolute (0.5 for q8_0, q4_0, q4_1, whose products
+// round the activations to 8 bits), greedy continuations equal
 // wherever the CPU's top-two margin exceeds 1e-2; the real default model when the store holds it, within
 // 5e-2), steps captured as CUDA graphs equal to plain launches bit for bit, the engine on CUDA (a
 // constrained generation that validates, continuous batching equal to each request alone), and the errors:
@@ -113,6 +114,20 @@ UploadedMatrix upload_matrix(Backend& b, TestMatrix& m, DType type, std::int64_t
   return u;
 }
 
+// x as the products of the 32-element block types read it: each block of 32 rounded to 8 bits by the CPU
+// backend's q8_0 rule (the backend's quantize_q8_1 rounds alike).
+std::vector<float> q8_1_rounded(const std::vector<float>& x, std::int64_t n_in) {
+  std::vector<float> out(x.size());
+  std::vector<std::uint8_t> q(tensor::row_bytes(DType::q8_0, n_in));
+  for (std::size_t r = 0; r < x.size(); r += static_cast<std::size_t>(n_in)) {
+    kernels::quantize_row_ref(DType::q8_0, x.data() + r, q.data(), n_in);
+    kernels::dequantize_row_ref(DType::q8_0, q.data(), out.data() + r, n_in);
+  }
+  return out;
+}
+
+bool reads_q8_1(DType t) { return t == DType::q8_0 || t == DType::q4_0 || t == DType::q4_1; }
+
 const DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::q8_0, DType::q4_0,
                               DType::q4_1, DType::q4_K, DType::q5_K, DType::q6_K};
 
@@ -130,6 +145,8 @@ TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
     TestMatrix m = random_matrix(type, n_out, n_in, rng);
     const UploadedMatrix w = upload_matrix(*backend, m, type, n_out, n_in);
     const std::vector<float> x = random_floats(static_cast<std::size_t>(n_tokens * n_in), rng);
+    // q8_0 / q4_0 / q4_1: integer dot products against the activations rounded to 8 bits per block.
+    const std::vector<float> x_ref = reads_q8_1(type) ? q8_1_rounded(x, n_in) : x;
     tc::DeviceBuffer dx = device_floats(x), dy = device_floats({}, static_cast<std::size_t>(n_tokens * n_out)),
                      dy1 = device_floats({}, static_cast<std::size_t>(n_out));
     const Projection all[] = {{ProjectionSite::q, 0, &w.weight(), rows_of(dy, n_tokens, n_out)}};
@@ -146,7 +163,8 @@ TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
       for (std::int64_t o = 0; o < n_out; ++o) {
         double ref = 0;
         for (std::int64_t i = 0; i < n_in; ++i) {
-          ref += static_cast<double>(m.values[static_cast<std::size_t>(o * n_in + i)]) * x[static_cast<std::size_t>(t * n_in + i)];
+          ref += static_cast<double>(m.values[static_cast<std::size_t>(o * n_in + i)]) *
+                 x_ref[static_cast<std::size_t>(t * n_in + i)];
         }
         const float got = y[static_cast<std::size_t>(t * n_out + o)];
         ASSERT_TRUE(std::isfinite(got)) << "token " << t << " row " << o << " unwritten or not finite";
@@ -244,7 +262,8 @@ struct Agreement {
 };
 
 Agreement compare_backends(const std::shared_ptr<const Model>& model, const std::shared_ptr<const Model>& cpu_model,
-                           const std::vector<std::int32_t>& prompt_a, const std::vector<std::int32_t>& prompt_b) {
+                           const std::vector<std::int32_t>& prompt_a, const std::vector<std::int32_t>& prompt_b,
+                           float greedy_margin = 1e-2f) {
   ModelRunner gpu(model, make_cuda_backend());
   ModelRunner cpu(cpu_model, make_cpu_backend(0));
   KvCache gkv(gpu.make_kv_storage([&] {
@@ -291,7 +310,7 @@ Agreement compare_backends(const std::shared_ptr<const Model>& model, const std:
     for (const auto* row : rows) {
       std::vector<float> sorted = *row;
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-      if (sorted[0] - sorted[1] > 1e-2f) {
+      if (sorted[0] - sorted[1] > greedy_margin) {
         EXPECT_EQ(argmax(g_last), argmax(c_last)) << "greedy step " << step;
         ++out.greedy_compared;
       }
@@ -487,11 +506,18 @@ TEST_P(CudaBackendWeightTypes, RandomModelAgreesWithTheCpuBackend) {
   const auto src = random_model();
   const DType type = GetParam();
   const auto gpu_model = type == DType::f32 ? src : with_matrices(*src, type, false);
-  const auto cpu_model = type == DType::f32 ? src : with_matrices(*src, type, true);
+  // The CPU keeps the blocks of the types whose products round the activations to 8 bits (as the GPU's
+  // do, by the same rule); of the others it computes with the dequantized values in f32. Those three types
+  // differ by more than rounding order: an activation one side rounds up and the other down (after sums in
+  // another order) moves by a whole step of 1/127 of its block's largest value, and the random weights
+  // carry that to the logits (0.18-0.24 measured on an H100); their bound is 0.5, and the
+  // greedy choices are compared where the CPU's margin exceeds twice that.
+  const auto cpu_model = type == DType::f32 ? src : with_matrices(*src, type, !reads_q8_1(type));
   const std::int32_t n_vocab = src->config.n_vocab;
+  const double bound = reads_q8_1(type) ? 0.5 : 1e-2;
   const Agreement a = compare_backends(gpu_model, cpu_model, some_tokens(45, n_vocab, std::random_device{}()),
-                                       some_tokens(17, n_vocab, std::random_device{}()));
-  EXPECT_LT(a.max_abs, 1e-2);
+                                       some_tokens(17, n_vocab, std::random_device{}()), static_cast<float>(2 * bound));
+  EXPECT_LT(a.max_abs, bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaBackendWeightTypes, ::testing::ValuesIn(kWeightTypes),
@@ -599,6 +625,50 @@ TEST(DeviceChoice, CudaAskedWithoutAGpuIsAnErrorThatSaysWhy) {
   EngineOptions options;
   options.device = DeviceRequest::cuda;
   EXPECT_THROW(Engine(random_model(), options), Error);
+}
+
+// --gpu-memory: a fraction in (0, 1], checked before any device is touched (so everywhere).
+TEST(GpuMemory, FractionsOutsideZeroToOneAreRefusedByName) {
+  for (double bad : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+    EngineOptions options;
+    options.gpu_memory = bad;
+    try {
+      Engine engine(random_model(), options);
+      ADD_FAILURE() << "gpu_memory " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gpu_memory"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// On a GPU the KV pool takes what the fraction leaves after the weights (never more than the fraction of
+// the card), and a fraction that leaves less than one context is an error that gives the figures.
+TEST(GpuMemory, KvPoolIsSizedFromFreeGpuMemory) {
+  REQUIRE_GPU();
+  const tc::MemoryInfo mem = tc::memory_info();
+  auto kv_bytes = [](double fraction) {
+    EngineOptions options;
+    options.device = DeviceRequest::cuda;
+    options.gpu_memory = fraction;
+    options.context_length = 256;
+    Engine engine(random_model(), options);
+    return engine.options().kv_cache_bytes;
+  };
+  // (The pool is capped at 2^20 pages: the random model's small pages may reach it at both fractions.)
+  const std::int64_t small = kv_bytes(0.3), large = kv_bytes(0.9);
+  EXPECT_GT(small, 0);
+  EXPECT_GE(large, small);
+  EXPECT_LE(small, static_cast<std::int64_t>(0.3 * static_cast<double>(mem.total)));
+  EXPECT_LE(large, static_cast<std::int64_t>(0.9 * static_cast<double>(mem.total)));
+  const tc::MemoryInfo now = tc::memory_info();  // the pools above are cached now, counted free
+  const double cached = static_cast<double>(tc::MemoryPool::global().bytes_cached());
+  const double used = 1.0 - (static_cast<double>(now.free) + cached) / static_cast<double>(now.total);
+  try {
+    kv_bytes(std::max(used / 2, 1e-6));  // below what is already in use: nothing left for the pool
+    ADD_FAILURE() << "a pool from a fraction below the memory in use";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV pool"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DeviceChoice, RequestsParseAndBadOnesAreNamed) {

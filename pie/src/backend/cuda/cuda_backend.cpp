@@ -288,10 +288,11 @@ class CudaBackend final : public Backend {
     }
     tc::make_current(ordinal_);
     const std::size_t bytes = config.page_bytes() * static_cast<std::size_t>(config.n_pages);
-    const tc::MemoryInfo mem = tc::memory_info(ordinal_);
-    if (bytes > mem.free) {
+    // The pool's cached blocks count as free: an allocation that finds the device full gives them back.
+    const std::size_t free = tc::memory_info(ordinal_).free + tc::MemoryPool::global().bytes_cached();
+    if (bytes > free) {
       throw Error(fmt::format("[backend:cuda] a KV cache of {} pages needs {} bytes of GPU memory; {} bytes are free",
-                              config.n_pages, bytes, mem.free));
+                              config.n_pages, bytes, free));
     }
     return std::make_unique<DeviceKvStorage>(config, stream_.get());
   }
@@ -337,6 +338,7 @@ class CudaBackend final : public Backend {
 
   void project(const Rows& in, std::span<const Projection> outs) override {
     if (in.n_rows == 0) return;
+    bool quantized = false;  // `in` as q8_1 blocks, made once for all of outs that read them
     for (const Projection& p : outs) {
       const Weight& w = *p.weight;
       const std::uint8_t* wp = weight_ptr(w);
@@ -345,11 +347,23 @@ class CudaBackend final : public Backend {
       const float* x = in.data;
       int n_tokens = static_cast<int>(in.n_rows);
       float* y = p.out.data;
+      const auto token_blocks = static_cast<unsigned>((n_tokens + kMatmulTokens - 1) / kMatmulTokens);
+      const std::string suffix = type_suffix(w.dtype(), "projection");
+      if (reads_q8_1(w.dtype()) && n_in % 32 == 0) {
+        if (!quantized) quantize_q8_1(in);
+        quantized = true;
+        const void* xq = xq_.as<void>();
+        const void* xd = xd_.as<void>();
+        void* args[] = {&wp, &row_bytes, &n_out, &n_in, &xq, &xd, &n_tokens, &y};
+        // A warp per row.
+        const tc::Dim3 grid{static_cast<unsigned>((n_out + kMatmulWarps - 1) / kMatmulWarps), token_blocks, 1};
+        kernel("matmul_q8_1_" + suffix).launch(grid, {kMatmulWarps * 32, 1, 1}, 0, stream_.get(), args);
+        continue;
+      }
       void* args[] = {&wp, &row_bytes, &n_out, &n_in, &x, &n_tokens, &y};
-      const tc::Dim3 grid{static_cast<unsigned>((n_out + kMatmulWarps - 1) / kMatmulWarps),
-                          static_cast<unsigned>((n_tokens + kMatmulTokens - 1) / kMatmulTokens), 1};
-      kernel("matmul_" + type_suffix(w.dtype(), "projection")).launch(grid, {kMatmulWarps * 32, 1, 1}, 0,
-                                                                     stream_.get(), args);
+      // A block of kMatmulWarps warps per row.
+      kernel("matmul_" + suffix).launch({static_cast<unsigned>(n_out), token_blocks, 1}, {kMatmulWarps * 32, 1, 1}, 0,
+                                        stream_.get(), args);
     }
     if (std::any_of(outs.begin(), outs.end(), [](const Projection& p) { return !p.lora.empty(); })) {
       const cuda::LoraStep step{step_id_, capturing_, [this](const void* src, std::size_t n) -> const void* {
@@ -487,6 +501,25 @@ class CudaBackend final : public Backend {
     std::int32_t n_queries = 0, max_seq_len = 0, max_q_len = 0;
   };
 
+  // The types whose products read the activations as q8_1 blocks (integer dot products).
+  static bool reads_q8_1(tensor::DType t) {
+    return t == tensor::DType::q8_0 || t == tensor::DType::q4_0 || t == tensor::DType::q4_1;
+  }
+
+  // `in` quantized to q8_1 blocks into xq_ / xd_ (decoder_ops.cu's quantize_q8_1).
+  void quantize_q8_1(const Rows& in) {
+    const long long n_blocks = (in.n_cols + 31) / 32;
+    const long long total = n_blocks * in.n_rows;
+    grown(xq_, static_cast<std::size_t>(total) * 32);
+    grown(xd_, static_cast<std::size_t>(total) * 2 * sizeof(float));
+    const float* x = in.data;
+    int n_in = static_cast<int>(in.n_cols), n_tokens = static_cast<int>(in.n_rows);
+    void* xq = xq_.as<void>();
+    void* xd = xd_.as<void>();
+    void* args[] = {&x, &n_in, &n_tokens, &xq, &xd};
+    kernel("quantize_q8_1").launch({static_cast<unsigned>((total + 7) / 8), 1, 1}, {256, 1, 1}, 0, stream_.get(), args);
+  }
+
   // A new step: the staging and the step's upload caches start afresh.
   void new_step() {
     ++step_id_;
@@ -562,7 +595,9 @@ class CudaBackend final : public Backend {
       return ints_[s].as<const std::int32_t>();
     }
     tc::DeviceBuffer& b = grown(ints_[s], host.size_bytes());
-    if (!host.empty()) b.copy_from_host(staging_.take(host.data(), host.size_bytes()), host.size_bytes(), 0, stream_.get());
+    if (!host.empty()) {
+      b.copy_from_host(staging_.take(host.data(), host.size_bytes()), host.size_bytes(), 0, stream_.get());
+    }
     uploaded_step_[s] = step_id_;
     uploaded_from_[s] = host.data();
     uploaded_size_[s] = host.size();
@@ -700,6 +735,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<tc::Stream> stream_;
   std::unique_ptr<cuda::CudaLora> lora_;  // adapters in device memory (cuda_lora.h)
   std::array<tc::DeviceBuffer, kMaxSlot + 1> scratch_;
+  tc::DeviceBuffer xq_, xd_;  // the activations of the current product as q8_1 blocks
   std::array<tc::DeviceBuffer, kNumIntSlots> ints_;
   std::array<std::uint64_t, kNumIntSlots> uploaded_step_{};
   std::array<const std::int32_t*, kNumIntSlots> uploaded_from_{};
