@@ -981,11 +981,15 @@ bool Engine::Impl::step() {
 }
 
 void Engine::Impl::propose_drafts() {
-  // Decoding rows (running, one token to compute) of requests that speculate, and how many rows decode.
+  // Decoding rows (running, one token to compute) of requests that speculate, how many rows decode, and
+  // how many samples are live (decoding, prefilling, waiting, or not forked yet): the batch a draft joins.
+  // Rows that are still prefilling decode in the next steps: counting only those decoding now would let a
+  // large batch draft while it fills, at the cost of the compute-bound steps it is about to run.
   std::vector<Sample*> rows;
-  std::int32_t n_decoding = 0;
+  std::int32_t n_decoding = 0, n_live = 0;
   for (auto& r : active) {
     for (Sample& s : r->samples) {
+      if (!s.finished) ++n_live;
       if (s.finished || !s.seq || !scheduler->is_running(*s.seq) || !s.draft.empty()) continue;
       const auto n_tokens = static_cast<std::int32_t>(scheduler->tokens(*s.seq).size());
       if (n_tokens - scheduler->n_computed(*s.seq) != 1) continue;
@@ -993,7 +997,7 @@ void Engine::Impl::propose_drafts() {
       if (r->speculative.mode != DraftMode::off) rows.push_back(&s);
     }
   }
-  if (rows.empty() || n_decoding > options.speculative_max_batch) return;
+  if (rows.empty() || n_live > options.speculative_max_batch) return;
   const double step_seconds = step_cost.seconds(n_decoding);
   for (const DraftMode mode : {DraftMode::ngram, DraftMode::draft, DraftMode::custom}) {
     Drafter* drafter = drafter_for(mode);

@@ -161,6 +161,37 @@ TEST(EngineSpeculative, DraftsTrimmedByTheBudgetChangeNothing) {
   EXPECT_EQ(a.samples.at(0).tokens, b.samples.at(0).tokens);
 }
 
+// Speculation waits until at most speculative_max_batch samples are live, prefilling ones included: the
+// first of eight requests decodes while the others' prompts fill a few tokens a step, and drafts nothing
+// under a limit of 4 (the others are still live when it ends); under a limit of 8 it drafts.
+TEST(EngineSpeculative, ALargeBatchDraftsNothingWhileItFills) {
+  for (const std::int32_t limit : {4, 8}) {
+    SCOPED_TRACE(limit);
+    EngineOptions o = options(24);
+    o.speculative_max_batch = limit;
+    o.max_running = 8;
+    Engine engine(random_model(), o);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 8; ++i) {
+      GenerateRequest r;
+      r.prompt = random_model_prompt(std::string(static_cast<std::size_t>(i), 'x') + " a b c a b c a b c a b c");
+      r.sampling.temperature = 0;
+      r.max_tokens = i == 0 ? 12 : 200;
+      r.ignore_eos = true;
+      r.speculative = ngram(4);
+      streams.push_back(engine.submit(r));
+    }
+    const auto first = testing::collect(*streams[0]);
+    EXPECT_EQ(first.samples.at(0).tokens.size(), 12u);
+    if (limit == 4) {
+      EXPECT_EQ(first.usage.draft_tokens, 0);
+    } else {
+      EXPECT_GT(first.usage.draft_tokens, 0);
+    }
+    for (auto& s : streams) s->cancel();
+  }
+}
+
 TEST(EngineSpeculative, SampledOutputsDependOnlyOnTheSeed) {
   Engine engine(random_model(), options());
   GenerateRequest r;
