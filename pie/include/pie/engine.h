@@ -177,8 +177,9 @@ struct EngineOptions {
   // keeps the built tables for the next request with the same constraint.
   pse::TableBuild grammar_tables = pse::TableBuild::kInBackground;
   // Speculative decoding for requests that do not choose (GenerateRequest::speculative). It runs only
-  // while at most speculative_max_batch samples are live (decoding, prefilling or waiting): larger
-  // batches are compute-bound on the CPU, where scoring drafts costs what it saves.
+  // while at most speculative_max_batch samples are live (decoding, prefilling or waiting; at most
+  // max_running of them): larger batches are compute-bound on the CPU, where scoring drafts costs what it
+  // saves.
   SpeculativeOptions speculative;
   std::int32_t speculative_max_batch = 4;
   // The draft model of DraftMode::draft (--spec draft=PATH): a model of the target's vocabulary, resident

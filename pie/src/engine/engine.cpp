@@ -982,7 +982,8 @@ bool Engine::Impl::step() {
 
 void Engine::Impl::propose_drafts() {
   // Decoding rows (running, one token to compute) of requests that speculate, how many rows decode, and
-  // how many samples are live (decoding, prefilling, waiting, or not forked yet): the batch a draft joins.
+  // how many samples are live (decoding, prefilling, waiting, or not forked yet): the batch a draft joins,
+  // up to max_running.
   // Rows that are still prefilling decode in the next steps: counting only those decoding now would let a
   // large batch draft while it fills, at the cost of the compute-bound steps it is about to run.
   std::vector<Sample*> rows;
@@ -997,6 +998,8 @@ void Engine::Impl::propose_drafts() {
       if (r->speculative.mode != DraftMode::off) rows.push_back(&s);
     }
   }
+  // Samples past max_running wait for a slot, not for this batch: it never grows past that.
+  n_live = std::min(n_live, options.max_running);
   if (rows.empty() || n_live > options.speculative_max_batch) return;
   const double step_seconds = step_cost.seconds(n_decoding);
   for (const DraftMode mode : {DraftMode::ngram, DraftMode::draft, DraftMode::custom}) {
