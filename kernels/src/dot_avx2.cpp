@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "dot.h"
+#include "kernels/nf4.h"
 #include "quant_common.h"
 
 #if defined(__clang__)

@@ -1,9 +1,12 @@
 // Scalar reference dot products: weights of each type against activations in vec_dot_type. Each weight
 // value is rebuilt as an integer level and its scale, then summed per block as ggml's generic code does;
 // f32/f16/bf16 accumulate in double.
+#include <array>
+#include <cmath>
 #include <cstring>
 
 #include "dot.h"
+#include "kernels/nf4.h"
 #include "quant_common.h"
 
 namespace kernels::detail {
@@ -231,6 +234,31 @@ float dot_q6_K(std::int64_t n, const void* w, const void* x) {
   return sum;
 }
 
+// nf4 against f32 activations in the lane order of the SIMD kernels, so that every ISA gives the same
+// bits: element j of a block goes to lane j % 16 (one fused multiply-add of its level each), a block's 16
+// sums are scaled by its absmax into 16 accumulators (fused), and the lanes are reduced l + 8, l + 4, l + 2,
+// l + 1.
+float dot_nf4(std::int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const tensor::BlockNf4*>(w);
+  const float* b = static_cast<const float*>(x);
+  const std::array<float, 16>& level = nf4_levels();
+  float acc[16] = {};
+  for (std::int64_t i = 0; i < n / tensor::kQK_NF4; ++i) {
+    const float* xb = b + i * tensor::kQK_NF4;
+    float s[16] = {};
+    for (int j = 0; j < tensor::kQK_NF4; ++j) {
+      const std::uint8_t byte = a[i].qs[j / 2];
+      const int q = (j % 2 == 0) ? (byte >> 4) : (byte & 0xF);
+      s[j % 16] = std::fma(level[q], xb[j], s[j % 16]);
+    }
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(a[i].absmax, s[l], acc[l]);
+  }
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  }
+  return acc[0];
+}
+
 }  // namespace
 
 DotFn dot_ref_fn(DType w) {
@@ -249,6 +277,7 @@ DotFn dot_ref_fn(DType w) {
     case DType::q5_K: return dot_q5_K;
     case DType::q6_K: return dot_q6_K;
     case DType::q8_K: return nullptr;  // activation-only type: no weight kernel (as in ggml)
+    case DType::nf4: return dot_nf4;
   }
   return nullptr;
 }

@@ -465,6 +465,40 @@ float dot_q6_K(std::int64_t n, const void* w, const void* x) {
   return hsum_float_8(acc);
 }
 
+// nf4 with f32 activations, 16 lanes as two registers of 8 (lanes 0..7, 8..15 of dot_ref.cpp's dot_nf4,
+// which gives the same bits): each block's 64 codes become level indices in element order, a level is
+// picked from the 16-entry table by two 8-entry permutes and a blend on bit 3 of the code.
+float dot_nf4(std::int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const tensor::BlockNf4*>(w);
+  const float* b = static_cast<const float*>(x);
+  const float* level = nf4_levels().data();
+  const __m256 table_lo = _mm256_loadu_ps(level), table_hi = _mm256_loadu_ps(level + 8);
+  const __m128i low_nibble = _mm_set1_epi16(0x000F);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < n / tensor::kQK_NF4; ++i) {
+    const float* xb = b + i * tensor::kQK_NF4;
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      // 8 bytes = 16 elements; per u16 lane: the high nibble (the even element) in the low byte, the low
+      // nibble (the odd one) in the high byte: the codes in element order.
+      const __m128i bytes = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a[i].qs + 8 * k)));
+      const __m128i codes = _mm_or_si128(_mm_srli_epi16(bytes, 4), _mm_slli_epi16(_mm_and_si128(bytes, low_nibble), 8));
+      const __m256i idx0 = _mm256_cvtepu8_epi32(codes);
+      const __m256i idx1 = _mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8));
+      const __m256 l0 = _mm256_blendv_ps(_mm256_permutevar8x32_ps(table_lo, idx0), _mm256_permutevar8x32_ps(table_hi, idx0),
+                                         _mm256_castsi256_ps(_mm256_slli_epi32(idx0, 28)));
+      const __m256 l1 = _mm256_blendv_ps(_mm256_permutevar8x32_ps(table_lo, idx1), _mm256_permutevar8x32_ps(table_hi, idx1),
+                                         _mm256_castsi256_ps(_mm256_slli_epi32(idx1, 28)));
+      s0 = _mm256_fmadd_ps(l0, _mm256_loadu_ps(xb + 16 * k), s0);
+      s1 = _mm256_fmadd_ps(l1, _mm256_loadu_ps(xb + 16 * k + 8), s1);
+    }
+    const __m256 d = _mm256_set1_ps(a[i].absmax);
+    acc0 = _mm256_fmadd_ps(d, s0, acc0);
+    acc1 = _mm256_fmadd_ps(d, s1, acc1);
+  }
+  return hsum_float_8(_mm256_add_ps(acc0, acc1));
+}
+
 DotFn table_fn(tensor::DType w) {
   using tensor::DType;
   switch (w) {
@@ -482,6 +516,7 @@ DotFn table_fn(tensor::DType w) {
     case DType::q5_K: return dot_q5_K;
     case DType::q6_K: return dot_q6_K;
     case DType::q8_K: return nullptr;
+    case DType::nf4: return dot_nf4;
   }
   return nullptr;
 }

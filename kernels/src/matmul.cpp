@@ -74,7 +74,8 @@ DType vec_dot_type(DType w) {
   switch (w) {
     case DType::f32:
     case DType::f16:
-    case DType::bf16: return DType::f32;
+    case DType::bf16:
+    case DType::nf4: return DType::f32;
     case DType::q4_0:
     case DType::q4_1:
     case DType::q5_0:

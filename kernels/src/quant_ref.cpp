@@ -1,9 +1,11 @@
 // Scalar reference quantization and dequantization, following ggml-quants.c's *_ref functions operation
-// for operation (same float expressions, same order), so the bytes match ggml and gguf-py exactly.
+// for operation (same float expressions, same order), so the bytes match ggml and gguf-py exactly; nf4
+// follows bitsandbytes' quantize_4bit / dequantize_4bit the same way.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/nf4.h"
 #include "kernels/quant.h"
 #include "quant_common.h"
 
@@ -747,6 +749,34 @@ void dequantize_q8_K(const tensor::BlockQ8_K* x, float* y, std::int64_t nb) {
   }
 }
 
+// ---- nf4 (bitsandbytes' quantize_4bit / dequantize_4bit, quant_type nf4, blocksize 64) ----------------
+
+void quantize_nf4(const float* x, tensor::BlockNf4* y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kNf4Block;
+    float amax = 0.0f;
+    for (std::int64_t j = 0; j < kNf4Block; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    // A * (1 / absmax.clamp(min=1e-38)), clamped to [-1, 1], then the level index.
+    const float inv = 1.0f / std::max(amax, 1e-38f);
+    y[i].absmax = amax;
+    for (std::int64_t j = 0; j < kNf4Block; j += 2) {
+      const int q0 = nf4_code(std::clamp(xb[j] * inv, -1.0f, 1.0f));
+      const int q1 = nf4_code(std::clamp(xb[j + 1] * inv, -1.0f, 1.0f));
+      y[i].qs[j / 2] = static_cast<std::uint8_t>((q0 << 4) | q1);
+    }
+  }
+}
+
+void dequantize_nf4(const tensor::BlockNf4* x, float* y, std::int64_t nb) {
+  const std::array<float, 16>& level = nf4_levels();
+  for (std::int64_t i = 0; i < nb; ++i) {
+    for (std::int64_t j = 0; j < kNf4Block / 2; ++j) {
+      y[i * kNf4Block + 2 * j] = level[x[i].qs[j] >> 4] * x[i].absmax;
+      y[i * kNf4Block + 2 * j + 1] = level[x[i].qs[j] & 0xF] * x[i].absmax;
+    }
+  }
+}
+
 template <typename B>
 B* as(void* p) {
   return static_cast<B*>(p);
@@ -780,6 +810,7 @@ void quantize_row_ref(DType t, const float* x, void* y, std::int64_t n) {
     case DType::q5_K: return quantize_q5_K(x, as<tensor::BlockQ5_K>(y), nb);
     case DType::q6_K: return quantize_q6_K(x, as<tensor::BlockQ6_K>(y), nb);
     case DType::q8_K: return quantize_q8_K(x, as<tensor::BlockQ8_K>(y), nb);
+    case DType::nf4: return quantize_nf4(x, as<tensor::BlockNf4>(y), nb);
   }
   throw UnsupportedError("[kernels::quantize_row_ref] unknown dtype " + std::to_string(static_cast<int>(t)));
 }
@@ -806,6 +837,7 @@ void dequantize_row_ref(DType t, const void* x, float* y, std::int64_t n) {
     case DType::q5_K: return dequantize_q5_K(as<tensor::BlockQ5_K>(x), y, nb);
     case DType::q6_K: return dequantize_q6_K(as<tensor::BlockQ6_K>(x), y, nb);
     case DType::q8_K: return dequantize_q8_K(as<tensor::BlockQ8_K>(x), y, nb);
+    case DType::nf4: return dequantize_nf4(as<tensor::BlockNf4>(x), y, nb);
   }
   throw UnsupportedError("[kernels::dequantize_row_ref] unknown dtype " + std::to_string(static_cast<int>(t)));
 }

@@ -21,13 +21,13 @@ namespace orchard::cli {
 
 namespace {
 
-constexpr const char* kTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q6_K"};
+constexpr const char* kTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q6_K", "nf4"};
 
 tensor::DType parse_type(const std::string& text) {
   for (const char* t : kTypes) {
     if (text == t) return tensor::dtype_from_name(t);
   }
-  throw UsageError(fmt::format("--type: '{}' is not one of f32, f16, bf16, q8_0, q4_0, q4_K, q6_K", text));
+  throw UsageError(fmt::format("--type: '{}' is not one of f32, f16, bf16, q8_0, q4_0, q4_K, q6_K, nf4", text));
 }
 
 // One "\r" status line on stderr, only when stderr is a terminal.
@@ -105,16 +105,17 @@ int run_convert(std::span<const std::string> args) {
       "and pooling), which\n"
       "`orchard pull` / `create` store as one blob and the server embeds with by name.\n\n"
       "TYPE is the type of the weight matrices: f32, f16 (default), bf16, q8_0, q4_0, q4_K or q6_K\n"
-      "(quantized exactly as ggml does). Norms and biases stay f32; with q4_K/q6_K the output projection\n"
-      "is q6_K. Matrices whose rows the type cannot hold fall back as llama.cpp does (q4_K -> q5_0,\n"
-      "q6_K -> q8_0, then f16), and a note on stderr says which.\n\n"
+      "(quantized exactly as ggml does), or nf4 (bitsandbytes' NF4, QLoRA's base type, quantized exactly as\n"
+      "bitsandbytes does; an Orchard type id that llama.cpp does not read: docs/nf4.md). Norms and biases\n"
+      "stay f32; with q4_K/q6_K the output projection is q6_K. Matrices whose rows the type cannot hold fall\n"
+      "back as llama.cpp does (q4_K -> q5_0, q6_K -> q8_0, then f16), and a note on stderr says which.\n\n"
       "Exit status: 0 success; 2 bad arguments or a model that cannot be loaded or written (one line\n"
       "on stderr says why).\n\n"
       "A PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) is written as a\n"
       "llama.cpp GGUF adapter; --base names the model it was trained on.\n\n"
       "example: orchard convert stories260K.bin -o stories260K-q8_0.gguf --type q8_0");
   parser.option("output", 'o', "OUT.gguf", "the GGUF file to write (required)", &output)
-      .option("type", 0, "TYPE", "weight matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_K, q6_K",
+      .option("type", 0, "TYPE", "weight matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_K, q6_K, nf4",
               &type_text)
       .option("tokenizer", 't', "PATH", "llama2.c checkpoints: the tokenizer .bin", &tokenizer)
       .option("base", 0, "MODEL", "PEFT adapters: the base model they fit", &base)

@@ -25,6 +25,7 @@ constexpr std::array<DTypeInfo, kNumDTypes> kInfo = {{
     {DType::q5_K, "q5_K", 13, 256, 176, true},
     {DType::q6_K, "q6_K", 14, 256, 210, true},
     {DType::q8_K, "q8_K", 15, 256, 292, true},
+    {DType::nf4, "nf4", kGgmlTypeNf4, kQK_NF4, 36, true},  // not a ggml type (Orchard's id)
 }};
 
 }  // namespace
@@ -59,7 +60,8 @@ std::optional<DType> dtype_from_ggml(std::uint32_t ggml_type) {
 DType dtype_from_ggml_checked(std::uint32_t ggml_type) {
   if (auto t = dtype_from_ggml(ggml_type)) return *t;
   throw DTypeError("[tensor::dtype_from_ggml] ggml type id " + std::to_string(ggml_type) +
-                   " is not supported (supported: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K..q8_K)");
+                   " is not supported (supported: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K..q8_K, and Orchard's nf4 " +
+                   std::to_string(kGgmlTypeNf4) + ")");
 }
 
 DType dtype_from_name(std::string_view name) {

@@ -23,6 +23,8 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "tensor/dtype.h"
+
 namespace tensor::gguf {
 
 namespace {
@@ -86,7 +88,11 @@ constexpr std::array<GgmlTypeTraits, 42> kGgmlTypes = {{
     {"q1_0", 128, 18},    // 41
 }};
 
+// Orchard's own type id (tensor/dtype.h kGgmlTypeNf4): bitsandbytes' NF4 in 36-byte blocks of 64.
+constexpr GgmlTypeTraits kNf4Traits = {"nf4", 64, 36};
+
 const GgmlTypeTraits* ggml_traits(std::uint32_t type) {
+  if (type == kGgmlTypeNf4) return &kNf4Traits;
   if (type >= kGgmlTypes.size() || kGgmlTypes[type].block_size == 0) return nullptr;
   return &kGgmlTypes[type];
 }
@@ -803,6 +809,7 @@ std::uint64_t tensor_bytes(std::uint32_t type, std::uint64_t n_elements) {
 }
 
 std::string_view ggml_type_name(std::uint32_t type) {
+  if (type == kGgmlTypeNf4) return kNf4Traits.name;
   if (type >= kGgmlTypes.size()) return "unknown";
   return kGgmlTypes[type].name;
 }

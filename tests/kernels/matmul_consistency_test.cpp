@@ -26,7 +26,7 @@ using tensor::DType;
 
 constexpr DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::q4_0, DType::q4_1,
                                   DType::q5_0, DType::q5_1, DType::q8_0, DType::q2_K, DType::q3_K,
-                                  DType::q4_K, DType::q5_K, DType::q6_K};
+                                  DType::q4_K, DType::q5_K, DType::q6_K, DType::nf4};
 
 struct Weights {
   std::vector<unsigned char> bytes;
@@ -48,6 +48,7 @@ Weights make_weights(DType t, std::int64_t n_out, std::int64_t n_in, std::uint32
 std::vector<std::int64_t> n_in_sweep(DType t) {
   if (tensor::block_size(t) == 256) return {256, 768, 2048};
   if (tensor::block_size(t) == 32) return {32, 96, 544, 2048};
+  if (tensor::block_size(t) == 64) return {64, 192, 576, 2048};
   return {1, 7, 33, 100, 2048};
 }
 
@@ -119,7 +120,7 @@ TEST(MatmulConsistency, EachTokenMatchesItsMatvecBitForBit) {
   tensor::ThreadPool pool(3);
   std::uint32_t seed = 900;
   for (DType t : kWeightTypes) {
-    const std::int64_t n_in = tensor::block_size(t) == 256 ? 512 : (tensor::block_size(t) == 1 ? 113 : 96);
+    const std::int64_t n_in = tensor::block_size(t) == 256 ? 512 : (tensor::block_size(t) == 1 ? 113 : tensor::block_size(t) * 3);
     const std::int64_t n_out = 37;
     const Weights w = make_weights(t, n_out, n_in, ++seed);
     const std::int64_t n_tokens = 38;  // several 3-token groups, a partial tile of 32, leftovers

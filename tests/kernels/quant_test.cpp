@@ -33,7 +33,7 @@ constexpr Bound kBounds[] = {
     {DType::f16, 1e-3},  {DType::bf16, 5e-3}, {DType::q8_0, 0.01}, {DType::q8_K, 0.01},
     {DType::q5_0, 0.05}, {DType::q5_1, 0.05}, {DType::q4_0, 0.11}, {DType::q4_1, 0.11},
     {DType::q6_K, 0.03}, {DType::q5_K, 0.05}, {DType::q4_K, 0.10}, {DType::q3_K, 0.20},
-    {DType::q2_K, 0.40},
+    {DType::q2_K, 0.40}, {DType::nf4, 0.11},
 };
 
 TEST(Quant, RoundTripErrorBounds) {

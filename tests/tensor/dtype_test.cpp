@@ -20,7 +20,8 @@ TEST(DType, GgmlIdsBlockSizesAndBytesMatchGgml) {
                        {DType::q4_0, 2, 32, 18},   {DType::q4_1, 3, 32, 20},   {DType::q5_0, 6, 32, 22},
                        {DType::q5_1, 7, 32, 24},   {DType::q8_0, 8, 32, 34},   {DType::q2_K, 10, 256, 84},
                        {DType::q3_K, 11, 256, 110}, {DType::q4_K, 12, 256, 144}, {DType::q5_K, 13, 256, 176},
-                       {DType::q6_K, 14, 256, 210}, {DType::q8_K, 15, 256, 292}};
+                       {DType::q6_K, 14, 256, 210}, {DType::q8_K, 15, 256, 292},
+                       {DType::nf4, tensor::kGgmlTypeNf4, 64, 36}};
   ASSERT_EQ(tensor::all_dtypes().size(), std::size(want));
   for (const Want& w : want) {
     EXPECT_EQ(tensor::dtype_info(w.t).ggml_type, w.id) << tensor::dtype_name(w.t);

@@ -81,9 +81,19 @@ struct BlockQ8_K {
   std::int16_t bsums[kQK_K / 16];
 };
 
+// nf4: bitsandbytes' NormalFloat4 in blocks of 64: x = kNf4Levels[q] * absmax (one f32 product), q 4 bits.
+// qs[i] holds element 2i in its HIGH nibble and 2i + 1 in its low nibble (bitsandbytes' packing, the
+// opposite of ggml's). absmax is the block's scale as bitsandbytes multiplies by it: a checkpoint's
+// double-quantized absmax is stored here decoded (kernels/nf4.h), so dequantization stays bit-exact.
+struct BlockNf4 {
+  float absmax;
+  std::uint8_t qs[kQK_NF4 / 2];
+};
+
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockNf4) == 36);
 
 }  // namespace tensor

@@ -25,11 +25,16 @@ enum class DType : std::uint8_t {
   q5_K,
   q6_K,
   q8_K,
+  nf4,  // bitsandbytes' NormalFloat4 (QLoRA base weights); an Orchard type id in GGUF (kGgmlTypeNf4)
 };
 
-inline constexpr int kNumDTypes = 14;
+inline constexpr int kNumDTypes = 15;
 inline constexpr std::int64_t kQK = 32;    // elements per block of the _0/_1 types (ggml QK4_0 etc.)
 inline constexpr std::int64_t kQK_K = 256;  // elements per super-block of the K types (ggml QK_K)
+inline constexpr std::int64_t kQK_NF4 = 64;  // elements per nf4 block (bitsandbytes' default blocksize)
+// nf4's type id in GGUF files: Orchard's own, far outside ggml's range (0..41 today), so a reader that does
+// not know it refuses the tensor rather than misreading it (docs/nf4.md).
+inline constexpr std::uint32_t kGgmlTypeNf4 = 1024;
 
 struct DTypeInfo {
   DType dtype;

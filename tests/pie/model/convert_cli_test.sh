@@ -34,7 +34,7 @@ case $case_name in
     run convert "$tmp/model.bin"; expect_rc 2; expect_err_line "--output" ;;
   bad_type)
     run convert "$tmp/model.bin" -o "$tmp/x.gguf" --type q3_K; expect_rc 2
-    expect_err_line "--type: 'q3_K' is not one of f32, f16, bf16, q8_0, q4_0, q4_K, q6_K"
+    expect_err_line "--type: 'q3_K' is not one of f32, f16, bf16, q8_0, q4_0, q4_K, q6_K, nf4"
     [ ! -e "$tmp/x.gguf" ] || fail "wrote a file" ;;
   unknown_option)
     run convert --frobnicate; expect_rc 2; expect_err_line "unknown option '--frobnicate'" ;;
@@ -67,6 +67,17 @@ case $case_name in
     run convert "$tmp/d/stories260K.bin" -o "$tmp/c.gguf"; expect_rc 2; expect_err_line "no tokenizer"
     run convert "$tmp/d/stories260K.bin" -o "$tmp/c.gguf" -t "$data/models/stories260K/tok512.bin" --type f32; expect_rc 0
     cmp -s "$tmp/a.gguf" "$tmp/c.gguf" || fail "--tokenizer gives a different file" ;;
+  stories_nf4)
+    need "$stories"
+    run convert "$stories" -o "$tmp/a.gguf" --type nf4; expect_rc 0
+    grep -q "nf4: " "$tmp/out" || fail "stdout: $(cat "$tmp/out")"
+    [[ "$err" == *"nf4 cannot hold rows of 172 elements"* ]] || fail "stderr: '$err'"
+    # nf4 -> nf4 requantizes each block to itself: the same bytes.
+    run convert "$tmp/a.gguf" -o "$tmp/b.gguf" --type nf4; expect_rc 0
+    cmp -s "$tmp/a.gguf" "$tmp/b.gguf" || fail "a second conversion differs"
+    printf 'Once upon a time' >"$tmp/in"
+    "$ORCHARD" run -m "$tmp/a.gguf" -n 8 --temp 0 <"$tmp/in" >"$tmp/gen" 2>"$tmp/err" || fail "run: $(cat "$tmp/err")"
+    [ -s "$tmp/gen" ] || fail "run printed nothing" ;;
   *) fail "unknown case" ;;
 esac
 exit 0
