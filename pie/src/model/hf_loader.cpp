@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "model/bnb_nf4.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "pal/error.h"
@@ -259,8 +260,10 @@ class WeightBinder {
  public:
   WeightBinder(const SafetensorsSet& set, Model& model) : set_(set), model_(model) {}
 
-  // A matrix [n_out, n_in], kept in the file's dtype (copied only when misaligned).
+  // A matrix [n_out, n_in], kept in the file's dtype (copied only when misaligned); bitsandbytes' NF4
+  // weights as nf4 rows.
   Weight matrix(const std::string& name, std::int64_t n_out, std::int64_t n_in) {
+    if (detail::is_bnb_4bit(set_, name)) return detail::read_bnb_nf4(set_, name, n_out, n_in, model_);
     const SafetensorsTensor& t = set_.get(name);
     check_shape(t, {n_out, n_in});
     const std::size_t elem = tensor::row_bytes(t.dtype, 1);

@@ -90,11 +90,12 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     t.name = name;
     t.file = path;
     const std::optional<tensor::DType> dtype = parse_dtype(path, name, entry["dtype"]);
-    if (!dtype) {
-      unsupported_.emplace(name, entry["dtype"].get<std::string>());
+    const std::string dtype_name = entry["dtype"].get<std::string>();
+    if (!dtype && dtype_name != "U8") {
+      unsupported_.emplace(name, dtype_name);
       continue;
     }
-    t.dtype = *dtype;
+    const std::uint64_t elem_bytes = dtype ? tensor::row_bytes(*dtype, 1) : 1;
     const json& shape = entry["shape"];
     if (!shape.is_array() || shape.size() > 8) {
       fail(path, fmt::format("tensor '{}': \"shape\" is not an array of at most 8 sizes", name));
@@ -118,13 +119,20 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
       fail(path, fmt::format("tensor '{}': data_offsets [{}, {}) lie outside the {} data bytes", name, begin,
                              end, data_size));
     }
-    const std::uint64_t want = n_elements * tensor::row_bytes(t.dtype, 1);
+    const std::uint64_t want = n_elements * elem_bytes;
     if (end - begin != want) {
       fail(path, fmt::format("tensor '{}': shape {} of {} needs {} bytes, data_offsets give {}", name,
-                             shape.dump(), tensor::dtype_name(t.dtype), want, end - begin));
+                             shape.dump(), dtype ? std::string(tensor::dtype_name(*dtype)) : dtype_name, want,
+                             end - begin));
     }
     t.data = data + begin;
     t.n_bytes = static_cast<std::size_t>(end - begin);
+    if (!dtype) {  // U8: not a weight type, but bitsandbytes' packed 4-bit weights and quantization state
+      unsupported_.emplace(name, dtype_name);
+      bytes_.emplace(name, std::move(t));
+      continue;
+    }
+    t.dtype = *dtype;
     tensors_.emplace(name, std::move(t));
   }
 }
@@ -182,6 +190,13 @@ SafetensorsSet::SafetensorsSet(const std::filesystem::path& folder) : folder_(fo
 const SafetensorsTensor* SafetensorsSet::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;
+}
+
+const SafetensorsTensor* SafetensorsSet::find_bytes(const std::string& name) const {
+  for (const auto& f : files_) {
+    if (auto it = f->bytes().find(name); it != f->bytes().end()) return &it->second;
+  }
+  return nullptr;
 }
 
 const SafetensorsTensor& SafetensorsSet::get(const std::string& name) const {

@@ -37,6 +37,9 @@ class SafetensorsFile {
   const std::map<std::string, SafetensorsTensor>& tensors() const { return tensors_; }
   // Tensors of types that are not weights (integer buffers, F64, F8): name -> dtype as written.
   const std::map<std::string, std::string>& unsupported() const { return unsupported_; }
+  // The U8 tensors (also listed in unsupported()): bitsandbytes' packed weights and quantization state.
+  // Their dtype field means nothing; n_bytes is the element count.
+  const std::map<std::string, SafetensorsTensor>& bytes() const { return bytes_; }
   // The mapping (keeps the views alive).
   const tensor::Buffer& buffer() const { return buffer_; }
 
@@ -45,6 +48,7 @@ class SafetensorsFile {
   tensor::Buffer buffer_;
   std::map<std::string, SafetensorsTensor> tensors_;
   std::map<std::string, std::string> unsupported_;
+  std::map<std::string, SafetensorsTensor> bytes_;
 };
 
 // All tensors of a Hugging Face folder: model.safetensors, or the shards that
@@ -59,6 +63,8 @@ class SafetensorsSet {
   // Throws ModelError naming the folder and the tensor when absent, or the file and its dtype when it is
   // one of the unsupported ones.
   const SafetensorsTensor& get(const std::string& name) const;
+  // A U8 tensor (SafetensorsFile::bytes), or nullptr when no file holds one of that name.
+  const SafetensorsTensor* find_bytes(const std::string& name) const;
   std::vector<std::string> names() const;
   // The mappings, as storage a Model keeps alive.
   std::vector<std::shared_ptr<const void>> storage() const;

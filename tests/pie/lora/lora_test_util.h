@@ -31,10 +31,9 @@ struct LoraGolden {
   }
 };
 
-// A test model with a byte-level tokenizer of its 256 tokens (written to `dir`), so that it can be
+// The model in `dir` with a byte-level tokenizer of its 256 tokens (written there), so that it can be
 // written as GGUF (which carries a tokenizer).
-inline std::shared_ptr<const Model> load_model_with_tokenizer(const std::string& name, const TempDir& dir) {
-  dir.copy_model(name);
+inline std::shared_ptr<const Model> load_with_byte_tokenizer(const TempDir& dir) {
   nlohmann::json vocab = nlohmann::json::object();
   std::int32_t extra = 0;
   for (std::int32_t b = 0; b < 256; ++b) {
@@ -57,6 +56,10 @@ inline std::shared_ptr<const Model> load_model_with_tokenizer(const std::string&
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
   dir.write("tokenizer.json", tok.dump());
   return load_hf_model(dir.path);
+}
+inline std::shared_ptr<const Model> load_model_with_tokenizer(const std::string& name, const TempDir& dir) {
+  dir.copy_model(name);
+  return load_with_byte_tokenizer(dir);
 }
 
 inline LoraGolden load_lora_golden(const std::string& model) {

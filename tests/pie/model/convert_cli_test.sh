@@ -75,8 +75,8 @@ case $case_name in
     # nf4 -> nf4 requantizes each block to itself: the same bytes.
     run convert "$tmp/a.gguf" -o "$tmp/b.gguf" --type nf4; expect_rc 0
     cmp -s "$tmp/a.gguf" "$tmp/b.gguf" || fail "a second conversion differs"
-    printf 'Once upon a time' >"$tmp/in"
-    "$ORCHARD" run -m "$tmp/a.gguf" -n 8 --temp 0 <"$tmp/in" >"$tmp/gen" 2>"$tmp/err" || fail "run: $(cat "$tmp/err")"
+    "$ORCHARD" run -m "$tmp/a.gguf" -p 'Once upon a time' -n 8 --temp 0 </dev/null >"$tmp/gen" 2>"$tmp/err" ||
+      fail "run: $(cat "$tmp/err")"
     [ -s "$tmp/gen" ] || fail "run printed nothing" ;;
   *) fail "unknown case" ;;
 esac

@@ -129,7 +129,7 @@ std::vector<float> q8_1_rounded(const std::vector<float>& x, std::int64_t n_in) 
 bool reads_q8_1(DType t) { return t == DType::q8_0 || t == DType::q4_0 || t == DType::q4_1; }
 
 const DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::q8_0, DType::q4_0,
-                              DType::q4_1, DType::q4_K, DType::q5_K, DType::q6_K};
+                              DType::q4_1, DType::q4_K, DType::q5_K, DType::q6_K, DType::nf4};
 
 TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
   REQUIRE_GPU();

@@ -51,13 +51,19 @@ constexpr int kMatmulWarps = 4, kMatmulTokens = 8;  // WARPS and TOKENS of decod
 // (batch invariance), never on how many sequences share the step.
 constexpr std::int32_t kDecodeChunk = 512;
 
-// The module of decoder_ops.cu for the current device, compiled (or read from the JIT cache) once.
+// The source holding an entry point: nf4_ops.cu for the nf4 products, decoder_ops.cu for the rest.
+const char* source_of(const std::string& entry) {
+  return entry.ends_with("_nf4") ? "nf4_ops.cu" : "decoder_ops.cu";
+}
+
+// An entry point of the backend's kernels for the current device, its module compiled (or read from the
+// JIT cache) once.
 const tc::Kernel& kernel(const std::string& entry) {
   static std::mutex mutex;
   static std::map<std::string, tc::Kernel> kernels;
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = kernels.find(entry); it != kernels.end()) return it->second;
-  const tc::EmbeddedSource& src = cuda::embedded_source("decoder_ops.cu");
+  const tc::EmbeddedSource& src = cuda::embedded_source(source_of(entry));
   const tc::Module& module = tc::load_module(src.name, src.text, {});
   return kernels.emplace(entry, module.kernel(entry.c_str())).first->second;
 }
@@ -74,9 +80,10 @@ std::string type_suffix(tensor::DType t, const char* what) {
     case tensor::DType::q4_K: return "q4_K";
     case tensor::DType::q5_K: return "q5_K";
     case tensor::DType::q6_K: return "q6_K";
+    case tensor::DType::nf4: return "nf4";  // nf4_ops.cu
     default:
       throw Error(fmt::format("[backend:cuda] {}: weight type {} is not supported on CUDA (f32, f16, bf16, q8_0, "
-                              "q4_0, q4_1, q4_K, q5_K, q6_K)",
+                              "q4_0, q4_1, q4_K, q5_K, q6_K, nf4)",
                               what, tensor::dtype_name(t)));
   }
 }
