@@ -125,6 +125,12 @@ int nf4_code(float s) {
 
 Nf4NestedAbsmax nf4_compress_absmax(std::span<const float> absmax) {
   if (absmax.empty()) throw ShapeError("[kernels::nf4_compress_absmax] no absmax to compress");
+  for (std::size_t i = 0; i < absmax.size(); ++i) {
+    if (!std::isfinite(absmax[i]) || absmax[i] < 0.0f) {
+      throw ShapeError("[kernels::nf4_compress_absmax] absmax " + std::to_string(i) + " is " + std::to_string(absmax[i]) +
+                       ", not a finite non-negative float");
+    }
+  }
   Nf4NestedAbsmax out;
   out.offset = torch_cpu_mean(absmax);
   static const DynamicLut lut;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,10 @@ TEST(Nf4, ErrorsAreTyped) {
   EXPECT_THROW(kernels::nf4_blocks_from_bnb(y.data(), x.data(), 65, y.data()), kernels::ShapeError);
   EXPECT_THROW(kernels::nf4_bnb_from_blocks(y.data(), 63, y.data(), x.data()), kernels::ShapeError);
   EXPECT_THROW(kernels::nf4_compress_absmax({}), kernels::ShapeError);
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity(), -1.0f}) {
+    const std::vector<float> absmax = {1.0f, bad, 2.0f};
+    EXPECT_THROW(kernels::nf4_compress_absmax(absmax), kernels::ShapeError) << bad;
+  }
   const std::vector<std::uint8_t> codes(300);
   std::vector<float> nested(2), map(256), out(300);
   EXPECT_NO_THROW(kernels::nf4_decompress_absmax(codes, nested, map, 0.0f, 256, out));

@@ -39,7 +39,8 @@ struct Nf4NestedAbsmax {
 
 // bitsandbytes' compression of an absmax array on its CPU path: the offset is torch's float32 mean (its
 // one-thread summation order, exact for up to 32,768 absmax: 2M weights), blocks of 256 coded through the
-// 65,536-entry nearest-code table of its C++ quantize_blockwise. Throws ShapeError on an empty array.
+// 65,536-entry nearest-code table of its C++ quantize_blockwise. Throws ShapeError on an empty array or
+// one holding a negative or non-finite value.
 Nf4NestedAbsmax nf4_compress_absmax(std::span<const float> absmax);
 
 // absmax[i] = quant_map[codes[i]] * nested_absmax[i / nested_block] + offset. quant_map is the checkpoint's
