@@ -28,13 +28,6 @@ inline __m256i mul_sum_us8_pairs(__m256i ax, __m256i sy) {
 
 #include "dot_x86.inl"
 
-inline float hmax_8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
 // Packs 4 x 8 int32 (each in [-127, 127]) into 32 int8 in order.
 inline __m256i pack_i32x32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
   i0 = _mm256_packs_epi32(i0, i1);
@@ -61,7 +54,7 @@ void quantize_q8_0(const float* x, void* vy, std::int64_t n) {
     const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
     __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
     m = _mm256_max_ps(m, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-    const float amax = hmax_8(m);
+    const float amax = hmax_float_8(m);
     const float d = amax / ((1 << 7) - 1);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = to_fp16(d);
@@ -78,7 +71,7 @@ void quantize_q8_K(const float* x, void* vy, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
     __m256 m = _mm256_setzero_ps();
     for (int j = 0; j < kQK_K; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
-    const float amax = hmax_8(m);
+    const float amax = hmax_float_8(m);
     if (amax == 0.0f) {
       std::memset(&y[i], 0, sizeof(y[i]));
       continue;

@@ -123,7 +123,7 @@ void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std:
     }
   }
   for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum8(_mm256_add_ps(lo[r][t], hi[r][t]));
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum_float_8(_mm256_add_ps(lo[r][t], hi[r][t]));
   }
 }
 

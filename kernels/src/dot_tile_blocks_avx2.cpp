@@ -36,13 +36,7 @@ inline std::uint32_t load_u32(const void* p) {
   return v;
 }
 
-inline float hsum8(__m256 x) {
-  __m128 res = _mm256_extractf128_ps(x, 1);
-  res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-  res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-  res = _mm_add_ss(res, _mm_movehdup_ps(res));
-  return _mm_cvtss_f32(res);
-}
+#include "horizontal_x86.inl"
 
 // 32 bits -> 32 bytes, 16 where the bit is set.
 inline __m256i sixteen_where_set(std::uint32_t bits) {
@@ -215,7 +209,7 @@ void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std:
     }
   }
   for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum8(acc[r][t]);
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum_float_8(acc[r][t]);
   }
 }
 

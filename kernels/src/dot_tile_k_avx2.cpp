@@ -33,13 +33,7 @@ constexpr int kPrefetchBytes = 4096;  // as dot_x86.inl: the weight stream, 4 Ki
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline float fp16c(std::uint16_t h) { return _cvtsh_ss(h); }
 
-inline float hsum8(__m256 x) {
-  __m128 res = _mm256_extractf128_ps(x, 1);
-  res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-  res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-  res = _mm_add_ss(res, _mm_movehdup_ps(res));
-  return _mm_cvtss_f32(res);
-}
+#include "horizontal_x86.inl"
 
 // The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a q4_K / q5_K block as 16 u8.
 inline __m128i k4_scales_mins(const std::uint8_t* s) {
@@ -212,7 +206,7 @@ void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std:
     }
   }
   for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum8(acc[r][t]);
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum_float_8(acc[r][t]);
   }
 }
 

@@ -7,13 +7,7 @@
 // F16C conversion: one instruction, exact (the scalar tensor::f16_to_f32 costs a dozen).
 inline float fp16(std::uint16_t h) { return _cvtsh_ss(h); }
 
-inline float hsum_float_8(__m256 x) {
-  __m128 res = _mm256_extractf128_ps(x, 1);
-  res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-  res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-  res = _mm_add_ss(res, _mm_movehdup_ps(res));
-  return _mm_cvtss_f32(res);
-}
+#include "horizontal_x86.inl"
 
 inline int hsum_i32_8(__m256i a) {
   const __m128i sum128 = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extractf128_si256(a, 1));

@@ -20,12 +20,7 @@
 namespace kernels::detail::avx2 {
 namespace {
 
-inline float hsum(__m256 x) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
+#include "horizontal_x86.inl"
 
 // t[r][k + kk] = x[r] . a[k + kk] for R rows and K ranks: 8-lane partial sums, a scalar tail, then the lanes.
 template <int R, int K>
@@ -55,7 +50,7 @@ void shrink_tile(const float* const* x, const float* a, std::int64_t n_in, std::
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int kk = 0; kk < K; ++kk) t[r][k + kk] = hsum(acc[r][kk]) + tail[r][kk];
+    for (int kk = 0; kk < K; ++kk) t[r][k + kk] = hsum_float_8(acc[r][kk]) + tail[r][kk];
   }
 }
 
@@ -67,7 +62,7 @@ void shrink_rows(const float* const* x, const float* a, std::int64_t n_in, std::
 }
 
 // Lane c of the result: the sum of a[c]'s eight lanes (a transpose-and-add of eight vectors).
-inline __m256 hsum8(const __m256* a) {
+inline __m256 hsum_each_8(const __m256* a) {
   const __m256 q0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
   const __m256 q1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
   return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
@@ -78,7 +73,7 @@ inline float dot_rank(const float* t, const float* b, std::int64_t rank) {
   const std::int64_t kv = rank & ~std::int64_t{7};
   __m256 acc = _mm256_setzero_ps();
   for (std::int64_t k = 0; k < kv; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(t + k), _mm256_loadu_ps(b + k), acc);
-  float s = hsum(acc);
+  float s = hsum_float_8(acc);
   for (std::int64_t k = kv; k < rank; ++k) s = std::fmaf(t[k], b[k], s);
   return s;
 }
@@ -97,7 +92,7 @@ void expand_row(const float* t, const float* b, std::int64_t rank, float scale, 
       const __m256 tv = _mm256_loadu_ps(t + k);
       for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(b + (j + c) * rank + k), tv, acc[c]);
     }
-    __m256 s = hsum8(acc);
+    __m256 s = hsum_each_8(acc);
     if (kv < rank) {
       alignas(32) float tail[8];
       for (int c = 0; c < 8; ++c) {

@@ -17,19 +17,7 @@
 namespace kernels::detail::avx2 {
 namespace {
 
-inline float hsum(__m256 x) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
-inline float hmax(__m256 x) {
-  __m128 r = _mm_max_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  r = _mm_max_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_max_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
+#include "horizontal_x86.inl"
 
 // e^x: x = k ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^k through the exponent bits.
 // Below -87.3 (where e^x leaves the normal range) the result is 0; above 88.4 it is +inf.
@@ -119,7 +107,7 @@ void rms_norm(const NormParams& p, const float* x, const float* weight, float* y
       a0 = _mm256_fmadd_ps(v0, v0, a0);
       a1 = _mm256_fmadd_ps(v1, v1, a1);
     }
-    double ss = hsum(_mm256_add_ps(a0, a1));
+    double ss = hsum_float_8(_mm256_add_ps(a0, a1));
     for (; i < p.n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(p.n) + p.eps));
     const __m256 vinv = _mm256_set1_ps(inv);
@@ -140,7 +128,7 @@ void layer_norm(const NormParams& p, const float* x, const float* weight, const 
     __m256 s = _mm256_setzero_ps();
     std::int64_t i = 0;
     for (; i + 8 <= p.n; i += 8) s = _mm256_add_ps(s, _mm256_loadu_ps(xr + i));
-    double sum = hsum(s);
+    double sum = hsum_float_8(s);
     for (; i < p.n; ++i) sum += xr[i];
     const float mean = static_cast<float>(sum / static_cast<double>(p.n));
     const __m256 vmean = _mm256_set1_ps(mean);
@@ -150,7 +138,7 @@ void layer_norm(const NormParams& p, const float* x, const float* weight, const 
       const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xr + i), vmean);
       v2 = _mm256_fmadd_ps(d, d, v2);
     }
-    double var = hsum(v2);
+    double var = hsum_float_8(v2);
     for (; i < p.n; ++i) var += static_cast<double>(xr[i] - mean) * (xr[i] - mean);
     const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(p.n) + p.eps));
     const __m256 vinv = _mm256_set1_ps(inv);
@@ -223,7 +211,7 @@ bool softmax(const SoftmaxParams& p, const float* x, float* y) {
     __m256 vmax = _mm256_set1_ps(-INFINITY);
     std::int64_t i = 0;
     for (; i + 8 <= p.n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_mul_ps(_mm256_loadu_ps(xr + i), vscale));
-    float max = hmax(vmax);
+    float max = hmax_float_8(vmax);
     for (; i < p.n; ++i) max = std::max(max, p.scale * xr[i]);
     const __m256 vm = _mm256_set1_ps(max);
     __m256 vsum = _mm256_setzero_ps();
@@ -233,7 +221,7 @@ bool softmax(const SoftmaxParams& p, const float* x, float* y) {
       _mm256_storeu_ps(yr + i, e);
       vsum = _mm256_add_ps(vsum, e);
     }
-    double sum = hsum(vsum);
+    double sum = hsum_float_8(vsum);
     for (; i < p.n; ++i) {
       yr[i] = std::exp(p.scale * xr[i] - max);
       sum += yr[i];

@@ -32,12 +32,6 @@ inline __m512i nibbles_pair(const std::uint8_t* q0, const std::uint8_t* q1) {
   return _mm512_and_si512(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
 }
 
-inline float hsum8(__m256 x) {  // hsum_float_8 of dot_x86.inl, operation for operation
-  __m128 res = _mm256_extractf128_ps(x, 1);
-  res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-  res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-  res = _mm_add_ss(res, _mm_movehdup_ps(res));
-  return _mm_cvtss_f32(res);
-}
+#include "horizontal_x86.inl"
 
-inline float hsum16(__m512 x) { return hsum8(_mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1))); }
+inline float hsum16(__m512 x) { return hsum_float_8(_mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1))); }
