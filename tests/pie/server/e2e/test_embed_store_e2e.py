@@ -19,15 +19,11 @@ import argparse
 import json
 import math
 import os
-import re
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import traceback
 import urllib.error
 import urllib.request
 
@@ -38,12 +34,10 @@ except ImportError as e:  # skip with the reason
     print(f"SKIP: {e.name} is not installed (pip install -r scripts/requirements-test.txt)")
     sys.exit(77)
 
+from client_server import ClientServer, expect_error  # noqa: E402 - after the skip guard
+from live_server import expect, finish, run_tests  # noqa: E402
+
 TEXTS = ["why is the sky blue?", "Müller's café, 東京, and 3.75%!", "A man is eating food."]
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def close(a, b, what, tol=1e-5):
@@ -56,66 +50,11 @@ def cosine(a, b):
     return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
 
-def expect_error(call, status, *words):
-    try:
-        call()
-    except ollama.ResponseError as e:
-        expect(e.status_code == status, f"status {e.status_code}, expected {status}: {e.error}")
-        for w in words:
-            expect(w in e.error, f"error {e.error!r} does not mention {w!r}")
-        return
-    except openai.APIStatusError as e:
-        expect(e.status_code == status, f"status {e.status_code}, expected {status}: {e.body}")
-        for w in words:
-            expect(w in json.dumps(e.body), f"error {e.body!r} does not mention {w!r}")
-        return
-    raise AssertionError(f"no error (expected {status})")
-
-
-class Server:
+class Server(ClientServer):
     def __init__(self, binary, home):
-        self.log = tempfile.NamedTemporaryFile(prefix="orchard-embed-store-", suffix=".log", delete=False)
-        env = dict(os.environ, ORCHARD_HOME=home)
-        self.proc = subprocess.Popen(
-            [binary, "serve", "-m", "smollm2", "--port", "0", "--ctx", "1024", "--parallel", "4", "--threads", "2",
-             "--grace", "2", "--keep-alive", "60"],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://([\d.]+):(\d+)", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"orchard serve did not start: {line!r}; log: {self.log.name}")
-        self.base = f"http://{m.group(1)}:{m.group(2)}"
-        self.ollama = ollama.Client(host=self.base, timeout=120)
-        self.openai = openai.OpenAI(base_url=self.base + "/v1", api_key="none", max_retries=0, timeout=120)
-
-    def http(self, method, path, body):
-        req = urllib.request.Request(self.base + path, data=json.dumps(body).encode(), method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def http_raw(self, method, path, data):
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def loaded(self):
-        return {m.model: m for m in self.ollama.ps().models}
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        super().__init__(binary, "-m", "smollm2", "--ctx", "1024", "--parallel", "4", "--threads", "2",
+                         "--grace", "2", "--keep-alive", "60",
+                         log_prefix="orchard-embed-store-", env=dict(os.environ, ORCHARD_HOME=home))
 
 
 def direct_embeddings(orchard, model, env):
@@ -326,26 +265,12 @@ def main():
            "smollm2": direct_embeddings(args.orchard, smollm2_blob, env)}
     print(f"set-up ({time.time() - start:.1f} s)", flush=True)
     ctx = {"orchard": args.orchard, "home": home, "minilm_gguf": minilm_gguf, "tiny": tiny, "ref": ref}
-    failed = []
     server = Server(args.orchard, home)
     try:
-        for test in TESTS:
-            start = time.time()
-            try:
-                test(server, ctx)
-                print(f"PASS {test.__name__} ({time.time() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001 - every failure is reported
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}\n{traceback.format_exc()}", flush=True)
+        failed = run_tests([(test, (server, ctx)) for test in TESTS])
     finally:
         server.stop()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}; server log: {server.log.name}; store: {work}")
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    os.unlink(server.log.name)
-    print("all passed")
-    return 0
+    return finish(failed, [server], work)
 
 
 if __name__ == "__main__":

@@ -10,50 +10,29 @@ Run by CTest: test_server_attacks.py --orchard build/pie/orchard (also in the sa
 library only. Exit 0 pass, 1 fail.
 """
 import argparse
-import http.client
 import json
-import os
 import random
 import re
 import signal
 import socket
 import string
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
+
+from live_server import LiveServer, expect, finish, run_tests
 
 KEY = "attack-secret"
 
 
-class Server:
+class Server(LiveServer):
     def __init__(self, binary, *extra):
-        self.log = tempfile.NamedTemporaryFile(prefix="orchard-attacks-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [binary, "serve", "-m", "orchard-random", "--port", "0", "--api-key", KEY, "--threads", "2", *extra],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://([\d.]+):(\d+) \(model (.*)\)", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"orchard serve did not start: {line!r}; log: {self.log.name}")
-        self.host, self.port, self.model = m.group(1), int(m.group(2)), m.group(3)
+        super().__init__(binary, "-m", "orchard-random", "--api-key", KEY, "--threads", "2", *extra,
+                         log_prefix="orchard-attacks-", key=KEY)
 
     def http(self, method, path, body=None, headers=None, key=KEY, raw=None, timeout=120):
         """Plain HTTP: returns (status, headers, body text)."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        h = {"Content-Type": "application/json"}
-        if key is not None:
-            h["Authorization"] = f"Bearer {key}"
-        h.update(headers or {})
-        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
-        conn.request(method, path, body=data, headers=h)
-        r = conn.getresponse()
-        text = r.read().decode("utf-8", "replace")
-        conn.close()
-        return r.status, r, text
+        return self.request(method, path, body, headers, key, raw, timeout)
 
     def chat(self, **kw):
         body = {"model": self.model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
@@ -87,27 +66,10 @@ class Server:
         m = re.match(rb"HTTP/1\.1 (\d+)", got)
         return (int(m.group(1)) if m else None), got, time.time() - start
 
-    def metric(self, name):
-        _, _, text = self.http("GET", "/metrics")
-        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-        return float(m.group(1)) if m else None
-
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
             return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def error_of(text):
@@ -439,32 +401,15 @@ def main():
              (test_number_overflow_is_400_naming_the_field, (a,)), (test_framing_headers_auth_and_methods, (a,)),
              (test_ollama_images_and_load_only, (a,)), (test_grammar_errors_carry_a_code, (a,)),
              (test_shutdown_cuts_streams_with_an_error, (a, grace))]
-    failed = []
     try:
-        for test, servers in tests:
-            if not any(k in test.__name__ for k in args.k.split(",")):
-                continue
-            start = time.time()
-            try:
-                test(*servers)
-                print(f"PASS {test.__name__} ({time.time() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001 - every failure is reported
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}\n{traceback.format_exc()}", flush=True)
+        failed = run_tests(tests, args.k)
     finally:
         for s in (a, b, c, d):
             s.stop()
     for s in (a, b, c, d):
         if s.proc.returncode not in (0, None):
             failed.append(f"exit status {s.proc.returncode} (log {s.log.name})")
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}; server logs: "
-              f"{' '.join(s.log.name for s in (a, b, c, d))}")
-        return 1
-    for s in (a, b, c, d):
-        os.unlink(s.log.name)
-    print("all passed")
-    return 0
+    return finish(failed, [a, b, c, d])
 
 
 if __name__ == "__main__":

@@ -6,18 +6,15 @@ Run by CTest: test_server_e2e.py --orchard build/pie/orchard. Exit 0 pass, 1 fai
 `openai` or `jsonschema` package is absent: pip install -r scripts/requirements-test.txt).
 """
 import argparse
-import http.client
 import json
-import os
 import re
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
+
+from live_server import LiveServer, expect, finish, run_tests
 
 try:
     import jsonschema
@@ -31,39 +28,15 @@ ALIAS = "e2e-alias"
 MAX_BODY = 65536
 
 
-class Server:
+class Server(LiveServer):
     def __init__(self, binary):
-        self.log = tempfile.NamedTemporaryFile(prefix="orchard-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [binary, "serve", "-m", "orchard-random", "--port", "0", "--api-key", KEY, "--ctx", "2048",
-             "--parallel", "8", "--threads", "2", "--max-body", str(MAX_BODY), "--grace", "3", "--alias", ALIAS],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://([\d.]+):(\d+) \(model (.*)\)", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"orchard serve did not start: {line!r}; log: {self.log.name}")
-        self.host, self.port, self.model = m.group(1), int(m.group(2)), m.group(3)
-        self.base = f"http://{self.host}:{self.port}"
+        super().__init__(binary, "-m", "orchard-random", "--api-key", KEY, "--ctx", "2048", "--parallel", "8",
+                         "--threads", "2", "--max-body", str(MAX_BODY), "--grace", "3", "--alias", ALIAS, key=KEY)
 
     def http(self, method, path, body=None, headers=None, key=KEY, raw=None):
         """Plain HTTP: returns (status, body text)."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
-        h = {"Content-Type": "application/json"}
-        if key is not None:
-            h["Authorization"] = f"Bearer {key}"
-        h.update(headers or {})
-        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
-        conn.request(method, path, body=data, headers=h)
-        r = conn.getresponse()
-        text = r.read().decode("utf-8", "replace")
-        conn.close()
-        return r.status, text
-
-    def metric(self, name):
-        _, text = self.http("GET", "/metrics")
-        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-        return float(m.group(1)) if m else None
+        status, _, text = self.request(method, path, body, headers, key, raw)
+        return status, text
 
 
 def client(server, key=KEY):
@@ -75,11 +48,6 @@ def chat(c, server, **kw):
                 max_tokens=12, temperature=0)
     args.update(kw)
     return c.chat.completions.create(**args)
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def expect_serving(server):
@@ -490,31 +458,11 @@ def main():
     ap.add_argument("-k", default="", help="run only tests whose name contains one of these (comma-separated)")
     args = ap.parse_args()
     server = Server(args.orchard)
-    failed = []
     try:
-        for test in TESTS:
-            if not any(k in test.__name__ for k in args.k.split(",")):
-                continue
-            start = time.time()
-            try:
-                test(server)
-                print(f"PASS {test.__name__} ({time.time() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001 - every failure is reported
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}\n{traceback.format_exc()}", flush=True)
+        failed = run_tests([(test, (server,)) for test in TESTS], args.k)
     finally:
-        if server.proc.poll() is None:
-            server.proc.send_signal(signal.SIGTERM)
-            try:
-                server.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                server.proc.kill()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}; server log: {server.log.name}")
-        return 1
-    os.unlink(server.log.name)
-    print("all passed")
-    return 0
+        server.stop()
+    return finish(failed, [server])
 
 
 if __name__ == "__main__":

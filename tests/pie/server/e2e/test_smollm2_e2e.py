@@ -13,16 +13,12 @@ model from the model store ($ORCHARD_HOME/models or ~/.cache/orchard/models). Ex
 skipped (the model or the `openai` / `jsonschema` packages absent), with a one-line reason.
 """
 import argparse
-import http.client
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-import traceback
+
+from live_server import STORE_NAME, LiveServer, default_model_stored, expect, finish, run_tests, store_dir
 
 try:
     import jsonschema
@@ -31,56 +27,19 @@ except ImportError as e:  # skip with the reason
     print(f"SKIP: {e.name} is not installed (pip install -r scripts/requirements-test.txt)")
     sys.exit(77)
 
-STORE_NAME = "smollm2:135m-instruct-q4_1"
 ALIAS = "smol"
 
 
-def store_dir():
-    home = os.environ.get("ORCHARD_HOME")
-    return os.path.join(home, "models") if home else os.path.expanduser("~/.cache/orchard/models")
-
-
-def default_model_stored():
-    """Whether the store holds the default model (its manifest and the blob it names), as
-    tests/common/default_model.h finds it."""
-    try:
-        with open(os.path.join(store_dir(), "manifests", "smollm2", "135m-instruct-q4_1")) as f:
-            m = re.search(r'"digest": "sha256:([0-9a-f]{64})"', f.read())
-    except OSError:
-        return False
-    return bool(m) and os.path.exists(os.path.join(store_dir(), "blobs", "sha256-" + m.group(1)))
-
-
-class Server:
+class Server(LiveServer):
     def __init__(self, binary, model):
-        self.log = tempfile.NamedTemporaryFile(prefix="orchard-smollm2-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [binary, "serve", "-m", model, "--port", "0", "--ctx", "2048", "--parallel", "4", "--threads", "2",
-             "--alias", ALIAS],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://([\d.]+):(\d+) \(model (.*)\)", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"orchard serve did not start: {line!r}; log: {self.log.name}")
-        self.host, self.port, self.model = m.group(1), int(m.group(2)), m.group(3)
+        super().__init__(binary, "-m", model, "--ctx", "2048", "--parallel", "4", "--threads", "2", "--alias", ALIAS,
+                         log_prefix="orchard-smollm2-")
         self.model_arg = model
-        self.client = openai.OpenAI(base_url=f"http://{self.host}:{self.port}/v1", api_key="none", max_retries=0,
-                                    timeout=120)
+        self.client = openai.OpenAI(base_url=self.base + "/v1", api_key="none", max_retries=0, timeout=120)
 
     def http(self, method, path, body=None):
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
-        conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                     headers={"Content-Type": "application/json"})
-        r = conn.getresponse()
-        text = r.read().decode()
-        conn.close()
-        return r.status, text
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
+        status, _, text = self.request(method, path, body)
+        return status, text
 
 
 def chat(server, content, **kw):
@@ -402,31 +361,12 @@ def main():
         print(f"SKIP: the default model is not in {store_dir()} (run scripts/fetch-models.sh)")
         return 77
     server = Server(args.orchard, args.model or STORE_NAME)
-    failed = []
     start_all = time.time()
     try:
-        for test in TESTS:
-            if not any(k in test.__name__ for k in args.k.split(",")):
-                continue
-            start = time.time()
-            try:
-                test(server)
-                print(f"PASS {test.__name__} ({time.time() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001 - every failure is reported
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}\n{traceback.format_exc()}", flush=True)
+        failed = run_tests([(test, (server,)) for test in TESTS], args.k)
     finally:
-        server.proc.send_signal(signal.SIGTERM)
-        try:
-            server.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}; server log: {server.log.name}")
-        return 1
-    os.unlink(server.log.name)
-    print(f"all passed ({time.time() - start_all:.1f} s)")
-    return 0
+        server.stop()
+    return finish(failed, [server], passed=f"all passed ({time.time() - start_all:.1f} s)")
 
 
 if __name__ == "__main__":

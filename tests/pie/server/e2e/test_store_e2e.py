@@ -14,16 +14,12 @@ or `openai` package is absent: pip install -r scripts/requirements-test.txt).
 import argparse
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import traceback
-import urllib.request
 
 try:
     import ollama
@@ -32,67 +28,18 @@ except ImportError as e:  # skip with the reason
     print(f"SKIP: {e.name} is not installed (pip install -r scripts/requirements-test.txt)")
     sys.exit(77)
 
+from client_server import ClientServer, expect_error  # noqa: E402 - after the skip guard
+from live_server import expect, finish, run_tests  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANGE_SERVER = os.path.join(HERE, "..", "..", "..", "cli", "range_server.py")
 
 
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
-class Server:
+class Server(ClientServer):
     def __init__(self, binary, home, *extra):
-        self.log = tempfile.NamedTemporaryFile(prefix="orchard-store-serve-", suffix=".log", delete=False)
-        env = dict(os.environ, ORCHARD_HOME=home)
-        self.proc = subprocess.Popen(
-            [binary, "serve", "-m", "orchard-random", "--port", "0", "--ctx", "512", "--parallel", "4",
-             "--threads", "2", "--grace", "2", *extra],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://([\d.]+):(\d+) \(model (.*)\)", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"orchard serve did not start: {line!r}; log: {self.log.name}")
-        self.base = f"http://{m.group(1)}:{m.group(2)}"
-        self.ollama = ollama.Client(host=self.base, timeout=120)
-        self.openai = openai.OpenAI(base_url=self.base + "/v1", api_key="none", max_retries=0, timeout=120)
-
-    def http(self, method, path, body):
-        req = urllib.request.Request(self.base + path, data=json.dumps(body).encode(), method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def loaded(self):
-        return {m.model: m for m in self.ollama.ps().models}
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-def expect_error(call, status, *words):
-    try:
-        call()
-    except ollama.ResponseError as e:
-        expect(e.status_code == status, f"status {e.status_code}, expected {status}: {e.error}")
-        for w in words:
-            expect(w in e.error, f"error {e.error!r} does not mention {w!r}")
-        return
-    except openai.APIStatusError as e:
-        expect(e.status_code == status, f"status {e.status_code}, expected {status}: {e.body}")
-        for w in words:
-            expect(w in json.dumps(e.body), f"error {e.body!r} does not mention {w!r}")
-        return
-    raise AssertionError(f"no error (expected {status})")
+        super().__init__(binary, "-m", "orchard-random", "--ctx", "512", "--parallel", "4", "--threads", "2",
+                         "--grace", "2", *extra,
+                         log_prefix="orchard-store-serve-", env=dict(os.environ, ORCHARD_HOME=home))
 
 
 def oa_chat(server, model, **kw):
@@ -337,29 +284,15 @@ def main():
         time.sleep(0.05)
     ctx = {"orchard": args.orchard, "home": home, "second": second, "sha": sha, "size": os.path.getsize(tiny),
            "url": f"http://127.0.0.1:{open(port_file).read()}/models/Remote.gguf", "range_log": range_log}
-    failed = []
     server = Server(args.orchard, home, "--keep-alive", "60")
     try:
-        for test in TESTS + [test_least_recently_used]:
-            start = time.time()
-            try:
-                test(ctx) if test is test_least_recently_used else test(server, ctx)
-                print(f"PASS {test.__name__} ({time.time() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001 - every failure is reported
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}\n{traceback.format_exc()}", flush=True)
-            if test is test_copy_and_delete:
-                server.stop()
+        failed = run_tests([(test, (server, ctx)) for test in TESTS])  # test_copy_and_delete last
+        server.stop()
+        failed += run_tests([(test_least_recently_used, (ctx,))])  # its own servers
     finally:
         server.stop()
         ranger.kill()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}; server log: {server.log.name}; store: {work}")
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    os.unlink(server.log.name)
-    print("all passed")
-    return 0
+    return finish(failed, [server], work)
 
 
 if __name__ == "__main__":

@@ -23,18 +23,17 @@ Exit 0 pass, 1 fail, 77 skipped with a one-line reason (selenium, chromium, chro
 absent).
 """
 import argparse
-import http.client
 import json
 import os
 import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-import traceback
+
+from live_server import STORE_NAME, LiveServer, default_model_stored, expect, run_tests, store_dir
 
 try:
     from selenium import webdriver
@@ -45,24 +44,9 @@ except ImportError:
     print("SKIP: selenium is not installed (pip install -r scripts/requirements-test.txt)")
     sys.exit(77)
 
-STORE_NAME = "smollm2:135m-instruct-q4_1"
 KEY = "web-ui-test-key"
 DESKTOP = (1280, 900)
 PHONE = (390, 844)
-
-
-def store_dir():
-    home = os.environ.get("ORCHARD_HOME")
-    return os.path.join(home, "models") if home else os.path.expanduser("~/.cache/orchard/models")
-
-
-def default_model_stored():
-    try:
-        with open(os.path.join(store_dir(), "manifests", "smollm2", "135m-instruct-q4_1")) as f:
-            m = re.search(r'"digest": "sha256:([0-9a-f]{64})"', f.read())
-    except OSError:
-        return False
-    return bool(m) and os.path.exists(os.path.join(store_dir(), "blobs", "sha256-" + m.group(1)))
 
 
 def free_port():
@@ -71,48 +55,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Server:
+class Server(LiveServer):
     """`orchard serve` on a fixed port (so that a second one can take over the page's address)."""
 
     def __init__(self, binary, model, port, log):
-        args = [binary, "serve", "--port", str(port), "--api-key", KEY, "--ctx", "2048", "--parallel", "4",
-                "--threads", "2"]
-        if model:
-            args += ["-m", model]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://([\d.]+):(\d+) \(model (.*)\)", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"orchard serve did not start: {line!r}")
-        self.host, self.port, self.model = m.group(1), int(m.group(2)), m.group(3)
+        super().__init__(binary, "--port", str(port), "--api-key", KEY, "--ctx", "2048", "--parallel", "4",
+                         "--threads", "2", *(["-m", model] if model else []), log=log, key=KEY)
 
     def http(self, method, path, body=None, timeout=120):
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
-        r = conn.getresponse()
-        text = r.read().decode()
-        conn.close()
-        return r.status, text
-
-    def metric(self, name):
-        _, text = self.http("GET", "/metrics")
-        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-        return float(m.group(1)) if m else None
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
+        status, _, text = self.request(method, path, body, key=KEY, timeout=timeout)
+        return status, text
 
 
 class Page:
@@ -593,19 +545,9 @@ def main():
             os.unlink(os.path.join(args.artifacts, name))
     start_all = time.time()
     ctx = Context(args, args.artifacts)
-    failed = []
     try:
-        for test in TESTS:
-            if not any(k in test.__name__ for k in args.k.split(",")):
-                continue
-            start = time.time()
-            try:
-                test(ctx)
-                print(f"PASS {test.__name__} ({time.time() - start:.1f} s)", flush=True)
-            except Exception:  # noqa: BLE001 - every failure is reported
-                failed.append(test.__name__)
-                print(f"FAIL {test.__name__}\n{traceback.format_exc()}", flush=True)
-                ctx.driver.save_screenshot(os.path.join(args.artifacts, f"failed-{test.__name__}.png"))
+        failed = run_tests([(test, (ctx,)) for test in TESTS], args.k,
+                           lambda name: ctx.driver.save_screenshot(os.path.join(args.artifacts, f"failed-{name}.png")))
     finally:
         ctx.close()
     if failed:
