@@ -18,11 +18,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <random>
-#include <sstream>
-#include <stdexcept>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,7 +33,12 @@
 #include "tensor/half.h"
 #include "tensor/thread_pool.h"
 
+#include "bench_args.h"
+#include "batch_stepper.h"
+
 namespace {
+
+using orchard::bench::seconds_since;
 
 struct Options {
   std::string model;
@@ -51,62 +54,50 @@ struct Options {
   int reps = 2;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "orchard_bench_lora: %s\nusage: orchard_bench_lora MODEL|--shape llama8b|tinyllama [--device cpu|cuda] "
-               "[--threads N] [--batch B] [--adapters 1,8,32] [--rank R] [--steps S] [--reps R] [--context C] [--attach-reps N]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-std::int32_t positive(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || v <= 0 || v > 100'000) usage(flag + " wants a positive integer, got '" + text + "'");
-  return static_cast<std::int32_t>(v);
-}
+const orchard::bench::BenchArgs kArgs(
+    "orchard_bench_lora", "MODEL|--shape llama8b|tinyllama [--device cpu|cuda] [--threads N] [--batch B] "
+    "[--adapters 1,8,32] [--rank R] [--steps S] [--reps R] [--context C] [--attach-reps N]");
+constexpr long kMaxValue = 100'000;
 
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
+      if (i + 1 >= argc) kArgs.fail(a + " needs a value");
       return argv[++i];
     };
     if (a == "--threads") {
-      o.threads = positive(a, value());
+      o.threads = kArgs.positive(a, value(), kMaxValue);
     } else if (a == "--batch") {
-      o.batch = positive(a, value());
+      o.batch = kArgs.positive(a, value(), kMaxValue);
     } else if (a == "--rank") {
-      o.rank = positive(a, value());
+      o.rank = kArgs.positive(a, value(), kMaxValue);
     } else if (a == "--steps") {
-      o.steps = positive(a, value());
+      o.steps = kArgs.positive(a, value(), kMaxValue);
     } else if (a == "--reps") {
-      o.reps = positive(a, value());
+      o.reps = kArgs.positive(a, value(), kMaxValue);
     } else if (a == "--context") {
-      o.context = positive(a, value());
+      o.context = kArgs.positive(a, value(), kMaxValue);
     } else if (a == "--attach-reps") {
-      o.attach_reps = positive(a, value());
+      o.attach_reps = kArgs.positive(a, value(), kMaxValue);
     } else if (a == "--shape") {
       o.shape = value();
-      if (o.shape != "llama8b" && o.shape != "tinyllama") usage("--shape wants llama8b or tinyllama, got '" + o.shape + "'");
+      if (o.shape != "llama8b" && o.shape != "tinyllama") kArgs.fail("--shape wants llama8b or tinyllama, got '" + o.shape + "'");
     } else if (a == "--device") {
       o.device = value();
-      if (o.device != "cpu" && o.device != "cuda") usage("--device wants cpu or cuda, got '" + o.device + "'");
+      if (o.device != "cpu" && o.device != "cuda") kArgs.fail("--device wants cpu or cuda, got '" + o.device + "'");
     } else if (a == "--adapters") {
-      o.adapters.clear();
-      std::stringstream ss(value());
-      for (std::string item; std::getline(ss, item, ',');) o.adapters.push_back(positive(a, item));
+      o.adapters = kArgs.positive_list(a, value(), kMaxValue);
     } else if (!a.empty() && a[0] == '-') {
-      usage("unknown option " + a);
+      kArgs.fail("unknown option " + a);
     } else if (o.model.empty()) {
       o.model = a;
     } else {
-      usage("one model only");
+      kArgs.fail("one model only");
     }
   }
-  if (o.model.empty() == o.shape.empty()) usage("give a model or --shape, not both");
+  if (o.model.empty() == o.shape.empty()) kArgs.fail("give a model or --shape, not both");
   return o;
 }
 
@@ -208,10 +199,6 @@ std::shared_ptr<pie::LoraAdapter> random_adapter(const pie::Model& model, std::i
   return a;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 int run(const Options& o) {
   const std::shared_ptr<const pie::Model> model = o.shape.empty() ? pie::load_model(o.model) : shaped_model(o.shape);
   tensor::ThreadPool pool(o.threads);
@@ -222,45 +209,17 @@ int run(const Options& o) {
   pie::KvCacheConfig config = runner.kv_config(per_seq * o.batch + 4, tensor::DType::f16);
   config.prefix_caching = false;
   pie::KvCache kv(runner.make_kv_storage(config));
-  const std::int32_t n_vocab = model->config.n_vocab;
-  std::vector<float> logits;
-  std::uint32_t state = 12345;
-  auto next_token = [&] {
-    state = state * 1664525u + 1013904223u;
-    return static_cast<std::int32_t>((state >> 8) % static_cast<std::uint32_t>(n_vocab));
-  };
   const std::int32_t max_adapters = *std::max_element(o.adapters.begin(), o.adapters.end());
   std::vector<std::shared_ptr<const pie::LoraAdapter>> adapters;
+  std::vector<const pie::LoraAdapter*> adapter_ptrs;
   for (std::int32_t i = 0; i < max_adapters; ++i) {
     auto a = random_adapter(*model, o.rank, 1000u + static_cast<std::uint32_t>(i));
     pie::fit_lora_adapter(*a, *model);
     runner.backend().prepare_lora(*a);
+    adapter_ptrs.push_back(a.get());
     adapters.push_back(std::move(a));
   }
-
-  // One step of every sequence with n tokens each; the rows of sequence s use adapter s % n_adapters.
-  auto step = [&](std::vector<pie::SeqId>& seqs, std::vector<std::int32_t>& lens, std::int32_t n, std::int32_t n_adapters) {
-    std::vector<std::int32_t> tokens, qo{0}, seq_lens, page_indptr{0}, pages, rows;
-    std::vector<pie::LoraGroup> groups(static_cast<std::size_t>(n_adapters));
-    for (std::int32_t a = 0; a < n_adapters; ++a) groups[static_cast<std::size_t>(a)].adapter = adapters[static_cast<std::size_t>(a)].get();
-    for (std::size_t s = 0; s < seqs.size(); ++s) {
-      const std::int32_t len = lens[s] + n;
-      if (!kv.reserve(seqs[s], len)) throw std::runtime_error("out of KV pages");
-      const auto owned = kv.pages(seqs[s]);
-      pages.insert(pages.end(), owned.begin(), owned.begin() + (len + pie::kKvPageSize - 1) / pie::kKvPageSize);
-      page_indptr.push_back(static_cast<std::int32_t>(pages.size()));
-      for (std::int32_t i = 0; i < n; ++i) {
-        if (n_adapters > 0) groups[s % static_cast<std::size_t>(n_adapters)].rows.push_back(static_cast<std::int32_t>(tokens.size()));
-        if (i + 1 == n) rows.push_back(static_cast<std::int32_t>(tokens.size()));
-        tokens.push_back(next_token());
-      }
-      qo.push_back(static_cast<std::int32_t>(tokens.size()));
-      seq_lens.push_back(len);
-      lens[s] = len;
-    }
-    logits.resize(rows.size() * static_cast<std::size_t>(n_vocab));
-    runner.forward(pie::ForwardBatch{tokens, qo, seq_lens, page_indptr, pages, rows, groups}, kv, logits);
-  };
+  orchard::bench::BatchStepper stepper(runner, kv);
 
   std::vector<std::int32_t> counts{0};
   counts.insert(counts.end(), o.adapters.begin(), o.adapters.end());
@@ -268,14 +227,17 @@ int run(const Options& o) {
   std::vector<double> best(counts.size(), 0.0);
   for (int r = 0; r < o.reps; ++r) {
     for (std::size_t c = 0; c < counts.size(); ++c) {
-      std::vector<pie::SeqId> seqs;
-      std::vector<std::int32_t> lens(static_cast<std::size_t>(o.batch), 0);
-      for (std::int32_t i = 0; i < o.batch; ++i) seqs.push_back(kv.create());
-      step(seqs, lens, context, counts[c]);
+      // The rows of sequence s use adapter s % counts[c].
+      const std::span<const pie::LoraAdapter* const> used(adapter_ptrs.data(), static_cast<std::size_t>(counts[c]));
+      const auto batch = static_cast<std::size_t>(o.batch);
+      std::vector<orchard::bench::BenchSeq> seqs;
+      for (std::size_t i = 0; i < batch; ++i) seqs.push_back({kv.create(), 0});
+      stepper.step(seqs, std::vector<std::int32_t>(batch, context), false, used);
+      const std::vector<std::int32_t> ones(batch, 1);
       const auto t0 = std::chrono::steady_clock::now();
-      for (std::int32_t s = 0; s < o.steps; ++s) step(seqs, lens, 1, counts[c]);
+      for (std::int32_t s = 0; s < o.steps; ++s) stepper.step(seqs, ones, false, used);
       best[c] = std::max(best[c], static_cast<double>(o.batch) * o.steps / seconds_since(t0));
-      for (pie::SeqId s : seqs) kv.release(s);
+      for (const orchard::bench::BenchSeq& s : seqs) kv.release(s.id);
     }
   }
   std::string rates, ratios;

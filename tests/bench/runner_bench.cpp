@@ -13,11 +13,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <memory>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,7 +23,13 @@
 #include "pie/runner.h"
 #include "tensor/thread_pool.h"
 
+#include "bench_args.h"
+#include "batch_stepper.h"
+
 namespace {
+
+using orchard::bench::BenchSeq;
+using orchard::bench::seconds_since;
 
 struct Options {
   std::string model;
@@ -38,102 +41,39 @@ struct Options {
   std::vector<std::int32_t> chunks;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "orchard_bench_runner: %s\nusage: orchard_bench_runner MODEL [--threads N] [--prompt P] "
-               "[--batches 1,4,16] [--steps S] [--reps R] [--chunks 1,2,4,8]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-std::int32_t positive(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || v <= 0 || v > 1'000'000) usage(flag + " wants a positive integer, got '" + text + "'");
-  return static_cast<std::int32_t>(v);
-}
+const orchard::bench::BenchArgs kArgs(
+    "orchard_bench_runner", "MODEL [--threads N] [--prompt P] [--batches 1,4,16] [--steps S] [--reps R] [--chunks 1,2,4,8]");
 
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
+      if (i + 1 >= argc) kArgs.fail(a + " needs a value");
       return argv[++i];
     };
     if (a == "--threads") {
-      o.threads = positive(a, value());
+      o.threads = kArgs.positive(a, value());
     } else if (a == "--prompt") {
-      o.prompt = positive(a, value());
+      o.prompt = kArgs.positive(a, value());
     } else if (a == "--steps") {
-      o.steps = positive(a, value());
+      o.steps = kArgs.positive(a, value());
     } else if (a == "--reps") {
-      o.reps = positive(a, value());
+      o.reps = kArgs.positive(a, value());
     } else if (a == "--chunks") {
-      std::stringstream ss(value());
-      for (std::string item; std::getline(ss, item, ',');) o.chunks.push_back(positive(a, item));
+      o.chunks = kArgs.positive_list(a, value());
     } else if (a == "--batches") {
-      o.batches.clear();
-      std::stringstream ss(value());
-      for (std::string item; std::getline(ss, item, ',');) o.batches.push_back(positive(a, item));
+      o.batches = kArgs.positive_list(a, value());
     } else if (!a.empty() && a[0] == '-') {
-      usage("unknown option " + a);
+      kArgs.fail("unknown option " + a);
     } else if (o.model.empty()) {
       o.model = a;
     } else {
-      usage("one model only");
+      kArgs.fail("one model only");
     }
   }
-  if (o.model.empty()) usage("no model given");
+  if (o.model.empty()) kArgs.fail("no model given");
   return o;
-}
-
-struct Seq {
-  pie::SeqId id = -1;
-  std::int32_t len = 0;  // tokens with K/V in the cache
-};
-
-class Driver {
- public:
-  Driver(pie::ModelRunner& runner, pie::KvCache& kv) : runner_(runner), kv_(kv) {}
-
-  // One step: each sequence computes its next counts[i] tokens; logits for the last of each when
-  // all_rows is false, for every token otherwise.
-  void step(std::vector<Seq>& seqs, const std::vector<std::int32_t>& counts, bool all_rows) {
-    std::vector<std::int32_t> tokens, qo{0}, lens, page_indptr{0}, pages, rows;
-    for (std::size_t s = 0; s < seqs.size(); ++s) {
-      const std::int32_t len = seqs[s].len + counts[s];
-      if (!kv_.reserve(seqs[s].id, len)) throw std::runtime_error("out of KV pages");
-      const auto owned = kv_.pages(seqs[s].id);
-      const std::int32_t n_pages = (len + pie::kKvPageSize - 1) / pie::kKvPageSize;
-      pages.insert(pages.end(), owned.begin(), owned.begin() + n_pages);
-      page_indptr.push_back(static_cast<std::int32_t>(pages.size()));
-      for (std::int32_t i = 0; i < counts[s]; ++i) {
-        if (all_rows || i + 1 == counts[s]) rows.push_back(static_cast<std::int32_t>(tokens.size()));
-        tokens.push_back(next_token());
-      }
-      qo.push_back(static_cast<std::int32_t>(tokens.size()));
-      lens.push_back(len);
-      seqs[s].len = len;
-    }
-    logits_.resize(rows.size() * static_cast<std::size_t>(runner_.model().config.n_vocab));
-    runner_.forward(pie::ForwardBatch{tokens, qo, lens, page_indptr, pages, rows}, kv_, logits_);
-  }
-
- private:
-  std::int32_t next_token() {
-    state_ = state_ * 1664525u + 1013904223u;
-    return static_cast<std::int32_t>((state_ >> 8) % static_cast<std::uint32_t>(runner_.model().config.n_vocab));
-  }
-
-  pie::ModelRunner& runner_;
-  pie::KvCache& kv_;
-  std::vector<float> logits_;
-  std::uint32_t state_ = 12345;
-};
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 int run(const Options& o) {
@@ -148,17 +88,17 @@ int run(const Options& o) {
   pie::KvCacheConfig config = runner.kv_config(per_seq * max_batch + 4, tensor::DType::f16);
   config.prefix_caching = false;
   pie::KvCache kv(config);
-  Driver driver(runner, kv);
+  orchard::bench::BatchStepper driver(runner, kv);
 
   // Warm-up (page faults of the mapped weights, thread start-up): one short step.
   {
-    std::vector<Seq> s{{kv.create(), 0}};
+    std::vector<BenchSeq> s{{kv.create(), 0}};
     driver.step(s, {8}, false);
     kv.release(s[0].id);
   }
   double prefill_best = 0;
   for (int r = 0; r < o.reps; ++r) {
-    std::vector<Seq> s{{kv.create(), 0}};
+    std::vector<BenchSeq> s{{kv.create(), 0}};
     const auto t0 = std::chrono::steady_clock::now();
     driver.step(s, {o.prompt}, false);
     prefill_best = std::max(prefill_best, o.prompt / seconds_since(t0));
@@ -168,14 +108,14 @@ int run(const Options& o) {
   for (std::int32_t b : o.batches) {
     double best = 0;
     for (int r = 0; r < o.reps; ++r) {
-      std::vector<Seq> seqs;
+      std::vector<BenchSeq> seqs;
       for (std::int32_t i = 0; i < b; ++i) seqs.push_back({kv.create(), 0});
       driver.step(seqs, std::vector<std::int32_t>(static_cast<std::size_t>(b), kDecodePrompt), false);
       const std::vector<std::int32_t> ones(static_cast<std::size_t>(b), 1);
       const auto t0 = std::chrono::steady_clock::now();
       for (std::int32_t s = 0; s < o.steps; ++s) driver.step(seqs, ones, true);
       best = std::max(best, static_cast<double>(b) * o.steps / seconds_since(t0));
-      for (const Seq& s : seqs) kv.release(s.id);
+      for (const BenchSeq& s : seqs) kv.release(s.id);
     }
     if (!decode_json.empty()) decode_json += ", ";
     decode_json += "\"" + std::to_string(b) + "\": " + std::to_string(best);
@@ -184,7 +124,7 @@ int run(const Options& o) {
   for (std::int32_t t : o.chunks) {
     double best = 1e30;
     for (int r = 0; r < o.reps; ++r) {
-      std::vector<Seq> seqs{{kv.create(), 0}};
+      std::vector<BenchSeq> seqs{{kv.create(), 0}};
       driver.step(seqs, {kDecodePrompt}, false);
       const auto t0 = std::chrono::steady_clock::now();
       for (std::int32_t s = 0; s < o.steps; ++s) driver.step(seqs, {t}, true);
