@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "loopback_server.h"
 #include "pie/engine.h"
 #include "pie/error.h"
 #include "pie/server.h"
@@ -51,16 +51,8 @@ TEST(DeviceFault, StepRequestsFailTheServerKeepsServingAndHealthSaysSo) {
   // Step 1: the first request's prefill; step 2: its first decode step, which faults. The streamed request
   // comes later: its steps are 3 (prefill) and 4 (faults).
   auto engine = engine_with_faults("2,4");
-  ServerOptions so;
-  so.port = 0;
-  so.model_name = "test-model";
-  so.log_requests = false;
-  so.shutdown_grace_seconds = 1;
-  Server server(engine, so);
-  const int port = server.bind();
-  std::thread serving([&] { server.serve(); });
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
+  orchard::testing::LoopbackServer server(engine, orchard::testing::loopback_server_options("test-model"));
+  httplib::Client c = server.client("", 60);
 
   auto health = c.Get("/health");
   ASSERT_TRUE(health);
@@ -92,9 +84,6 @@ TEST(DeviceFault, StepRequestsFailTheServerKeepsServingAndHealthSaysSo) {
   EXPECT_EQ(h["status"], "degraded") << health->body;
   EXPECT_EQ(h["forward_failures"], 2) << health->body;
   EXPECT_NE(h["last_forward_error"].get<std::string>().find("injected device fault"), std::string::npos);
-
-  server.stop();
-  serving.join();
 }
 
 TEST(DeviceFault, MalformedStepListIsAnErrorNamingTheVariable) {

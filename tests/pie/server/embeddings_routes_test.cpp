@@ -9,9 +9,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 
 #include "embedding_model.h"
+#include "loopback_server.h"
 #include "pie/embedding.h"
 #include "pie/engine.h"
 #include "pie/server.h"
@@ -21,33 +21,18 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-struct LiveServer {
-  std::shared_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  std::thread thread;
-  int port = 0;
+// A loopback server of `engine` (null: none) with `embedder` as its embedding model, served as `name`.
+struct LiveServer : orchard::testing::LoopbackServer {
+  LiveServer(std::shared_ptr<Engine> engine, std::function<std::shared_ptr<Embedder>()> embedder, std::string name)
+      : LoopbackServer(std::move(engine), options(std::move(embedder), std::move(name))) {}
 
-  LiveServer(std::shared_ptr<Engine> e, std::function<std::shared_ptr<Embedder>()> embedder,
-             std::string name) {
-    engine = std::move(e);
-    ServerOptions so;
-    so.port = 0;
-    so.model_name = std::move(name);
-    so.log_requests = false;
-    so.shutdown_grace_seconds = 1;
+  static ServerOptions options(std::function<std::shared_ptr<Embedder>()> embedder, std::string name) {
+    ServerOptions so = orchard::testing::loopback_server_options(std::move(name));
     so.embedder = std::move(embedder);
-    server = std::make_unique<Server>(engine, so);
-    port = server->bind();
-    thread = std::thread([this] { server->serve(); });
-  }
-  ~LiveServer() {
-    server->stop();
-    thread.join();
+    return so;
   }
   httplib::Result post(const std::string& path, const Json& body) const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
-    return c.Post(path.c_str(), body.dump(), "application/json");
+    return client("", 60).Post(path.c_str(), body.dump(), "application/json");
   }
 };
 
@@ -239,7 +224,7 @@ TEST_F(MiniLmServer, GenerationRoutesRefuseAnEmbeddingModel) {
   bad("/api/pull", {{"model", "x"}}, 400, "model", "holds no model store");
   bad("/v1/grammar/compile", {{"regex", "a"}}, 400, "model", "is an embedding model");
   // What lists and describes models still answers.
-  httplib::Client c("127.0.0.1", live_->port);
+  httplib::Client c = live_->client();
   auto tags = c.Get("/api/tags");
   ASSERT_TRUE(tags);
   EXPECT_EQ(Json::parse(tags->body)["models"][0]["details"]["family"], "bert");

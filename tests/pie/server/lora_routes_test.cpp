@@ -10,10 +10,10 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "loopback_server.h"
 #include "pie/engine.h"
 #include "pie/lora.h"
 #include "pie/server.h"
@@ -66,32 +66,19 @@ class LoraRoutesTest : public ::testing::Test {
       write_gguf_adapter(*a, engine_->model(), dir_ / (std::string(name) + ".gguf"));
     }
     engine_->attach_lora("x", dir_ / "x.gguf");
-    ServerOptions so;
-    so.port = 0;
-    so.model_name = "base-model";
-    so.log_requests = false;
-    so.shutdown_grace_seconds = 1;
-    server_ = std::make_unique<Server>(engine_, so);
-    port_ = server_->bind();
-    thread_ = std::thread([] { server_->serve(); });
+    server_ = std::make_unique<orchard::testing::LoopbackServer>(engine_,
+                                                                 orchard::testing::loopback_server_options("base-model"));
   }
   static void TearDownTestSuite() {
-    server_->stop();
-    thread_.join();
     server_.reset();
     engine_.reset();
     std::filesystem::remove_all(dir_);
   }
 
   static httplib::Result post(const std::string& path, const Json& body) {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(120, 0);
-    return c.Post(path.c_str(), body.dump(), "application/json");
+    return server_->client().Post(path.c_str(), body.dump(), "application/json");
   }
-  static httplib::Result get(const std::string& path) {
-    httplib::Client c("127.0.0.1", port_);
-    return c.Get(path.c_str());
-  }
+  static httplib::Result get(const std::string& path) { return server_->client().Get(path.c_str()); }
   // The greedy completion of a fixed prompt with `extra` fields; its text, or the error body.
   static std::pair<int, Json> complete(Json extra) {
     Json body{{"model", "base-model"}, {"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
@@ -109,9 +96,7 @@ class LoraRoutesTest : public ::testing::Test {
 
   static inline std::filesystem::path dir_;
   static inline std::shared_ptr<Engine> engine_;
-  static inline std::unique_ptr<Server> server_;
-  static inline int port_ = 0;
-  static inline std::thread thread_;
+  static inline std::unique_ptr<orchard::testing::LoopbackServer> server_;
 };
 
 TEST_F(LoraRoutesTest, ModelNamingAnAdapterSelectsIt) {

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loopback_server.h"
 #include "pie/engine.h"
 #include "pie/server.h"
 
@@ -32,30 +33,17 @@ class ServerHttpTest : public ::testing::Test {
     eo.context_length = 512;
     eo.max_running = 4;
     engine_ = std::make_shared<Engine>(random_model(), eo);
-    ServerOptions so;
-    so.port = 0;
+    ServerOptions so = orchard::testing::loopback_server_options("test-model");
     so.api_key = "secret";
     so.max_body_bytes = 64 * 1024;
-    so.model_name = "test-model";
-    so.log_requests = false;
-    so.shutdown_grace_seconds = 1;
-    server_ = std::make_unique<Server>(engine_, so);
-    port_ = server_->bind();
-    thread_ = std::thread([] { server_->serve(); });
+    server_ = std::make_unique<orchard::testing::LoopbackServer>(engine_, so);
   }
   static void TearDownTestSuite() {
-    server_->stop();
-    thread_.join();
     server_.reset();
     engine_.reset();
   }
 
-  static httplib::Client client(bool with_key = true) {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(120, 0);
-    if (with_key) c.set_default_headers({{"Authorization", "Bearer secret"}});
-    return c;
-  }
+  static httplib::Client client(bool with_key = true) { return server_->client(with_key ? "secret" : ""); }
   static httplib::Result post(const std::string& path, const Json& body) {
     return client().Post(path.c_str(), body.dump(), "application/json");
   }
@@ -87,9 +75,7 @@ class ServerHttpTest : public ::testing::Test {
   }
 
   static inline std::shared_ptr<Engine> engine_;
-  static inline std::unique_ptr<Server> server_;
-  static inline int port_ = 0;
-  static inline std::thread thread_;
+  static inline std::unique_ptr<orchard::testing::LoopbackServer> server_;
 };
 
 TEST_F(ServerHttpTest, HealthModelsAndOllamaInfo) {
@@ -117,7 +103,7 @@ TEST_F(ServerHttpTest, ApiKeyIsRequired) {
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 401);
   EXPECT_EQ(error_of(none)["code"], "invalid_api_key");
-  httplib::Client wrong("127.0.0.1", port_);
+  httplib::Client wrong("127.0.0.1", server_->port());
   wrong.set_default_headers({{"Authorization", "Bearer wrong"}});
   auto bad = wrong.Get("/v1/models");
   EXPECT_EQ(bad->status, 401);
@@ -248,7 +234,7 @@ int open_stream(int port, const std::string& key, int max_tokens) {
 }
 
 TEST_F(ServerHttpTest, DisconnectedStreamIsCancelledAndFreed) {
-  int fd = open_stream(port_, "secret", 400);
+  int fd = open_stream(server_->port(), "secret", 400);
   ASSERT_GE(fd, 0);
   char buf[4096];
   std::string got;
@@ -280,13 +266,10 @@ TEST(ServerCapacity, EngineRefusalIs503) {
   eo.context_length = 256;
   auto engine = std::make_shared<Engine>(random_model(), eo);
   ServerOptions so;
-  so.port = 0;
   so.log_requests = false;
-  Server server(engine, so);
-  int port = server.bind();
-  std::thread serving([&] { server.serve(); });
+  orchard::testing::LoopbackServer server(engine, so);
   engine->shutdown(/*cancel_running=*/false);
-  httplib::Client c("127.0.0.1", port);
+  httplib::Client c = server.client("", 300);
   Json body{{"messages", Json::array({Json{{"role", "user"}, {"content", "Hi"}}})}, {"max_tokens", 2}};
   auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(r);
@@ -294,8 +277,6 @@ TEST(ServerCapacity, EngineRefusalIs503) {
   EXPECT_EQ(Json::parse(r->body)["error"]["code"], "server_overloaded");
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   EXPECT_EQ(c.Get("/health")->status, 200);
-  server.stop();
-  serving.join();
 }
 
 TEST_F(ServerHttpTest, OllamaChatStreamsNdjson) {

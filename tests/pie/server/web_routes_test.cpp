@@ -8,10 +8,10 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "loopback_server.h"
 #include "pie/engine.h"
 #include "pie/server.h"
 #include "server/web_assets.h"
@@ -49,29 +49,19 @@ class WebRoutesTest : public ::testing::Test {
     eo.context_length = 512;
     eo.max_running = 4;
     engine_ = std::make_shared<Engine>(random_model(), eo);
-    ServerOptions so;
-    so.port = 0;
+    ServerOptions so = orchard::testing::loopback_server_options("test-model");
     so.api_key = "secret";
     so.max_body_bytes = 4u << 20;
-    so.model_name = "test-model";
-    so.log_requests = false;
-    so.shutdown_grace_seconds = 1;
-    server_ = std::make_unique<Server>(engine_, so);
-    port_ = server_->bind();
-    thread_ = std::thread([] { server_->serve(); });
+    server_ = std::make_unique<orchard::testing::LoopbackServer>(engine_, so);
   }
   static void TearDownTestSuite() {
-    server_->stop();
-    thread_.join();
     server_.reset();
     engine_.reset();
   }
 
   static std::unique_ptr<httplib::Client> client(bool with_key = true) {
-    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    c->set_read_timeout(120, 0);
+    auto c = std::make_unique<httplib::Client>(server_->client(with_key ? "secret" : ""));
     c->set_decompress(false);  // the bytes as sent
-    if (with_key) c->set_default_headers({{"Authorization", "Bearer secret"}});
     return c;
   }
   static httplib::Result post(const std::string& path, const Json& body) {
@@ -90,9 +80,7 @@ class WebRoutesTest : public ::testing::Test {
   }
 
   static inline std::shared_ptr<Engine> engine_;
-  static inline std::unique_ptr<Server> server_;
-  static inline int port_ = 0;
-  static inline std::thread thread_;
+  static inline std::unique_ptr<orchard::testing::LoopbackServer> server_;
 };
 
 // --- the page's files ----------------------------------------------------------------------------------
