@@ -5,17 +5,10 @@
 # Exit 0 pass, 1 fail (with what differed), 77 skipped (shared data absent).
 set -u
 case_name=$1
-: "${ORCHARD:?set ORCHARD to the orchard binary}"
-data=${ORCHARD_SHARED_DATA:-${ORCHARD_DEFAULT_SHARED_DATA:-}}
+source "$(dirname "$0")/cli_case.sh"
 spm=$data/tokenizers/llama.cpp/ggml-vocab-llama-spm.gguf
 hf_llama2=$data/tokenizers/hf/llama2.tokenizer.json
 llama3=$data/tokenizers/llama3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
-need() { [ -e "$1" ] || { echo "SKIP [$case_name]: shared data absent: $1" >&2; exit 77; }; }
-
 # run ARGS...: runs orchard with stdin from $tmp/in (when present); sets rc, out ($tmp/out), err.
 run() {
   if [ -e "$tmp/in" ]; then "$ORCHARD" "$@" <"$tmp/in" >"$tmp/out" 2>"$tmp/err"; else
@@ -23,14 +16,9 @@ run() {
   rc=$?
   err=$(cat "$tmp/err")
 }
-expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stderr: $err"; }
 expect_out() {
   local got; got=$(cat "$tmp/out")
   [ "$got" == "$1" ] || fail "stdout '$got', expected '$1'"
-}
-expect_err_line() {  # one line on stderr, containing $1
-  [ "$(printf '%s' "$err" | wc -l)" -eq 0 ] && [ -n "$err" ] || fail "stderr is not one line: '$err'"
-  [[ "$err" == *"$1"* ]] || fail "stderr '$err' does not mention '$1'"
 }
 
 case $case_name in

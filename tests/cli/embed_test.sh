@@ -5,23 +5,10 @@
 # $ORCHARD_HOME/folders (default ~/.cache/orchard). Exit 0 pass, 1 fail, 77 skipped (model absent).
 set -u
 case_name=$1
-: "${ORCHARD:?set ORCHARD to the orchard binary}"
+source "$(dirname "$0")/cli_case.sh"
 model=${ORCHARD_HOME:-$HOME/.cache/orchard}/folders/all-minilm-l6-v2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
 [ -e "$model/.source" ] || { echo "SKIP [$case_name]: absent: $model (run scripts/fetch-models.sh)" >&2; exit 77; }
-run() {
-  "$ORCHARD" embed "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  err=$(cat "$tmp/err")
-}
-expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stderr: $err"; }
-expect_err_line() {  # one line on stderr, containing $1
-  [ "$(printf '%s' "$err" | wc -l)" -eq 0 ] && [ -n "$err" ] || fail "stderr is not one line: '$err'"
-  [[ "$err" == *"$1"* ]] || fail "stderr '$err' does not mention '$1'"
-}
+run() { run_orchard embed "$@"; }
 # Prints "lines dims norm-of-first" of the output.
 shape() {
   python3 - "$tmp/out" <<'PY'

@@ -7,20 +7,8 @@
 # Exit 0 pass, 1 fail (with what differed), 77 skipped (shared data absent).
 set -u
 case_name=$1
-: "${ORCHARD:?set ORCHARD to the orchard binary}"
-data=${ORCHARD_SHARED_DATA:-${ORCHARD_DEFAULT_SHARED_DATA:-}}
+source "$(dirname "$0")/cli_case.sh"
 llama3=$data/tokenizers/llama3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
-need() { [ -e "$1" ] || { echo "SKIP [$case_name]: shared data absent: $1" >&2; exit 77; }; }
-run() {  # run ARGS...: sets rc, out ($tmp/out), err
-  "$ORCHARD" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  err=$(cat "$tmp/err")
-}
-expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stdout: $(cat "$tmp/out"); stderr: $err"; }
 expect_in() {  # $1 file, $2 text
   grep -qF -- "$2" "$1" || fail "'$2' not in $(basename "$1"): $(cat "$1") $(cat "$tmp/err")"
 }

@@ -6,25 +6,10 @@
 # ORCHARD_DEFAULT_SHARED_DATA) in the environment. Exit 0 pass, 1 fail, 77 skipped (shared data absent).
 set -u
 case_name=$1
-: "${ORCHARD:?set ORCHARD to the orchard binary}"
-data=${ORCHARD_SHARED_DATA:-${ORCHARD_DEFAULT_SHARED_DATA:-}}
+source "$(dirname "$0")/cli_case.sh"
 model=$data/models/stories260K/stories260K.bin
 corpus=$data/corpus/war-and-peace.txt
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
-need() { [ -e "$1" ] || { echo "SKIP [$case_name]: absent: $1" >&2; exit 77; }; }
-run() {
-  "$ORCHARD" perplexity "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  err=$(cat "$tmp/err")
-}
-expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stderr: $err"; }
-expect_err_line() {  # one line on stderr, containing $1
-  [ "$(printf '%s' "$err" | wc -l)" -eq 0 ] && [ -n "$err" ] || fail "stderr is not one line: '$err'"
-  [[ "$err" == *"$1"* ]] || fail "stderr '$err' does not mention '$1'"
-}
+run() { run_orchard perplexity "$@"; }
 # 30 kB of prose: about 17,500 stories260K tokens.
 text() { need "$corpus"; head -c 30000 "$corpus" >"$tmp/text.txt"; }
 json_field() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }

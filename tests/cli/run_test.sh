@@ -5,27 +5,9 @@
 # Exit 0 pass, 1 fail (with what differed), 77 skipped (shared data or .venv absent).
 set -u
 case_name=$1
-: "${ORCHARD:?set ORCHARD to the orchard binary}"
+source "$(dirname "$0")/cli_case.sh"
 src=${ORCHARD_SOURCE_DIR:?set ORCHARD_SOURCE_DIR}
-data=${ORCHARD_SHARED_DATA:-${ORCHARD_DEFAULT_SHARED_DATA:-}}
 stories=$data/models/stories260K
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
-need() { [ -e "$1" ] || { echo "SKIP [$case_name]: absent: $1" >&2; exit 77; }; }
-
-# run ARGS...: runs orchard; sets rc, out ($tmp/out), err.
-run() {
-  "$ORCHARD" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  err=$(cat "$tmp/err")
-}
-expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stderr: $err"; }
-expect_err_line() {  # one line on stderr, containing $1
-  [ "$(printf '%s' "$err" | wc -l)" -eq 0 ] && [ -n "$err" ] || fail "stderr is not one line: '$err'"
-  [[ "$err" == *"$1"* ]] || fail "stderr '$err' does not mention '$1'"
-}
 # The reference text is the output without the newline orchard run ends with.
 expect_stories_text() {
   head -c -1 "$tmp/out" >"$tmp/text"

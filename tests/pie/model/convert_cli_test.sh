@@ -5,24 +5,8 @@
 # Exit 0 pass, 1 fail (with what differed), 77 skipped (shared data absent).
 set -u
 case_name=$1
-: "${ORCHARD:?set ORCHARD to the orchard binary}"
-data=${ORCHARD_SHARED_DATA:-${ORCHARD_DEFAULT_SHARED_DATA:-}}
+source "$(dirname "$0")/../../cli/cli_case.sh"
 stories=$data/models/stories260K/stories260K.bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
-need() { [ -e "$1" ] || { echo "SKIP [$case_name]: shared data absent: $1" >&2; exit 77; }; }
-run() {
-  "$ORCHARD" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  err=$(cat "$tmp/err")
-}
-expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stderr: $err"; }
-expect_err_line() {  # one line on stderr, containing $1
-  [ "$(printf '%s' "$err" | wc -l)" -eq 0 ] && [ -n "$err" ] || fail "stderr is not one line: '$err'"
-  [[ "$err" == *"$1"* ]] || fail "stderr '$err' does not mention '$1'"
-}
 
 case $case_name in
   help)
