@@ -4,26 +4,11 @@
 
 #include <string>
 
+#include "lora/site_weight.h"
 #include "pie/lora.h"
 
 namespace pie {
 namespace {
-
-const Weight* base_weight(const Model& base, ProjectionSite site, std::int32_t layer) {
-  if (site == ProjectionSite::output) return &base.weights.output;
-  const LayerWeights& l = base.weights.layers[static_cast<std::size_t>(layer)];
-  switch (site) {
-    case ProjectionSite::q: return &l.wq;
-    case ProjectionSite::k: return &l.wk;
-    case ProjectionSite::v: return &l.wv;
-    case ProjectionSite::o: return &l.wo;
-    case ProjectionSite::gate: return &l.w_gate;
-    case ProjectionSite::up: return &l.w_up;
-    case ProjectionSite::down: return &l.w_down;
-    case ProjectionSite::output: break;
-  }
-  return nullptr;
-}
 
 // B's rows [n_heads * head_dim, rank] from one RoPE layout's q/k order to the other's: the NeoX order
 // rotates (i, i + hd/2) of each head, the GPT-J order adjacent pairs (2i, 2i + 1), as llama.cpp's GGUF
@@ -74,7 +59,7 @@ void fit_lora_adapter(LoraAdapter& adapter, const Model& base) {
     if (p.layer >= c.n_layer || p.layer < -1 || (p.layer == -1) != (p.site == ProjectionSite::output)) {
       throw LoraError(fmt::format("[lora] {}: {}: the model '{}' has {} layers", where, pair, base.name, c.n_layer));
     }
-    const Weight* w = base_weight(base, p.site, p.layer);
+    const Weight* w = site_weight(base, p.site, p.layer);
     if (w == nullptr || !*w) {
       throw LoraError(fmt::format("[lora] {}: {}: the model has no such weight", where, pair));
     }

@@ -5,28 +5,10 @@
 #include <cstring>
 
 #include "kernels/quant.h"
+#include "lora/site_weight.h"
 #include "pie/lora.h"
 
 namespace pie {
-namespace {
-
-Weight* weight_of(Model& m, const LoraPair& p) {
-  if (p.site == ProjectionSite::output) return &m.weights.output;
-  LayerWeights& l = m.weights.layers[static_cast<std::size_t>(p.layer)];
-  switch (p.site) {
-    case ProjectionSite::q: return &l.wq;
-    case ProjectionSite::k: return &l.wk;
-    case ProjectionSite::v: return &l.wv;
-    case ProjectionSite::o: return &l.wo;
-    case ProjectionSite::gate: return &l.w_gate;
-    case ProjectionSite::up: return &l.w_up;
-    case ProjectionSite::down: return &l.w_down;
-    case ProjectionSite::output: break;
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 std::shared_ptr<Model> merge_lora_adapters(const std::shared_ptr<const Model>& base,
                                            const std::vector<ScaledLora>& adapters) {
@@ -46,7 +28,7 @@ std::shared_ptr<Model> merge_lora_adapters(const std::shared_ptr<const Model>& b
         // The output projection stops being the embedding table.
         merged->config.tied_embeddings = false;
       }
-      Weight* w = weight_of(*merged, p);
+      Weight* w = site_weight(*merged, p.site, p.layer);
       if (n_out(*w) != p.n_out || n_in(*w) != p.n_in) {
         throw LoraError(fmt::format("[lora] merge: {}: {} does not fit the model '{}'", a.path.string(),
                                     projection_site_name(p.site), base->name));
