@@ -178,6 +178,77 @@ TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
   }
 }
 
+// The small-token products (decoder_ops.cu's matvec_*): every call of 1 to 8 tokens (each token tile, and 5,
+// 7 within the tile of 8) and of 11 (two tiles), several outputs in one project() call: runs of one type
+// launched together (three, then five: four and one), broken by an output of another type; rows of 96
+// elements (fewer 32-element blocks than a block's lanes), 1,056 (a second, partial pass) and 4,128 (past the
+// unrolled stride; not a multiple of it); outputs of 75, 3, 130, 33, 64, 17, 5 and 9 rows (partial blocks of
+// rows, fewer rows than a block takes). Every output poisoned first; each token of a smaller call the same
+// bits as in the 11-token call (batch invariance).
+TEST(CudaBackendKernels, SmallTokenProductsOfSeveralOutputsMatchTheReference) {
+  REQUIRE_GPU();
+  auto backend = make_cuda_backend();
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t n_outs[] = {75, 3, 130, 40, 33, 64, 17, 5, 9};  // [3]: the other type
+  const std::int64_t kMaxTokens = 11;
+  for (DType type : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1}) {
+    const DType other = type == DType::f32 ? DType::f16 : DType::f32;
+    for (const std::int64_t n_in : {96, 1056, 4128}) {
+      SCOPED_TRACE(std::string(tensor::dtype_name(type)) + " rows of " + std::to_string(n_in));
+      std::vector<TestMatrix> m;
+      std::vector<UploadedMatrix> w;
+      for (std::size_t j = 0; j < std::size(n_outs); ++j) {
+        const DType t = j == 3 ? other : type;
+        m.push_back(random_matrix(t, n_outs[j], n_in, rng));
+        w.push_back(upload_matrix(*backend, m.back(), t, n_outs[j], n_in));
+      }
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(kMaxTokens * n_in), rng);
+      // outputs[n][j]: output j of the call of n tokens (n = 1 .. 8, and 11).
+      const std::vector<std::int64_t> counts = {1, 2, 3, 4, 5, 6, 7, 8, kMaxTokens};
+      std::vector<std::vector<tc::DeviceBuffer>> outputs(counts.size());
+      std::vector<std::vector<Projection>> projections(counts.size());
+      for (std::size_t c = 0; c < counts.size(); ++c) {
+        for (std::size_t j = 0; j < std::size(n_outs); ++j) {
+          outputs[c].push_back(device_floats({}, static_cast<std::size_t>(counts[c] * n_outs[j])));
+          projections[c].push_back({ProjectionSite::q, 0, &w[j].weight(), rows_of(outputs[c][j], counts[c], n_outs[j])});
+        }
+      }
+      tc::DeviceBuffer dx = device_floats(x);
+      backend->begin([&] {
+        for (std::size_t c = 0; c < counts.size(); ++c) backend->project(rows_of(dx, counts[c], n_in), projections[c]);
+      });
+      backend->wait();
+      for (std::size_t j = 0; j < std::size(n_outs); ++j) {
+        const DType t = j == 3 ? other : type;
+        const std::vector<float> x_ref = reads_q8_1(t) ? q8_1_rounded(x, n_in) : x;
+        const std::int64_t n_out = n_outs[j];
+        const std::vector<float> all = to_host(outputs.back()[j], static_cast<std::size_t>(kMaxTokens * n_out));
+        double worst = 0;
+        for (std::int64_t tok = 0; tok < kMaxTokens; ++tok) {
+          for (std::int64_t o = 0; o < n_out; ++o) {
+            double ref = 0;
+            for (std::int64_t i = 0; i < n_in; ++i) {
+              ref += static_cast<double>(m[j].values[static_cast<std::size_t>(o * n_in + i)]) *
+                     x_ref[static_cast<std::size_t>(tok * n_in + i)];
+            }
+            const float got = all[static_cast<std::size_t>(tok * n_out + o)];
+            ASSERT_TRUE(std::isfinite(got)) << "output " << j << " token " << tok << " row " << o;
+            worst = std::max(worst, std::fabs(got - ref) / (1.0 + std::fabs(ref)));
+          }
+        }
+        EXPECT_LT(worst, 1e-4) << "output " << j;
+        for (std::size_t c = 0; c + 1 < counts.size(); ++c) {
+          const std::vector<float> part = to_host(outputs[c][j], static_cast<std::size_t>(counts[c] * n_out));
+          for (std::size_t i = 0; i < part.size(); ++i) {
+            ASSERT_EQ(part[i], all[i]) << "output " << j << ", " << counts[c] << " tokens: token " << i / n_out
+                                       << " row " << i % n_out;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaBackendKernels, EmbedEveryWeightTypeMatchesTheReference) {
   REQUIRE_GPU();
   auto backend = make_cuda_backend();

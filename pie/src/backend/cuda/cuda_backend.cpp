@@ -34,6 +34,7 @@
 #include "pie/error.h"
 #include "cuda_lora.h"
 #include "cuda_sources.h"
+#include "product_launch.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/cuda/jit.h"
@@ -346,31 +347,51 @@ class CudaBackend final : public Backend {
   void project(const Rows& in, std::span<const Projection> outs) override {
     if (in.n_rows == 0) return;
     bool quantized = false;  // `in` as q8_1 blocks, made once for all of outs that read them
-    for (const Projection& p : outs) {
-      const Weight& w = *p.weight;
-      const std::uint8_t* wp = weight_ptr(w);
-      long long row_bytes = w.strides().bytes[0];
-      int n_out = static_cast<int>(w.dim(0)), n_in = static_cast<int>(w.dim(1));
-      const float* x = in.data;
-      int n_tokens = static_cast<int>(in.n_rows);
-      float* y = p.out.data;
-      const auto token_blocks = static_cast<unsigned>((n_tokens + kMatmulTokens - 1) / kMatmulTokens);
-      const std::string suffix = type_suffix(w.dtype(), "projection");
-      if (reads_q8_1(w.dtype()) && n_in % 32 == 0) {
-        if (!quantized) quantize_q8_1(in);
-        quantized = true;
-        const void* xq = xq_.as<void>();
-        const void* xd = xd_.as<void>();
-        void* args[] = {&wp, &row_bytes, &n_out, &n_in, &xq, &xd, &n_tokens, &y};
-        // A warp per row.
-        const tc::Dim3 grid{static_cast<unsigned>((n_out + kMatmulWarps - 1) / kMatmulWarps), token_blocks, 1};
-        kernel("matmul_q8_1_" + suffix).launch(grid, {kMatmulWarps * 32, 1, 1}, 0, stream_.get(), args);
+    int n_tokens = static_cast<int>(in.n_rows);
+    for (std::size_t i = 0; i < outs.size();) {
+      const Weight& w = *outs[i].weight;
+      const tensor::DType type = w.dtype();
+      const std::string suffix = type_suffix(type, "projection");
+      int n_in = static_cast<int>(w.dim(1));
+      if (cuda::matvec_takes(type, n_in)) {
+        // The run of outputs of this type (up to four) in one launch.
+        cuda::ProductOutputs po;
+        for (; i < outs.size() && po.count < cuda::kMatvecMaxOutputs && outs[i].weight->dtype() == type; ++i) {
+          const Weight& wi = *outs[i].weight;
+          const auto j = static_cast<std::size_t>(po.count++);
+          po.w[j] = weight_ptr(wi);
+          po.y[j] = outs[i].out.data;
+          po.row_bytes[j] = wi.strides().bytes[0];
+          po.n_out[j] = static_cast<int>(wi.dim(0));
+        }
+        const int tile = cuda::matvec_tile(n_tokens);
+        const tc::Dim3 grid{cuda::matvec_layout(po, cuda::matvec_rows(tile)),
+                            static_cast<unsigned>((n_tokens + tile - 1) / tile), 1};
+        if (cuda::matvec_reads_q8_1(type)) {
+          if (!quantized) quantize_q8_1(in);
+          quantized = true;
+          const void* xq = xq_.as<void>();
+          const void* xd = xd_.as<void>();
+          void* args[] = {&po, &n_in, &xq, &xd, &n_tokens};
+          kernel(cuda::matvec_entry(type, suffix, tile)).launch(grid, {cuda::kMatvecThreads, 1, 1}, 0, stream_.get(), args);
+        } else {
+          const float* x = in.data;
+          void* args[] = {&po, &n_in, &x, &n_tokens};
+          kernel(cuda::matvec_entry(type, suffix, tile)).launch(grid, {cuda::kMatvecThreads, 1, 1}, 0, stream_.get(), args);
+        }
         continue;
       }
+      const std::uint8_t* wp = weight_ptr(w);
+      long long row_bytes = w.strides().bytes[0];
+      int n_out = static_cast<int>(w.dim(0));
+      const float* x = in.data;
+      float* y = outs[i].out.data;
+      const auto token_blocks = static_cast<unsigned>((n_tokens + kMatmulTokens - 1) / kMatmulTokens);
       void* args[] = {&wp, &row_bytes, &n_out, &n_in, &x, &n_tokens, &y};
       // A block of kMatmulWarps warps per row.
       kernel("matmul_" + suffix).launch({static_cast<unsigned>(n_out), token_blocks, 1}, {kMatmulWarps * 32, 1, 1}, 0,
                                         stream_.get(), args);
+      ++i;
     }
     if (std::any_of(outs.begin(), outs.end(), [](const Projection& p) { return !p.lora.empty(); })) {
       const cuda::LoraStep step{step_id_, capturing_, [this](const void* src, std::size_t n) -> const void* {
@@ -507,11 +528,6 @@ class CudaBackend final : public Backend {
     const std::int32_t* seqs = nullptr;
     std::int32_t n_queries = 0, max_seq_len = 0, max_q_len = 0;
   };
-
-  // The types whose products read the activations as q8_1 blocks (integer dot products).
-  static bool reads_q8_1(tensor::DType t) {
-    return t == tensor::DType::q8_0 || t == tensor::DType::q4_0 || t == tensor::DType::q4_1;
-  }
 
   // `in` quantized to q8_1 blocks into xq_ / xd_ (decoder_ops.cu's quantize_q8_1).
   void quantize_q8_1(const Rows& in) {

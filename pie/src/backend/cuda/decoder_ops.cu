@@ -160,61 +160,12 @@ __device__ __forceinline__ void load_chunk(const u8* row, int c, int n, float* w
 }
 
 // y[t][o] = sum_i W[o][i] x[t][i]: a block per output row o and TOKENS tokens; thread i of the block takes
-// chunks i, i + 32 WARPS, ... of the row, dequantized once for all the tokens (store_row sums them).
-// The float types with rows of a multiple of 8: thread i reads 16-byte runs 8 (i + 32 WARPS k) .. + 8 of the
-// row, each warp's loads coalesced into 512-byte spans (f16/bf16; 1 KiB for f32), several in flight.
-template <int T>
-__device__ __forceinline__ void matmul_dense(const u8* __restrict__ w, long long row_bytes, int n_out, int n_in,
-                                             const float* __restrict__ x, int n_tokens, float* __restrict__ y) {
-  const int o = blockIdx.x;
-  const int t0 = blockIdx.y * TOKENS;
-  const u8* row = w + row_bytes * o;
-  const int n8 = n_in / 8;
-  float acc[TOKENS];
-#pragma unroll
-  for (int t = 0; t < TOKENS; ++t) acc[t] = 0.0f;
-#pragma unroll 4
-  for (int k = threadIdx.x; k < n8; k += 32 * WARPS) {
-    float wv[8];
-    if (T == WT_F32) {
-      const float4 a = __ldg(reinterpret_cast<const float4*>(row) + 2 * k);
-      const float4 b = __ldg(reinterpret_cast<const float4*>(row) + 2 * k + 1);
-      wv[0] = a.x; wv[1] = a.y; wv[2] = a.z; wv[3] = a.w;
-      wv[4] = b.x; wv[5] = b.y; wv[6] = b.z; wv[7] = b.w;
-    } else {
-      const uint4 q = __ldg(reinterpret_cast<const uint4*>(row) + k);
-      const unsigned words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (T == WT_F16) {
-          wv[2 * j] = half_to_f32(static_cast<u16>(words[j] & 0xFFFF));
-          wv[2 * j + 1] = half_to_f32(static_cast<u16>(words[j] >> 16));
-        } else {
-          wv[2 * j] = __uint_as_float(words[j] << 16);
-          wv[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
-        }
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < TOKENS; ++t) {
-      if (t0 + t < n_tokens) {
-        const float4* xr = reinterpret_cast<const float4*>(x + static_cast<long long>(t0 + t) * n_in) + 2 * k;
-        const float4 a = xr[0], b = xr[1];
-        acc[t] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y +
-                  wv[6] * b.z + wv[7] * b.w;
-      }
-    }
-  }
-  store_row(acc, t0, n_tokens, n_out, o, y);
-}
-
+// chunks i, i + 32 WARPS, ... of the row, dequantized once for all the tokens (store_row sums them). The
+// K-quants, and the float types' rows of other than a multiple of 8 (the matvec_* kernels below take the
+// rest).
 template <int T>
 __device__ __forceinline__ void matmul(const u8* __restrict__ w, long long row_bytes, int n_out, int n_in,
                                        const float* __restrict__ x, int n_tokens, float* __restrict__ y) {
-  if ((T == WT_F32 || T == WT_F16 || T == WT_BF16) && n_in % 8 == 0) {
-    matmul_dense<T>(w, row_bytes, n_out, n_in, x, n_tokens, y);
-    return;
-  }
   const int o = blockIdx.x;
   const int t0 = blockIdx.y * TOKENS;
   const u8* row = w + row_bytes * o;
@@ -293,94 +244,349 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
   return r;
 }
 
-// y[t][o] = sum_i W[o][i] x[t][i] for q8_0 / q4_0 / q4_1 rows against the q8_1 activations: integer dot
-// products of each block (dp4a, four bytes at a time), scaled once per block. A warp per output row and
-// TOKENS tokens (a row per warp measured faster here than store_row's row per block at batch 1: H200,
-// Q8_0 158 vs 149 t/s, Q4_0 201 vs 173), lane l taking blocks l, l + 32, ... (the warp's loads cover 32
-// consecutive blocks), the weight block read once into registers for all the tokens.
-template <int T>
-__device__ __forceinline__ void matmul_q8(const u8* __restrict__ w, long long row_bytes, int n_out, int n_in,
-                                          const i8* __restrict__ xq, const float2* __restrict__ xd, int n_tokens,
-                                          float* __restrict__ y) {
-  const int lane = threadIdx.x & 31;
-  const int o = blockIdx.x * WARPS + (threadIdx.x >> 5);
-  const int t0 = blockIdx.y * TOKENS;
-  if (o >= n_out) return;
-  const u8* row = w + row_bytes * o;
-  const int n_blocks = n_in / 32;
-  float acc[TOKENS];
+// ---- The small-token products (matvec_*): 1 to 8 tokens a block, up to four outputs a launch. ----
+//
+// A block of MV_WARPS warps computes ROWS output rows for a tile of NT tokens (NT = 1, 2, 4 or 8: the entry's
+// _t suffix; the backend picks the smallest tile that holds the call's tokens, tiles of 8 past that). Its
+// threads stride over the row together (split-K across the block: a short row still spreads over 128 lanes),
+// each loading MV_UNROLL pieces of every one of the ROWS rows before it computes, so that 2 * ROWS independent
+// loads are in flight per lane; the activations are read once per piece for all ROWS rows, the weights once
+// for all NT tokens. Sums: each lane's in the order of its pieces, then the warp's butterfly, then the warps
+// in warp order: an order set by the row's length alone, so a token's result does not depend on how many
+// tokens share the call (batch invariance; the tokens never mix, fmaf keeps the same roundings).
+//
+// One launch covers several outputs of one type that read the same input (q, k and v; gate and up): output j
+// takes the grid's blocks [first_block[j], first_block[j + 1]). The k / v projections (1,024 rows of an
+// 8B-shaped model, 256 blocks alone) no longer run as launches too small to fill the card.
+//
+// Tunables (defaults are what the backend launches; orchard_bench_products sweeps them with -D, and the host
+// side reads the same numbers from product_launch.h).
+#ifndef MV_ROWS_NARROW
+#define MV_ROWS_NARROW 2  // rows a block for tiles of 1 or 2 tokens
+#endif
+#ifndef MV_ROWS_WIDE
+#define MV_ROWS_WIDE 4  // rows a block for tiles of 4 or 8 tokens (the activations' reads shared by more rows)
+#endif
+#ifndef MV_UNROLL
+#define MV_UNROLL 2  // pieces of each row a lane loads before it computes
+#endif
+#ifndef MV_SPLIT
+#define MV_SPLIT 2  // lanes sharing one 32-element block in the q8_1 products: 1, 2 or 4
+#endif
+#define MV_WARPS 4
+#define MV_THREADS (32 * MV_WARPS)
+#define MV_MAX_OUTS 4
+#define MV_ROWS_FOR(NT) ((NT) >= 4 ? MV_ROWS_WIDE : MV_ROWS_NARROW)
+
+// The outputs of one launch (the host's pie::cuda::ProductOutputs, product_launch.h, byte for byte).
+struct ProductOutputs {
+  const u8* w[MV_MAX_OUTS];
+  float* y[MV_MAX_OUTS];
+  long long row_bytes[MV_MAX_OUTS];
+  int n_out[MV_MAX_OUTS];
+  int first_block[MV_MAX_OUTS + 1];
+  int count;
+};
+
+// This block's output, its first row o0, and its ROWS row pointers (a row past n_out reads row n_out - 1;
+// its sums are dropped).
+template <int ROWS>
+__device__ __forceinline__ void mv_target(const ProductOutputs& p, const u8* (&rows)[ROWS], float*& y, int& n_out,
+                                          int& o0) {
+  // Static indices only: the parameter block stays in constant memory (a dynamic index would copy it to
+  // each thread's local memory).
+  const int bx = static_cast<int>(blockIdx.x);
+  const u8* w = p.w[0];
+  long long row_bytes = p.row_bytes[0];
+  int first = 0;
+  y = p.y[0];
+  n_out = p.n_out[0];
 #pragma unroll
-  for (int t = 0; t < TOKENS; ++t) acc[t] = 0.0f;
-  for (int c = lane; c < n_blocks; c += 32) {
-    int q[8];  // the block's 32 weights as bytes, in element order
-    float d, m = 0.0f;
-    if (T == WT_Q8_0) {  // 34 bytes, 2-byte aligned: d, then 32 int8 read as halfword pairs
-      const u16* b = reinterpret_cast<const u16*>(row + 34 * c);
-      d = half_to_f32(__ldg(b));
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        q[j] = static_cast<int>(static_cast<unsigned>(__ldg(b + 1 + 2 * j)) |
-                                (static_cast<unsigned>(__ldg(b + 2 + 2 * j)) << 16));
-      }
-    } else if (T == WT_Q4_0) {  // 18 bytes: d, 16 bytes of nibbles (low: elements 0..15, high: 16..31)
-      const u16* b = reinterpret_cast<const u16*>(row + 18 * c);
-      d = half_to_f32(__ldg(b));
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned v =
-            static_cast<unsigned>(__ldg(b + 1 + 2 * j)) | (static_cast<unsigned>(__ldg(b + 2 + 2 * j)) << 16);
-        q[j] = static_cast<int>(v & 0x0F0F0F0Fu);
-        q[j + 4] = static_cast<int>((v >> 4) & 0x0F0F0F0Fu);
-      }
-    } else {  // q4_1: 20 bytes, 4-byte aligned: d, m, 16 bytes of nibbles
-      const unsigned* b = reinterpret_cast<const unsigned*>(row + 20 * c);
-      const unsigned dm = __ldg(b);
-      d = half_to_f32(static_cast<u16>(dm & 0xFFFF));
-      m = half_to_f32(static_cast<u16>(dm >> 16));
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned v = __ldg(b + 1 + j);
-        q[j] = static_cast<int>(v & 0x0F0F0F0Fu);
-        q[j + 4] = static_cast<int>((v >> 4) & 0x0F0F0F0Fu);
-      }
+  for (int j = 1; j < MV_MAX_OUTS; ++j) {
+    if (j < p.count && bx >= p.first_block[j]) {
+      w = p.w[j];
+      row_bytes = p.row_bytes[j];
+      first = p.first_block[j];
+      y = p.y[j];
+      n_out = p.n_out[j];
     }
+  }
+  o0 = (bx - first) * ROWS;
 #pragma unroll
-    for (int t = 0; t < TOKENS; ++t) {
-      if (t0 + t < n_tokens) {
-        const long long tb = static_cast<long long>(t0 + t) * n_blocks + c;
-        const int4* xr = reinterpret_cast<const int4*>(xq + 32 * tb);
-        const int4 a = xr[0], b = xr[1];
-        const float2 ds = xd[tb];
-        int dot = dp4a(q[0], a.x, 0);
-        dot = dp4a(q[1], a.y, dot);
-        dot = dp4a(q[2], a.z, dot);
-        dot = dp4a(q[3], a.w, dot);
-        dot = dp4a(q[4], b.x, dot);
-        dot = dp4a(q[5], b.y, dot);
-        dot = dp4a(q[6], b.z, dot);
-        dot = dp4a(q[7], b.w, dot);
-        if (T == WT_Q8_0) acc[t] += d * ds.x * static_cast<float>(dot);
-        if (T == WT_Q4_0) acc[t] += d * (ds.x * static_cast<float>(dot) - 8.0f * ds.y);  // (q - 8) x
-        if (T == WT_Q4_1) acc[t] += d * ds.x * static_cast<float>(dot) + m * ds.y;       // (d q + m) x
+  for (int r = 0; r < ROWS; ++r) rows[r] = w + row_bytes * min(o0 + r, n_out - 1);
+}
+
+// The block's sums of acc[r][t] (each warp's butterfly, then the warps in order) into y[t0 + t][o0 + r].
+template <int ROWS, int NT>
+__device__ __forceinline__ void mv_store(float (&acc)[ROWS][NT], float* y, int n_out, int o0, int t0,
+                                         int n_tokens) {
+  __shared__ float partial[MV_WARPS][ROWS * NT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t0 + t < n_tokens) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const float s = warp_sum(acc[r][t]);
+        if (lane == 0) partial[warp][r * NT + t] = s;
       }
     }
   }
+  __syncthreads();
+  if (threadIdx.x < ROWS * NT) {
+    const int r = threadIdx.x / NT, t = threadIdx.x % NT;
+    if (o0 + r < n_out && t0 + t < n_tokens) {
+      float s = partial[0][threadIdx.x];
 #pragma unroll
-  for (int t = 0; t < TOKENS; ++t) {
-    const float s = warp_sum(acc[t]);
-    if (lane == 0 && t0 + t < n_tokens) y[static_cast<long long>(t0 + t) * n_out + o] = s;
+      for (int w = 1; w < MV_WARPS; ++w) s += partial[w][threadIdx.x];
+      y[static_cast<long long>(t0 + t) * n_out + o0 + r] = s;
+    }
   }
 }
 
-#define MATMUL_Q8_ENTRY(NAME, T)                                                                                   \
-  extern "C" __global__ void __launch_bounds__(WARPS * 32)                                                         \
-      NAME(const u8* w, long long row_bytes, int n_out, int n_in, const i8* xq, const float2* xd, int n_tokens,     \
-           float* y) {                                                                                             \
-    matmul_q8<T>(w, row_bytes, n_out, n_in, xq, xd, n_tokens, y);                                                  \
+// The 8 elements of a 16-byte piece (f16 / bf16; f32 pieces are two 16-byte words) as floats.
+template <int T>
+__device__ __forceinline__ void piece_floats(const uint4 (&raw)[2], float (&w)[8]) {
+  if (T == WT_F32) {
+    const unsigned words[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = __uint_as_float(words[j]);
+  } else {
+    const unsigned words[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (T == WT_F16) {
+        w[2 * j] = half_to_f32(static_cast<u16>(words[j] & 0xFFFF));
+        w[2 * j + 1] = half_to_f32(static_cast<u16>(words[j] >> 16));
+      } else {
+        w[2 * j] = __uint_as_float(words[j] << 16);
+        w[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+      }
+    }
   }
-MATMUL_Q8_ENTRY(matmul_q8_1_q8_0, WT_Q8_0)
-MATMUL_Q8_ENTRY(matmul_q8_1_q4_0, WT_Q4_0)
-MATMUL_Q8_ENTRY(matmul_q8_1_q4_1, WT_Q4_1)
+}
+
+// f32 / f16 / bf16 rows of a multiple of 8 elements: piece k is elements [8 k, 8 k + 8) (16 bytes, 32 for
+// f32), lane i of the block takes pieces i, i + MV_THREADS, ...: each warp's loads cover 512 contiguous bytes.
+template <int T, int NT>
+__device__ __forceinline__ void matvec_dense(const ProductOutputs& p, int n_in, const float* __restrict__ x,
+                                             int n_tokens) {
+  constexpr int ROWS = MV_ROWS_FOR(NT);
+  constexpr int WORDS = T == WT_F32 ? 2 : 1;
+  const u8* rows[ROWS];
+  float* y;
+  int n_out, o0;
+  mv_target<ROWS>(p, rows, y, n_out, o0);
+  const int t0 = blockIdx.y * NT;
+  const int n8 = n_in / 8;
+  float acc[ROWS][NT];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  }
+  for (int k0 = threadIdx.x; k0 < n8; k0 += MV_THREADS * MV_UNROLL) {
+    uint4 raw[MV_UNROLL][ROWS][2];
+#pragma unroll
+    for (int u = 0; u < MV_UNROLL; ++u) {
+      const int k = k0 + u * MV_THREADS;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          raw[u][r][h] = (k < n8 && h < WORDS) ? __ldg(reinterpret_cast<const uint4*>(rows[r]) + WORDS * k + h)
+                                               : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < MV_UNROLL; ++u) {
+      const int k = k0 + u * MV_THREADS;
+      if (k >= n8) break;
+      float w[ROWS][8];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) piece_floats<T>(raw[u][r], w[r]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t0 + t < n_tokens) {
+          const float4* xr = reinterpret_cast<const float4*>(x + static_cast<long long>(t0 + t) * n_in) + 2 * k;
+          const float4 a = __ldg(xr), b = __ldg(xr + 1);
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) {
+            float s = acc[r][t];
+            s = fmaf(w[r][0], a.x, s);
+            s = fmaf(w[r][1], a.y, s);
+            s = fmaf(w[r][2], a.z, s);
+            s = fmaf(w[r][3], a.w, s);
+            s = fmaf(w[r][4], b.x, s);
+            s = fmaf(w[r][5], b.y, s);
+            s = fmaf(w[r][6], b.z, s);
+            s = fmaf(w[r][7], b.w, s);
+            acc[r][t] = s;
+          }
+        }
+      }
+    }
+  }
+  mv_store<ROWS, NT>(acc, y, n_out, o0, t0, n_tokens);
+}
+
+__device__ __forceinline__ unsigned shift_right_clamp(unsigned lo, unsigned hi, unsigned s) {
+  unsigned r;
+  asm("shf.r.clamp.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(s));
+  return r;
+}
+
+// V 4-byte words from a 2-byte aligned address (q8_0's 34-byte and q4_0's 18-byte blocks start at any even
+// byte): the aligned words around them (V, or V + 1 where the address is not 4-byte aligned; that extra word
+// stays inside the allocation, whose size the pool rounds up), funnel-shifted into place.
+template <int V>
+__device__ __forceinline__ void load_words_a2(const u8* p, int (&q)[V]) {
+  const unsigned long long addr = reinterpret_cast<unsigned long long>(p);
+  const unsigned* a = reinterpret_cast<const unsigned*>(addr & ~3ull);
+  const unsigned s = static_cast<unsigned>(addr & 2) * 8;  // 0 or 16
+  unsigned w[V + 1];
+#pragma unroll
+  for (int j = 0; j < V; ++j) w[j] = __ldg(a + j);
+  w[V] = s != 0 ? __ldg(a + V) : 0u;
+#pragma unroll
+  for (int j = 0; j < V; ++j) q[j] = static_cast<int>(shift_right_clamp(w[j], w[j + 1], s));
+}
+
+// N consecutive ints of 16-byte aligned q8_1 activations (N = 1, 2, 4 or 8; 4 N-byte aligned).
+template <int N>
+__device__ __forceinline__ void load_run(const int* p, int* out) {
+  if (N >= 4) {
+#pragma unroll
+    for (int j = 0; j < N; j += 4) {
+      const int4 v = __ldg(reinterpret_cast<const int4*>(p + j));
+      out[j] = v.x;
+      out[j + 1] = v.y;
+      out[j + 2] = v.z;
+      out[j + 3] = v.w;
+    }
+  } else if (N == 2) {
+    const int2 v = __ldg(reinterpret_cast<const int2*>(p));
+    out[0] = v.x;
+    out[1] = v.y;
+  } else {
+    out[0] = __ldg(p);
+  }
+}
+
+// q8_0 / q4_0 / q4_1 rows against the q8_1 activations (quantize_q8_1): the lanes of a block of 32 elements
+// (MV_SPLIT of them) take QV = 8 / MV_SPLIT of its 8 words each (part h), read as aligned 4-byte words, and
+// dot them with the activations' matching words (dp4a); lane i of the block takes part i % MV_SPLIT of blocks
+// i / MV_SPLIT, + MV_THREADS / MV_SPLIT, ...: a warp reads 32 / MV_SPLIT consecutive blocks at once.
+// q4_0 / q4_1 words hold 8 nibbles: part h takes nibble words NV h .. NV h + NV (NV = 4 / MV_SPLIT), whose
+// low nibbles are elements 4 (NV h + i) .. + 3 and high nibbles those + 16.
+template <int T, int NT>
+__device__ __forceinline__ void matvec_q8(const ProductOutputs& p, int n_in, const i8* __restrict__ xq,
+                                          const float2* __restrict__ xd, int n_tokens) {
+  constexpr int ROWS = MV_ROWS_FOR(NT);
+  constexpr int QV = 8 / MV_SPLIT, NV = 4 / MV_SPLIT;
+  const u8* rows[ROWS];
+  float* y;
+  int n_out, o0;
+  mv_target<ROWS>(p, rows, y, n_out, o0);
+  const int t0 = blockIdx.y * NT;
+  const int n_blocks = n_in / 32;
+  const int h = threadIdx.x % MV_SPLIT;
+  constexpr int STRIDE = MV_THREADS / MV_SPLIT;
+  float acc[ROWS][NT];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  }
+  for (int c0 = threadIdx.x / MV_SPLIT; c0 < n_blocks; c0 += STRIDE * MV_UNROLL) {
+    int q[MV_UNROLL][ROWS][QV];  // the part's weights as bytes, in the order of the activation words below
+    float d[MV_UNROLL][ROWS], m[MV_UNROLL][ROWS];
+#pragma unroll
+    for (int u = 0; u < MV_UNROLL; ++u) {
+      const int c = min(c0 + u * STRIDE, n_blocks - 1);  // past the row's end: a valid block, not summed
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        if (T == WT_Q8_0) {  // 34 bytes: d (f16), 32 int8
+          const u8* b = rows[r] + 34 * c;
+          d[u][r] = half_to_f32(__ldg(reinterpret_cast<const u16*>(b)));
+          m[u][r] = 0.0f;
+          load_words_a2<QV>(b + 2 + 4 * QV * h, q[u][r]);
+        } else {
+          int n[NV];
+          if (T == WT_Q4_0) {  // 18 bytes: d, 16 bytes of nibbles
+            const u8* b = rows[r] + 18 * c;
+            d[u][r] = half_to_f32(__ldg(reinterpret_cast<const u16*>(b)));
+            m[u][r] = 0.0f;
+            load_words_a2<NV>(b + 2 + 4 * NV * h, n);
+          } else {  // q4_1: 20 bytes, 4-byte aligned: d, m, 16 bytes of nibbles
+            const unsigned* b = reinterpret_cast<const unsigned*>(rows[r] + 20 * c);
+            const unsigned dm = __ldg(b);
+            d[u][r] = half_to_f32(static_cast<u16>(dm & 0xFFFF));
+            m[u][r] = half_to_f32(static_cast<u16>(dm >> 16));
+#pragma unroll
+            for (int i = 0; i < NV; ++i) n[i] = static_cast<int>(__ldg(b + 1 + NV * h + i));
+          }
+#pragma unroll
+          for (int i = 0; i < NV; ++i) {
+            q[u][r][i] = n[i] & 0x0F0F0F0F;
+            q[u][r][NV + i] = (n[i] >> 4) & 0x0F0F0F0F;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < MV_UNROLL; ++u) {
+      const int c = c0 + u * STRIDE;
+      if (c >= n_blocks) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t0 + t < n_tokens) {
+          const long long tb = static_cast<long long>(t0 + t) * n_blocks + c;
+          const int* xb = reinterpret_cast<const int*>(xq + 32 * tb);
+          int xv[QV];
+          if (T == WT_Q8_0) {
+            load_run<QV>(xb + QV * h, xv);
+          } else {
+            load_run<NV>(xb + NV * h, xv);
+            load_run<NV>(xb + 4 + NV * h, xv + NV);
+          }
+          const float2 ds = __ldg(xd + tb);
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) {
+            int dot = 0;
+#pragma unroll
+            for (int i = 0; i < QV; ++i) dot = dp4a(q[u][r][i], xv[i], dot);
+            const float sum = static_cast<float>(dot);
+            if (T == WT_Q8_0) acc[r][t] += d[u][r] * ds.x * sum;
+            if (T == WT_Q4_0) acc[r][t] += d[u][r] * (ds.x * sum - (h == 0 ? 8.0f * ds.y : 0.0f));  // (q - 8) x
+            if (T == WT_Q4_1) acc[r][t] += d[u][r] * ds.x * sum + (h == 0 ? m[u][r] * ds.y : 0.0f);  // (d q + m) x
+          }
+        }
+      }
+    }
+  }
+  mv_store<ROWS, NT>(acc, y, n_out, o0, t0, n_tokens);
+}
+
+#define MATVEC_DENSE_ENTRY(NAME, T, NT)                                                                      \
+  extern "C" __global__ void __launch_bounds__(MV_THREADS)                                                   \
+      NAME(const ProductOutputs p, int n_in, const float* x, int n_tokens) {                                 \
+    matvec_dense<T, NT>(p, n_in, x, n_tokens);                                                               \
+  }
+#define MATVEC_Q8_ENTRY(NAME, T, NT)                                                                         \
+  extern "C" __global__ void __launch_bounds__(MV_THREADS)                                                   \
+      NAME(const ProductOutputs p, int n_in, const i8* xq, const float2* xd, int n_tokens) {                 \
+    matvec_q8<T, NT>(p, n_in, xq, xd, n_tokens);                                                             \
+  }
+#define MATVEC_TILES(ENTRY, NAME, T) \
+  ENTRY(NAME##_t1, T, 1) ENTRY(NAME##_t2, T, 2) ENTRY(NAME##_t4, T, 4) ENTRY(NAME##_t8, T, 8)
+MATVEC_TILES(MATVEC_DENSE_ENTRY, matvec_f32, WT_F32)
+MATVEC_TILES(MATVEC_DENSE_ENTRY, matvec_f16, WT_F16)
+MATVEC_TILES(MATVEC_DENSE_ENTRY, matvec_bf16, WT_BF16)
+MATVEC_TILES(MATVEC_Q8_ENTRY, matvec_q8_1_q8_0, WT_Q8_0)
+MATVEC_TILES(MATVEC_Q8_ENTRY, matvec_q8_1_q4_0, WT_Q4_0)
+MATVEC_TILES(MATVEC_Q8_ENTRY, matvec_q8_1_q4_1, WT_Q4_1)
 
 // out[t] = table[tokens[t]]: a block per token, a thread per chunk of 32.
 template <int T>
