@@ -101,11 +101,12 @@ class Scheduler {
   // ignored.
   void remove(SequenceId id);
 
-  // Speculative decoding: `draft` tokens follow a decoding sequence's last token (its one token left to
-  // compute) tentatively. They run in the same step, in one chunk with it; when the step's token budget
-  // is short the last of them are dropped first, and a preempted sequence drops them all (n_draft() says
-  // how many remain once schedule() ran). After the step, truncate() drops the ones not kept. Throws
-  // pie::Error on an unknown id, a sequence that is not running and decoding, or one with a draft already.
+  // Speculative decoding: `draft` tokens follow a running sequence's tokens left to compute (its last
+  // token, or forced ones) tentatively. They run in the same step, in one chunk with them; when the step's
+  // token budget is short the last of them are dropped first (all of them when not even the first fits),
+  // and a preempted sequence drops them all (n_draft() says how many remain once schedule() ran). After the
+  // step, truncate() drops the ones not kept. Throws pie::Error on an unknown id, a sequence that is not
+  // running with a token to compute, or one with a draft already.
   void draft(SequenceId id, std::span<const std::int32_t> draft);
   std::int32_t n_draft(SequenceId id) const;
   // Keeps the first n_keep tokens of a sequence and forgets the rest, K/V included (a rejected draft).

@@ -44,7 +44,7 @@ struct SpeculativeOptions {
 
 // Prompt lookup: the longest suffix of `context` of max_ngram down to min_ngram tokens that also occurs
 // earlier in it (the latest such place), and up to max_tokens of what followed it there; empty when no
-// suffix recurs.
+// suffix recurs, or when the longest that does is followed by different tokens in different places.
 std::vector<std::int32_t> prompt_lookup(std::span<const std::int32_t> context, std::int32_t max_tokens,
                                         std::int32_t min_ngram = 1, std::int32_t max_ngram = 3);
 

@@ -127,6 +127,28 @@ std::vector<std::int32_t> spell(const tokenizers::Tokenizer& tokenizer, const ps
   return out;
 }
 
+// The first token of the latest span among the last tokens of `tokens` that spells exactly `text`, or -1:
+// how the model spelled that text before, where the grammar forced it and jump-forward left its last
+// token to the model (a JSON key's `":"`, which the model may spell `":` then `"`).
+std::int32_t earlier_spelling(std::span<const std::int32_t> tokens, const pse::Vocabulary& vocab,
+                              const std::string& text) {
+  constexpr std::size_t kWindow = 1024;
+  const std::size_t n = tokens.size(), from = n > kWindow ? n - kWindow : 0;
+  const auto is_text = [&](std::int32_t t) {
+    return t >= 0 && static_cast<std::size_t>(t) < vocab.n_tokens() && !vocab.is_special(t);
+  };
+  for (std::size_t j = n; j-- > from;) {
+    std::size_t pos = 0;
+    for (std::size_t t = j; t < n && pos < text.size() && is_text(tokens[t]); ++t) {
+      const std::string& bytes = vocab.token_bytes(tokens[t]);
+      if (bytes.empty() || bytes.size() > text.size() - pos || text.compare(pos, bytes.size(), bytes) != 0) break;
+      pos += bytes.size();
+    }
+    if (pos == text.size() && !text.empty()) return tokens[j];
+  }
+  return -1;
+}
+
 // The tokens a mask allows among the model's n_vocab rows.
 std::int32_t count_allowed(std::span<const std::uint32_t> mask, std::int32_t n_vocab) {
   std::int32_t n = 0;
@@ -138,6 +160,11 @@ std::int32_t count_allowed(std::span<const std::uint32_t> mask, std::int32_t n_v
   return n;
 }
 
+// A drafted token: the drafter's guess, a token the grammar forces there (appended as jump-forward appends
+// it, not verified: a free draft), or the model's own earlier spelling of text the grammar forces there
+// (verified as a guess is).
+enum class DraftKind : std::uint8_t { guess, forced, spelling };
+
 // One of a request's n samples: its sequence, sampler, grammar cursor, detokenizer and stop matcher.
 struct Sample {
   Request* request = nullptr;
@@ -148,8 +175,10 @@ struct Sample {
   std::optional<tokenizers::StreamingDetokenizer> detok;
   std::optional<StopStringMatcher> stops;
   std::vector<std::int32_t> output;
-  // Speculative decoding: the tokens drafted for the coming step (empty: none), and how many to draft.
+  // Speculative decoding: the tokens drafted for the coming step (empty: none), what each one is, and how
+  // many the drafter proposes.
   std::vector<std::int32_t> draft;
+  std::vector<DraftKind> draft_kinds;
   DraftLength draft_length;
   std::uint64_t draft_key = 0;  // the sample for the drafter (Drafter::Row::key)
   bool finished = false;
@@ -181,7 +210,7 @@ struct Request {
 // draft), and the first position's index into the step's masks (one mask per position, when constrained).
 struct DraftedRow {
   Sample* sample = nullptr;
-  std::int32_t first_position = 0;  // the position of the row's token (its sequence's n_computed)
+  std::int32_t first_position = 0;  // the position of the row's last token before its draft
   std::size_t first_logits = 0;
   std::size_t n = 0;
   std::size_t first_mask = 0;
@@ -718,6 +747,7 @@ bool Engine::Impl::step() {
     if (sample->draft.empty()) continue;
     const std::int32_t left = scheduler->contains(id) ? scheduler->n_draft(id) : 0;  // failed: removed
     sample->draft.resize(static_cast<std::size_t>(left));
+    sample->draft_kinds.resize(static_cast<std::size_t>(left));
   }
   for (SequenceId id : plan.failed) {
     auto it = by_seq.find(id);
@@ -788,7 +818,8 @@ bool Engine::Impl::step() {
     if (c.wants_logits && !sample->draft.empty()) {
       // A drafted row: the logits of its token and of each drafted token, one mask per position.
       const std::size_t n = sample->draft.size() + 1;
-      drafted.push_back({sample, c.begin, logit_rows.size(), n, sample->matcher ? n_draft_masks : 0});
+      const auto first = c.begin + c.n_tokens - static_cast<std::int32_t>(n);
+      drafted.push_back({sample, first, logit_rows.size(), n, sample->matcher ? n_draft_masks : 0});
       if (sample->matcher) n_draft_masks += n;
       for (std::size_t i = 0; i < n; ++i) logit_rows.push_back(static_cast<std::int32_t>(tokens.size() - n + i));
     } else if (c.wants_logits) {
@@ -839,6 +870,8 @@ bool Engine::Impl::step() {
             if (!m.accept_token(d.sample->draft[p - 1])) throw Error("a drafted token the grammar vetted was rejected");
             ++walked;
           }
+          // A forced token is appended unverified: no mask needed for it.
+          if (p + 1 < d.n && d.sample->draft_kinds[p] == DraftKind::forced) continue;
           m.fill_next_token_bitmask(draft_masks.subspan((d.first_mask + p) * words, words));
         }
       } catch (const std::exception& e) {
@@ -981,105 +1014,218 @@ bool Engine::Impl::step() {
 }
 
 void Engine::Impl::propose_drafts() {
-  // Decoding rows (running, one token to compute) of requests that speculate, how many rows decode, and
-  // how many samples are live (decoding, prefilling, waiting, or not forked yet): the batch a draft joins,
-  // up to max_running.
+  // Decoding rows (running, their tokens to compute being output tokens: the last one, or the forced ones
+  // jump-forward appended) of requests that speculate, the tokens those rows compute, and how many samples
+  // are live (decoding, prefilling, waiting, or not forked yet): the batch a draft joins, up to max_running.
   // Rows that are still prefilling decode in the next steps: counting only those decoding now would let a
   // large batch draft while it fills, at the cost of the compute-bound steps it is about to run.
   std::vector<Sample*> rows;
-  std::int32_t n_decoding = 0, n_live = 0;
+  std::int32_t n_step_tokens = 0, n_live = 0;
   for (auto& r : active) {
     for (Sample& s : r->samples) {
       if (!s.finished) ++n_live;
-      if (s.finished || !s.seq || !scheduler->is_running(*s.seq) || !s.draft.empty()) continue;
+      if (s.finished || !s.seq || !scheduler->is_running(*s.seq) || !s.draft.empty() || s.output.empty()) continue;
       const auto n_tokens = static_cast<std::int32_t>(scheduler->tokens(*s.seq).size());
-      if (n_tokens - scheduler->n_computed(*s.seq) != 1) continue;
-      ++n_decoding;
+      const std::int32_t computed = scheduler->n_computed(*s.seq);
+      if (n_tokens - computed < 1 || computed < static_cast<std::int32_t>(r->req.prompt.size())) continue;
+      n_step_tokens += n_tokens - computed;
       if (r->speculative.mode != DraftMode::off) rows.push_back(&s);
     }
   }
   // Samples past max_running wait for a slot, not for this batch: it never grows past that.
   n_live = std::min(n_live, options.max_running);
   if (rows.empty() || n_live > options.speculative_max_batch) return;
-  const double step_seconds = step_cost.seconds(n_decoding);
+  const double step_seconds = step_cost.seconds(n_step_tokens);
+  // A row's draft as it is built: the grammar's matcher walked through it (rolled back at the end).
+  struct Plan {
+    Sample* s = nullptr;
+    std::int32_t room = 0;  // tokens the draft may hold (output and context limits)
+    std::vector<std::int32_t> tokens;
+    std::vector<DraftKind> kinds;
+    std::int32_t walked = 0;
+    std::vector<std::int32_t> context;  // the row's tokens and the draft so far, for the drafter
+    std::int32_t ask = 0;               // guesses asked of the drafter
+    bool cut = false;                   // the room ran out inside forced text (its tokens are dropped)
+    bool full() const { return static_cast<std::int32_t>(tokens.size()) >= room; }
+  };
+  const auto is_text = [&](std::int32_t t) {
+    return t >= 0 && t < n_vocab && !is_eos(t) && !model->tokenizer->is_special(t);
+  };
+  // The text the grammar forces after the draft so far, as decoding takes it: jump-forward's tokens (its
+  // spelling but the last, which is kept back for sampling unless the grammar must stop after it), then the
+  // token the model spelled that kept-back text with before (a draft to verify); again while text is
+  // forced. Returns whether the drafter's guesses may follow (no text forced there).
+  const auto extend_forced = [&](Plan& p) {
+    pse::Matcher& m = *p.s->matcher;
+    for (;;) {
+      const std::string forced = m.forced_continuation();
+      if (forced.empty()) return true;
+      const std::vector<std::int32_t> ids = spell(*model->tokenizer, m.grammar().vocabulary(), forced);
+      if (ids.empty()) return false;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (!m.accept_token(ids[i])) return false;  // decoding stops appending there too
+        if (i + 1 == ids.size() && !m.must_stop()) {
+          m.rollback(1);
+          break;
+        }
+        if (p.full()) {
+          m.rollback(1);
+          p.cut = true;
+          return false;
+        }
+        ++p.walked;
+        p.tokens.push_back(ids[i]);
+        p.kinds.push_back(DraftKind::forced);
+        if (m.must_stop()) return false;
+      }
+      const std::string kept_back = m.forced_continuation();
+      if (kept_back.empty() || p.full()) return false;
+      std::vector<std::int32_t> context(scheduler->tokens(*p.s->seq).begin(), scheduler->tokens(*p.s->seq).end());
+      context.insert(context.end(), p.tokens.begin(), p.tokens.end());
+      const std::int32_t token = earlier_spelling(context, m.grammar().vocabulary(), kept_back);
+      if (!is_text(token) || !m.accept_token(token)) return false;
+      ++p.walked;
+      p.tokens.push_back(token);
+      p.kinds.push_back(DraftKind::spelling);
+      if (m.must_stop()) return false;
+    }
+  };
   for (const DraftMode mode : {DraftMode::ngram, DraftMode::draft, DraftMode::custom}) {
     Drafter* drafter = drafter_for(mode);
     if (drafter == nullptr) continue;
-    std::vector<Sample*> mine;
+    std::vector<Plan> plans;
     for (Sample* s : rows) {
-      if (s->request->speculative.mode == mode) mine.push_back(s);
+      if (s->request->speculative.mode == mode) plans.push_back({s});
     }
-    if (mine.empty()) continue;
+    if (plans.empty()) continue;
     // A drafted token costs its share of the verifying step, plus the drafter's own time for it.
-    double token_cost = step_cost.relative_token_cost(n_decoding);
-    if (step_seconds > 0) token_cost += drafter->token_seconds(static_cast<std::int32_t>(mine.size())) / step_seconds;
-    std::vector<Drafter::Row> asks;
-    std::vector<Sample*> asked;
-    for (Sample* s : mine) {
+    double token_cost = step_cost.relative_token_cost(n_step_tokens);
+    if (step_seconds > 0) token_cost += drafter->token_seconds(static_cast<std::int32_t>(plans.size())) / step_seconds;
+    for (Plan& p : plans) {
+      Sample* s = p.s;
       const GenerateRequest& q = s->request->req;
-      const std::span<const std::int32_t> context = scheduler->tokens(*s->seq);
-      const auto n_tokens = static_cast<std::int32_t>(context.size());
+      const auto n_tokens = static_cast<std::int32_t>(scheduler->tokens(*s->seq).size());
       const std::int32_t limit =
           std::min(q.max_tokens, context_length - static_cast<std::int32_t>(q.prompt.size()));
       // Each kept draft token is an output token (the last may reach the limit: no token is sampled after
       // it then), and each takes a position of the context.
-      const std::int32_t room =
-          std::min(limit - static_cast<std::int32_t>(s->output.size()), context_length - n_tokens);
-      const std::int32_t k = std::min(room, s->draft_length.next(token_cost));
-      if (k <= 0) continue;
-      asks.push_back({s->draft_key, context, k, {}});
-      asked.push_back(s);
+      p.room = std::min({limit - static_cast<std::int32_t>(s->output.size()), context_length - n_tokens,
+                         kMaxDraftTokens});
+      if (p.room <= 0) continue;
+      bool open = true;
+      if (s->matcher) {
+        try {
+          open = extend_forced(p);  // text forced after the row's tokens (kept back for the model) first
+        } catch (const std::exception&) {
+          open = false;
+        }
+      }
+      if (open && !p.full()) {
+        p.ask = std::min(p.room - static_cast<std::int32_t>(p.tokens.size()), s->draft_length.next(token_cost));
+      }
     }
-    if (asks.empty()) continue;
-    try {
-      drafter->propose(asks);
-    } catch (const std::exception&) {
-      continue;  // no drafts this step: decoding goes on as without speculation
+    std::vector<Drafter::Row> asks;
+    std::vector<Plan*> asked;
+    for (Plan& p : plans) {
+      if (p.ask <= 0) continue;
+      const std::span<const std::int32_t> tokens = scheduler->tokens(*p.s->seq);
+      std::span<const std::int32_t> context = tokens;
+      if (!p.tokens.empty()) {
+        p.context.assign(tokens.begin(), tokens.end());
+        p.context.insert(p.context.end(), p.tokens.begin(), p.tokens.end());
+        context = p.context;
+      }
+      asks.push_back({p.s->draft_key, context, p.ask, {}});
+      asked.push_back(&p);
+    }
+    if (!asks.empty()) {
+      try {
+        drafter->propose(asks);
+      } catch (const std::exception&) {
+        for (Drafter::Row& a : asks) a.draft.clear();  // no guesses this step
+      }
     }
     for (std::size_t i = 0; i < asks.size(); ++i) {
-      Sample* s = asked[i];
-      std::vector<std::int32_t> draft = std::move(asks[i].draft);
-      if (draft.size() > static_cast<std::size_t>(asks[i].max_tokens)) draft.resize(static_cast<std::size_t>(asks[i].max_tokens));
-      // A draft is text: it stops before a token that ends generation, is special or is not a logits row.
-      const auto text_end = std::find_if(draft.begin(), draft.end(), [&](std::int32_t t) {
-        return t < 0 || t >= n_vocab || is_eos(t) || model->tokenizer->is_special(t);
-      });
-      draft.erase(text_end, draft.end());
-      // And before the first token the grammar rejects, and after one past which the grammar forces text:
-      // decoding without a draft appends that text's tokens there (jump-forward), so must this.
-      if (s->matcher && !draft.empty()) {
-        std::size_t ok = 0;
-        while (ok < draft.size() && s->matcher->accept_token(draft[ok])) {
-          ++ok;
-          if (!s->matcher->forced_continuation().empty()) break;
+      Plan& p = *asked[i];
+      std::vector<std::int32_t>& guesses = asks[i].draft;
+      if (guesses.size() > static_cast<std::size_t>(p.ask)) guesses.resize(static_cast<std::size_t>(p.ask));
+      // A guess is text: the draft stops before a token that ends generation, is special or is not a logits
+      // row, before the first token the grammar rejects, and after one past which the grammar forces text
+      // (close_row appends it; drafting it after a guess was measured to cost more rows than it saves).
+      try {
+        for (const std::int32_t t : guesses) {
+          if (!is_text(t) || p.full()) break;
+          if (p.s->matcher) {
+            if (!p.s->matcher->accept_token(t)) break;
+            ++p.walked;
+          }
+          p.tokens.push_back(t);
+          p.kinds.push_back(DraftKind::guess);
+          if (p.s->matcher && (p.s->matcher->must_stop() || !p.s->matcher->forced_continuation().empty())) break;
         }
-        if (ok > 0) s->matcher->rollback(static_cast<std::int32_t>(ok));
-        draft.resize(ok);
+      } catch (const std::exception&) {
+        // The draft so far stands: each of its tokens was accepted.
       }
-      if (draft.empty()) continue;
-      scheduler->draft(*s->seq, draft);
-      s->draft = std::move(draft);
+    }
+    for (Plan& p : plans) {
+      Sample* s = p.s;
+      if (p.walked > 0) s->matcher->rollback(static_cast<std::size_t>(p.walked));
+      // Forced text cut short would be sampled where decoding appends the rest of it: the draft ends
+      // before it instead (close_row appends it after the draft's last token).
+      while (p.cut && !p.kinds.empty() && p.kinds.back() == DraftKind::forced) {
+        p.kinds.pop_back();
+        p.tokens.pop_back();
+      }
+      if (p.tokens.empty()) continue;
+      scheduler->draft(*s->seq, p.tokens);
+      s->draft = std::move(p.tokens);
+      s->draft_kinds = std::move(p.kinds);
     }
   }
 }
 
-// Verifies a drafted row: position by position, the drafted token is kept or replaced (Sampler::verify,
-// each position under its own mask); the first replacement, or the token after a fully kept draft, ends
-// the row. Each kept token is an event of its own (events carry one sampled token, then forced ones).
-// The K/V of the row's token and of the kept drafts stay; the rest is truncated.
+// Verifies a drafted row: position by position, a guessed token is kept or replaced (Sampler::verify,
+// each position under its own mask), a forced one appended as jump-forward appends it; the first
+// replacement, or the token after a fully kept draft, ends the row. Kept tokens are events of their own
+// (events carry one sampled token, then forced ones). The K/V of the row's tokens and of the kept drafts
+// stay; the rest is truncated.
 void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<float> logits,
                               std::span<const std::uint32_t> masks) {
   Request& r = *s.request;
   const GenerateRequest& q = r.req;
   const std::vector<std::int32_t> draft = std::move(s.draft);
+  const std::vector<DraftKind> kinds = std::move(s.draft_kinds);
   s.draft.clear();
+  s.draft_kinds.clear();
   const auto vocab = static_cast<std::size_t>(n_vocab);
   const std::size_t words = (vocab + 31) / 32;
   const bool per_position = s.matcher.has_value();
-  std::int32_t kept = 0;
-  bool going = true, ended = false, last_accepted = false;
+  std::int32_t kept = 0;           // draft positions kept, forced ones included
+  std::int32_t verified_kept = 0;  // guesses and spellings kept
+  std::size_t n_known = 0;         // leading tokens of out that are kept draft positions
+  std::int32_t n_forced = 0;       // forced tokens in out
+  bool going = true, ended = false;
   RowOutput out;
   for (std::size_t i = 0; i <= draft.size(); ++i) {
+    if (i < draft.size() && kinds[i] == DraftKind::forced) {
+      // Text the grammar forces after the kept tokens: appended unverified, as decoding appends it.
+      if (!s.matcher->accept_token(draft[i])) {
+        finish(s, FinishReason::error, "a forced draft token was rejected by the grammar");
+        ended = true;
+        break;
+      }
+      ++kept, ++n_known, ++n_forced;
+      going = push_token(s, draft[i], out);
+      if (!going) break;
+      continue;
+    }
+    if (!out.added.empty()) {  // the kept tokens before this position: their own event
+      count_generated(out.added.size(), n_forced);
+      emit(s, std::move(out.added), std::move(out.text), std::move(out.logprobs), FinishReason::none, {},
+           out.n_allowed);
+      n_forced = 0;
+      n_known = 0;
+    }
     const std::span<float> row = logits.subspan(i * vocab, vocab);
     const std::span<const std::uint32_t> mask = per_position ? masks.subspan(i * words, words) : masks;
     out = RowOutput{};
@@ -1095,32 +1241,38 @@ void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<
       break;
     }
     going = take_sampled(s, std::move(sampled), out, ended);
-    last_accepted = accepted;
     if (ended || !accepted) break;
-    ++kept;
+    ++kept, ++verified_kept, ++n_known;
     if (!going) break;  // a kept draft token that ends the sample (a limit, a stop string)
-    // The grammar forces text after it (only after the last draft token: drafts are cut there): the row
-    // ends with that text's tokens, as decoding without a draft would append them.
-    if (s.matcher && !s.matcher->forced_continuation().empty()) break;
-    // A kept draft token the sample goes on after: its own event; its K/V is in the cache already.
-    count_generated(1, 0);
-    emit(s, std::move(out.added), std::move(out.text), std::move(out.logprobs), FinishReason::none, {},
-         out.n_allowed);
+    // Text the grammar forces after the draft's last token: close_row appends it, as decoding does (a draft
+    // goes on past forced text only with the tokens decoding appends there).
+    if (i + 1 == draft.size() && s.matcher && !s.matcher->forced_continuation().empty()) break;
   }
-  const auto n_draft = static_cast<std::int32_t>(draft.size());
+  // Drafted and kept counts are of verified tokens; the drafter's guesses alone feed the draft length.
+  std::int32_t n_verified = 0, n_guesses = 0, guesses_kept = 0, first_guess = -1;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] == DraftKind::forced) continue;
+    ++n_verified;
+    if (kinds[i] != DraftKind::guess) continue;
+    if (first_guess < 0) first_guess = static_cast<std::int32_t>(i);
+    ++n_guesses;
+    if (static_cast<std::int32_t>(i) < kept) ++guesses_kept;
+  }
   if (Drafter* d = drafter_for(r.speculative.mode)) d->keep(s.draft_key, first_position + 1 + kept);
-  s.draft_length.record(n_draft, kept);
-  r.usage.draft_tokens += n_draft;
-  r.usage.accepted_draft_tokens += kept;
+  // Guesses the verification reached (a rejected spelling before them leaves them untried).
+  if (n_guesses > 0 && kept >= first_guess) s.draft_length.record(n_guesses, guesses_kept);
+  r.usage.draft_tokens += n_verified;
+  r.usage.accepted_draft_tokens += verified_kept;
   {
     std::lock_guard<std::mutex> lock(stats_mutex);
-    stats.draft_tokens += static_cast<std::uint64_t>(n_draft);
-    stats.accepted_draft_tokens += static_cast<std::uint64_t>(kept);
+    stats.draft_tokens += static_cast<std::uint64_t>(n_verified);
+    stats.accepted_draft_tokens += static_cast<std::uint64_t>(verified_kept);
+    stats.forced_tokens += static_cast<std::uint64_t>(n_forced);  // close_row counts them as generated
   }
   if (ended) return;
   if (going) scheduler->truncate(*s.seq, first_position + 1 + kept);
-  // When the row ends on a kept draft token, the scheduler has it already (its K/V computed).
-  close_row(s, out, going, last_accepted ? 1 : 0);
+  // The row's last kept draft tokens are the scheduler's already (their K/V computed).
+  close_row(s, out, going, n_known);
 }
 
 void Engine::Impl::run_loop() {

@@ -87,8 +87,8 @@ SequenceId Scheduler::fork(SequenceId id) {
 
 void Scheduler::draft(SequenceId id, std::span<const std::int32_t> draft) {
   Sequence& s = get(id);
-  if (s.kv_seq < 0 || static_cast<std::int32_t>(s.tokens.size()) - s.n_computed != 1) {
-    throw Error("[scheduler] draft: sequence " + std::to_string(id) + " is not decoding (running, one token to compute)");
+  if (s.kv_seq < 0 || static_cast<std::int32_t>(s.tokens.size()) - s.n_computed < 1) {
+    throw Error("[scheduler] draft: sequence " + std::to_string(id) + " is not decoding (running, a token to compute)");
   }
   if (s.n_draft > 0) throw Error("[scheduler] draft: sequence " + std::to_string(id) + " has a draft already");
   s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
@@ -206,11 +206,22 @@ Step Scheduler::schedule() {
     if (budget < 1) break;
     if (!is_running(id)) continue;
     Sequence& s = get(id);
-    if (pending(id) != 1 + s.n_draft) continue;
-    const std::int32_t n = std::min(1 + s.n_draft, budget);
-    if (n < 1 + s.n_draft) {
+    if (s.n_draft == 0) {
+      if (pending(id) == 1) place(id, 1);
+      continue;
+    }
+    // A drafted row: its tokens to compute (one, or forced ones) and the draft after them.
+    const std::int32_t base = static_cast<std::int32_t>(s.tokens.size()) - s.n_computed - s.n_draft;
+    std::int32_t n = std::min(base + s.n_draft, budget);
+    if (s.options.max_chunk > 0) n = std::min(n, s.options.max_chunk);
+    if (n < base + 1) {  // not even the draft's first token fits: the row runs without it
+      s.tokens.resize(s.tokens.size() - static_cast<std::size_t>(s.n_draft));
+      s.n_draft = 0;
+      continue;
+    }
+    if (n < base + s.n_draft) {
       s.tokens.resize(static_cast<std::size_t>(s.n_computed + n));
-      s.n_draft = n - 1;
+      s.n_draft = n - base;
     }
     place(id, n);
   }

@@ -15,6 +15,15 @@ std::vector<std::int32_t> prompt_lookup(std::span<const std::int32_t> context, s
     for (std::int64_t at = n - g - 1; at >= 0; --at) {
       if (!std::equal(suffix.begin(), suffix.end(), context.begin() + at)) continue;
       const std::int64_t from = at + g;
+      // A key that earlier places follow with different tokens predicts none of them (JSON's `":"` before
+      // every value): no guess, rather than one that is mostly rejected. A shorter suffix recurs in those
+      // places too, so the search ends here.
+      for (std::int64_t other = at - 1; other >= 0; --other) {
+        if (std::equal(suffix.begin(), suffix.end(), context.begin() + other) &&
+            context[static_cast<std::size_t>(other + g)] != context[static_cast<std::size_t>(from)]) {
+          return out;
+        }
+      }
       const std::int64_t count = std::min<std::int64_t>(max_tokens, n - from);
       out.assign(context.begin() + from, context.begin() + from + count);
       return out;

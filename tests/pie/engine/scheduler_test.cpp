@@ -398,6 +398,47 @@ TEST(Scheduler, ShortBudgetTrimsTheDraft) {
   EXPECT_TRUE(step.chunks[0].wants_logits);
 }
 
+// Forced tokens jump-forward appended and a draft after them run as one chunk, the logits from the last
+// forced token on; a budget short of the forced tokens and the draft's first token drops the draft.
+TEST(Scheduler, DraftFollowsForcedTokensInOneChunk) {
+  FakePages pages(100);
+  Scheduler s({.max_running = 4, .max_batch_tokens = 64}, pages);
+  const SequenceId a = s.add(prompt(20));
+  run_step(s);  // 21 tokens, 20 computed
+  const std::vector<std::int32_t> forced{7, 8}, draft{31, 32};
+  s.append(a, forced);  // three tokens to compute
+  s.draft(a, draft);
+  const Step step = s.schedule();
+  ASSERT_EQ(step.chunks.size(), 1u);
+  EXPECT_EQ(step.chunks[0].begin, 20);
+  EXPECT_EQ(step.chunks[0].n_tokens, 5);
+  EXPECT_TRUE(step.chunks[0].wants_logits);
+  s.complete(step);
+  s.truncate(a, 24);  // the first draft token kept
+  EXPECT_EQ(s.tokens(a).back(), 31);
+  EXPECT_EQ(s.n_computed(a), 24);
+
+  Scheduler tight({.max_running = 4, .max_batch_tokens = 4}, pages);
+  const SequenceId b = tight.add(prompt(3));
+  run_step(tight);  // 4 tokens, 3 computed
+  tight.append(b, forced);
+  tight.draft(b, draft);
+  Step cut = tight.schedule();  // the three tokens and one of the draft
+  ASSERT_EQ(cut.chunks.size(), 1u);
+  EXPECT_EQ(cut.chunks[0].n_tokens, 4);
+  EXPECT_EQ(tight.n_draft(b), 1);
+  tight.complete(cut);
+  tight.truncate(b, 6);
+  tight.append(b, forced);
+  tight.append(b, forced);  // four tokens to compute: no room for a draft token
+  tight.draft(b, draft);
+  cut = tight.schedule();
+  ASSERT_EQ(cut.chunks.size(), 1u);
+  EXPECT_EQ(cut.chunks[0].n_tokens, 4);
+  EXPECT_EQ(tight.n_draft(b), 0);
+  EXPECT_EQ(tight.tokens(b).size(), 10u);  // the draft is gone
+}
+
 TEST(Scheduler, PreemptionDropsTheDraft) {
   FakePages pages(5);
   Scheduler s({.max_running = 4, .max_batch_tokens = 64}, pages);

@@ -21,6 +21,18 @@ TEST(PromptLookup, ProposesWhatFollowedTheLatestMatch) {
   EXPECT_TRUE(prompt_lookup(std::vector<std::int32_t>{}, 4).empty());
 }
 
+// A key followed by different tokens in different places (JSON's `":"` before every value) guesses
+// nothing; one followed by the same token everywhere guesses it.
+TEST(PromptLookup, AnAmbiguousKeyGuessesNothing) {
+  const std::vector<std::int32_t> json{1, 9, 5, 2, 9, 6, 3, 9};  // 9 precedes 5, then 6
+  EXPECT_TRUE(prompt_lookup(json, 4).empty());
+  const std::vector<std::int32_t> agreed{1, 9, 5, 2, 9, 5, 3, 9};  // 9 precedes 5 twice
+  EXPECT_EQ(prompt_lookup(agreed, 2), (std::vector<std::int32_t>{5, 3}));
+  // The longest recurring suffix decides: "3 9" once (then 5), though "9" alone is ambiguous.
+  const std::vector<std::int32_t> longer{3, 9, 5, 9, 6, 3, 9};
+  EXPECT_EQ(prompt_lookup(longer, 1), (std::vector<std::int32_t>{5}));
+}
+
 TEST(DraftLength, WeighsTheAcceptanceRateAgainstTheCost) {
   DraftLength k(8);
   for (int i = 0; i < 20; ++i) k.record(4, 4);  // everything accepted: drafting always pays
