@@ -22,6 +22,7 @@
 
 #include "pal/attention.h"
 #include "pal/rope.h"
+#include "pie/device_sampling.h"
 #include "pie/kv_storage.h"
 #include "pie/model.h"
 
@@ -146,6 +147,16 @@ class Backend {
   // Returns when the step begun is done and its output rows are in host memory; rethrows what the step
   // threw. No effect without a step begun.
   virtual void wait() = 0;
+
+  // Sampling where the logits are (device_sampling.h). Whether sample_rows() is implemented.
+  virtual bool samples_on_device() const { return false; }
+  // The logits of the next step begun stay in the backend's memory: its wait() leaves the host rows
+  // untouched (nothing is copied), and sample_rows() reads them. Holds for that one step.
+  virtual void keep_logits_on_device() {}
+  // Samples rows of the last step's output rows (after its wait(), before the next begin()): out[i] for
+  // rows[i]. Throws pie::Error when the backend has no such rows or cannot sample (a device fault);
+  // a row's own failure (a NaN logit) is its result's status.
+  virtual void sample_rows(std::span<const DeviceSampleRow> rows, std::span<DeviceSampleResult> out);
 };
 
 // The CUDA backend on device `ordinal`: weights in device memory in their file type (f32, f16, bf16, q8_0,

@@ -191,6 +191,11 @@ struct EngineOptions {
   // A drafter of the caller's for DraftMode::custom: a developer hook (the oracle drafter of
   // scripts/bench-spec-oracle.sh, make_oracle_drafter), called on the engine's loop thread only.
   std::shared_ptr<Drafter> custom_drafter;
+  // Rows sampled where the logits are when the backend can (Backend::samples_on_device: CUDA), so a step
+  // whose rows are all sampled there copies no logits to the host; rows it does not cover (top_k above
+  // kDeviceMaxTopK, prompt logprobs, speculative verification, a request's first step with n > 1) are
+  // sampled on the host as before. ORCHARD_DEVICE_SAMPLING=0 in the environment turns it off.
+  bool device_sampling = true;
 };
 
 struct EngineStats {
@@ -205,6 +210,7 @@ struct EngineStats {
   double mask_seconds = 0;               // time spent filling masks (on the pool)
   double forward_seconds = 0;
   std::uint64_t steps = 0;
+  std::uint64_t device_sampled_rows = 0;  // rows sampled on the device (EngineOptions::device_sampling)
   // Steps whose forward pass failed (a device fault inside the step: its requests ended with an error).
   std::uint64_t forward_failures = 0;
   std::string last_forward_error;  // the last such failure's message ("" when none)

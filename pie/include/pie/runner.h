@@ -58,8 +58,9 @@ class ModelRunner {
   // untouched until wait(), and the adapters alive. Throws pie::Error (nothing started) on an inconsistent
   // batch (token id out of range, page table that does not match seq_lens, logits too small, a KV cache of
   // another shape or device, an adapter without one or with rows out of range, adapters on a backend
-  // without LoRA) or while a batch is under way.
-  void begin(const ForwardBatch& batch, KvCache& kv, std::span<float> logits);
+  // without LoRA) or while a batch is under way. logits_to_host false: the logits stay in the backend's
+  // memory for Backend::sample_rows (`logits` is left untouched), on a backend that samples_on_device().
+  void begin(const ForwardBatch& batch, KvCache& kv, std::span<float> logits, bool logits_to_host = true);
   // Returns once the batch begun is done. Throws pie::Error when it failed (its logits are then
   // undefined); no effect when none was begun.
   void wait();

@@ -68,6 +68,10 @@ class Sampler {
                       std::span<const std::int32_t> prompt, std::span<const std::int32_t> output,
                       std::int32_t draft, bool& accepted);
 
+  // The draw sample() would take now, for a token sampled elsewhere (on the device: device_sampling.h):
+  // advances the stream as sample() does, so the stream position stays the number of tokens sampled.
+  double next_draw();
+
   const SamplingParams& params() const { return params_; }
 
  private:

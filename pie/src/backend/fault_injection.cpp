@@ -65,6 +65,11 @@ class FaultInjectingBackend final : public Backend {
     ++step_;
     inner_->begin(std::move(step));
   }
+  bool samples_on_device() const override { return inner_->samples_on_device(); }
+  void keep_logits_on_device() override { inner_->keep_logits_on_device(); }
+  void sample_rows(std::span<const DeviceSampleRow> rows, std::span<DeviceSampleResult> out) override {
+    inner_->sample_rows(rows, out);
+  }
   void wait() override {
     inner_->wait();
     if (steps_.count(step_) != 0) {

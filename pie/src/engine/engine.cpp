@@ -10,15 +10,18 @@
 #include <bit>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
 #include "grammar_cache.h"
+#include "pie/device_sampling.h"
 #include "pie/kv_cache.h"
 #include "pie/runner.h"
 #include "pie/scheduler.h"
@@ -262,6 +265,7 @@ struct Engine::Impl {
   // The forward pass's threads when a draft model shares them with the target on the CPU.
   std::unique_ptr<tensor::ThreadPool> cpu_pool;
   std::unique_ptr<ModelRunner> runner;
+  bool device_sampling = false;  // the backend samples on the device and the options let it
   std::unique_ptr<KvCache> kv;
   std::unique_ptr<KvCachePages> pages;
   std::unique_ptr<Scheduler> scheduler;
@@ -320,6 +324,12 @@ struct Engine::Impl {
   void close_row(Sample& s, RowOutput& out, bool going, std::size_t n_known = 0);
   void count_generated(std::size_t n_tokens, std::int32_t n_forced);
   void handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask);
+  // Device sampling (EngineOptions::device_sampling): whether a row can be sampled where its logits are,
+  // and the step's rows sampled there (Backend::sample_rows), each with its own sampler's draw.
+  bool device_samples(const Sample& s) const;
+  void sample_rows_on_device(std::span<Sample* const> row_samples, std::span<const std::size_t> sample_logits,
+                             std::span<const std::uint32_t> masks, std::span<const std::string> mask_errors);
+  void row_failed(Sample& s, const std::string& error);
   // Speculative decoding: drafts for the decoding rows before the step is scheduled, and a drafted row's
   // verification from its logits (one row per position) and masks.
   void propose_drafts();
@@ -395,6 +405,10 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
     runner = std::make_unique<ModelRunner>(model,
                                            with_injected_faults(make_backend(device.device, options.n_threads)));
   }
+
+  const char* device_sampling_env = std::getenv("ORCHARD_DEVICE_SAMPLING");
+  device_sampling = options.device_sampling && runner->backend().samples_on_device() &&
+                    !(device_sampling_env != nullptr && std::string_view(device_sampling_env) == "0");
 
   const std::size_t page_bytes = runner->kv_config(1, options.kv_dtype).page_bytes();
   const std::int64_t context_pages = (context_length + kKvPageSize - 1) / kKvPageSize;
@@ -739,6 +753,97 @@ void Engine::Impl::handle_row(Sample& s, std::span<float> logits, std::span<cons
   if (!ended) close_row(s, out, going);
 }
 
+bool Engine::Impl::device_samples(const Sample& s) const {
+  const Request& r = *s.request;
+  if (!s.sampler || !device_sampling_covers(s.sampler->params(), n_vocab)) return false;
+  // Steps that do more than sample this row stay on the host: the prompt's logprobs go out before its
+  // first token, and a first row with n > 1 forks the other samples from its logits.
+  if (r.req.prompt_logprobs && !r.prompt_logprobs_sent) return false;
+  return !(s.index == 0 && !r.forked && r.samples.size() > 1);
+}
+
+void Engine::Impl::row_failed(Sample& s, const std::string& error) {
+  // Before the fork, the prompt's sequence stands for every sample.
+  if (s.request->forked) {
+    finish(s, FinishReason::error, error);
+  } else {
+    fail_request(*s.request, error);
+  }
+}
+
+void Engine::Impl::sample_rows_on_device(std::span<Sample* const> row_samples,
+                                         std::span<const std::size_t> sample_logits,
+                                         std::span<const std::uint32_t> masks,
+                                         std::span<const std::string> mask_errors) {
+  const std::size_t words = (static_cast<std::size_t>(n_vocab) + 31) / 32;
+  std::vector<DeviceSampleRow> rows;
+  std::vector<Sample*> samples;
+  std::vector<std::span<const std::uint32_t>> row_masks;
+  std::vector<std::vector<std::int32_t>> penalized(row_samples.size());
+  std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> counts(row_samples.size());
+  for (std::size_t row = 0; row < row_samples.size(); ++row) {
+    Sample& s = *row_samples[row];
+    if (s.finished) continue;
+    if (!mask_errors[row].empty()) {
+      row_failed(s, "grammar mask failed: " + mask_errors[row]);
+      continue;
+    }
+    std::span<const std::uint32_t> mask;
+    if (s.matcher) {
+      mask = masks.subspan(row * words, words);
+    } else if (s.request->req.ignore_eos) {
+      mask = no_eos_mask;
+    }
+    const SamplingParams& params = s.sampler->params();
+    try {
+      // What Sampler::sample checks before its draw, in its order.
+      penalty_inputs(params, s.request->req.prompt, s.output, n_vocab, penalized[row], counts[row]);
+      if (mask_allows_nothing(mask, n_vocab)) throw RequestError("[sampler] the constraint's mask allows no token");
+    } catch (const std::exception& e) {
+      finish(s, FinishReason::error, fmt::format("sampling failed: {}", e.what()));
+      continue;
+    }
+    DeviceSampleRow d;
+    d.logits_row = static_cast<std::int32_t>(sample_logits[row]);
+    d.params = &params;
+    d.mask = mask;
+    d.penalized = penalized[row];
+    d.counts = counts[row];
+    d.u = s.sampler->next_draw();
+    rows.push_back(d);
+    samples.push_back(&s);
+    row_masks.push_back(mask);
+  }
+  std::vector<DeviceSampleResult> results(rows.size());
+  try {
+    runner->backend().sample_rows(rows, results);
+  } catch (const std::exception& e) {
+    for (Sample* s : samples) {
+      if (!s->finished) row_failed(*s, fmt::format("sampling failed: {}", e.what()));
+    }
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    stats.device_sampled_rows += rows.size();
+  }
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    Sample& s = *samples[i];
+    if (s.finished) continue;  // its request failed with an earlier row
+    try {
+      throw_unless_sampled(results[i]);
+    } catch (const std::exception& e) {
+      finish(s, FinishReason::error, fmt::format("sampling failed: {}", e.what()));
+      continue;
+    }
+    RowOutput out;
+    out.n_allowed = s.matcher ? count_allowed(row_masks[i], n_vocab) : -1;
+    bool ended = false;
+    const bool going = take_sampled(s, std::move(results[i].sampled), out, ended);
+    if (!ended) close_row(s, out, going);
+  }
+}
+
 bool Engine::Impl::step() {
   propose_drafts();
   Step plan = scheduler->schedule();
@@ -847,13 +952,17 @@ bool Engine::Impl::step() {
     if (drafted[i].sample->matcher) drafted_masks.push_back(i);
   }
   std::vector<std::string> draft_mask_errors(drafted.size());
+  // Every row sampled on the device: the logits stay there.
+  const bool device_step = device_sampling && prompt_rows.empty() && drafted.empty() && !row_samples.empty() &&
+                           std::all_of(row_samples.begin(), row_samples.end(),
+                                       [&](const Sample* s) { return device_samples(*s); });
   step_logits.resize(logit_rows.size() * static_cast<std::size_t>(n_vocab));
   std::span<float> logits(step_logits);
   std::string forward_error;
   std::atomic<double> mask_time{0.0};
   bool begun = false;
   try {
-    runner->begin(batch, *kv, logits);
+    runner->begin(batch, *kv, logits, !device_step);
     begun = true;
   } catch (const std::exception& e) {
     forward_error = e.what();
@@ -948,15 +1057,12 @@ bool Engine::Impl::step() {
     if (!prompt_errors[i].empty() && !r.failed) fail_request(r, "prompt logprobs failed: " + prompt_errors[i]);
   }
 
-  for (std::size_t row = 0; row < row_samples.size(); ++row) {
+  if (device_step) sample_rows_on_device(row_samples, sample_logits, masks, mask_errors);
+  for (std::size_t row = 0; row < row_samples.size() && !device_step; ++row) {
     Sample& s = *row_samples[row];
     if (s.finished) continue;
     if (!mask_errors[row].empty()) {
-      if (s.request->forked) {
-        finish(s, FinishReason::error, "grammar mask failed: " + mask_errors[row]);
-      } else {
-        fail_request(*s.request, "grammar mask failed: " + mask_errors[row]);
-      }
+      row_failed(s, "grammar mask failed: " + mask_errors[row]);
       continue;
     }
     std::span<float> row_logits(logits.data() + sample_logits[row] * static_cast<std::size_t>(n_vocab),

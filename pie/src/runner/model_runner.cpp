@@ -127,7 +127,7 @@ std::unique_ptr<KvStorage> ModelRunner::make_kv_storage(const KvCacheConfig& con
   return impl_->backend->make_kv_storage(config);
 }
 
-void ModelRunner::begin(const ForwardBatch& batch, KvCache& kv, std::span<float> logits) {
+void ModelRunner::begin(const ForwardBatch& batch, KvCache& kv, std::span<float> logits, bool logits_to_host) {
   Impl& m = *impl_;
   if (m.in_flight) throw Error("[runner] begin: a batch is already under way (wait() first)");
   detail::check_batch(batch, m.model->config, kv.config(), logits.size());
@@ -146,6 +146,10 @@ void ModelRunner::begin(const ForwardBatch& batch, KvCache& kv, std::span<float>
       }
     }
   }
+  if (!logits_to_host && !m.backend->samples_on_device()) {
+    throw Error(fmt::format("[runner] the {} backend does not sample on the device: its logits must come to the host",
+                            m.backend->name()));
+  }
   if (batch.tokens.empty()) return;
   m.lay_out(batch);
   const models::ForwardContext context{
@@ -153,6 +157,7 @@ void ModelRunner::begin(const ForwardBatch& batch, KvCache& kv, std::span<float>
       m.backend->output_rows(logits, static_cast<std::int64_t>(batch.logit_rows.size()), m.model->config.n_vocab)};
   const models::ArchitectureBuilder* builder = m.builder;
   double* seconds = &m.step_seconds;
+  if (!logits_to_host) m.backend->keep_logits_on_device();
   m.backend->begin([builder, context, seconds] {
     const auto t0 = std::chrono::steady_clock::now();
     builder->forward(context);

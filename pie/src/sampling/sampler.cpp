@@ -348,6 +348,8 @@ SampledToken Sampler::verify(std::span<float> logits, std::span<const std::uint3
   return out;
 }
 
+double Sampler::next_draw() { return sampling_detail::next_uniform(rng_state_); }
+
 SampledToken token_logprob(std::span<const float> logits, std::int32_t token, std::int32_t top_logprobs) {
   if (token < 0 || static_cast<std::size_t>(token) >= logits.size()) {
     throw Error("[sampler] token_logprob: token " + std::to_string(token) + " is outside the " +

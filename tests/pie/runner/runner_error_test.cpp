@@ -132,6 +132,17 @@ TEST(RunnerErrorTest, LogitsTooSmall) {
   f.expect_error("logits holds 511 floats; 2 rows x 256 vocab need 512");
 }
 
+TEST(RunnerErrorTest, LogitsKeptOnABackendThatSamplesOnTheHost) {
+  BatchFixture f;
+  try {
+    f.runner.begin(f.batch(), f.kv, f.logits, /*logits_to_host=*/false);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the cpu backend does not sample on the device"));
+  }
+  for (float x : f.logits) ASSERT_TRUE(std::isnan(x)) << "logits written";
+}
+
 TEST(RunnerErrorTest, KvCacheOfAnotherShape) {
   BatchFixture f;
   KvCacheConfig c = f.runner.kv_config(8);

@@ -3,7 +3,8 @@
 // products that read the quantized blocks directly, element-wise ops, generic RoPE / attention) and pal's
 // CUDA RoPE + append and paged attention where they apply (head dims 64, 128, 256). begin() queues the
 // step's kernels from the calling thread and returns; wait() waits for the stream and copies the logits
-// to host memory. Sampling stays on the host.
+// to host memory, unless the engine samples the step's rows on the device (cuda_sampling.h): then only
+// the tokens and logprobs come back.
 //
 // The step's host-side tables (tokens, positions, KV slots, page tables) are staged in page-locked memory and
 // copied to the device once per step, at their first use, and reused by every layer.
@@ -33,6 +34,7 @@
 #include "pie/backend.h"
 #include "pie/error.h"
 #include "cuda_lora.h"
+#include "cuda_sampling.h"
 #include "cuda_sources.h"
 #include "product_launch.h"
 #include "tensor/cuda/device.h"
@@ -196,6 +198,7 @@ class CudaBackend final : public Backend {
     const char* graphs = std::getenv("ORCHARD_CUDA_GRAPHS");
     graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
     lora_ = std::make_unique<cuda::CudaLora>(ordinal_, stream_.get());
+    sampling_ = std::make_unique<cuda::CudaSampling>(stream_.get());
   }
   ~CudaBackend() override {
     try {
@@ -319,6 +322,7 @@ class CudaBackend final : public Backend {
       throw Error(fmt::format("[backend:cuda] output rows: {} floats for [{}, {}]", host.size(), n_rows, n_cols));
     }
     output_host_ = host.first(static_cast<std::size_t>(n_rows * n_cols));
+    output_shape_ = {n_rows, n_cols};
     return scratch(kOutput, n_rows, n_cols);
   }
 
@@ -481,6 +485,7 @@ class CudaBackend final : public Backend {
     if (in_flight_) throw Error("[backend:cuda] begin: a step is already under way (wait() first)");
     in_flight_ = true;
     error_ = nullptr;
+    logits_ready_ = false;
     try {
       tc::make_current(ordinal_);
       if (graphs_enabled_ && run_captured(step)) return;
@@ -499,15 +504,29 @@ class CudaBackend final : public Backend {
       tc::make_current(ordinal_);
       stream_->synchronize();
       lora_->end_step();
-      if (!error && !output_host_.empty()) {
+      if (!error && !output_host_.empty() && !keep_logits_) {
         scratch_[kOutput].copy_to_host(output_host_.data(), output_host_.size_bytes(), 0, stream_.get());
         stream_->synchronize();
       }
     } catch (...) {
       if (!error) error = std::current_exception();
     }
+    logits_ready_ = !error && !output_host_.empty();
     output_host_ = {};
+    keep_logits_ = false;
     if (error) std::rethrow_exception(error);
+  }
+
+  bool samples_on_device() const override { return true; }
+  void keep_logits_on_device() override { keep_logits_ = true; }
+  void sample_rows(std::span<const DeviceSampleRow> rows, std::span<DeviceSampleResult> out) override {
+    if (!logits_ready_) throw Error("[backend:cuda] sample_rows: no step's logits to sample (after a step's wait())");
+    try {
+      tc::make_current(ordinal_);
+      sampling_->sample(scratch_[kOutput].as<const float>(), output_shape_[0], output_shape_[1], rows, out);
+    } catch (const tensor::Error& e) {
+      throw Error(fmt::format("[backend:cuda] sampling on the device failed: {}", e.what()));
+    }
   }
 
  private:
@@ -757,6 +776,7 @@ class CudaBackend final : public Backend {
   int ordinal_;
   std::unique_ptr<tc::Stream> stream_;
   std::unique_ptr<cuda::CudaLora> lora_;  // adapters in device memory (cuda_lora.h)
+  std::unique_ptr<cuda::CudaSampling> sampling_;  // rows sampled where the logits are (cuda_sampling.h)
   std::array<tc::DeviceBuffer, kMaxSlot + 1> scratch_;
   tc::DeviceBuffer xq_, xd_;  // the activations of the current product as q8_1 blocks
   std::array<tc::DeviceBuffer, kNumIntSlots> ints_;
@@ -775,6 +795,9 @@ class CudaBackend final : public Backend {
   bool in_flight_ = false;
   std::exception_ptr error_;
   std::span<float> output_host_;
+  std::array<std::int64_t, 2> output_shape_{};  // the step's logit rows, for sample_rows
+  bool keep_logits_ = false;   // the step begun leaves its logits on the device
+  bool logits_ready_ = false;  // the last step's logits are in scratch_[kOutput]
 };
 
 }  // namespace

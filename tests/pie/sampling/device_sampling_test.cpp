@@ -1,0 +1,156 @@
+// The host side of sampling on the device (pie/device_sampling.h): the penalty inputs a row carries, the
+// mask check done before the device, the CPU's errors for a device result, which rows the device covers,
+// and Sampler::next_draw keeping the request's stream where sample() would.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pie/device_sampling.h"
+#include "pie/error.h"
+#include "pie/sampling.h"
+
+namespace pie {
+namespace {
+
+using Counts = std::vector<std::pair<std::int32_t, std::int32_t>>;
+
+TEST(DeviceSamplingInputs, PenalizedTokensAreDistinctAndCountsFollowFirstOccurrence) {
+  SamplingParams p;
+  p.repetition_penalty = 1.3f;
+  p.frequency_penalty = 0.5f;
+  const std::vector<std::int32_t> prompt = {7, 3, 7, 9}, output = {9, 4, 4, 2, 4};
+  std::vector<std::int32_t> penalized = {99};  // cleared first
+  Counts counts = {{99, 1}};
+  penalty_inputs(p, prompt, output, 10, penalized, counts);
+  EXPECT_EQ(penalized, (std::vector<std::int32_t>{2, 3, 4, 7, 9}));
+  EXPECT_EQ(counts, (Counts{{9, 1}, {4, 3}, {2, 1}}));
+}
+
+TEST(DeviceSamplingInputs, OnlyThePenaltiesThatAreOnGetInputs) {
+  const std::vector<std::int32_t> prompt = {1, 2}, output = {2, 3};
+  std::vector<std::int32_t> penalized;
+  Counts counts;
+  SamplingParams none;
+  penalty_inputs(none, prompt, output, 8, penalized, counts);
+  EXPECT_TRUE(penalized.empty());
+  EXPECT_TRUE(counts.empty());
+  SamplingParams presence;
+  presence.presence_penalty = -0.5f;
+  penalty_inputs(presence, prompt, output, 8, penalized, counts);
+  EXPECT_TRUE(penalized.empty());
+  EXPECT_EQ(counts, (Counts{{2, 1}, {3, 1}}));
+}
+
+TEST(DeviceSamplingInputs, TokensOutsideTheVocabularyAreRequestErrorsNamingThem) {
+  SamplingParams p;
+  std::vector<std::int32_t> penalized;
+  Counts counts;
+  try {
+    penalty_inputs(p, std::vector<std::int32_t>{1, 12}, {}, 10, penalized, counts);
+    FAIL() << "no error";
+  } catch (const RequestError& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt[1] = 12"), std::string::npos) << e.what();
+  }
+  try {
+    penalty_inputs(p, {}, std::vector<std::int32_t>{-1}, 10, penalized, counts);
+    FAIL() << "no error";
+  } catch (const RequestError& e) {
+    EXPECT_NE(std::string(e.what()).find("output[0] = -1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DeviceSamplingInputs, MaskAllowingNothingIgnoresBitsPastTheVocabulary) {
+  EXPECT_FALSE(mask_allows_nothing({}, 40));  // no mask
+  const std::vector<std::uint32_t> none = {0u, 0u};
+  EXPECT_TRUE(mask_allows_nothing(none, 40));
+  const std::vector<std::uint32_t> past = {0u, 1u << 9};  // token 41: past a vocabulary of 40
+  EXPECT_TRUE(mask_allows_nothing(past, 40));
+  const std::vector<std::uint32_t> last = {0u, 1u << 7};  // token 39
+  EXPECT_FALSE(mask_allows_nothing(last, 40));
+}
+
+TEST(DeviceSamplingResults, ErrorsAreTheCpuSamplersOwn) {
+  // The CPU's messages, for the same logits.
+  std::vector<float> nan_logits = {0.0f, 1.0f, std::numeric_limits<float>::quiet_NaN()};
+  std::string cpu_message;
+  try {
+    Sampler(SamplingParams{}, 1).sample(nan_logits, {}, {}, {});
+  } catch (const Error& e) {
+    cpu_message = e.what();
+  }
+  DeviceSampleResult bad;
+  bad.status = DeviceSampleResult::Status::bad_logit;
+  bad.bad_token = 2;
+  bad.bad_value = std::numeric_limits<float>::quiet_NaN();
+  try {
+    throw_unless_sampled(bad);
+    FAIL() << "no error";
+  } catch (const RequestError&) {
+    FAIL() << "a broken logit is not the request's fault";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), cpu_message);
+  }
+  std::vector<float> masked = {-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  std::string cpu_none;
+  try {
+    Sampler(SamplingParams{}, 1).sample(masked, {}, {}, {});
+  } catch (const RequestError& e) {
+    cpu_none = e.what();
+  }
+  DeviceSampleResult none;
+  none.status = DeviceSampleResult::Status::no_token;
+  try {
+    throw_unless_sampled(none);
+    FAIL() << "no error";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(std::string(e.what()), cpu_none);
+  }
+  EXPECT_NO_THROW(throw_unless_sampled(DeviceSampleResult{}));
+  DeviceSampleResult unknown;
+  unknown.status = static_cast<DeviceSampleResult::Status>(7);
+  EXPECT_THROW(throw_unless_sampled(unknown), Error);
+}
+
+TEST(DeviceSamplingCoverage, GreedyAlwaysSampledRowsUpToTheDevicesTopK) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.top_k = kDeviceMaxTopK + 1;
+  EXPECT_TRUE(device_sampling_covers(p, 50'000));
+  p.temperature = 0.7f;
+  EXPECT_FALSE(device_sampling_covers(p, 50'000));
+  EXPECT_TRUE(device_sampling_covers(p, kDeviceMaxTopK + 1));  // top_k the whole vocabulary: off
+  p.top_k = kDeviceMaxTopK;
+  EXPECT_TRUE(device_sampling_covers(p, 50'000));
+  p.top_k = 0;
+  EXPECT_TRUE(device_sampling_covers(p, 50'000));
+}
+
+// A draw taken for the device leaves the stream where sample() leaves it: the next tokens agree.
+TEST(DeviceSamplingDraws, NextDrawAdvancesTheStreamAsSampleDoes) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  Sampler a(p, 42), b(p, 42), c(p, 43);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> logits(300);
+  for (float& x : logits) x = d(rng);
+  a.next_draw();
+  std::vector<float> copy = logits;
+  b.sample(copy, {}, {}, {});
+  int same_as_other_seed = 0;
+  for (int i = 0; i < 200; ++i) {
+    for (float& x : logits) x = d(rng);
+    std::vector<float> la = logits, lb = logits, lc = logits;
+    const std::int32_t ta = a.sample(la, {}, {}, {}).token;
+    EXPECT_EQ(ta, b.sample(lb, {}, {}, {}).token) << "draw " << i;
+    same_as_other_seed += ta == c.sample(lc, {}, {}, {}).token ? 1 : 0;
+  }
+  EXPECT_LT(same_as_other_seed, 150);  // the comparison can tell streams apart
+}
+
+}  // namespace
+}  // namespace pie
