@@ -3,7 +3,7 @@
 # TOKENS = 128 out), free (greedy, --ignore-eos) and JSON-Schema-constrained (bench-engine.sh's list schema,
 # greedy), each with the rows sampled on the device and with ORCHARD_DEVICE_SAMPLING=0 (the logits copied
 # to the host and sampled there), in one run of the script so the four figures share the machine. JSON
-# lines to standard output.
+# lines to standard output. ORDER="0 1" runs the host-sampled one first.
 #
 #   ORCHARD=build/pie/orchard MODEL=llama8b-f16.gguf scripts/bench-cuda-sampling.sh
 #
@@ -27,7 +27,7 @@ prompt="The quick brown fox jumps over the lazy dog and keeps running through th
 for mode in free schema; do
   args=(--ignore-eos)
   [[ $mode == schema ]] && args=(--schema "$work/list.schema.json" --json-layout compact)
-  for device_sampling in 1 0; do
+  for device_sampling in ${ORDER:-1 0}; do
     ORCHARD_DEVICE_SAMPLING=$device_sampling "$orchard" run --device cuda -m "$model" -p "$prompt" \
       -n "${TOKENS:-128}" --temp 0 --parallel "${PARALLEL:-64}" "${args[@]}" --json-stats \
       2>"$work/stats.json" >/dev/null || { cat "$work/stats.json" >&2; continue; }

@@ -645,6 +645,7 @@ TEST(CudaBackendEngine, ConstrainedGenerationValidatesAndBatchingMatchesAlone) {
     ASSERT_EQ(result.samples.size(), 1u);
     EXPECT_EQ(result.samples[0].text, alone[i]) << "request " << i;
   }
+  EXPECT_GT(engine.stats().device_sampled_rows, 0u);  // the rows were sampled on the device
 }
 
 TEST(CudaBackendErrors, ModelLargerThanTheGpuNamesBothSizes) {
