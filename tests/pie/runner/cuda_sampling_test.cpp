@@ -475,14 +475,19 @@ TEST(CudaSamplingEngine, Stories260KGivesWhatTheHostPathGives) {
 TEST(CudaSamplingEngine, ConstrainedRequestsValidate) {
   REQUIRE_GPU();
   const auto model = random_model();
-  const pse::Grammar schema = pse::json_schema_to_grammar(std::string_view(
-      R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},"age":{"type":"integer"}},)"
-      R"("required":["name","age"],"additionalProperties":false})"));
+  // Compact and bounded, so that every output ends well inside max_tokens.
+  pse::JsonSchemaOptions compact;
+  compact.layout = pse::JsonLayout::kCompact;
+  const pse::Grammar schema = pse::json_schema_to_grammar(
+      std::string_view(R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},)"
+                       R"("age":{"type":"integer","minimum":0,"maximum":999}},)"
+                       R"("required":["name","age"],"additionalProperties":false})"),
+      compact);
   std::vector<GenerateRequest> reqs;
   for (int i = 0; i < 3; ++i) {
     GenerateRequest r;
     r.prompt = model->tokenizer->encode(i == 0 ? "A person:" : "Someone else", {});
-    r.max_tokens = 64;
+    r.max_tokens = 128;
     r.sampling.temperature = i == 2 ? 0.8f : 0.0f;
     r.sampling.seed = 3;
     r.grammar = schema;
@@ -492,6 +497,7 @@ TEST(CudaSamplingEngine, ConstrainedRequestsValidate) {
   expect_same_outputs(device, host);
   for (const RunResult& r : device.results) {
     ASSERT_EQ(r.samples.size(), 1u);
+    ASSERT_EQ(r.samples[0].finish, FinishReason::stop) << r.samples[0].text;
     const nlohmann::json parsed = nlohmann::json::parse(r.samples[0].text);  // throws (fails) when it does not parse
     EXPECT_TRUE(parsed.at("name").is_string()) << r.samples[0].text;
     EXPECT_TRUE(parsed.at("age").is_number()) << r.samples[0].text;
