@@ -1,7 +1,7 @@
 // The CUDA backend's small-token products on the Llama-3.1-8B shapes (4096 -> 4096, 1024, 14336; 14336 ->
 // 4096; 4096 -> 128256), and the launches the backend makes of them (q + k + v and gate + up in one launch),
 // at 1, 2, 4, 5 and 8 tokens: weight bytes per second against the card's device-to-device copy rate measured
-// in the same run. The launches are product_launch.h's, the backend's own; the q8_1 types include the
+// in the same run; and RMSNorm of as many rows of 4096. The launches are product_launch.h's, the backend's own; the q8_1 types include the
 // activations' quantization, as a project() call does. One JSON object per line on stdout.
 //
 //   orchard_bench_products [--types f16,q8_0,q4_0] [--tokens 1,2,4,5,8] [--reps N] [-D NAME=VALUE]...
@@ -143,6 +143,23 @@ class Bench {
         gbs / copy);
     std::fflush(stdout);
     times_[{type_name, n_tokens}][c.name] = ms;
+  }
+
+  // RMSNorm of n_tokens rows of 4096 (the step's other kernel a layer runs twice), as the backend launches it.
+  void norm(int n_tokens) {
+    const float* x = x_.as<float>();
+    const float* w = x_.as<float>();
+    float eps = 1e-5f;
+    int n = 4096;
+    float* y = y_.as<float>();
+    const tc::Kernel k = module_->kernel("rms_norm");
+    const double ms = time_ms([&] {
+      void* args[] = {&x, &w, &eps, &n, &y};
+      k.launch({static_cast<unsigned>(n_tokens), 1, 1}, {256, 1, 1}, 0, &stream_, args);
+    });
+    std::printf("{\"bench\": \"rms_norm\", \"variant\": \"%s\", \"n\": 4096, \"tokens\": %d, \"time_us\": %.2f}\n",
+                variant_.c_str(), n_tokens, ms * 1e3);
+    std::fflush(stdout);
   }
 
   // Per type and token count: the products of one layer (q + k + v, o, gate + up, down) and of a step of 32
@@ -298,6 +315,7 @@ int main(int argc, char** argv) {
         for (const Case& c : cases) bench.run(c, type, t, n, copy);
       }
     }
+    for (int n : o.tokens) bench.norm(n);
     bench.summary();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "orchard_bench_products: %s\n", e.what());

@@ -325,6 +325,40 @@ TEST(CudaBackendKernels, NormAndElementWiseOpsMatchTheCpuBackend) {
   expect_close(to_host(dgather, gathered.size()), gathered, "gather_rows");
 }
 
+// RMSNorm on rows of every kind its kernel tells apart: 4,096 and 4,100 (float4 loads, several a thread,
+// 4,100 not a multiple of the block's 1,024 elements a pass) and 301 (element loads), one row and three,
+// into poisoned outputs, against the CPU backend.
+TEST(CudaBackendKernels, RmsNormOfRowsOfEveryLengthMatchesTheCpuBackend) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  auto cpu = make_cpu_backend(1);
+  std::mt19937 rng(std::random_device{}());
+  for (const std::int64_t n_cols : {4096, 4100, 301}) {
+    for (const std::int64_t n_rows : {1, 3}) {
+      SCOPED_TRACE(std::to_string(n_rows) + " rows of " + std::to_string(n_cols));
+      const std::size_t n = static_cast<std::size_t>(n_rows * n_cols);
+      const std::vector<float> a = random_floats(n, rng, 2.0f);
+      std::vector<float> w = random_floats(static_cast<std::size_t>(n_cols), rng);
+      auto model = std::make_shared<Model>();
+      model->weights.output_norm =
+          weight_view(w.data(), w.size() * sizeof(float), DType::f32, 1, n_cols).reshape({n_cols});
+      model->weights.token_embd = model->weights.output_norm;
+      const auto gw = gpu->upload(model);
+      const auto cw = cpu->upload(model);
+      tc::DeviceBuffer da = device_floats(a), dout = device_floats({}, n);
+      gpu->begin([&] { gpu->rms_norm(rows_of(da, n_rows, n_cols), gw->output_norm, 1e-5f, rows_of(dout, n_rows, n_cols)); });
+      gpu->wait();
+      std::vector<float> want(n);
+      cpu->rms_norm({const_cast<float*>(a.data()), n_rows, n_cols}, cw->output_norm, 1e-5f, {want.data(), n_rows, n_cols});
+      const std::vector<float> got = to_host(dout, n);
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(std::isfinite(got[i])) << "element " << i << " unwritten";
+        ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "element " << i;
+      }
+    }
+  }
+}
+
 // Whole models: the CUDA backend against the CPU backend (f16 KV on both), two sequences, a prefill in two
 // chunks and decode steps, every row's logits compared.
 struct Agreement {

@@ -249,18 +249,21 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 // A block of MV_WARPS warps computes ROWS output rows for a tile of NT tokens (NT = 1, 2, 4 or 8: the entry's
 // _t suffix; the backend picks the smallest tile that holds the call's tokens, tiles of 8 past that). Its
 // threads stride over the row together (split-K across the block: a short row still spreads over 128 lanes),
-// each loading MV_UNROLL pieces of every one of the ROWS rows before it computes, so that 2 * ROWS independent
-// loads are in flight per lane; the activations are read once per piece for all ROWS rows, the weights once
-// for all NT tokens. Sums: each lane's in the order of its pieces, then the warp's butterfly, then the warps
-// in warp order: an order set by the row's length alone, so a token's result does not depend on how many
-// tokens share the call (batch invariance; the tokens never mix, fmaf keeps the same roundings).
+// each loading a piece of every one of the ROWS rows at once (ROWS independent loads in flight a lane); for
+// the float types' tiles of 4 and 8 a lane loads its next pieces before it computes the current ones (their
+// computing, 4-8 tokens' worth, then overlaps the loads). The activations are read once per piece for all
+// ROWS rows, the weights once for all NT tokens. Sums: each lane's in the order of its pieces, then the warp's
+// butterfly, then the warps in warp order: an order set by the row's length alone, so a token's result does
+// not depend on how many tokens share the call (batch invariance; the tokens never mix, fmaf keeps the same
+// roundings).
 //
 // One launch covers several outputs of one type that read the same input (q, k and v; gate and up): output j
 // takes the grid's blocks [first_block[j], first_block[j + 1]). The k / v projections (1,024 rows of an
 // 8B-shaped model, 256 blocks alone) no longer run as launches too small to fill the card.
 //
-// Tunables (defaults are what the backend launches; orchard_bench_products sweeps them with -D, and the host
-// side reads the same numbers from product_launch.h).
+// Tunables (defaults are what the backend launches, picked from orchard_bench_products' sweep on an H100,
+// docs/PERFORMANCE.md; the benchmark passes others with -D, and the host side reads the rows from
+// product_launch.h).
 #ifndef MV_ROWS_NARROW
 #define MV_ROWS_NARROW 2  // rows a block for tiles of 1 or 2 tokens
 #endif
@@ -268,10 +271,16 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 #define MV_ROWS_WIDE 4  // rows a block for tiles of 4 or 8 tokens (the activations' reads shared by more rows)
 #endif
 #ifndef MV_UNROLL
-#define MV_UNROLL 2  // pieces of each row a lane loads before it computes
+#define MV_UNROLL 1  // pieces (blocks, for the q8_1 types) of each row a lane loads at once
 #endif
 #ifndef MV_SPLIT
-#define MV_SPLIT 2  // lanes sharing one 32-element block in the q8_1 products: 1, 2 or 4
+#define MV_SPLIT 1  // lanes sharing one 32-element block in the q8_1 products: 1, 2 or 4
+#endif
+#ifndef MV_PIPELINE_WIDE
+#define MV_PIPELINE_WIDE 1  // float types, tiles of 4 or 8: a lane loads its next pieces before it computes
+#endif
+#ifndef MV_PIPELINE
+#define MV_PIPELINE 0  // the other products (the same pipelining measured no faster, or slower, for them)
 #endif
 #define MV_WARPS 4
 #define MV_THREADS (32 * MV_WARPS)
@@ -366,13 +375,31 @@ __device__ __forceinline__ void piece_floats(const uint4 (&raw)[2], float (&w)[8
   }
 }
 
+// Pieces k0 + u MV_THREADS (u < MV_UNROLL) of each row (zeros past n8, nothing read).
+template <int T, int ROWS>
+__device__ __forceinline__ void dense_load(const u8* const (&rows)[ROWS], int k0, int n8,
+                                           uint4 (&raw)[MV_UNROLL][ROWS][2]) {
+  constexpr int WORDS = T == WT_F32 ? 2 : 1;
+#pragma unroll
+  for (int u = 0; u < MV_UNROLL; ++u) {
+    const int k = k0 + u * MV_THREADS;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        raw[u][r][h] = (k < n8 && h < WORDS) ? __ldg(reinterpret_cast<const uint4*>(rows[r]) + WORDS * k + h)
+                                             : make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+}
+
 // f32 / f16 / bf16 rows of a multiple of 8 elements: piece k is elements [8 k, 8 k + 8) (16 bytes, 32 for
 // f32), lane i of the block takes pieces i, i + MV_THREADS, ...: each warp's loads cover 512 contiguous bytes.
 template <int T, int NT>
 __device__ __forceinline__ void matvec_dense(const ProductOutputs& p, int n_in, const float* __restrict__ x,
                                              int n_tokens) {
   constexpr int ROWS = MV_ROWS_FOR(NT);
-  constexpr int WORDS = T == WT_F32 ? 2 : 1;
   const u8* rows[ROWS];
   float* y;
   int n_out, o0;
@@ -385,27 +412,28 @@ __device__ __forceinline__ void matvec_dense(const ProductOutputs& p, int n_in, 
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
   }
-  for (int k0 = threadIdx.x; k0 < n8; k0 += MV_THREADS * MV_UNROLL) {
-    uint4 raw[MV_UNROLL][ROWS][2];
+  constexpr int STEP = MV_THREADS * MV_UNROLL;
+  constexpr bool PIPE = NT >= 4 ? MV_PIPELINE_WIDE : MV_PIPELINE;
+  uint4 raw[MV_UNROLL][ROWS][2];
+  dense_load<T, ROWS>(rows, threadIdx.x, n8, raw);
+  for (int k0 = threadIdx.x; k0 < n8; k0 += STEP) {
+    uint4 cur[MV_UNROLL][ROWS][2];
 #pragma unroll
     for (int u = 0; u < MV_UNROLL; ++u) {
-      const int k = k0 + u * MV_THREADS;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          raw[u][r][h] = (k < n8 && h < WORDS) ? __ldg(reinterpret_cast<const uint4*>(rows[r]) + WORDS * k + h)
-                                               : make_uint4(0, 0, 0, 0);
-        }
+        cur[u][r][0] = raw[u][r][0];
+        cur[u][r][1] = raw[u][r][1];
       }
     }
+    if (PIPE) dense_load<T, ROWS>(rows, k0 + STEP, n8, raw);
 #pragma unroll
     for (int u = 0; u < MV_UNROLL; ++u) {
       const int k = k0 + u * MV_THREADS;
       if (k >= n8) break;
       float w[ROWS][8];
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) piece_floats<T>(raw[u][r], w[r]);
+      for (int r = 0; r < ROWS; ++r) piece_floats<T>(cur[u][r], w[r]);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t0 + t < n_tokens) {
@@ -427,30 +455,60 @@ __device__ __forceinline__ void matvec_dense(const ProductOutputs& p, int n_in, 
         }
       }
     }
+    if (!PIPE) dense_load<T, ROWS>(rows, k0 + STEP, n8, raw);
   }
   mv_store<ROWS, NT>(acc, y, n_out, o0, t0, n_tokens);
+}
+
+// Where part h (of MV_SPLIT) of block c of a q8_0 / q4_0 / q4_1 row starts (an even address: q8_0's 34-byte
+// and q4_0's 18-byte blocks start at any even byte).
+template <int T>
+__device__ __forceinline__ const u8* q8_part(const u8* row, int c, int h) {
+  constexpr int PW = T == WT_Q8_0 ? 8 / MV_SPLIT : 4 / MV_SPLIT;  // words a part
+  if (T == WT_Q8_0) return row + 34 * c + 2 + 4 * PW * h;
+  if (T == WT_Q4_0) return row + 18 * c + 2 + 4 * PW * h;
+  return row + 20 * c + 4 + 4 * PW * h;
+}
+
+// One stage of a lane's loads: for each of MV_UNROLL blocks and ROWS rows, the part's aligned words (PW, and
+// one more where the part is not 4-byte aligned; that word stays inside the allocation, whose size the pool
+// rounds up) and the block's scale word, raw: nothing is done with them until they are used, so that a
+// stage's loads can stay in flight while the previous stage computes.
+template <int T, int ROWS>
+struct Q8Stage {
+  static constexpr int PW = T == WT_Q8_0 ? 8 / MV_SPLIT : 4 / MV_SPLIT;
+  unsigned w[MV_UNROLL][ROWS][PW + 1];
+  unsigned dm[MV_UNROLL][ROWS];  // q8_0 / q4_0: d (f16) in the low half; q4_1: d, m
+};
+
+template <int T, int ROWS>
+__device__ __forceinline__ void q8_load(const u8* const (&rows)[ROWS], int c0, int n_blocks, int h,
+                                        Q8Stage<T, ROWS>& st) {
+  constexpr int PW = Q8Stage<T, ROWS>::PW, STRIDE = MV_THREADS / MV_SPLIT;
+#pragma unroll
+  for (int u = 0; u < MV_UNROLL; ++u) {
+    const int c = c0 + u * STRIDE;
+    if (c >= n_blocks) break;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const unsigned long long addr = reinterpret_cast<unsigned long long>(q8_part<T>(rows[r], c, h));
+      const unsigned* a = reinterpret_cast<const unsigned*>(addr & ~3ull);
+#pragma unroll
+      for (int j = 0; j < PW; ++j) st.w[u][r][j] = __ldg(a + j);
+      st.w[u][r][PW] = (T != WT_Q4_1 && (addr & 2)) ? __ldg(a + PW) : 0u;
+      if (T == WT_Q4_1) {
+        st.dm[u][r] = __ldg(reinterpret_cast<const unsigned*>(rows[r] + 20 * c));
+      } else {
+        st.dm[u][r] = __ldg(reinterpret_cast<const u16*>(rows[r] + (T == WT_Q8_0 ? 34 : 18) * c));
+      }
+    }
+  }
 }
 
 __device__ __forceinline__ unsigned shift_right_clamp(unsigned lo, unsigned hi, unsigned s) {
   unsigned r;
   asm("shf.r.clamp.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(s));
   return r;
-}
-
-// V 4-byte words from a 2-byte aligned address (q8_0's 34-byte and q4_0's 18-byte blocks start at any even
-// byte): the aligned words around them (V, or V + 1 where the address is not 4-byte aligned; that extra word
-// stays inside the allocation, whose size the pool rounds up), funnel-shifted into place.
-template <int V>
-__device__ __forceinline__ void load_words_a2(const u8* p, int (&q)[V]) {
-  const unsigned long long addr = reinterpret_cast<unsigned long long>(p);
-  const unsigned* a = reinterpret_cast<const unsigned*>(addr & ~3ull);
-  const unsigned s = static_cast<unsigned>(addr & 2) * 8;  // 0 or 16
-  unsigned w[V + 1];
-#pragma unroll
-  for (int j = 0; j < V; ++j) w[j] = __ldg(a + j);
-  w[V] = s != 0 ? __ldg(a + V) : 0u;
-#pragma unroll
-  for (int j = 0; j < V; ++j) q[j] = static_cast<int>(shift_right_clamp(w[j], w[j + 1], s));
 }
 
 // N consecutive ints of 16-byte aligned q8_1 activations (N = 1, 2, 4 or 8; 4 N-byte aligned).
@@ -475,16 +533,16 @@ __device__ __forceinline__ void load_run(const int* p, int* out) {
 }
 
 // q8_0 / q4_0 / q4_1 rows against the q8_1 activations (quantize_q8_1): the lanes of a block of 32 elements
-// (MV_SPLIT of them) take QV = 8 / MV_SPLIT of its 8 words each (part h), read as aligned 4-byte words, and
-// dot them with the activations' matching words (dp4a); lane i of the block takes part i % MV_SPLIT of blocks
-// i / MV_SPLIT, + MV_THREADS / MV_SPLIT, ...: a warp reads 32 / MV_SPLIT consecutive blocks at once.
-// q4_0 / q4_1 words hold 8 nibbles: part h takes nibble words NV h .. NV h + NV (NV = 4 / MV_SPLIT), whose
-// low nibbles are elements 4 (NV h + i) .. + 3 and high nibbles those + 16.
+// (MV_SPLIT of them; one by default: a lane reads a whole block, 9 aligned words of q8_0's 34 bytes) take
+// QV = 8 / MV_SPLIT of its 8 words each (part h), read as aligned 4-byte words and funnel-shifted into place,
+// and dot them with the activations' matching words (dp4a); lane i of the block takes part i % MV_SPLIT of
+// blocks i / MV_SPLIT, + MV_THREADS / MV_SPLIT, ...: a warp reads 32 / MV_SPLIT consecutive blocks at once. q4_0 / q4_1 words hold 8 nibbles: part h takes nibble words NV h .. NV h + NV
+// (NV = 4 / MV_SPLIT), whose low nibbles are elements 4 (NV h + i) .. + 3 and high nibbles those + 16.
 template <int T, int NT>
 __device__ __forceinline__ void matvec_q8(const ProductOutputs& p, int n_in, const i8* __restrict__ xq,
                                           const float2* __restrict__ xd, int n_tokens) {
   constexpr int ROWS = MV_ROWS_FOR(NT);
-  constexpr int QV = 8 / MV_SPLIT, NV = 4 / MV_SPLIT;
+  constexpr int QV = 8 / MV_SPLIT, NV = 4 / MV_SPLIT, PW = Q8Stage<T, ROWS>::PW;
   const u8* rows[ROWS];
   float* y;
   int n_out, o0;
@@ -492,53 +550,43 @@ __device__ __forceinline__ void matvec_q8(const ProductOutputs& p, int n_in, con
   const int t0 = blockIdx.y * NT;
   const int n_blocks = n_in / 32;
   const int h = threadIdx.x % MV_SPLIT;
-  constexpr int STRIDE = MV_THREADS / MV_SPLIT;
+  constexpr int STRIDE = MV_THREADS / MV_SPLIT, STEP = STRIDE * MV_UNROLL;
   float acc[ROWS][NT];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
   }
-  for (int c0 = threadIdx.x / MV_SPLIT; c0 < n_blocks; c0 += STRIDE * MV_UNROLL) {
-    int q[MV_UNROLL][ROWS][QV];  // the part's weights as bytes, in the order of the activation words below
-    float d[MV_UNROLL][ROWS], m[MV_UNROLL][ROWS];
-#pragma unroll
-    for (int u = 0; u < MV_UNROLL; ++u) {
-      const int c = min(c0 + u * STRIDE, n_blocks - 1);  // past the row's end: a valid block, not summed
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        if (T == WT_Q8_0) {  // 34 bytes: d (f16), 32 int8
-          const u8* b = rows[r] + 34 * c;
-          d[u][r] = half_to_f32(__ldg(reinterpret_cast<const u16*>(b)));
-          m[u][r] = 0.0f;
-          load_words_a2<QV>(b + 2 + 4 * QV * h, q[u][r]);
-        } else {
-          int n[NV];
-          if (T == WT_Q4_0) {  // 18 bytes: d, 16 bytes of nibbles
-            const u8* b = rows[r] + 18 * c;
-            d[u][r] = half_to_f32(__ldg(reinterpret_cast<const u16*>(b)));
-            m[u][r] = 0.0f;
-            load_words_a2<NV>(b + 2 + 4 * NV * h, n);
-          } else {  // q4_1: 20 bytes, 4-byte aligned: d, m, 16 bytes of nibbles
-            const unsigned* b = reinterpret_cast<const unsigned*>(rows[r] + 20 * c);
-            const unsigned dm = __ldg(b);
-            d[u][r] = half_to_f32(static_cast<u16>(dm & 0xFFFF));
-            m[u][r] = half_to_f32(static_cast<u16>(dm >> 16));
-#pragma unroll
-            for (int i = 0; i < NV; ++i) n[i] = static_cast<int>(__ldg(b + 1 + NV * h + i));
-          }
-#pragma unroll
-          for (int i = 0; i < NV; ++i) {
-            q[u][r][i] = n[i] & 0x0F0F0F0F;
-            q[u][r][NV + i] = (n[i] >> 4) & 0x0F0F0F0F;
-          }
-        }
-      }
-    }
+  Q8Stage<T, ROWS> st;
+  q8_load<T, ROWS>(rows, threadIdx.x / MV_SPLIT, n_blocks, h, st);
+  for (int c0 = threadIdx.x / MV_SPLIT; c0 < n_blocks; c0 += STEP) {
+    const Q8Stage<T, ROWS> cur = st;
+    if (MV_PIPELINE) q8_load<T, ROWS>(rows, c0 + STEP, n_blocks, h, st);
 #pragma unroll
     for (int u = 0; u < MV_UNROLL; ++u) {
       const int c = c0 + u * STRIDE;
       if (c >= n_blocks) break;
+      int q[ROWS][QV];  // the part's weights as bytes, in the order of the activation words below
+      float d[ROWS], m[ROWS];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const unsigned s = static_cast<unsigned>(reinterpret_cast<unsigned long long>(q8_part<T>(rows[r], c, h)) & 2) * 8;
+        int words[PW];
+#pragma unroll
+        for (int j = 0; j < PW; ++j) words[j] = static_cast<int>(shift_right_clamp(cur.w[u][r][j], cur.w[u][r][j + 1], s));
+        d[r] = half_to_f32(static_cast<u16>(cur.dm[u][r] & 0xFFFF));
+        m[r] = T == WT_Q4_1 ? half_to_f32(static_cast<u16>(cur.dm[u][r] >> 16)) : 0.0f;
+        if (T == WT_Q8_0) {
+#pragma unroll
+          for (int i = 0; i < QV; ++i) q[r][i] = words[i];
+        } else {
+#pragma unroll
+          for (int i = 0; i < NV; ++i) {
+            q[r][i] = words[i] & 0x0F0F0F0F;
+            q[r][NV + i] = (words[i] >> 4) & 0x0F0F0F0F;
+          }
+        }
+      }
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t0 + t < n_tokens) {
@@ -556,15 +604,16 @@ __device__ __forceinline__ void matvec_q8(const ProductOutputs& p, int n_in, con
           for (int r = 0; r < ROWS; ++r) {
             int dot = 0;
 #pragma unroll
-            for (int i = 0; i < QV; ++i) dot = dp4a(q[u][r][i], xv[i], dot);
+            for (int i = 0; i < QV; ++i) dot = dp4a(q[r][i], xv[i], dot);
             const float sum = static_cast<float>(dot);
-            if (T == WT_Q8_0) acc[r][t] += d[u][r] * ds.x * sum;
-            if (T == WT_Q4_0) acc[r][t] += d[u][r] * (ds.x * sum - (h == 0 ? 8.0f * ds.y : 0.0f));  // (q - 8) x
-            if (T == WT_Q4_1) acc[r][t] += d[u][r] * ds.x * sum + (h == 0 ? m[u][r] * ds.y : 0.0f);  // (d q + m) x
+            if (T == WT_Q8_0) acc[r][t] += d[r] * ds.x * sum;
+            if (T == WT_Q4_0) acc[r][t] += d[r] * (ds.x * sum - (h == 0 ? 8.0f * ds.y : 0.0f));  // (q - 8) x
+            if (T == WT_Q4_1) acc[r][t] += d[r] * ds.x * sum + (h == 0 ? m[r] * ds.y : 0.0f);  // (d q + m) x
           }
         }
       }
     }
+    if (!MV_PIPELINE) q8_load<T, ROWS>(rows, c0 + STEP, n_blocks, h, st);
   }
   mv_store<ROWS, NT>(acc, y, n_out, o0, t0, n_tokens);
 }
@@ -615,13 +664,25 @@ EMBED_ENTRY(embed_q4_K, WT_Q4_K)
 EMBED_ENTRY(embed_q5_K, WT_Q5_K)
 EMBED_ENTRY(embed_q6_K, WT_Q6_K)
 
-// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w: a block of 256 threads per row.
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w: a block per row. Rows of a multiple of 4 are read as float4
+// with four loads in flight a thread (a decode step's norm is one row: its time is the loads' latency); the
+// squares are summed in an order set by n and the block size alone.
 extern "C" __global__ void rms_norm(const float* x, const float* w, float eps, int n, float* out) {
-  __shared__ float partial[8];
+  __shared__ float partial[32];
   const float* xr = x + static_cast<long long>(blockIdx.x) * n;
   float* o = out + static_cast<long long>(blockIdx.x) * n;
+  const bool vec = (n & 3) == 0;
   float s = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = x4[i];
+      s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+  }
   s = warp_sum(s);
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
   __syncthreads();
@@ -632,7 +693,18 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float eps, i
   }
   __syncthreads();
   const float scale = rsqrtf(partial[0] / static_cast<float>(n) + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4* o4 = reinterpret_cast<float4*>(o);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = x4[i], g = w4[i];
+      o4[i] = make_float4(v.x * scale * g.x, v.y * scale * g.y, v.z * scale * g.z, v.w * scale * g.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+  }
 }
 
 // x[r][i] += bias[i], over n_rows * n elements.
