@@ -10,9 +10,11 @@
 // reason where CUDA cannot be used; the error tests of a machine without a GPU run everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -493,25 +495,6 @@ std::shared_ptr<const Model> dequantized_twin(const Model& src) {
   return m;
 }
 
-// The real default model (SmolLM2-135M-Instruct, Q4_1 GGUF: 30 layers, head dim 64) on the GPU in its
-// file's types against the CPU on the same values in f32.
-TEST(CudaBackendModelsReal, DefaultModelAgreesWithTheCpuBackend) {
-  REQUIRE_GPU();
-  ORCHARD_REQUIRE_DEFAULT_MODEL();
-  const auto model = load_model(orchard::testing::default_model_path());
-  const auto& tok = *model->tokenizer;
-  const Agreement a = compare_backends(model, dequantized_twin(*model),
-                                       tok.encode("The capital of France is Paris. The capital of Italy is", {}),
-                                       tok.encode("def fibonacci(n):", {}));
-  RecordProperty("max_abs", std::to_string(a.max_abs));
-  std::printf("default model: max |cuda - cpu| logit %.3g, %d greedy steps compared\n", a.max_abs, a.greedy_compared);
-  // 30 layers of f16 KV: a K/V element that rounds the other way on one backend moves the later layers a
-  // little; measured 0.0187 on an H200 (2026-11-27) over logits of magnitude ~20. A misread block or a
-  // wrong RoPE moves them by whole units.
-  EXPECT_LT(a.max_abs, 5e-2);
-  EXPECT_GT(a.greedy_compared, 0);
-}
-
 // The random-weight model (head dim 64: pal's CUDA attention) with its matrices in each weight type; the
 // CPU runs the same values dequantized to f32 (its quantized kernels would round the activations too).
 std::shared_ptr<const Model> with_matrices(const Model& src, DType type, bool dequantized) {
@@ -545,6 +528,97 @@ std::shared_ptr<const Model> with_matrices(const Model& src, DType type, bool de
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) convert(*w);
   }
   return m;
+}
+
+// The real default model (SmolLM2-135M-Instruct: 30 layers, head dim 64) on its f16 path: its matrices in
+// f16 on the GPU against the CPU on the same values in f32 (activations in f32 on both sides).
+TEST(CudaBackendModelsReal, DefaultModelAgreesWithTheCpuBackend) {
+  REQUIRE_GPU();
+  ORCHARD_REQUIRE_DEFAULT_MODEL();
+  const auto model = load_model(orchard::testing::default_model_path());
+  const auto& tok = *model->tokenizer;
+  const auto values = dequantized_twin(*model);
+  const Agreement a = compare_backends(with_matrices(*values, DType::f16, false),
+                                       with_matrices(*values, DType::f16, true),
+                                       tok.encode("The capital of France is Paris. The capital of Italy is", {}),
+                                       tok.encode("def fibonacci(n):", {}));
+  RecordProperty("max_abs", std::to_string(a.max_abs));
+  std::printf("default model, f16: max |cuda - cpu| logit %.3g, %d greedy steps compared\n", a.max_abs,
+              a.greedy_compared);
+  // 30 layers of f16 KV: a K/V element that rounds the other way on one backend moves the later layers a
+  // little (measured 0.0187 on an H200, 2026-11-27, over logits of magnitude ~20). A misread block or a
+  // wrong RoPE moves them by whole units.
+  EXPECT_LT(a.max_abs, 5e-2);
+  EXPECT_GT(a.greedy_compared, 0);
+}
+
+// The default model in its file's types (Q4_1, a q8_0 output head) on both backends: both round each
+// product's activations to 8 bits by the same rule, but an activation that lands on the other side of a
+// rounding boundary after sums in another order moves by a whole 1/127 of its block's largest value, and 30
+// layers carry that to the logits: the CPU's own AVX-512, AVX2 and scalar paths differ from each other by up
+// to 2.0 on these logits (measured 2026-11-28), so logits are not compared one by one. What must agree is
+// the model's quality: perplexity over 8,192 teacher-forced tokens of text within 0.5% (issue 35), and the
+// greedy choice at nearly every position. Calibration (CPU AVX-512 against AVX2, this protocol): a token's
+// log-likelihood differs by 0.099 (standard deviation), so the perplexity ratio over N tokens scatters by
+// 0.099 / sqrt(N): 0.11% here (0.5% is 4.5 of those; over 1,024 tokens the ISAs were 0.48% apart and the
+// H100 0.61%); the ISAs chose alike at 98% of positions, the H100 at 95.1%. A misread block or a wrong RoPE
+// moves perplexity by far more.
+TEST(CudaBackendModelsReal, DefaultModelQuantizedKeepsTheCpuPerplexity) {
+  REQUIRE_GPU();
+  ORCHARD_REQUIRE_DEFAULT_MODEL();
+  ORCHARD_REQUIRE_SHARED_DATA("corpus/war-and-peace.txt");
+  const auto model = load_model(orchard::testing::default_model_path());
+  std::ifstream in(orchard::testing::shared_data("corpus/war-and-peace.txt"), std::ios::binary);
+  std::string text(60000, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  const std::vector<std::int32_t> tokens = model->tokenizer->encode(text, {});
+  constexpr std::int32_t kChunk = 513, kChunks = 16;  // 512 scored tokens a chunk
+  ASSERT_GE(tokens.size(), static_cast<std::size_t>(kChunk * kChunks));
+  ModelRunner gpu(model, make_cuda_backend());
+  ModelRunner cpu(model, make_cpu_backend(0));
+  KvCache gkv(gpu.make_kv_storage(gpu.kv_config(64, DType::f16)));
+  KvCache ckv = make_kv(cpu, 64, DType::f16);
+  double nll_gpu = 0, nll_cpu = 0, max_abs = 0;
+  std::int32_t scored = 0, same_choice = 0;
+  auto nll = [](const std::vector<float>& row, std::int32_t next) {
+    const float mx = *std::max_element(row.begin(), row.end());
+    double sum = 0;
+    for (float v : row) sum += std::exp(static_cast<double>(v - mx));
+    return std::log(sum) + mx - row[static_cast<std::size_t>(next)];
+  };
+  for (std::int32_t c = 0; c < kChunks; ++c) {
+    Seq g, h;
+    g.id = gkv.create();
+    h.id = ckv.create();
+    g.tokens = h.tokens = std::vector<std::int32_t>(tokens.begin() + c * kChunk, tokens.begin() + (c + 1) * kChunk);
+    const auto lg = run_step(gpu, gkv, {{&g, kChunk - 1}});
+    const auto lc = run_step(cpu, ckv, {{&h, kChunk - 1}});
+    for (std::int32_t i = 0; i < kChunk - 1; ++i) {
+      const auto& rg = lg[0][static_cast<std::size_t>(i)];
+      const auto& rc = lc[0][static_cast<std::size_t>(i)];
+      for (std::size_t v = 0; v < rg.size(); ++v) {
+        ASSERT_TRUE(std::isfinite(rg[v])) << "chunk " << c << " position " << i << " logit " << v;
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(rg[v] - rc[v])));
+      }
+      const std::int32_t next = g.tokens[static_cast<std::size_t>(i + 1)];
+      nll_gpu += nll(rg, next);
+      nll_cpu += nll(rc, next);
+      same_choice += argmax(rg) == argmax(rc) ? 1 : 0;
+      ++scored;
+    }
+    gkv.release(g.id);
+    ckv.release(h.id);
+  }
+  const double ppl_gpu = std::exp(nll_gpu / scored), ppl_cpu = std::exp(nll_cpu / scored);
+  const double agree = static_cast<double>(same_choice) / scored;
+  RecordProperty("ppl_gpu", std::to_string(ppl_gpu));
+  RecordProperty("ppl_cpu", std::to_string(ppl_cpu));
+  std::printf("default model, q4_1: perplexity %.4f on cuda, %.4f on the cpu (%+.3f%%) over %d tokens; same greedy "
+              "choice at %.1f%% of positions; max |cuda - cpu| logit %.3g\n",
+              ppl_gpu, ppl_cpu, 100.0 * (ppl_gpu / ppl_cpu - 1.0), scored, 100.0 * agree, max_abs);
+  EXPECT_LT(std::fabs(ppl_gpu / ppl_cpu - 1.0), 5e-3);
+  EXPECT_GE(agree, 0.9);
 }
 
 // Steps captured as CUDA graphs (the default) against the same steps with plain launches
