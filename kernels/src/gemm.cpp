@@ -12,30 +12,13 @@
 #include "kernels/error.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "matmul_check.h"
 #include "quant_common.h"
 
 namespace kernels {
 namespace {
 
 constexpr std::align_val_t kAlign{64};
-
-std::size_t checked_stride(const MatmulParams& p, const char* op) {
-  if (p.n_out < 0 || p.n_in < 0) {
-    throw ShapeError(std::string("[kernels::") + op + "] negative size [" + std::to_string(p.n_out) + ", " +
-                     std::to_string(p.n_in) + "]");
-  }
-  detail::check_row(op, p.w_type, p.n_in);
-  const std::size_t dense = tensor::row_bytes(p.w_type, p.n_in);
-  if (p.w_row_bytes != 0 && p.w_row_bytes < dense) {
-    throw ShapeError(std::string("[kernels::") + op + "] w_row_bytes " + std::to_string(p.w_row_bytes) +
-                     " is smaller than a row of " + std::to_string(p.n_in) + " " +
-                     std::string(tensor::dtype_name(p.w_type)) + " (" + std::to_string(dense) + " bytes)");
-  }
-  if (p.w == nullptr && p.n_out > 0 && p.n_in > 0) {
-    throw ShapeError(std::string("[kernels::") + op + "] null weight pointer");
-  }
-  return p.w_row_bytes != 0 ? p.w_row_bytes : dense;
-}
 
 void check_call(const char* op, std::int64_t n_out, std::int64_t n_in, const float* x, std::int64_t n_tokens,
                 const float* y) {
@@ -64,7 +47,7 @@ void panel_scalar(const float* panel, std::int64_t n_in, const float* x, std::in
 void PackedMatrix::AlignedDelete::operator()(float* p) const { ::operator delete[](p, kAlign); }
 
 PackedMatrix PackedMatrix::pack(const MatmulParams& p) {
-  const std::size_t stride = checked_stride(p, "PackedMatrix::pack");
+  const std::size_t stride = detail::checked_row_stride(p, "PackedMatrix::pack");
   PackedMatrix m;
   m.n_out_ = p.n_out;
   m.n_in_ = p.n_in;
@@ -110,7 +93,7 @@ void gemm(const PackedMatrix& w, const float* x, std::int64_t n_tokens, float* y
 }
 
 void gemm_ref(const MatmulParams& w, const float* x, std::int64_t n_tokens, float* y, const GemmEpilogue& epilogue) {
-  const std::size_t stride = checked_stride(w, "gemm_ref");
+  const std::size_t stride = detail::checked_row_stride(w, "gemm_ref");
   check_call("gemm_ref", w.n_out, w.n_in, x, n_tokens, y);
   std::vector<float> row(static_cast<std::size_t>(w.n_in));
   const auto* base = static_cast<const unsigned char*>(w.w);

@@ -5,6 +5,7 @@
 
 #include "dot.h"
 #include "kernels/error.h"
+#include "matmul_check.h"
 #include "kernels/quant.h"
 #include "quant_common.h"
 
@@ -30,24 +31,6 @@ detail::TileKernels pick_tile(DType w, Isa isa) {
   if (isa == Isa::avx512 && isa_supported(Isa::avx512)) return detail::tile_avx512(w);
   if (isa != Isa::scalar && isa_supported(Isa::avx2)) return detail::tile_avx2(w);
   return {};
-}
-
-std::size_t check_params(const MatmulParams& p, const char* op) {
-  if (p.n_out < 0 || p.n_in < 0) {
-    throw ShapeError(std::string("[kernels::") + op + "] negative size [" + std::to_string(p.n_out) + ", " +
-                     std::to_string(p.n_in) + "]");
-  }
-  detail::check_row(op, p.w_type, p.n_in);
-  const std::size_t dense = tensor::row_bytes(p.w_type, p.n_in);
-  if (p.w_row_bytes != 0 && p.w_row_bytes < dense) {
-    throw ShapeError(std::string("[kernels::") + op + "] w_row_bytes " + std::to_string(p.w_row_bytes) +
-                     " is smaller than a row of " + std::to_string(p.n_in) + " " +
-                     std::string(tensor::dtype_name(p.w_type)) + " (" + std::to_string(dense) + " bytes)");
-  }
-  if ((p.w == nullptr && p.n_out > 0 && p.n_in > 0)) {
-    throw ShapeError(std::string("[kernels::") + op + "] null weight pointer");
-  }
-  return p.w_row_bytes != 0 ? p.w_row_bytes : dense;
 }
 
 // Per-thread scratch for the converted activations (reused between calls: no allocation per layer).
@@ -114,7 +97,7 @@ void matvec(const MatmulParams& p, const float* x, float* y, tensor::ThreadPool*
 }
 
 void matmul_ref(const MatmulParams& p, const float* x, std::int64_t n_tokens, float* y) {
-  const std::size_t stride = check_params(p, "matmul_ref");
+  const std::size_t stride = detail::checked_row_stride(p, "matmul_ref");
   const detail::DotFn dot = pick_dot(p.w_type, Isa::scalar, "matmul_ref");
   const DType act = vec_dot_type(p.w_type);
   const std::size_t act_bytes = tensor::row_bytes(act, p.n_in);
@@ -150,7 +133,7 @@ struct Product {
 
 Product prepare(const MatmulParams& p, std::int64_t n_tokens, float* y, Isa isa) {
   Product q;
-  q.stride = check_params(p, "matmul");
+  q.stride = detail::checked_row_stride(p, "matmul");
   q.w = static_cast<const unsigned char*>(p.w);
   q.n_out = p.n_out;
   q.n_in = p.n_in;
@@ -318,4 +301,25 @@ void matmul_multi(std::span<const MatmulParams> ps, const float* x, std::int64_t
   });
 }
 
+namespace detail {
+
+std::size_t checked_row_stride(const MatmulParams& p, const char* op) {
+  if (p.n_out < 0 || p.n_in < 0) {
+    throw ShapeError(std::string("[kernels::") + op + "] negative size [" + std::to_string(p.n_out) + ", " +
+                     std::to_string(p.n_in) + "]");
+  }
+  check_row(op, p.w_type, p.n_in);
+  const std::size_t dense = tensor::row_bytes(p.w_type, p.n_in);
+  if (p.w_row_bytes != 0 && p.w_row_bytes < dense) {
+    throw ShapeError(std::string("[kernels::") + op + "] w_row_bytes " + std::to_string(p.w_row_bytes) +
+                     " is smaller than a row of " + std::to_string(p.n_in) + " " +
+                     std::string(tensor::dtype_name(p.w_type)) + " (" + std::to_string(dense) + " bytes)");
+  }
+  if (p.w == nullptr && p.n_out > 0 && p.n_in > 0) {
+    throw ShapeError(std::string("[kernels::") + op + "] null weight pointer");
+  }
+  return p.w_row_bytes != 0 ? p.w_row_bytes : dense;
+}
+
+}  // namespace detail
 }  // namespace kernels

@@ -17,26 +17,11 @@
 
 namespace {
 
+using kernels::testing::make_weights;
 using kernels::testing::poison;
 using kernels::testing::random_floats;
+using kernels::testing::Weights;
 using tensor::DType;
-
-struct Weights {
-  std::vector<unsigned char> bytes;
-  kernels::MatmulParams params;
-};
-
-Weights make_weights(DType t, std::int64_t n_out, std::int64_t n_in, std::uint32_t seed) {
-  Weights w;
-  const std::vector<float> f = random_floats(n_out * n_in, seed, 0.5f);
-  const std::size_t row = tensor::row_bytes(t, n_in);
-  w.bytes.resize(row * static_cast<std::size_t>(n_out));
-  for (std::int64_t r = 0; r < n_out; ++r) {
-    kernels::quantize_row_ref(t, f.data() + r * n_in, w.bytes.data() + static_cast<std::size_t>(r) * row, n_in);
-  }
-  w.params = {t, w.bytes.data(), 0, n_out, n_in};
-  return w;
-}
 
 // Max |got - want| over the scale of the sum's terms (sum_k |x_k w_k| + |bias|, the float rounding's
 // natural unit); NaN anywhere gives +inf.

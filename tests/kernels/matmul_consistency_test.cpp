@@ -19,31 +19,16 @@
 
 namespace {
 
+using kernels::testing::make_weights;
 using kernels::testing::max_rel_err;
 using kernels::testing::poison;
 using kernels::testing::random_floats;
+using kernels::testing::Weights;
 using tensor::DType;
 
 constexpr DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::q4_0, DType::q4_1,
                                   DType::q5_0, DType::q5_1, DType::q8_0, DType::q2_K, DType::q3_K,
                                   DType::q4_K, DType::q5_K, DType::q6_K, DType::nf4};
-
-struct Weights {
-  std::vector<unsigned char> bytes;
-  kernels::MatmulParams params;
-};
-
-Weights make_weights(DType t, std::int64_t n_out, std::int64_t n_in, std::uint32_t seed) {
-  Weights w;
-  const std::vector<float> f = random_floats(n_out * n_in, seed, 0.5f);
-  const std::size_t row = tensor::row_bytes(t, n_in);
-  w.bytes.resize(row * static_cast<std::size_t>(n_out));
-  for (std::int64_t r = 0; r < n_out; ++r) {
-    kernels::quantize_row_ref(t, f.data() + r * n_in, w.bytes.data() + static_cast<std::size_t>(r) * row, n_in);
-  }
-  w.params = {t, w.bytes.data(), 0, n_out, n_in};
-  return w;
-}
 
 std::vector<std::int64_t> n_in_sweep(DType t) {
   if (tensor::block_size(t) == 256) return {256, 768, 2048};

@@ -8,6 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "tensor/dtype.h"
+
 namespace kernels::testing {
 
 // Weight-like values: normal, with a few outliers.
@@ -33,6 +37,25 @@ inline double max_rel_err(const std::vector<float>& a, const std::vector<float>&
     err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
   }
   return err / scale;
+}
+
+// A [n_out, n_in] weight matrix of type t (random_floats at scale 0.5, quantized by the reference) and the
+// MatmulParams that view its bytes.
+struct Weights {
+  std::vector<unsigned char> bytes;
+  MatmulParams params;
+};
+
+inline Weights make_weights(tensor::DType t, std::int64_t n_out, std::int64_t n_in, std::uint32_t seed) {
+  Weights w;
+  const std::vector<float> f = random_floats(n_out * n_in, seed, 0.5f);
+  const std::size_t row = tensor::row_bytes(t, n_in);
+  w.bytes.resize(row * static_cast<std::size_t>(n_out));
+  for (std::int64_t r = 0; r < n_out; ++r) {
+    quantize_row_ref(t, f.data() + r * n_in, w.bytes.data() + static_cast<std::size_t>(r) * row, n_in);
+  }
+  w.params = {t, w.bytes.data(), 0, n_out, n_in};
+  return w;
 }
 
 }  // namespace kernels::testing
