@@ -191,6 +191,9 @@ struct EngineOptions {
   // A drafter of the caller's for DraftMode::custom: a developer hook (the oracle drafter of
   // scripts/bench-spec-oracle.sh, make_oracle_drafter), called on the engine's loop thread only.
   std::shared_ptr<Drafter> custom_drafter;
+  // A developer hook (tests): wraps the backend the engine makes for the model (as with_injected_faults
+  // does), e.g. to sample on the "device" on a machine without a GPU. Null: none.
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
   // Rows sampled where the logits are when the backend can (Backend::samples_on_device: CUDA), so a step
   // whose rows are all sampled there copies no logits to the host; rows it does not cover (top_k above
   // kDeviceMaxTopK, prompt logprobs, speculative verification, a request's first step with n > 1) are

@@ -68,6 +68,12 @@ class Sampler {
                       std::span<const std::int32_t> prompt, std::span<const std::int32_t> output,
                       std::int32_t draft, bool& accepted);
 
+  // sample() at the draw u in [0, 1) instead of the stream's next one (the stream is left as it is): what a
+  // row sampled elsewhere at a draw taken by next_draw() must give (device_sampling.h). Throws as sample(),
+  // and pie::Error for u outside [0, 1).
+  SampledToken sample_at(std::span<float> logits, std::span<const std::uint32_t> mask,
+                         std::span<const std::int32_t> prompt, std::span<const std::int32_t> output, double u);
+
   // The draw sample() would take now, for a token sampled elsewhere (on the device: device_sampling.h):
   // advances the stream as sample() does, so the stream position stays the number of tokens sampled.
   double next_draw();

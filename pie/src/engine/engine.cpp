@@ -397,14 +397,16 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   if (device.device == tensor::Device::cuda && options.kv_dtype == tensor::DType::f32) {
     options.kv_dtype = tensor::DType::f16;  // the CUDA backend's KV pages are f16
   }
+  std::unique_ptr<Backend> backend;
   if (options.draft_model && device.device == tensor::Device::cpu) {
     // The draft model's passes and the target's alternate: one pool of threads serves both.
     cpu_pool = std::make_unique<tensor::ThreadPool>(options.n_threads);
-    runner = std::make_unique<ModelRunner>(model, with_injected_faults(make_cpu_backend(cpu_pool.get())));
+    backend = make_cpu_backend(cpu_pool.get());
   } else {
-    runner = std::make_unique<ModelRunner>(model,
-                                           with_injected_faults(make_backend(device.device, options.n_threads)));
+    backend = make_backend(device.device, options.n_threads);
   }
+  if (options.wrap_backend) backend = options.wrap_backend(std::move(backend));
+  runner = std::make_unique<ModelRunner>(model, with_injected_faults(std::move(backend)));
 
   const char* device_sampling_env = std::getenv("ORCHARD_DEVICE_SAMPLING");
   device_sampling = options.device_sampling && runner->backend().samples_on_device() &&

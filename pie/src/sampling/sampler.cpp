@@ -348,6 +348,18 @@ SampledToken Sampler::verify(std::span<float> logits, std::span<const std::uint3
   return out;
 }
 
+SampledToken Sampler::sample_at(std::span<float> logits, std::span<const std::uint32_t> mask,
+                                std::span<const std::int32_t> prompt, std::span<const std::int32_t> output, double u) {
+  if (!(u >= 0.0 && u < 1.0)) throw Error("[sampler] sample_at: the draw must be in [0, 1), got " + std::to_string(u));
+  const Prepared pr = prepare(logits, mask, prompt, output);
+  SampledToken out;
+  out.token = params_.temperature > 0.0f ? pick(keep(logits, pr.max), u) : pr.best;
+  if (params_.logprobs || params_.top_logprobs > 0) {
+    fill_logprobs(logits, pr.max, params_.top_logprobs, weights_, block_sums_, out);
+  }
+  return out;
+}
+
 double Sampler::next_draw() { return sampling_detail::next_uniform(rng_state_); }
 
 SampledToken token_logprob(std::span<const float> logits, std::int32_t token, std::int32_t top_logprobs) {

@@ -152,5 +152,34 @@ TEST(DeviceSamplingDraws, NextDrawAdvancesTheStreamAsSampleDoes) {
   EXPECT_LT(same_as_other_seed, 150);  // the comparison can tell streams apart
 }
 
+// sample_at is sample() at a given draw: at the draw the twin stream gives, the same token and logprobs,
+// and its own stream untouched.
+TEST(DeviceSamplingDraws, SampleAtTheStreamsDrawIsSample) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 50;
+  p.top_p = 0.9f;
+  p.logprobs = true;
+  p.top_logprobs = 3;
+  Sampler ref(p, 9), twin(p, 9), at(p, 123);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> logits(500);
+  for (int i = 0; i < 100; ++i) {
+    for (float& x : logits) x = d(rng);
+    std::vector<float> a = logits, b = logits;
+    const SampledToken s = ref.sample(a, {}, {}, {});
+    const SampledToken t = at.sample_at(b, {}, {}, {}, twin.next_draw());
+    EXPECT_EQ(s.token, t.token) << i;
+    EXPECT_EQ(s.logprob, t.logprob) << i;
+    ASSERT_EQ(s.top.size(), t.top.size());
+  }
+  EXPECT_EQ(at.next_draw(), Sampler(p, 123).next_draw());  // 100 sample_at calls drew nothing
+  std::vector<float> x = logits;
+  for (const double u : {1.0, -0.25, std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_THROW(at.sample_at(x, {}, {}, {}, u), Error) << u;
+  }
+}
+
 }  // namespace
 }  // namespace pie
