@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -68,6 +70,19 @@ TEST_P(JitCompile, PieBackendSources) {
   }
   EXPECT_NO_THROW(pie::cuda::embedded_source("decoder_ops.cu"));
   EXPECT_NO_THROW(pie::cuda::embedded_source("lora_ops.cu"));
+}
+
+// The matvec products' tunables other than the defaults (orchard_bench_products sweeps them with -D): four
+// lanes a block (the smallest parts), two pieces a load, pipelined loads everywhere but the float types' wide
+// tiles, eight rows a wide tile. About 11 s of NVRTC an architecture (conformance label).
+TEST_P(JitCompile, PieBackendProductTunables) {
+  const int arch = GetParam();
+  const auto& s = pie::cuda::embedded_source("decoder_ops.cu");
+  const std::vector<std::string> options = {"-DMV_SPLIT=4", "-DMV_UNROLL=2", "-DMV_PIPELINE=1", "-DMV_PIPELINE_WIDE=0",
+                                            "-DMV_ROWS_WIDE=8"};
+  std::string cubin;
+  EXPECT_NO_THROW(cubin = tc::compile_cubin(s.name, s.text, options, arch));
+  EXPECT_GT(cubin.size(), 0u);
 }
 
 TEST(JitCompileSources, EveryPalSourceIsEmbedded) {
