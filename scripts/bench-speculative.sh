@@ -8,7 +8,14 @@
 # once) with and without --spec, where the adaptive rule keeps speculation off (no slowdown expected).
 #
 #   scripts/bench-speculative.sh [BUILD_DIR]   Environment: THREADS (2), REPS (5), PARALLEL (16),
-#   ORCHARD_BIN (a prebuilt orchard; nothing is built then), PYTHON (python3).
+#   ORCHARD_BIN (a prebuilt orchard; nothing is built then), MODEL (a model path; default: the store's
+#   default model), RUNNER (a prebuilt orchard_bench_runner, with MODEL: it also prints what a step of 1, 2,
+#   3, 5 and 9 tokens of one sequence costs, the price of verifying 0..8 drafted tokens), PYTHON (python3).
+#
+# On another machine (the GPU host's CPU, pinned, no GPU): carry the two binaries, their shared libraries
+# and the model, then
+#   CUDA_VISIBLE_DEVICES= ORCHARD_BIN=orchard RUNNER=orchard_bench_runner MODEL=model.gguf REPS=3 \
+#     taskset -c 0,1 scripts/bench-speculative.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -17,6 +24,8 @@ REPS="${REPS:-5}"
 PARALLEL="${PARALLEL:-16}"
 PY="${PYTHON:-python3}"
 LOCK=/tmp/orchard-cpu-bench.lock
+MODEL_ARGS=()
+[ -n "${MODEL:-}" ] && MODEL_ARGS=(-m "$MODEL")
 if [ -z "${ORCHARD_BIN:-}" ]; then
   cmake --build "$BUILD" --target orchard -j2 >/dev/null
   ORCHARD_BIN="$BUILD/pie/orchard"
@@ -32,7 +41,7 @@ PY
 cases=$(cd "$WORK" && ls *.txt | sed 's/\.txt$//')
 run_case() {  # NAME MODE ROUND: appends the JSON summary, checks the output against the first one
   local name=$1 mode=$2 round=$3
-  flock "$LOCK" "$ORCHARD_BIN" run --chat --schema "$WORK/$name.schema.json" -f "$WORK/$name.txt" --temp 0 \
+  flock "$LOCK" "$ORCHARD_BIN" run "${MODEL_ARGS[@]}" --chat --schema "$WORK/$name.schema.json" -f "$WORK/$name.txt" --temp 0 \
     --threads "$THREADS" --spec "$mode" --json-stats >"$WORK/$name.$mode.$round.out" 2>>"$WORK/$name.$mode.stats"
   if [ -f "$WORK/$name.reference" ]; then
     cmp -s "$WORK/$name.reference" "$WORK/$name.$mode.$round.out" || {
@@ -50,11 +59,16 @@ done
 # Batch PARALLEL: the same extraction prompt PARALLEL times at once (sampled, seeds 1..PARALLEL; run's
 # --parallel takes the raw prompt), with and without --spec.
 batch() {
-  flock "$LOCK" "$ORCHARD_BIN" run --schema "$WORK/invoice.schema.json" -f "$WORK/invoice.txt" \
+  flock "$LOCK" "$ORCHARD_BIN" run "${MODEL_ARGS[@]}" --schema "$WORK/invoice.schema.json" -f "$WORK/invoice.txt" \
     --temp 0.7 --seed 1 --parallel "$PARALLEL" --threads "$THREADS" --spec "$1" --json-stats >/dev/null \
     2>>"$WORK/batch.$1.stats"
 }
 for round in $(seq "$REPS"); do batch off; batch ngram; done
+if [ -n "${RUNNER:-}" ]; then
+  [ -n "${MODEL:-}" ] || { echo "bench-speculative: RUNNER needs MODEL (the model's path)" >&2; exit 2; }
+  flock "$LOCK" "$RUNNER" "$MODEL" --threads "$THREADS" --batches 1 \
+    --prompt 128 --steps 24 --reps 3 --chunks 1,2,3,5,9 >"$WORK/chunks.json"
+fi
 "$PY" - "$WORK" "$cases" "$THREADS" "$PARALLEL" <<'PY'
 import json, os, statistics, sys
 work, cases, threads, parallel = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
@@ -76,4 +90,8 @@ off, on = stats(os.path.join(work, "batch.off.stats")), stats(os.path.join(work,
 a = statistics.median(r["tokens_per_second"] for r in off)
 b = statistics.median(r["tokens_per_second"] for r in on)
 print(f"batch {parallel}: {a:.1f} tokens/s without, {b:.1f} with --spec ngram ({b / a:.3f}x; drafts {on[0]['draft_tokens']})")
+if os.path.exists(os.path.join(work, "chunks.json")):
+    ms = json.load(open(os.path.join(work, "chunks.json")))["chunk_step_ms"]
+    print("a step of one sequence's T tokens against one of 1 token: " +
+          ", ".join(f"T={t}: {ms[t] / ms['1']:.2f}x" for t in ms) + f" (1 token: {ms['1']:.2f} ms)")
 PY

@@ -48,32 +48,49 @@ struct SpeculativeOptions {
 std::vector<std::int32_t> prompt_lookup(std::span<const std::int32_t> context, std::int32_t max_tokens,
                                         std::int32_t min_ngram = 1, std::int32_t max_ngram = 3);
 
-// What a step costs as a function of its tokens, learned from the steps the engine runs: a least-squares
-// line t = base + per_token * n over recent steps (exponentially weighted). A drafted token's cost,
-// relative to a step of n tokens, is what speculation weighs its expected gain against.
+// What a step costs as a function of its tokens, learned from the steps the engine runs: each size's own
+// running mean (a CPU's step of two tokens can cost half again a step of one, then each further token a
+// quarter: no line fits both), sizes not seen yet interpolated between seen ones, and beyond the largest
+// seen, a least-squares line t = base + per_token * n over recent steps (exponentially weighted). A
+// drafted token's cost, relative to a step of n tokens, is what speculation weighs its expected gain against.
 class StepCost {
  public:
-  void record(std::int32_t n_tokens, double seconds);
-  // The seconds a step of n_tokens takes on the line (0 until a step was seen).
+  static constexpr std::int32_t kMaxSize = 64;  // sizes with a mean of their own
+  // A step of n_tokens that took `seconds`, n_logit_rows of them with logits (-1: all). Only a step with
+  // logits on every token (decoding, verifying a draft) counts in its size's mean: a prompt chunk's
+  // tokens, without the output head, cost less.
+  void record(std::int32_t n_tokens, double seconds, std::int32_t n_logit_rows = -1);
+  // The seconds a step of n_tokens takes (0 until a step was seen).
   double seconds(std::int32_t n_tokens) const;
-  // The cost of one more token in a step of n_tokens, as a fraction of that step (a prior of 0.3 until
-  // steps of different sizes were seen).
+  // The cost of one more token in a step of n_tokens, as a fraction of that step, on the line (a prior of
+  // 0.3 until steps of different sizes were seen).
   double relative_token_cost(std::int32_t n_tokens) const;
+  // costs[k], k = 0..max_k: a step of n_tokens + k tokens against one of n_tokens (costs[0] = 1, never
+  // decreasing in k); each token a relative_token_cost() until steps of two sizes were seen.
+  std::vector<double> relative_costs(std::int32_t n_tokens, std::int32_t max_k) const;
 
  private:
+  double line(std::int32_t n_tokens) const;  // the line's seconds (0 when it has no slope to read)
   double w_ = 0, n_ = 0, t_ = 0, nn_ = 0, nt_ = 0;  // weighted sums
+  double mean_[kMaxSize + 1] = {};
+  std::int32_t count_[kMaxSize + 1] = {};
 };
 
 // How many tokens a request drafts next (adaptive K): the K in [0, max_k] that maximizes the tokens a
-// step yields per unit of its cost, (1 - a^(K+1)) / (1 - a) / (1 + c K), for the request's running
-// acceptance rate a and a drafted token's relative cost c (StepCost); 0 when drafting does not pay. A
-// fixed K (SpeculativeOptions::k) drafts K whatever the rate.
+// step yields per unit of its cost, (1 - a^(K+1)) / (1 - a) / costs[K], for the request's running
+// acceptance rate a and the cost of a step with K drafted tokens against one without (StepCost); 0 when
+// no K yields more than one token per one-token step's cost. A fixed K (SpeculativeOptions::k) drafts K
+// whatever the rate.
 class DraftLength {
  public:
   explicit DraftLength(std::int32_t max_k = 8, bool fixed = false);
+  // costs[k] for k = 0..max_k (costs[0] = 1); a shorter span caps K at its size - 1.
+  std::int32_t next(std::span<const double> costs);
+  // Each drafted token a fraction token_cost of a step: costs[k] = 1 + token_cost * k.
   std::int32_t next(double token_cost);
   void record(std::int32_t drafted, std::int32_t accepted);
   double acceptance() const { return acceptance_; }
+  std::int32_t max_k() const { return max_k_; }
 
  private:
   std::int32_t max_k_;

@@ -1006,7 +1006,8 @@ bool Engine::Impl::step() {
     try {
       runner->wait();
       forward_time = runner->last_step_seconds();
-      step_cost.record(static_cast<std::int32_t>(tokens.size()), forward_time);
+      step_cost.record(static_cast<std::int32_t>(tokens.size()), forward_time,
+                       static_cast<std::int32_t>(logit_rows.size()));
     } catch (const std::exception& e) {
       forward_error = e.what();
     }
@@ -1143,7 +1144,6 @@ void Engine::Impl::propose_drafts() {
   // Samples past max_running wait for a slot, not for this batch: it never grows past that.
   n_live = std::min(n_live, options.max_running);
   if (rows.empty() || n_live > options.speculative_max_batch) return;
-  const double step_seconds = step_cost.seconds(n_step_tokens);
   // A row's draft as it is built: the grammar's matcher walked through it (rolled back at the end).
   struct Plan {
     Sample* s = nullptr;
@@ -1206,9 +1206,8 @@ void Engine::Impl::propose_drafts() {
       if (s->request->speculative.mode == mode) plans.push_back({s});
     }
     if (plans.empty()) continue;
-    // A drafted token costs its share of the verifying step, plus the drafter's own time for it.
-    double token_cost = step_cost.relative_token_cost(n_step_tokens);
-    if (step_seconds > 0) token_cost += drafter->token_seconds(static_cast<std::int32_t>(plans.size())) / step_seconds;
+    // A drafted token costs the growth of the verifying step, plus the drafter's own time for it.
+    const double drafter_seconds = drafter->token_seconds(static_cast<std::int32_t>(plans.size()));
     for (Plan& p : plans) {
       Sample* s = p.s;
       const GenerateRequest& q = s->request->req;
@@ -1229,7 +1228,14 @@ void Engine::Impl::propose_drafts() {
         }
       }
       if (open && !p.full()) {
-        p.ask = std::min(p.room - static_cast<std::int32_t>(p.tokens.size()), s->draft_length.next(token_cost));
+        // The step as it is (every row's tokens, this row's draft so far) against it with k more tokens.
+        const auto n = n_step_tokens + static_cast<std::int32_t>(p.tokens.size());
+        std::vector<double> costs = step_cost.relative_costs(n, s->draft_length.max_k());
+        const double base = step_cost.seconds(n);
+        if (base > 0) {
+          for (std::size_t k = 1; k < costs.size(); ++k) costs[k] += static_cast<double>(k) * drafter_seconds / base;
+        }
+        p.ask = std::min(p.room - static_cast<std::int32_t>(p.tokens.size()), s->draft_length.next(costs));
       }
     }
     std::vector<Drafter::Row> asks;

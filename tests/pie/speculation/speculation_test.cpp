@@ -1,6 +1,8 @@
 // The drafter (prompt lookup) and the adaptive draft length of speculative decoding.
 #include <gtest/gtest.h>
 
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "pie/speculation.h"
@@ -66,6 +68,54 @@ TEST(StepCost, ReadsTheCostOfATokenFromTheSteps) {
   c.record(0, 1.0);  // ignored
   c.record(3, -1.0);
   EXPECT_NEAR(c.relative_token_cost(1), 0.2, 0.02);
+}
+
+// The rule drafts only when the tokens a step is expected to yield beat what the step costs against a
+// one-token step: a second token costing half a step loses at an acceptance of 0.5 and pays at 0.9; the
+// same rate drafts when tokens cost little.
+TEST(DraftLength, NeverDraftsWhenTheMeasuredCostLoses) {
+  const std::vector<double> steep{1.0, 1.55, 1.8, 1.95, 2.25, 2.5, 2.8, 3.1, 3.4};  // a CPU's steps
+  const std::vector<double> flat{1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4};   // a GPU's
+  DraftLength half(8);
+  for (int i = 0; i < 30; ++i) half.record(2, 1);  // one of the two tried kept: a rate of 1/2
+  EXPECT_NEAR(half.acceptance(), 0.5, 0.01);
+  EXPECT_EQ(half.next(steep), 0);
+  EXPECT_GE(half.next(flat), 1);
+  DraftLength high(8);
+  for (int i = 0; i < 30; ++i) high.record(9, 8);  // 8 of the 9 tried
+  EXPECT_GE(high.next(steep), 3);
+  // Costs for fewer sizes cap K; a fixed K ignores them.
+  EXPECT_LE(high.next(std::span<const double>(flat).first(3)), 2);
+  DraftLength fixed(4, /*fixed=*/true);
+  EXPECT_EQ(fixed.next(steep), 4);
+}
+
+// Each size's own mean, not a line through them: a two-token step measured at 1.5x a one-token step is
+// 1.5x, though the larger ones grow by a quarter a token; unseen sizes lie between seen ones; steps without
+// logits on every token (a prompt chunk) stay out of the means.
+TEST(StepCost, EachSizeHasItsOwnMean) {
+  StepCost c;
+  const std::vector<double> prior = c.relative_costs(1, 3);  // 0.3 of a step a token
+  ASSERT_EQ(prior.size(), 4u);
+  for (std::size_t k = 0; k < prior.size(); ++k) EXPECT_NEAR(prior[k], 1.0 + 0.3 * static_cast<double>(k), 1e-12);
+  const std::vector<std::pair<std::int32_t, double>> steps{{1, 0.010}, {2, 0.015}, {3, 0.0175}, {6, 0.025}};
+  for (int i = 0; i < 40; ++i) {
+    for (const auto& [n, t] : steps) c.record(n, t);
+  }
+  c.record(5, 0.001, 1);  // a prompt chunk of 5 tokens: cheap, not a step of 5 drafted tokens
+  EXPECT_NEAR(c.seconds(2), 0.015, 1e-9);
+  EXPECT_NEAR(c.seconds(4), 0.0175 + (0.025 - 0.0175) / 3, 1e-9);
+  EXPECT_NEAR(c.seconds(5), 0.0175 + 2 * (0.025 - 0.0175) / 3, 1e-9);
+  const std::vector<double> costs = c.relative_costs(1, 8);
+  ASSERT_EQ(costs.size(), 9u);
+  EXPECT_DOUBLE_EQ(costs[0], 1.0);
+  EXPECT_NEAR(costs[1], 1.5, 1e-9);
+  EXPECT_NEAR(costs[2], 1.75, 1e-9);
+  for (std::size_t k = 1; k < costs.size(); ++k) EXPECT_GE(costs[k], costs[k - 1]);
+  EXPECT_GT(costs[8], costs[5]);  // past the largest size seen: the line's slope
+  // The mean follows the machine: a slower one-token step moves it.
+  for (int i = 0; i < 40; ++i) c.record(1, 0.020);
+  EXPECT_NEAR(c.seconds(1), 0.020, 0.001);  // a moving mean of about 16 steps
 }
 
 }  // namespace
