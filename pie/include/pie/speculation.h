@@ -48,6 +48,16 @@ struct SpeculativeOptions {
 std::vector<std::int32_t> prompt_lookup(std::span<const std::int32_t> context, std::int32_t max_tokens,
                                         std::int32_t min_ngram = 1, std::int32_t max_ngram = 3);
 
+// Prompt lookup by text, for copies whose tokens differ from their source's (a JSON string's "Lisbon" after
+// its quote is L·is·bon, the prose's " Lisbon" one token): the longest suffix of the context's text (up to
+// 32 bytes, 3 of them letters or digits) that occurs earlier in it, in one place or going on alike in every
+// place, and what followed it
+// there as `tokenizer` spells it from the start of the context's last tokens covering that suffix: up to
+// max_tokens of the tokens past the context's end, but the span's last (it may merge with what follows).
+// Empty when no suffix recurs, places disagree, or the spelling does not end where the context does.
+std::vector<std::int32_t> text_lookup(std::span<const std::int32_t> context, std::int32_t max_tokens,
+                                      const tokenizers::Tokenizer& tokenizer);
+
 // What a step costs as a function of its tokens, learned from the steps the engine runs: each size's own
 // running mean (a CPU's step of two tokens can cost half again a step of one, then each further token a
 // quarter: no line fits both), sizes not seen yet interpolated between seen ones, and beyond the largest
@@ -124,8 +134,9 @@ class Drafter {
   }
 };
 
-// Prompt lookup (prompt_lookup() above) as a Drafter.
-std::unique_ptr<Drafter> make_prompt_lookup_drafter();
+// Prompt lookup (prompt_lookup() above) as a Drafter; with a tokenizer, text_lookup() where the tokens find
+// nothing.
+std::unique_ptr<Drafter> make_prompt_lookup_drafter(const tokenizers::Tokenizer* tokenizer = nullptr);
 
 // The draft model's place beside the target: its backend, its KV pool and its step size.
 struct DraftModelOptions {

@@ -463,7 +463,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   stats.kv_pages = static_cast<std::int32_t>(n_pages);
   stats.kv_pages_free = static_cast<std::int32_t>(n_pages);
 
-  ngram_drafter = make_prompt_lookup_drafter();
+  ngram_drafter = make_prompt_lookup_drafter(model->tokenizer.get());
   custom_drafter = options.custom_drafter;
   if (options.draft_model) {
     DraftModelOptions d;

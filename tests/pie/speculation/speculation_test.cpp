@@ -2,10 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "default_model.h"
 #include "pie/speculation.h"
+#include "tokenizers/tokenizer.h"
 
 namespace pie {
 namespace {
@@ -33,6 +36,41 @@ TEST(PromptLookup, AnAmbiguousKeyGuessesNothing) {
   // The longest recurring suffix decides: "3 9" once (then 5), though "9" alone is ambiguous.
   const std::vector<std::int32_t> longer{3, 9, 5, 9, 6, 3, 9};
   EXPECT_EQ(prompt_lookup(longer, 1), (std::vector<std::int32_t>{5}));
+}
+
+// Prompt lookup by text: a span copied into a JSON string, whose tokens differ from the prose's (no
+// leading space after the quote), is guessed from the text as the tokenizer spells it; a key that goes on
+// differently in two places, one found nowhere and one of punctuation guess nothing. (The default model's
+// tokenizer.)
+TEST(TextLookup, GuessesACopyWhoseTokensDifferFromItsSource) {
+  ORCHARD_REQUIRE_DEFAULT_MODEL();
+  const auto tok = tokenizers::Tokenizer::load(orchard::testing::default_model_path());
+  const std::vector<std::int32_t> prose =
+      tok.encode("Maria Lopez works at Tidewater Labs and lives in Lisbon. Her email is maria@tidewater.io.");
+  auto with = [&](const std::string& output) {
+    std::vector<std::int32_t> c = prose;
+    const std::vector<std::int32_t> o = tok.encode(output);
+    c.insert(c.end(), o.begin(), o.end());
+    return c;
+  };
+  const std::vector<std::int32_t> company = with("{\"company\":\"Tide");
+  const std::vector<std::int32_t> guess = text_lookup(company, 6, tok);
+  ASSERT_FALSE(guess.empty());
+  EXPECT_LE(guess.size(), 6u);
+  EXPECT_EQ(tok.decode(guess).rfind("water Labs", 0), 0u) << tok.decode(guess);
+  EXPECT_EQ(text_lookup(company, 2, tok).size(), 2u);
+  EXPECT_TRUE(text_lookup(company, 0, tok).empty());
+  // "Lis" once in the prose: "bon." follows.
+  EXPECT_EQ(tok.decode(text_lookup(with("{\"city\":\"Lis"), 4, tok)).rfind("bon", 0), 0u);
+  // "Tidewater" goes on with " Labs" in one place and " Inc" in another: no guess.
+  std::vector<std::int32_t> two = tok.encode("at Tidewater Labs, not Tidewater Inc.");
+  const std::vector<std::int32_t> tail = tok.encode("{\"c\":\"Tidewater");
+  two.insert(two.end(), tail.begin(), tail.end());
+  EXPECT_TRUE(text_lookup(two, 4, tok).empty());
+  EXPECT_TRUE(text_lookup(with("{\"x\":\"Zq"), 4, tok).empty());
+  // The output's own punctuation (`y":"` after "company" and "city") is no key.
+  EXPECT_TRUE(text_lookup(with("{\"company\":\"Tidewater Labs\",\"city\":\""), 4, tok).empty());
+  EXPECT_TRUE(text_lookup(std::vector<std::int32_t>{}, 4, tok).empty());
 }
 
 TEST(DraftLength, WeighsTheAcceptanceRateAgainstTheCost) {
