@@ -2,8 +2,11 @@
 # The engine on the GPU: decode speed of `orchard run --device cuda` on a Llama-3.1-8B-shaped F16 model
 # with random weights (written by the llama.cpp peer's gen_llama8b_gguf.py, the model its README's figures
 # were measured on), at batch 1 and with --parallel N sequences, beside the card's measured copy bandwidth
-# (the bound of a batch-1 step that reads every weight once). TYPES (default "f16 q8_0 q4_0"): the F16 file
-# and its `orchard convert` to each other type. JSON lines to standard output.
+# (the bound of a batch-1 step that reads every weight once), and prompt processing (the peer's pp512:
+# PP_PARALLEL prompts of about 128 tokens and one output token each, so that the engine's steps hold 512
+# prompt tokens; PP_PARALLEL=0 skips it). TYPES (default "f16 q8_0 q4_0"): the F16 file and its
+# `orchard convert` to each other type. EXTRA_FLAGS go to every `orchard run` (e.g. --batch-invariant).
+# JSON lines to standard output.
 #
 #   ORCHARD=build/pie/orchard PEER=../shared/peers/llama.cpp GGUF_PY=path/to/gguf-py scripts/bench-cuda-engine.sh
 #
@@ -44,8 +47,17 @@ for type in ${TYPES:-f16 q8_0 q4_0}; do
   bytes=$(stat -L -c %s "${files[$type]}")
   for parallel in ${PARALLEL:-1 8 64}; do
     "$orchard" run --device cuda -m "${files[$type]}" -p "$prompt" -n "${TOKENS:-128}" --temp 0 --ignore-eos \
-      --parallel "$parallel" --json-stats 2>"$work/stats.json" >/dev/null || { cat "$work/stats.json" >&2; continue; }
+      --parallel "$parallel" ${EXTRA_FLAGS:-} --json-stats 2>"$work/stats.json" >/dev/null || { cat "$work/stats.json" >&2; continue; }
     echo "{\"measure\": \"orchard_decode\", \"type\": \"$type\", \"file_bytes\": $bytes, \"parallel\": $parallel," \
       "\"stats\": $(grep '^{' "$work/stats.json" | tail -1)}"
   done
+done
+# Prompt processing: prompt tokens over the run's seconds (submission to the last token: every step but
+# the last holds 512 prompt tokens) and over the engine's forward seconds.
+for type in ${TYPES:-f16 q8_0 q4_0}; do
+  [[ "${PP_PARALLEL:-16}" == 0 ]] && break
+  "$orchard" run --device cuda -m "${files[$type]}" -p "$prompt" -n 1 --temp 0 --ignore-eos \
+    --parallel "${PP_PARALLEL:-16}" ${EXTRA_FLAGS:-} --json-stats 2>"$work/stats.json" >/dev/null || { cat "$work/stats.json" >&2; continue; }
+  echo "{\"measure\": \"orchard_prefill\", \"type\": \"$type\", \"parallel\": ${PP_PARALLEL:-16}," \
+    "\"stats\": $(grep '^{' "$work/stats.json" | tail -1)}"
 done

@@ -189,6 +189,7 @@ int run_chat(std::span<const std::string> args) {
   spec.apply(engine_options);
   engine_options.device = device.get();
   engine_options.gpu_memory = device.gpu_memory();
+  engine_options.batch_invariant = device.batch_invariant;
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 1, 1024));
   if (ctx) engine_options.context_length = static_cast<std::int32_t>(parse_int(*ctx, "--ctx", 16, 1 << 20));
 

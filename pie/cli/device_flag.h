@@ -1,5 +1,5 @@
 // --device cpu|cuda|auto, the device option of the commands that run a model (run, chat, serve, perplexity),
-// --gpu-memory FRACTION (run, chat, serve: the engine's KV pool on a GPU), and the log line that says which
+// --gpu-memory FRACTION and --batch-invariant (run, chat, serve: the engine on a GPU), and the log line that says which
 // device was chosen and why.
 #pragma once
 
@@ -16,6 +16,7 @@ namespace orchard::cli {
 struct DeviceFlag {
   std::optional<std::string> value;
   std::optional<std::string> gpu_memory_value;
+  bool batch_invariant = false;
 
   void add_options(ArgParser& p) {
     p.option("device", 0, "DEVICE",
@@ -25,6 +26,10 @@ struct DeviceFlag {
              "on a GPU, the fraction of its memory to use (weights, KV pool, activations); the KV pool takes what "
              "the weights leave of it (default 0.9)",
              &gpu_memory_value);
+    p.flag("batch-invariant", 0,
+           "on a GPU, keep a token's logits bit-identical whatever else the step holds: no tensor-core (cuBLAS) "
+           "products for prefill and large batches, which are faster but sum in an order that follows the batch",
+           &batch_invariant);
   }
 
   // Throws UsageError unless the value is a number in (0, 1].

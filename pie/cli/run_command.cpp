@@ -38,6 +38,7 @@ struct RunSettings {
   int n_threads = 0;
   pie::DeviceRequest device = pie::DeviceRequest::automatic;
   double gpu_memory = 0.9;
+  bool batch_invariant = false;
   int parallel = 1;             // concurrent requests (seeds seed, seed + 1, ...)
   std::optional<bool> add_bos;  // --bos / --no-bos; nullopt: as the model's metadata says
   bool json_stats = false;
@@ -94,6 +95,7 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
   pie::EngineOptions options;
   options.device = settings.device;
   options.gpu_memory = settings.gpu_memory;
+  options.batch_invariant = settings.batch_invariant;
   options.n_threads = settings.n_threads;
   settings.speculative.apply(options);
   options.max_running = settings.parallel;
@@ -166,6 +168,7 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
   pie::EngineOptions options;
   options.device = settings.device;
   options.gpu_memory = settings.gpu_memory;
+  options.batch_invariant = settings.batch_invariant;
   options.n_threads = settings.n_threads;
   settings.speculative.apply(options);
   options.max_running = 1;
@@ -286,6 +289,7 @@ int run_run(std::span<const std::string> args) {
   (void)lora.specs();  // a malformed --lora is a usage error before the model loads
   settings.device = device.get();
   settings.gpu_memory = device.gpu_memory();
+  settings.batch_invariant = device.batch_invariant;
 
   // A model that cannot be found or loaded, a bad prompt, grammar or request: thrown to main, which
   // writes one line and exits with status 2. A generation that fails once running: status 1.

@@ -126,6 +126,7 @@ int run_serve(std::span<const std::string> args) {
   spec.apply(engine_options);
   engine_options.device = device.get();
   engine_options.gpu_memory = device.gpu_memory();
+  engine_options.batch_invariant = device.batch_invariant;
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
   engine_options.max_queued = max_queue ? static_cast<std::int32_t>(parse_int(*max_queue, "--max-queue", 1, 1 << 20))
                                         : 4 * engine_options.max_running;

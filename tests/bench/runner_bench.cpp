@@ -1,12 +1,14 @@
-// orchard_bench_runner: the CPU forward pass (pie::ModelRunner) timed the way scripts/bench-llamacpp.sh times
-// llama.cpp beside it: prefill tokens/s of one prompt in one step, and decode tokens/s with B sequences
+// orchard_bench_runner: the forward pass (pie::ModelRunner, on the CPU or with --device cuda on the GPU)
+// timed the way scripts/bench-llamacpp.sh times llama.cpp beside it: prefill tokens/s of one prompt in one step, and decode tokens/s with B sequences
 // stepping together (one query token each per step, logits for every row). Token ids are a fixed
 // pseudo-random stream (the speed does not depend on them); the KV cache is f16 as llama.cpp's default.
 // With --chunks, also the time of a step in which one sequence computes T tokens with the logits of each
-// (what verifying T - 1 speculative draft tokens costs).
+// (what verifying T - 1 speculative draft tokens costs). On CUDA the prefill figure is llama-bench's pp512
+// with --prompt 512 (the best of --reps: the first pays for cuBLAS's first calls and the step's graph);
+// --batch-invariant keeps the backend's own products at every size (no cuBLAS).
 //
-//   orchard_bench_runner MODEL.gguf [--threads N] [--prompt P] [--batches 1,4,16] [--steps S] [--reps R]
-//                                   [--chunks 1,2,4,8]
+//   orchard_bench_runner MODEL.gguf [--device cpu|cuda] [--batch-invariant] [--threads N] [--prompt P]
+//                                   [--batches 1,4,16] [--steps S] [--reps R] [--chunks 1,2,4,8]
 // prints one JSON object: {"prefill_tok_s": x, "decode_tok_s": {"1": x, "4": y, ...}, "chunk_step_ms":
 // {"1": t, "2": u, ...}, ...}.
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "pie/backend.h"
 #include "pie/kv_cache.h"
 #include "pie/model.h"
 #include "pie/runner.h"
@@ -39,10 +42,13 @@ struct Options {
   std::int32_t steps = 16;
   int reps = 2;
   std::vector<std::int32_t> chunks;
+  bool cuda = false;
+  bool batch_invariant = false;
 };
 
-const orchard::bench::BenchArgs kArgs(
-    "orchard_bench_runner", "MODEL [--threads N] [--prompt P] [--batches 1,4,16] [--steps S] [--reps R] [--chunks 1,2,4,8]");
+const orchard::bench::BenchArgs kArgs("orchard_bench_runner",
+                                      "MODEL [--device cpu|cuda] [--batch-invariant] [--threads N] [--prompt P] "
+                                      "[--batches 1,4,16] [--steps S] [--reps R] [--chunks 1,2,4,8]");
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -52,7 +58,13 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) kArgs.fail(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--threads") {
+    if (a == "--device") {
+      const std::string d = value();
+      if (d != "cpu" && d != "cuda") kArgs.fail("--device wants cpu or cuda, got '" + d + "'");
+      o.cuda = d == "cuda";
+    } else if (a == "--batch-invariant") {
+      o.batch_invariant = true;
+    } else if (a == "--threads") {
       o.threads = kArgs.positive(a, value());
     } else if (a == "--prompt") {
       o.prompt = kArgs.positive(a, value());
@@ -78,8 +90,10 @@ Options parse(int argc, char** argv) {
 
 int run(const Options& o) {
   const auto model = pie::load_model(o.model);
-  tensor::ThreadPool pool(o.threads);
-  pie::ModelRunner runner(model, &pool);
+  tensor::ThreadPool pool(o.cuda ? 1 : o.threads);
+  pie::ModelRunner runner =
+      o.cuda ? pie::ModelRunner(model, pie::make_cuda_backend(0, {.batch_invariant = o.batch_invariant}))
+             : pie::ModelRunner(model, &pool);
   const std::int32_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   constexpr std::int32_t kDecodePrompt = 16;  // each decode sequence's context before the timed steps
   const std::int32_t max_chunk = o.chunks.empty() ? 1 : *std::max_element(o.chunks.begin(), o.chunks.end());
@@ -87,7 +101,7 @@ int run(const Options& o) {
       (std::max(o.prompt, kDecodePrompt + o.steps * max_chunk) + pie::kKvPageSize - 1) / pie::kKvPageSize;
   pie::KvCacheConfig config = runner.kv_config(per_seq * max_batch + 4, tensor::DType::f16);
   config.prefix_caching = false;
-  pie::KvCache kv(config);
+  pie::KvCache kv(runner.make_kv_storage(config));
   orchard::bench::BatchStepper driver(runner, kv);
 
   // Warm-up (page faults of the mapped weights, thread start-up): one short step.
@@ -134,10 +148,11 @@ int run(const Options& o) {
     if (!chunk_json.empty()) chunk_json += ", ";
     chunk_json += "\"" + std::to_string(t) + "\": " + std::to_string(best);
   }
-  std::printf("{\"engine\": \"orchard\", \"threads\": %d, \"prompt\": %d, \"steps\": %d, \"prefill_tok_s\": %.3f, "
-              "\"decode_tok_s\": {%s}, \"chunk_step_ms\": {%s}, \"weights\": \"%s\"}\n",
-              o.threads, o.prompt, o.steps, prefill_best, decode_json.c_str(), chunk_json.c_str(),
-              model->describe().c_str());
+  std::printf("{\"engine\": \"orchard\", \"device\": \"%s\", \"batch_invariant\": %s, \"threads\": %d, "
+              "\"prompt\": %d, \"steps\": %d, \"prefill_tok_s\": %.3f, \"decode_tok_s\": {%s}, "
+              "\"chunk_step_ms\": {%s}, \"weights\": \"%s\"}\n",
+              o.cuda ? "cuda" : "cpu", o.batch_invariant ? "true" : "false", o.threads, o.prompt, o.steps,
+              prefill_best, decode_json.c_str(), chunk_json.c_str(), model->describe().c_str());
   return 0;
 }
 

@@ -20,6 +20,7 @@ case $case_name in
     run run --help; expect_rc 0
     grep -q "usage: orchard run" "$tmp/out" || fail "no usage line"
     grep -q -- "--schema" "$tmp/out" || fail "--schema undocumented"
+    grep -q -- "--batch-invariant" "$tmp/out" || fail "--batch-invariant undocumented"
     grep -q "RANDOM weights" "$tmp/out" || fail "the default model's random weights are not said" ;;
   run_unknown_option)
     run run --frobnicate; expect_rc 2; expect_err_line "unknown option '--frobnicate'" ;;

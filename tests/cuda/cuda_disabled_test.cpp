@@ -1,11 +1,13 @@
 // The tensor/cuda sources compiled as a build without CUDA (ORCHARD_HAVE_CUDA=0; this test compiles them
 // itself): every entry point throws CudaUnavailable saying "built without CUDA".
 #include <gtest/gtest.h>
+#include <tensor/cuda/blas.h>
 #include <tensor/cuda/device.h>
 #include <tensor/cuda/jit.h>
 #include <tensor/cuda/memory_pool.h>
 #include <tensor/cuda/stream.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -43,6 +45,15 @@ TEST(CudaDisabled, EveryEntryPointThrows) {
   expect_built_without([] { tc::compile_cubin("x.cu", "x", {}, 90); }, "tensor::cuda::compile_cubin");
   expect_built_without([] { tc::load_module("x.cu", "x", {}); }, "tensor::cuda::load_module");
   expect_built_without([] { tc::DeviceBuffer b; b.fill_bytes(0); }, "tensor::cuda::DeviceBuffer::fill_bytes");
+}
+
+// cuBLAS cannot be loaded without CUDA (the backend's products keep their kernels); ORCHARD_CUBLAS=0 hides it
+// whatever the build, and the reason says so.
+TEST(CudaDisabled, CublasIsUnavailableAndTheVariableHidesIt) {
+  EXPECT_NE(tc::blas_unavailable_reason().find("built without CUDA"), std::string::npos);
+  setenv("ORCHARD_CUBLAS", "0", 1);
+  EXPECT_EQ(tc::blas_unavailable_reason(), "hidden by ORCHARD_CUBLAS=0");
+  unsetenv("ORCHARD_CUBLAS");
 }
 
 }  // namespace

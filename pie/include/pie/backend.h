@@ -9,9 +9,11 @@
 //
 // Batch invariance: every operation computes each row from that row alone (and attention each query row
 // from its own sequence), in an order that depends on the row's length only, so a token's logits are
-// bit-identical whatever else the step holds.
+// bit-identical whatever else the step holds. The CUDA backend's tensor-core products of many tokens trade
+// this for speed unless CudaOptions::batch_invariant asks to keep it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -159,11 +161,24 @@ class Backend {
   virtual void sample_rows(std::span<const DeviceSampleRow> rows, std::span<DeviceSampleResult> out);
 };
 
+// Options of the CUDA backend.
+struct CudaOptions {
+  // Products of many tokens (prefill chunks, large batches) run on tensor cores through cuBLAS, whose
+  // order of summation follows the product's shape: a token's logits then move (within rounding) with
+  // what else the step holds. true keeps the backend's own kernels at every size: a token's logits are
+  // bit-identical whatever the batch (docs/architecture.md, "Batch invariance"), at their slower speed.
+  bool batch_invariant = false;
+  // The fewest tokens a product sends to cuBLAS (0: the measured defaults of gemm.cpp).
+  std::int32_t gemm_min_tokens = 0;
+  // The bytes of a slab of quantized rows expanded to f16 for cuBLAS (0: a third of the GPU's L2).
+  std::size_t gemm_slab_bytes = 0;
+};
+
 // The CUDA backend on device `ordinal`: weights in device memory in their file type (f32, f16, bf16, q8_0,
 // q4_0, q4_1, q4_K, q5_K, q6_K), f16 KV pages in device memory, the step's kernels queued on a stream of its
 // own by begin() (which returns once they are queued), the logits copied back by wait(). Throws pie::Error
 // saying why when CUDA cannot be used here (no build support, no driver, no device).
-std::unique_ptr<Backend> make_cuda_backend(int ordinal = 0);
+std::unique_ptr<Backend> make_cuda_backend(int ordinal = 0, const CudaOptions& options = {});
 
 // Which device a forward pass runs on, as asked (`--device`): automatic takes CUDA when a usable GPU is
 // present.
@@ -176,8 +191,8 @@ struct DeviceChoice {
 };
 // Resolves a request. Throws pie::Error (the reason) when cuda is asked for and cannot be used.
 DeviceChoice choose_device(DeviceRequest request);
-// The backend of a choice: make_cuda_backend(0) or make_cpu_backend(n_threads).
-std::unique_ptr<Backend> make_backend(tensor::Device device, std::int32_t n_threads);
+// The backend of a choice: make_cuda_backend(0, cuda) or make_cpu_backend(n_threads).
+std::unique_ptr<Backend> make_backend(tensor::Device device, std::int32_t n_threads, const CudaOptions& cuda = {});
 
 // `backend` itself, or, when ORCHARD_INJECT_STEP_FAULTS names steps ("3" or "3,7": counted from 1, in the
 // order begin() is called), a wrapper whose wait() of those steps throws pie::Error as a device fault inside

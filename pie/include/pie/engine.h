@@ -158,6 +158,10 @@ struct EngineOptions {
   // On CUDA, the fraction of the GPU's memory the engine may use (weights, KV pool, activations), as vLLM's
   // gpu_memory_utilization: with kv_cache_bytes 0 the KV pool takes what remains of it after the weights.
   double gpu_memory = 0.9;
+  // On CUDA, a token's logits bit-identical whatever else the step holds (CudaOptions::batch_invariant):
+  // off, prefill chunks and large batches run their products on tensor cores, faster, in an order of
+  // summation that follows the step's size.
+  bool batch_invariant = false;
   tensor::DType kv_dtype = tensor::DType::f32;
   bool prefix_caching = true;
   // The KV pool committed at start (KvCacheConfig::resident): a server's memory stays level as its prefix

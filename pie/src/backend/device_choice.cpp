@@ -26,13 +26,13 @@ DeviceChoice choose_device(DeviceRequest request) {
   return {tensor::Device::cuda, fmt::format("a usable GPU: {}", tensor::cuda::device_info().name)};
 }
 
-std::unique_ptr<Backend> make_backend(tensor::Device device, std::int32_t n_threads) {
-  if (device == tensor::Device::cuda) return make_cuda_backend(0);
+std::unique_ptr<Backend> make_backend(tensor::Device device, std::int32_t n_threads, const CudaOptions& cuda) {
+  if (device == tensor::Device::cuda) return make_cuda_backend(0, cuda);
   return make_cpu_backend(n_threads);
 }
 
 #if !ORCHARD_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int) {
+std::unique_ptr<Backend> make_cuda_backend(int, const CudaOptions&) {
   throw Error(fmt::format("[backend] CUDA cannot be used here: {}", tensor::cuda::unavailable_reason()));
 }
 #endif

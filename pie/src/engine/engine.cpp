@@ -403,7 +403,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
     cpu_pool = std::make_unique<tensor::ThreadPool>(options.n_threads);
     backend = make_cpu_backend(cpu_pool.get());
   } else {
-    backend = make_backend(device.device, options.n_threads);
+    backend = make_backend(device.device, options.n_threads, {.batch_invariant = options.batch_invariant});
   }
   if (options.wrap_backend) backend = options.wrap_backend(std::move(backend));
   runner = std::make_unique<ModelRunner>(model, with_injected_faults(std::move(backend)));

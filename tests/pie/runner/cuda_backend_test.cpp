@@ -3,8 +3,10 @@
 // models against the CPU backend (the llama / mistral / qwen2 / qwen3 test models, stories260K, the
 // random-weight model in every weight type: logits within 1e-2 absolute (0.5 for q8_0, q4_0, q4_1, whose products
 // round the activations to 8 bits), greedy continuations equal
-// wherever the CPU's top-two margin exceeds 1e-2; the real default model when the store holds it, within
-// 5e-2), steps captured as CUDA graphs equal to plain launches bit for bit, the engine on CUDA (a
+// wherever the CPU's top-two margin exceeds 1e-2; the same with every product on tensor cores (cuBLAS,
+// activations rounded to 16 bits: 2e-2 for f16, 3e-2 for the block types, 0.12 for bf16); the real default
+// model when the store holds it, within 5e-2), steps captured as CUDA graphs equal to plain launches bit
+// for bit (with and without cuBLAS), the engine on CUDA (a
 // constrained generation that validates, continuous batching equal to each request alone), and the errors:
 // no GPU when cuda is asked for, a model larger than the GPU's free memory. The GPU tests skip with the
 // reason where CUDA cannot be used; the error tests of a machine without a GPU run everywhere.
@@ -30,6 +32,7 @@
 #include "pie/runner.h"
 #include "pse/json_schema.h"
 #include "runner_test_util.h"
+#include "tensor/cuda/blas.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/memory_pool.h"
 
@@ -135,7 +138,7 @@ const DType kWeightTypes[] = {DType::f32,  DType::f16,  DType::bf16, DType::q8_0
 
 TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
   REQUIRE_GPU();
-  auto backend = make_cuda_backend();
+  auto backend = make_cuda_backend(0, {.batch_invariant = true});  // the built-in kernels (gemm: cuda_gemm_test)
   std::mt19937 rng(std::random_device{}());
   // Rows of 512 (every type; the float types' 16-byte path) and of 300 (the float types' element path).
   std::vector<std::pair<DType, std::int64_t>> cases;
@@ -189,7 +192,7 @@ TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
 // bits as in the 11-token call (batch invariance).
 TEST(CudaBackendKernels, SmallTokenProductsOfSeveralOutputsMatchTheReference) {
   REQUIRE_GPU();
-  auto backend = make_cuda_backend();
+  auto backend = make_cuda_backend(0, {.batch_invariant = true});  // the matvec kernels at 8 and 11 tokens too
   std::mt19937 rng(std::random_device{}());
   const std::int64_t n_outs[] = {75, 3, 130, 40, 33, 64, 17, 5, 9};  // [3]: the other type
   const std::int64_t kMaxTokens = 11;
@@ -370,8 +373,8 @@ struct Agreement {
 
 Agreement compare_backends(const std::shared_ptr<const Model>& model, const std::shared_ptr<const Model>& cpu_model,
                            const std::vector<std::int32_t>& prompt_a, const std::vector<std::int32_t>& prompt_b,
-                           float greedy_margin = 1e-2f) {
-  ModelRunner gpu(model, make_cuda_backend());
+                           float greedy_margin = 1e-2f, const CudaOptions& cuda = {}) {
+  ModelRunner gpu(model, make_cuda_backend(0, cuda));
   ModelRunner cpu(cpu_model, make_cpu_backend(0));
   KvCache gkv(gpu.make_kv_storage([&] {
     KvCacheConfig c = gpu.kv_config(64, DType::f16);
@@ -626,9 +629,10 @@ TEST(CudaBackendModelsReal, DefaultModelQuantizedKeepsTheCpuPerplexity) {
 // an update of the kept graph: positions, lengths and page tables change), one sequence alone (a new
 // shape), and two again (the first shape's graph, kept). qwen3 (head dim 64) takes pal's attention, llama
 // (12) the generic kernels.
-std::vector<float> logits_of_steps(const std::shared_ptr<const Model>& model, bool graphs) {
+std::vector<float> logits_of_steps(const std::shared_ptr<const Model>& model, bool graphs,
+                                   const CudaOptions& cuda = {}) {
   setenv("ORCHARD_CUDA_GRAPHS", graphs ? "1" : "0", 1);
-  ModelRunner runner(model, make_cuda_backend());
+  ModelRunner runner(model, make_cuda_backend(0, cuda));
   unsetenv("ORCHARD_CUDA_GRAPHS");
   KvCache kv(runner.make_kv_storage([&] {
     KvCacheConfig c = runner.kv_config(32, DType::f16);
@@ -664,11 +668,16 @@ std::vector<float> logits_of_steps(const std::shared_ptr<const Model>& model, bo
 
 TEST(CudaBackendGraphs, CapturedStepsMatchPlainLaunchesBitForBit) {
   REQUIRE_GPU();
-  for (const char* name : {"qwen3", "llama"}) {
-    SCOPED_TRACE(name);
+  // Each model twice: with the built-in products, and with every product on tensor cores (cuBLAS, its
+  // calls captured into the graph) where cuBLAS is present.
+  const bool blas = tc::blas_unavailable_reason().empty();
+  for (const auto& [name, gemm] : {std::pair{"qwen3", false}, {"llama", false}, {"qwen3", true}, {"llama", true}}) {
+    SCOPED_TRACE(std::string(name) + (gemm ? " on tensor cores" : ""));
+    if (gemm && !blas) continue;
+    const CudaOptions cuda = gemm ? CudaOptions{.gemm_min_tokens = 1} : CudaOptions{.batch_invariant = true};
     const auto model = load_model(model_dir(name).string());
-    const std::vector<float> captured = logits_of_steps(model, true);
-    const std::vector<float> plain = logits_of_steps(model, false);
+    const std::vector<float> captured = logits_of_steps(model, true, cuda);
+    const std::vector<float> plain = logits_of_steps(model, false, cuda);
     ASSERT_EQ(captured.size(), plain.size());
     ASSERT_GT(captured.size(), 0u);
     for (std::size_t i = 0; i < captured.size(); ++i) {
@@ -682,6 +691,8 @@ class CudaBackendWeightTypes : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaBackendWeightTypes, RandomModelAgreesWithTheCpuBackend) {
   REQUIRE_GPU();
+  // The built-in kernels at every size (RandomModelAgreesOnTensorCores: the products of many tokens on
+  // cuBLAS).
   const auto src = random_model();
   const DType type = GetParam();
   const auto gpu_model = type == DType::f32 ? src : with_matrices(*src, type, false);
@@ -695,8 +706,32 @@ TEST_P(CudaBackendWeightTypes, RandomModelAgreesWithTheCpuBackend) {
   const std::int32_t n_vocab = src->config.n_vocab;
   const double bound = reads_q8_1(type) ? 0.5 : 1e-2;
   const Agreement a = compare_backends(gpu_model, cpu_model, some_tokens(45, n_vocab, std::random_device{}()),
-                                       some_tokens(17, n_vocab, std::random_device{}()), static_cast<float>(2 * bound));
+                                       some_tokens(17, n_vocab, std::random_device{}()), static_cast<float>(2 * bound),
+                                       {.batch_invariant = true});
   EXPECT_LT(a.max_abs, bound);
+}
+
+// Every product on tensor cores (cuBLAS from one token on): the types it takes (f16 / bf16 as they are,
+// the block types expanded to f16) against the CPU on the dequantized weights in f32. The activations are
+// rounded to f16 on the way in (bf16 for bf16 weights: 8 bits of mantissa), which the random model's
+// logits carry: measured on an H100 (two runs), f16 0.0087-0.0100, the block types 0.011-0.015, bf16
+// 0.057-0.061; the bounds are about twice those.
+TEST_P(CudaBackendWeightTypes, RandomModelAgreesOnTensorCores) {
+  REQUIRE_GPU();
+  if (!tc::blas_unavailable_reason().empty()) GTEST_SKIP() << "no cuBLAS: " << tc::blas_unavailable_reason();
+  const DType type = GetParam();
+  if (type == DType::f32 || type == DType::nf4) GTEST_SKIP() << "not a tensor-core type (built-in kernels)";
+  const auto src = random_model();
+  const auto gpu_model = with_matrices(*src, type, false);
+  const auto cpu_model = with_matrices(*src, type, true);
+  const std::int32_t n_vocab = src->config.n_vocab;
+  const double bound = type == DType::bf16 ? 0.12 : type == DType::f16 ? 2e-2 : 3e-2;
+  const Agreement a = compare_backends(gpu_model, cpu_model, some_tokens(45, n_vocab, std::random_device{}()),
+                                       some_tokens(17, n_vocab, std::random_device{}()), static_cast<float>(2 * bound),
+                                       {.gemm_min_tokens = 1});
+  EXPECT_LT(a.max_abs, bound);
+  RecordProperty("max_abs", std::to_string(a.max_abs));
+  std::printf("tensor cores, %s: max |gpu - cpu| %.5f\n", std::string(tensor::dtype_name(type)).c_str(), a.max_abs);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaBackendWeightTypes, ::testing::ValuesIn(kWeightTypes),
@@ -722,6 +757,7 @@ TEST(CudaBackendEngine, ConstrainedGenerationValidatesAndBatchingMatchesAlone) {
   options.device = DeviceRequest::cuda;
   options.max_running = 4;
   options.context_length = 256;
+  options.batch_invariant = true;  // batched equal to alone, bit for bit
   Engine engine(random_model(), options);
   EXPECT_EQ(engine.device().device, tensor::Device::cuda);
   EXPECT_EQ(engine.options().kv_dtype, DType::f16);

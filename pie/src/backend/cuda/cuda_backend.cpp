@@ -36,6 +36,7 @@
 #include "cuda_lora.h"
 #include "cuda_sampling.h"
 #include "cuda_sources.h"
+#include "gemm.h"
 #include "product_launch.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/graph.h"
@@ -192,9 +193,12 @@ struct NotCapturable {};
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int ordinal) : ordinal_(ordinal) {
+  CudaBackend(int ordinal, const CudaOptions& options) : ordinal_(ordinal) {
     tc::make_current(ordinal_);
     stream_ = std::make_unique<tc::Stream>();
+    gemm_ = std::make_unique<cuda::GemmProducts>(
+        *stream_, options,
+        [this](tc::DeviceBuffer& b, std::size_t bytes) -> tc::DeviceBuffer& { return grown(b, bytes); });
     const char* graphs = std::getenv("ORCHARD_CUDA_GRAPHS");
     graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
     lora_ = std::make_unique<cuda::CudaLora>(ordinal_, stream_.get());
@@ -352,7 +356,12 @@ class CudaBackend final : public Backend {
     if (in.n_rows == 0) return;
     bool quantized = false;  // `in` as q8_1 blocks, made once for all of outs that read them
     int n_tokens = static_cast<int>(in.n_rows);
+    gemm_->new_input();
     for (std::size_t i = 0; i < outs.size();) {
+      if (gemm_->project(in, outs[i])) {  // many tokens: tensor cores (gemm.h)
+        ++i;
+        continue;
+      }
       const Weight& w = *outs[i].weight;
       const tensor::DType type = w.dtype();
       const std::string suffix = type_suffix(type, "projection");
@@ -777,6 +786,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<tc::Stream> stream_;
   std::unique_ptr<cuda::CudaLora> lora_;  // adapters in device memory (cuda_lora.h)
   std::unique_ptr<cuda::CudaSampling> sampling_;  // rows sampled where the logits are (cuda_sampling.h)
+  std::unique_ptr<cuda::GemmProducts> gemm_;  // products of many tokens through cuBLAS (gemm.h)
   std::array<tc::DeviceBuffer, kMaxSlot + 1> scratch_;
   tc::DeviceBuffer xq_, xd_;  // the activations of the current product as q8_1 blocks
   std::array<tc::DeviceBuffer, kNumIntSlots> ints_;
@@ -802,11 +812,11 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
+std::unique_ptr<Backend> make_cuda_backend(int ordinal, const CudaOptions& options) {
   const std::string why_not = tensor::cuda::unavailable_reason();
   if (!why_not.empty()) throw Error(fmt::format("[backend:cuda] CUDA cannot be used here: {}", why_not));
   try {
-    return std::make_unique<CudaBackend>(ordinal);
+    return std::make_unique<CudaBackend>(ordinal, options);
   } catch (const tensor::Error& e) {
     throw Error(fmt::format("[backend:cuda] device {}: {}", ordinal, e.what()));
   }
