@@ -65,10 +65,11 @@ TEST_P(JitCompile, PieBackendSources) {
   for (const auto& s : sources) {
     SCOPED_TRACE(std::string(s.name));
     std::string cubin;
-    EXPECT_NO_THROW(cubin = tc::compile_cubin(s.name, s.text, {}, arch));
+    EXPECT_NO_THROW(cubin = tc::compile_cubin(s.name, pie::cuda::kernel_text(s.name), {}, arch));
     EXPECT_GT(cubin.size(), 0u);
   }
   EXPECT_NO_THROW(pie::cuda::embedded_source("decoder_ops.cu"));
+  EXPECT_NO_THROW(pie::cuda::embedded_source("weight_blocks.cuh"));
   EXPECT_NO_THROW(pie::cuda::embedded_source("lora_ops.cu"));
 }
 
@@ -77,11 +78,10 @@ TEST_P(JitCompile, PieBackendSources) {
 // tiles, eight rows a wide tile. About 11 s of NVRTC an architecture (conformance label).
 TEST_P(JitCompile, PieBackendProductTunables) {
   const int arch = GetParam();
-  const auto& s = pie::cuda::embedded_source("decoder_ops.cu");
   const std::vector<std::string> options = {"-DMV_SPLIT=4", "-DMV_UNROLL=2", "-DMV_PIPELINE=1", "-DMV_PIPELINE_WIDE=0",
                                             "-DMV_ROWS_WIDE=8"};
   std::string cubin;
-  EXPECT_NO_THROW(cubin = tc::compile_cubin(s.name, s.text, options, arch));
+  EXPECT_NO_THROW(cubin = tc::compile_cubin("decoder_ops.cu", pie::cuda::kernel_text("decoder_ops.cu"), options, arch));
   EXPECT_GT(cubin.size(), 0u);
 }
 

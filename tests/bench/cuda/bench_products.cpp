@@ -85,7 +85,7 @@ class Bench {
   explicit Bench(const Options& o) : o_(o) {
     std::string text;
     if (o.source_file.empty()) {
-      text = std::string(pc::embedded_source("decoder_ops.cu").text);
+      text = pc::kernel_text("decoder_ops.cu");
     } else {
       std::ifstream f(o.source_file);
       if (!f) throw std::runtime_error("cannot read " + o.source_file);

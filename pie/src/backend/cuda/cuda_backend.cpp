@@ -67,8 +67,8 @@ const tc::Kernel& kernel(const std::string& entry) {
   static std::map<std::string, tc::Kernel> kernels;
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = kernels.find(entry); it != kernels.end()) return it->second;
-  const tc::EmbeddedSource& src = cuda::embedded_source(source_of(entry));
-  const tc::Module& module = tc::load_module(src.name, src.text, {});
+  const char* source = source_of(entry);
+  const tc::Module& module = tc::load_module(source, cuda::kernel_text(source), {});
   return kernels.emplace(entry, module.kernel(entry.c_str())).first->second;
 }
 

@@ -34,8 +34,7 @@ const tc::Kernel& kernel(const std::string& entry) {
   static std::map<std::string, tc::Kernel> kernels;
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = kernels.find(entry); it != kernels.end()) return it->second;
-  const tc::EmbeddedSource& src = embedded_source("gemm_ops.cu");
-  const tc::Module& module = tc::load_module(src.name, src.text, {});
+  const tc::Module& module = tc::load_module("gemm_ops.cu", kernel_text("gemm_ops.cu"), {});
   return kernels.emplace(entry, module.kernel(entry.c_str())).first->second;
 }
 
