@@ -4,8 +4,8 @@
 // exercised without a GPU: the outputs (tokens, texts, logprobs) equal the host path's for greedy, logprobs,
 // penalties and bias, seeded sampling, n > 1, prompt logprobs, a top_k the device does not sort, constraints
 // and ignore_eos; off, nothing goes to the device; a failing device sampler fails its rows and the engine
-// goes on; a broken logit ends its sample with the CPU sampler's error. The kernels on a GPU:
-// tests/pie/runner/cuda_sampling_test.cpp.
+// goes on; a broken logit ends its sample with the CPU sampler's error; a ForwardingBackend over nothing
+// is refused. The kernels on a GPU: tests/pie/runner/cuda_sampling_test.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -19,6 +19,7 @@
 #include "pie/device_sampling.h"
 #include "pie/engine.h"
 #include "pie/error.h"
+#include "pie/forwarding_backend.h"
 #include "pse/json_schema.h"
 
 namespace pie::testing {
@@ -34,53 +35,20 @@ struct Control {
   std::atomic<bool> nan_logits{false};  // every kept row's first logit becomes NaN
 };
 
-class HostSampledBackend final : public Backend {
+class HostSampledBackend final : public ForwardingBackend {
  public:
-  HostSampledBackend(std::unique_ptr<Backend> inner, Control* control) : inner_(std::move(inner)), c_(control) {}
+  HostSampledBackend(std::unique_ptr<Backend> inner, Control* control)
+      : ForwardingBackend(std::move(inner)), c_(control) {}
 
-  std::string name() const override { return "host-sampled " + inner_->name(); }
-  tensor::Device device() const override { return inner_->device(); }
-  bool supports_lora() const override { return inner_->supports_lora(); }
-  std::shared_ptr<const ModelWeights> upload(std::shared_ptr<const Model> model) override {
-    return inner_->upload(std::move(model));
-  }
-  std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) override {
-    return inner_->make_kv_storage(config);
-  }
-  Rows scratch(int slot, std::int64_t n_rows, std::int64_t n_cols) override {
-    return inner_->scratch(slot, n_rows, n_cols);
-  }
+  std::string name() const override { return "host-sampled " + inner().name(); }
   Rows output_rows(std::span<float> host, std::int64_t n_rows, std::int64_t n_cols) override {
     host_ = host.first(static_cast<std::size_t>(n_rows * n_cols));
     n_cols_ = n_cols;
-    return inner_->output_rows(host, n_rows, n_cols);
+    return inner().output_rows(host, n_rows, n_cols);
   }
-  void embed(const Weight& t, std::span<const std::int32_t> tokens, const Rows& out) override {
-    inner_->embed(t, tokens, out);
-  }
-  void rms_norm(const Rows& x, const Weight& w, float eps, const Rows& out) override {
-    inner_->rms_norm(x, w, eps, out);
-  }
-  void project(const Rows& in, std::span<const Projection> outs) override { inner_->project(in, outs); }
-  void add_bias(const Rows& x, const Weight& bias) override { inner_->add_bias(x, bias); }
-  void add(const Rows& acc, const Rows& x) override { inner_->add(acc, x); }
-  void swiglu(const Rows& gate, const Rows& up) override { inner_->swiglu(gate, up); }
-  void rope_append(const StepLayout& layout, const pal::RopeTable& rope, const Rows& q, const Rows& k, const Rows& v,
-                   KvStorage& kv, std::int32_t layer) override {
-    inner_->rope_append(layout, rope, q, k, v, kv, layer);
-  }
-  void attention(const StepLayout& layout, const pal::AttentionParams& params, const Rows& q, KvStorage& kv,
-                 std::int32_t layer, const Rows& out) override {
-    inner_->attention(layout, params, q, kv, layer, out);
-  }
-  void gather_rows(const Rows& x, std::span<const std::int32_t> rows, const Rows& out) override {
-    inner_->gather_rows(x, rows, out);
-  }
-  void soft_cap(const Rows& x, float cap) override { inner_->soft_cap(x, cap); }
-  void begin(std::function<void()> step) override { inner_->begin(std::move(step)); }
 
   void wait() override {
-    inner_->wait();
+    inner().wait();
     if (!std::exchange(keep_, false)) return;
     // The "device's" copy; the host rows get NaN, so a host read of a kept step's logits shows.
     kept_.assign(host_.begin(), host_.end());
@@ -122,7 +90,6 @@ class HostSampledBackend final : public Backend {
   }
 
  private:
-  std::unique_ptr<Backend> inner_;
   Control* c_;
   std::span<float> host_;
   std::int64_t n_cols_ = 0;
@@ -280,6 +247,15 @@ TEST(EngineDeviceSampling, ABrokenLogitEndsItsSampleWithTheCpuSamplersError) {
   EXPECT_EQ(r.samples[0].finish, FinishReason::error);
   EXPECT_NE(r.samples[0].error.find("sampling failed: [sampler] logit of token 0 is nan"), std::string::npos)
       << r.samples[0].error;
+}
+
+TEST(ForwardingBackend, RefusesToWrapNothing) {
+  try {
+    HostSampledBackend wrapper(nullptr, nullptr);
+    FAIL() << "a forwarding backend over no backend was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a backend to wrap"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "lora_test_util.h"
+#include "pie/forwarding_backend.h"
 #include "pie/lora.h"
 
 namespace pie::testing {
@@ -169,36 +170,11 @@ namespace pie::testing {
 namespace {
 
 // The CPU backend minus LoRA: a backend that does not apply adapters.
-class NoLoraBackend final : public Backend {
+class NoLoraBackend final : public ForwardingBackend {
  public:
-  NoLoraBackend() : cpu_(make_cpu_backend(nullptr)) {}
+  NoLoraBackend() : ForwardingBackend(make_cpu_backend(nullptr)) {}
   std::string name() const override { return "no-lora"; }
-  tensor::Device device() const override { return cpu_->device(); }
-  std::shared_ptr<const ModelWeights> upload(std::shared_ptr<const Model> m) override { return cpu_->upload(m); }
-  std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& c) override { return cpu_->make_kv_storage(c); }
-  Rows scratch(int slot, std::int64_t r, std::int64_t c) override { return cpu_->scratch(slot, r, c); }
-  Rows output_rows(std::span<float> h, std::int64_t r, std::int64_t c) override { return cpu_->output_rows(h, r, c); }
-  void embed(const Weight& t, std::span<const std::int32_t> ids, const Rows& o) override { cpu_->embed(t, ids, o); }
-  void rms_norm(const Rows& x, const Weight& w, float eps, const Rows& o) override { cpu_->rms_norm(x, w, eps, o); }
-  void project(const Rows& in, std::span<const Projection> outs) override { cpu_->project(in, outs); }
-  void add_bias(const Rows& x, const Weight& b) override { cpu_->add_bias(x, b); }
-  void add(const Rows& a, const Rows& x) override { cpu_->add(a, x); }
-  void swiglu(const Rows& g, const Rows& u) override { cpu_->swiglu(g, u); }
-  void rope_append(const StepLayout& l, const pal::RopeTable& r, const Rows& q, const Rows& k, const Rows& v,
-                   KvStorage& kv, std::int32_t layer) override {
-    cpu_->rope_append(l, r, q, k, v, kv, layer);
-  }
-  void attention(const StepLayout& l, const pal::AttentionParams& p, const Rows& q, KvStorage& kv, std::int32_t layer,
-                 const Rows& o) override {
-    cpu_->attention(l, p, q, kv, layer, o);
-  }
-  void gather_rows(const Rows& x, std::span<const std::int32_t> rows, const Rows& o) override { cpu_->gather_rows(x, rows, o); }
-  void soft_cap(const Rows& x, float cap) override { cpu_->soft_cap(x, cap); }
-  void begin(std::function<void()> step) override { cpu_->begin(std::move(step)); }
-  void wait() override { cpu_->wait(); }
-
- private:
-  std::unique_ptr<Backend> cpu_;
+  bool supports_lora() const override { return false; }
 };
 
 std::string runner_error(ModelRunner& runner, KvCache& kv, const std::vector<LoraGroup>& groups) {
