@@ -22,6 +22,7 @@
 #include "model_option.h"
 #include "lora_flags.h"
 #include "device_flag.h"
+#include "sampling_flags.h"
 #include "speculative_flags.h"
 #include "stored_defaults.h"
 #include "pie/chat_session.h"
@@ -149,13 +150,14 @@ class Chat {
 }  // namespace
 
 int run_chat(std::span<const std::string> args) {
-  std::optional<std::string> model_path, n_tokens, temp, top_k, top_p, seed, threads, ctx;
+  std::optional<std::string> model_path, n_tokens, threads, ctx;
+  SamplingFlags sampling_flags;
   GrammarSource grammar;
   ChatOptions chat_options;
   ArgParser parser(
       fmt::format("orchard chat [-m MODEL] [{}] [--system TEXT] [--tools FILE [--tool-choice C]] [-n N]\n"
-                  "             [--temp T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N]",
-                  kGrammarSynopsis),
+                  "             {} [--threads N] [--ctx N]",
+                  kGrammarSynopsis, kSamplingSynopsis),
       "A conversation with the model in the terminal: type a message, read the answer as it streams.\n"
       "The model's own chat template formats the conversation, exactly as `orchard serve` does; the\n"
       "history is kept. With a grammar or --schema, every answer fits it; with --tools, the model may\n"
@@ -167,12 +169,9 @@ int run_chat(std::span<const std::string> args) {
       "example: orchard chat --system 'Answer in one sentence.'");
   parser.option("model", 'm', "MODEL", kModelOptionHelp, &model_path)
       .option("n-predict", 'n', "N", "at most N tokens per answer (default: the rest of the context)", &n_tokens)
-      .option("temp", 0, "T", "temperature, 0 for greedy (default 0.8)", &temp)
-      .option("top-k", 0, "K", "sample from the K most likely tokens (default 40; 0 off)", &top_k)
-      .option("top-p", 0, "P", "nucleus sampling threshold in (0, 1] (default 0.95)", &top_p)
-      .option("seed", 0, "S", "random seed (default: a fresh one)", &seed)
       .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)
       .option("ctx", 'c', "N", "context length (default: the model's, at most 8192)", &ctx);
+  sampling_flags.add_options(parser);
   grammar.add_options(parser);
   chat_options.add_options(parser);
   SpeculativeFlags spec;
@@ -202,18 +201,11 @@ int run_chat(std::span<const std::string> args) {
   if (interactive) pthread_sigmask(SIG_BLOCK, &interrupt, nullptr);
 
   pie::OpenedModel opened = pie::open_model(model_path);
-  Json sampling{{"temperature", temp ? parse_double(*temp, "--temp") : 0.8},
-                {"top_k", top_k ? parse_int(*top_k, "--top-k", 0, 1 << 24) : 40},
-                {"top_p", top_p ? parse_double(*top_p, "--top-p") : 0.95}};
+  Json sampling = sampling_flags.fields();
   if (n_tokens) sampling["max_tokens"] = parse_int(*n_tokens, "-n", 1, 1 << 20);
-  if (seed) sampling["seed"] = parse_int(*seed, "--seed", 0, 1LL << 62);
   Json fields = chat_options.fields(sampling, grammar);
   // A stored model's Modelfile parameters fill what the command line left out.
-  std::vector<std::string> given;
-  if (temp) given.emplace_back("temperature");
-  if (top_k) given.emplace_back("top_k");
-  if (top_p) given.emplace_back("top_p");
-  if (seed) given.emplace_back("seed");
+  std::vector<std::string> given = sampling_flags.given();
   if (n_tokens) given.emplace_back("max_tokens");
   const nlohmann::json defaults = stored_sampling(opened, given);
   for (auto it = defaults.begin(); it != defaults.end(); ++it) fields[it.key()] = *it;

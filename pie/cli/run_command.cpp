@@ -16,6 +16,7 @@
 #include "model_option.h"
 #include "lora_flags.h"
 #include "device_flag.h"
+#include "sampling_flags.h"
 #include "speculative_flags.h"
 #include "stored_defaults.h"
 #include "pie/chat_session.h"
@@ -206,17 +207,18 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
 }  // namespace
 
 int run_run(std::span<const std::string> args) {
-  std::optional<std::string> model_path, prompt, prompt_file, n_tokens, temp, top_k, top_p, seed, threads, parallel;
+  std::optional<std::string> model_path, prompt, prompt_file, n_tokens, threads, parallel;
+  SamplingFlags sampling_flags;
   bool bos = false, no_bos = false, ignore_eos = false, json_stats = false, chat = false;
   GrammarSource grammar;
   grammar.default_layout = pse::JsonLayout::kCompact;
   ChatOptions chat_options;
   ArgParser parser(
-      fmt::format("orchard run [-m MODEL] [{}] [-p PROMPT | -f FILE] [-n N] [--temp T] [--top-k K] "
-                  "[--top-p P] [--seed S] [--threads N] [--parallel N] [--bos | --no-bos] [--ignore-eos] "
-                  "[--json-stats]\n"
+      fmt::format("orchard run [-m MODEL] [{}] [-p PROMPT | -f FILE] [-n N]\n"
+                  "       {}\n"
+                  "       [--threads N] [--parallel N] [--bos | --no-bos] [--ignore-eos] [--json-stats]\n"
                   "       orchard run --chat [--system TEXT] [--tools FILE [--tool-choice C]] ... (the same options)",
-                  kGrammarSynopsis),
+                  kGrammarSynopsis, kSamplingSynopsis),
       "Generates text from the prompt and streams it to standard output; a summary line (tokens,\n"
       "tokens/s, finish reason) goes to standard error. With a grammar, the output always fits it:\n"
       "at every step only the tokens that keep it valid may be sampled, and text the grammar fixes\n"
@@ -235,10 +237,6 @@ int run_run(std::span<const std::string> args) {
       .option("prompt", 'p', "PROMPT", "the prompt text (default: empty, the output starts after BOS)", &prompt)
       .option("file", 'f', "FILE", "read the prompt from FILE ('-' for standard input)", &prompt_file)
       .option("n-predict", 'n', "N", "generate at most N tokens (default 256)", &n_tokens)
-      .option("temp", 0, "T", "temperature, 0 for greedy (default 0.8)", &temp)
-      .option("top-k", 0, "K", "sample from the K most likely tokens (default 40; 0 off)", &top_k)
-      .option("top-p", 0, "P", "nucleus sampling threshold in (0, 1] (default 0.95)", &top_p)
-      .option("seed", 0, "S", "random seed (default: a fresh one)", &seed)
       .option("threads", 't', "N", "forward-pass threads (default: all cores)", &threads)
       .flag("bos", 0, "prepend the beginning-of-sequence token (default: as the model's metadata says)", &bos)
       .flag("no-bos", 0, "do not prepend the beginning-of-sequence token", &no_bos)
@@ -247,6 +245,7 @@ int run_run(std::span<const std::string> args) {
       .flag("ignore-eos", 0, "keep generating past end-of-sequence tokens (unconstrained only)", &ignore_eos)
       .flag("json-stats", 0, "write the summary to standard error as one JSON object (for benchmarks)", &json_stats)
       .flag("chat", 0, "format the prompt through the model's chat template, as one user message", &chat);
+  sampling_flags.add_options(parser);
   grammar.add_options(parser);
   chat_options.add_options(parser);
   SpeculativeFlags spec;
@@ -273,10 +272,8 @@ int run_run(std::span<const std::string> args) {
 
   pie::GenerateRequest request;
   request.max_tokens = static_cast<std::int32_t>(n_tokens ? parse_int(*n_tokens, "-n", 1, 1 << 20) : 256);
-  request.sampling.temperature = static_cast<float>(temp ? parse_double(*temp, "--temp") : 0.8);
-  request.sampling.top_k = static_cast<std::int32_t>(top_k ? parse_int(*top_k, "--top-k", 0, 1 << 24) : 40);
-  request.sampling.top_p = static_cast<float>(top_p ? parse_double(*top_p, "--top-p") : 0.95);
-  if (seed) request.sampling.seed = static_cast<std::uint64_t>(parse_int(*seed, "--seed", 0, (1LL << 62)));
+  const nlohmann::ordered_json sampling = sampling_flags.fields();
+  apply_sampling(nlohmann::json(sampling), request);
   request.ignore_eos = ignore_eos;
   RunSettings settings;
   settings.n_threads = threads ? static_cast<int>(parse_int(*threads, "--threads", 1, 1024)) : 0;
@@ -295,23 +292,16 @@ int run_run(std::span<const std::string> args) {
   // writes one line and exits with status 2. A generation that fails once running: status 1.
   std::optional<nlohmann::ordered_json> chat_fields;
   if (chat) {
-    nlohmann::ordered_json sampling{{"temperature", request.sampling.temperature},
-                                    {"top_k", request.sampling.top_k},
-                                    {"top_p", request.sampling.top_p},
-                                    {"max_tokens", request.max_tokens}};
-    if (request.sampling.seed) sampling["seed"] = *request.sampling.seed;
-    chat_fields = chat_options.fields(sampling, grammar);
+    nlohmann::ordered_json chat_sampling = sampling;
+    chat_sampling["max_tokens"] = request.max_tokens;
+    chat_fields = chat_options.fields(chat_sampling, grammar);
   }
   const auto t_load = std::chrono::steady_clock::now();
   const pie::OpenedModel opened = pie::open_model(model_path);
   std::shared_ptr<const pie::Model> model = opened.model;
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   // A stored model's Modelfile parameters fill what the command line left out.
-  std::vector<std::string> given;
-  if (temp) given.emplace_back("temperature");
-  if (top_k) given.emplace_back("top_k");
-  if (top_p) given.emplace_back("top_p");
-  if (seed) given.emplace_back("seed");
+  std::vector<std::string> given = sampling_flags.given();
   if (n_tokens) given.emplace_back("max_tokens");
   const nlohmann::json defaults = stored_sampling(opened, given);
   add_stored_adapters(settings.lora, opened);

@@ -94,6 +94,28 @@ jsonschema.validate(json.loads(open(sys.argv[2], encoding="utf-8").read()), sche
     [[ "$err" == *"drafts kept"* ]] || fail "summary does not report drafts: $err"
     run run -m orchard-random -p hi --spec "draft=$stories/stories260K.bin"; expect_rc 2
     expect_err_line "the vocabularies differ" ;;
+  run_sampling_flags)  # each sampling option (sampling_flags.cpp) reaches the request, in run and chat
+    for flag in "--min-p 2:min_p" "--repeat-penalty 0:repetition_penalty" "--presence-penalty 3:presence_penalty" \
+                "--frequency-penalty -3:frequency_penalty" "--top-p 0:top_p" "--temp -1:temperature"; do
+      run run -m orchard-random -p hi ${flag%%:*}; expect_rc 2; expect_err_line "${flag##*:}"
+    done
+    run run -m orchard-random -p hi --min-p x; expect_rc 2; expect_err_line "--min-p: expected a number"
+    run run -m orchard-random -p hi --seed -1; expect_rc 2; expect_err_line "--seed"
+    run run -m orchard-random -p 'Once upon' --temp 0 -n 30 --ignore-eos; expect_rc 0
+    cp "$tmp/out" "$tmp/plain"
+    for flag in "--repeat-penalty 1.5" "--presence-penalty 2" "--frequency-penalty 2"; do
+      run run -m orchard-random -p 'Once upon' --temp 0 -n 30 --ignore-eos $flag; expect_rc 0
+      cmp -s "$tmp/out" "$tmp/plain" && fail "$flag changed nothing"
+    done
+    run run -m orchard-random -p 'Once upon' --temp 1 --top-k 0 --top-p 1 --seed 4 -n 30 --ignore-eos; expect_rc 0
+    cp "$tmp/out" "$tmp/plain"
+    run run -m orchard-random -p 'Once upon' --temp 1 --top-k 0 --top-p 1 --seed 4 -n 30 --ignore-eos --min-p 0.5
+    expect_rc 0
+    cmp -s "$tmp/out" "$tmp/plain" && fail "--min-p changed nothing"
+    printf 'hi\n' >"$tmp/message"
+    "$ORCHARD" chat -m orchard-random --min-p 2 -n 4 <"$tmp/message" >"$tmp/out" 2>"$tmp/err"; rc=$?
+    err=$(cat "$tmp/err")
+    expect_rc 2; expect_err_line "min_p" ;;
   run_stories_converted)
     need "$stories/stories260K.bin"
     "$ORCHARD" convert "$stories/stories260K.bin" -o "$tmp/stories.gguf" --type f32 >/dev/null 2>"$tmp/err" ||
