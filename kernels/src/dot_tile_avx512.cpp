@@ -16,6 +16,7 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -80,14 +81,12 @@ void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std:
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
+  const TilePrefetch prefetch(w, R * stride, std::max<std::int64_t>(nb4 / 2, 1));
   for (std::int64_t i = 0; i < nb4; i += 2) {
     __m512i wq[R];
     __m512 wd[R];
+    prefetch.at(i / 2);
     for (int r = 0; r < R; ++r) {
-      if ((i & 3) == 0) {
-        const char* p = reinterpret_cast<const char*>(a[r] + i) + kPrefetchBytes;
-        for (std::size_t o = 0; o < 4 * sizeof(Block); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-      }
       wq[r] = W::levels_pair(a[r][i], a[r][i + 1]);
       wd[r] = scale_pair(a[r][i].d, a[r][i + 1].d);
     }

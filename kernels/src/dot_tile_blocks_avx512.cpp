@@ -1,6 +1,5 @@
 // AVX-512/VNNI kernels of q4_1, q5_0 and q5_1 weights against q8_0 activations: one template of R weight
-// rows x T tokens. matvec runs it with R = T = 1 (one sequential weight stream: several rows at once read
-// from DRAM at 0.5-0.7x the one-row rate on the development machine, software prefetch or not), matmul with
+// rows x T tokens. matvec runs it with R = T = 1 (one sequential weight stream), matmul with
 // four rows (two passes of two, which keeps every accumulator in a register) x 1..8 tokens, so each weight
 // unpack serves every token of the tile and each activation load every row.
 //
@@ -234,10 +233,12 @@ void tile(std::int64_t n, const void* w, std::size_t stride, const void* x, std:
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
+  const TilePrefetch prefetch(w, R * stride, full + 1);
   auto step = [&](std::int64_t g, int count) {
     WGroup wg[R];
+    if constexpr (R > 1) prefetch.at(g);
     for (int r = 0; r < R; ++r) {
-      prefetch_ahead(a[r] + kGroup * g, kGroup * sizeof(Block));
+      if constexpr (R == 1) prefetch_ahead(a[r] + kGroup * g, kGroup * sizeof(Block));
       wg[r] = W::load(a[r] + kGroup * g, count);
     }
     for (int t = 0; t < T; ++t) {
