@@ -71,6 +71,7 @@ TEST_P(JitCompile, PieBackendSources) {
   EXPECT_NO_THROW(pie::cuda::embedded_source("decoder_ops.cu"));
   EXPECT_NO_THROW(pie::cuda::embedded_source("weight_blocks.cuh"));
   EXPECT_NO_THROW(pie::cuda::embedded_source("lora_ops.cu"));
+  EXPECT_NO_THROW(pie::cuda::embedded_source("matvec_mma_ops.cu"));
 }
 
 // The matvec products' tunables other than the defaults (orchard_bench_products sweeps them with -D): four
@@ -82,6 +83,20 @@ TEST_P(JitCompile, PieBackendProductTunables) {
                                             "-DMV_ROWS_WIDE=8"};
   std::string cubin;
   EXPECT_NO_THROW(cubin = tc::compile_cubin("decoder_ops.cu", pie::cuda::kernel_text("decoder_ops.cu"), options, arch));
+  EXPECT_GT(cubin.size(), 0u);
+}
+
+// The tensor-core products' tunables other than the defaults (orchard_bench_products --mma sweeps them with
+// -D): activations rounded once, pipelining the other way round, two 16-row tiles and four warps a block, one
+// block an SM at least, two pieces a load.
+TEST_P(JitCompile, PieBackendMmaProductTunables) {
+  const int arch = GetParam();
+  const std::vector<std::string> options = {"-DMMA_EXACT_X=0", "-DMMA_PIPELINE=0", "-DMMA_PIPELINE_N16=1",
+                                            "-DMMA_TILES=2",   "-DMMA_WARPS=4",    "-DMMA_MIN_BLOCKS=1",
+                                            "-DMMA_UNROLL=2"};
+  std::string cubin;
+  EXPECT_NO_THROW(cubin = tc::compile_cubin("matvec_mma_ops.cu", pie::cuda::kernel_text("matvec_mma_ops.cu"), options,
+                                            arch));
   EXPECT_GT(cubin.size(), 0u);
 }
 

@@ -1,17 +1,22 @@
 // The CUDA backend's small-token products on the Llama-3.1-8B shapes (4096 -> 4096, 1024, 14336; 14336 ->
 // 4096; 4096 -> 128256), and the launches the backend makes of them (q + k + v and gate + up in one launch),
-// at 1, 2, 4, 5 and 8 tokens: weight bytes per second against the card's device-to-device copy rate measured
-// in the same run; and RMSNorm of as many rows of 4096. The launches are product_launch.h's, the backend's own; the q8_1 types include the
-// activations' quantization, as a project() call does. One JSON object per line on stdout.
+// at 1, 2, 4, 5 and 8 tokens (1 to 16 with --tokens): weight bytes per second against the card's
+// device-to-device copy rate measured in the same run; and RMSNorm of as many rows of 4096. The launches are
+// product_launch.h's, the backend's own; the q8_1 types include the activations' quantization, as a
+// project() call does. One JSON object per line on stdout.
 //
 //   orchard_bench_products [--types f16,q8_0,q4_0] [--tokens 1,2,4,5,8] [--reps N] [-D NAME=VALUE]...
-//                          [--source FILE] [--legacy] [--compile-only]
+//                          [--source FILE] [--legacy] [--mma] [--compile-only]
 //
-// -D passes a tunable of decoder_ops.cu's matvec kernels to NVRTC (MV_ROWS_NARROW, MV_ROWS_WIDE, MV_UNROLL,
-// MV_SPLIT); --source reads the kernels from FILE instead of the embedded decoder_ops.cu; --legacy launches
-// the products as the backend did before the matvec kernels (9bc0eb0: matmul_<type> a block per row,
-// matmul_q8_1_<type> a warp per row, one output a launch), for a before/after in one run. --compile-only
-// loads the module (filling the JIT cache) and exits: variants can be compiled side by side ahead of a sweep.
+// --mma launches the f16 / bf16 products on tensor cores (matvec_mma_ops.cu, as the backend does from 2
+// tokens; the other types as without it); without it they run on the matvec kernels. -D passes a tunable to
+// NVRTC: of decoder_ops.cu's matvec kernels (MV_ROWS_NARROW, MV_ROWS_WIDE, MV_UNROLL, MV_SPLIT), or of
+// matvec_mma_ops.cu's (MMA_WARPS, MMA_TILES, MMA_UNROLL, MMA_PIPELINE, MMA_PIPELINE_N16, MMA_EXACT_X,
+// MMA_MIN_BLOCKS: the MMA_ names go to that source only, so the matvec module stays cached); --source reads
+// the matvec kernels from FILE instead of the embedded decoder_ops.cu; --legacy launches the products as the
+// backend did before the matvec kernels (9bc0eb0: matmul_<type> a block per row, matmul_q8_1_<type> a warp
+// per row, one output a launch), for a before/after in one run. --compile-only loads the module (filling the
+// JIT cache) and exits: variants can be compiled side by side ahead of a sweep.
 //
 // Times: median of --reps samples of 20 back-to-back launch sequences between CUDA events; a spin kernel
 // queued ahead of each start event lets the host queue the sequence, so launch latency is not counted.
@@ -54,6 +59,7 @@ struct Options {
   std::vector<std::string> defines;
   std::string source_file;
   bool legacy = false;
+  bool mma = false;
   bool compile_only = false;
   int reps = 15;
 };
@@ -91,29 +97,33 @@ class Bench {
       if (!f) throw std::runtime_error("cannot read " + o.source_file);
       text.assign(std::istreambuf_iterator<char>(f), {});
     }
-    std::vector<std::string> opts;
+    std::vector<std::string> opts, mma_opts;
     for (const std::string& d : o.defines) {
-      opts.push_back("-D" + d);
+      (d.starts_with("MMA_") ? mma_opts : opts).push_back("-D" + d);
       const auto eq = d.find('=');
       const std::string name = d.substr(0, eq);
       const int value = eq == std::string::npos ? 1 : std::atoi(d.c_str() + eq + 1);
       if (name == "MV_ROWS_NARROW") shape_.rows_narrow = value;
       if (name == "MV_ROWS_WIDE") shape_.rows_wide = value;
+      if (name == "MMA_TILES") shape_.mma_rows = 16 * value;
+      if (name == "MMA_WARPS") shape_.mma_threads = 32 * value;
     }
     for (const std::string& d : o.defines) variant_ += (variant_.empty() ? "" : " ") + d;
     if (o.legacy) variant_ = "legacy";
     if (variant_.empty()) variant_ = "default";
+    if (o.mma) variant_ = "mma " + variant_;
     module_ = &tc::load_module(o.source_file.empty() ? "decoder_ops.cu" : "decoder_ops_bench.cu", text, opts);
+    if (o.mma) mma_module_ = &tc::load_module("matvec_mma_ops.cu", pc::kernel_text("matvec_mma_ops.cu"), mma_opts);
     spin_ = tc::load_module("bench_spin.cu", kSpinSource, {}).kernel("spin");
     weights_ = tc::MemoryPool::global().allocate(kWeightBytes);
     weights_.fill_bytes(0x11);
-    std::vector<float> x(static_cast<std::size_t>(8) * 14336);
+    std::vector<float> x(static_cast<std::size_t>(kMaxTokens) * 14336);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
     x_ = tc::MemoryPool::global().allocate(x.size() * sizeof(float));
     x_.copy_from_host(x.data(), x.size() * sizeof(float));
-    y_ = tc::MemoryPool::global().allocate(static_cast<std::size_t>(8) * 128256 * 4 * sizeof(float));
-    xq_ = tc::MemoryPool::global().allocate(static_cast<std::size_t>(8) * 14336);
-    xd_ = tc::MemoryPool::global().allocate(static_cast<std::size_t>(8) * 14336 / 32 * 2 * sizeof(float));
+    y_ = tc::MemoryPool::global().allocate(static_cast<std::size_t>(kMaxTokens) * 128256 * 4 * sizeof(float));
+    xq_ = tc::MemoryPool::global().allocate(static_cast<std::size_t>(kMaxTokens) * 14336);
+    xd_ = tc::MemoryPool::global().allocate(static_cast<std::size_t>(kMaxTokens) * 14336 / 32 * 2 * sizeof(float));
   }
 
   double copy_gbs() {
@@ -179,6 +189,11 @@ class Bench {
  private:
   static constexpr std::size_t kWeightBytes = 1200ull << 20;
 
+ public:
+  static constexpr int kMaxTokens = 16;
+
+ private:
+
   void launch(const Case& c, DType type, const std::string& suffix, int n_tokens, const std::uint8_t* base,
               long long row_bytes) {
     int n_in = c.n_in;
@@ -220,7 +235,16 @@ class Bench {
       po.row_bytes[j] = row_bytes;
       po.n_out[j] = n_out;
       w += row_bytes * n_out;
-      y += static_cast<std::size_t>(n_out) * 8;
+      y += static_cast<std::size_t>(n_out) * kMaxTokens;
+    }
+    if (o_.mma && pc::mma_takes(type, n_in)) {
+      const int tile = pc::mma_tile(n_tokens);
+      const tc::Dim3 grid{pc::matvec_layout(po, shape_.mma_rows), static_cast<unsigned>((n_tokens + tile - 1) / tile),
+                          1};
+      void* args[] = {&po, &n_in, &x, &n_tokens};
+      mma_module_->kernel(pc::mma_entry(suffix, tile).c_str())
+          .launch(grid, {static_cast<unsigned>(shape_.mma_threads), 1, 1}, 0, &stream_, args);
+      return;
     }
     const int tile = pc::matvec_tile(n_tokens);
     const tc::Dim3 grid{pc::matvec_layout(po, pc::matvec_rows(tile, shape_)),
@@ -258,6 +282,7 @@ class Bench {
   const Options& o_;
   tc::Stream stream_;
   const tc::Module* module_ = nullptr;
+  const tc::Module* mma_module_ = nullptr;
   tc::Kernel spin_;
   pc::MatvecShape shape_;
   std::string variant_;
@@ -276,7 +301,14 @@ int main(int argc, char** argv) {
       o.types = split(argv[++i]);
     } else if (a == "--tokens" && has_value) {
       o.tokens.clear();
-      for (const std::string& t : split(argv[++i])) o.tokens.push_back(std::atoi(t.c_str()));
+      for (const std::string& t : split(argv[++i])) {
+        const int n = std::atoi(t.c_str());
+        if (n < 1 || n > Bench::kMaxTokens) {
+          std::fprintf(stderr, "orchard_bench_products: --tokens takes 1 to %d, got '%s'\n", Bench::kMaxTokens, t.c_str());
+          return 2;
+        }
+        o.tokens.push_back(n);
+      }
     } else if (a == "--reps" && has_value) {
       o.reps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "-D" && has_value) {
@@ -285,12 +317,14 @@ int main(int argc, char** argv) {
       o.source_file = argv[++i];
     } else if (a == "--legacy") {
       o.legacy = true;
+    } else if (a == "--mma") {
+      o.mma = true;
     } else if (a == "--compile-only") {
       o.compile_only = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--types f16,q8_0,q4_0] [--tokens 1,2,4,5,8] [--reps N] [-D NAME=VALUE]... "
-                   "[--source FILE] [--legacy] [--compile-only]\n",
+                   "[--source FILE] [--legacy] [--mma] [--compile-only]\n",
                    argv[0]);
       return 2;
     }

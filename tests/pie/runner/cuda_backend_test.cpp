@@ -19,6 +19,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -183,7 +184,30 @@ TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
   }
 }
 
-// The small-token products (decoder_ops.cu's matvec_*): every call of 1 to 8 tokens (each token tile, and 5,
+// An environment variable set for a scope (the backend reads its switches when it is made).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The small-token products (decoder_ops.cu's matvec_*; ORCHARD_CUDA_MMA=0 keeps f16 / bf16 on them too):
+// every call of 1 to 8 tokens (each token tile, and 5,
 // 7 within the tile of 8) and of 11 (two tiles), several outputs in one project() call: runs of one type
 // launched together (three, then five: four and one), broken by an output of another type; rows of 96
 // elements (fewer 32-element blocks than a block's lanes), 1,056 (a second, partial pass) and 4,128 (past the
@@ -192,7 +216,11 @@ TEST(CudaBackendKernels, ProjectEveryWeightTypeMatchesTheReference) {
 // bits as in the 11-token call (batch invariance).
 TEST(CudaBackendKernels, SmallTokenProductsOfSeveralOutputsMatchTheReference) {
   REQUIRE_GPU();
-  auto backend = make_cuda_backend(0, {.batch_invariant = true});  // the matvec kernels at 8 and 11 tokens too
+  std::unique_ptr<Backend> backend;
+  {
+    const ScopedEnv matvec("ORCHARD_CUDA_MMA", "0");
+    backend = make_cuda_backend(0, {.batch_invariant = true});  // the matvec kernels at 8 and 11 tokens too
+  }
   std::mt19937 rng(std::random_device{}());
   const std::int64_t n_outs[] = {75, 3, 130, 40, 33, 64, 17, 5, 9};  // [3]: the other type
   const std::int64_t kMaxTokens = 11;
@@ -247,6 +275,94 @@ TEST(CudaBackendKernels, SmallTokenProductsOfSeveralOutputsMatchTheReference) {
           for (std::size_t i = 0; i < part.size(); ++i) {
             ASSERT_EQ(part[i], all[i]) << "output " << j << ", " << counts[c] << " tokens: token " << i / n_out
                                        << " row " << i % n_out;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The f16 / bf16 products on tensor cores (matvec_mma_ops.cu): every call of 2 to 16 tokens (both token tiles,
+// partial ones), several outputs in one project() call (runs of one type launched together: three, then five
+// as four and one; broken by an f32 output, which keeps the matvec kernels); rows of 96 elements (fewer 32-element
+// pieces than the block's warps), 1,064 and 4,104 (k a multiple of 8 but not of 32: a partial last piece);
+// outputs of 75, 3, 130, 33, 64, 17, 5 and 9 rows (partial 16-row tiles, fewer rows than a tile). Every output
+// poisoned first. Batch invariance by construction: each token of every call the same bits as in a call of 37
+// tokens (three tiles of 16) of a --batch-invariant backend, which keeps these kernels at every size, one
+// token included (the other backend's single tokens go to the matvec kernels). Against the reference within
+// 1e-4 (activations split into 16-bit parts: near f32).
+TEST(CudaBackendKernels, TensorCoreProductsOfTwoToSixteenTokensMatchTheReference) {
+  REQUIRE_GPU();
+  if (tc::device_info().arch() < 80) GTEST_SKIP() << "no bf16 mma.sync before sm_80";
+  auto backend = make_cuda_backend(0, {});
+  auto invariant = make_cuda_backend(0, {.batch_invariant = true});
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t n_outs[] = {75, 3, 130, 40, 33, 64, 17, 5, 9};  // [3]: f32
+  const std::int64_t kTokens = 16, kInvariantTokens = 37;
+  for (DType type : {DType::f16, DType::bf16}) {
+    for (const std::int64_t n_in : {96, 1064, 4104}) {
+      SCOPED_TRACE(std::string(tensor::dtype_name(type)) + " rows of " + std::to_string(n_in));
+      std::vector<TestMatrix> m;
+      std::vector<UploadedMatrix> w, wi;
+      for (std::size_t j = 0; j < std::size(n_outs); ++j) {
+        const DType t = j == 3 ? DType::f32 : type;
+        m.push_back(random_matrix(t, n_outs[j], n_in, rng));
+        w.push_back(upload_matrix(*backend, m.back(), t, n_outs[j], n_in));
+        wi.push_back(upload_matrix(*invariant, m.back(), t, n_outs[j], n_in));
+      }
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(kInvariantTokens * n_in), rng);
+      tc::DeviceBuffer dx = device_floats(x);
+      // outputs[c][j]: output j of the call of c + 1 tokens (c < 16; c = 0 on the invariant backend); [16]: the
+      // invariant backend's 37 tokens.
+      std::vector<std::vector<tc::DeviceBuffer>> outputs(kTokens + 1);
+      std::vector<std::vector<Projection>> projections(kTokens + 1);
+      for (std::int64_t c = 0; c <= kTokens; ++c) {
+        const std::int64_t n = c < kTokens ? c + 1 : kInvariantTokens;
+        const auto cc = static_cast<std::size_t>(c);
+        for (std::size_t j = 0; j < std::size(n_outs); ++j) {
+          outputs[cc].push_back(device_floats({}, static_cast<std::size_t>(n * n_outs[j])));
+          const Weight& weight = c > 0 && c < kTokens ? w[j].weight() : wi[j].weight();
+          projections[cc].push_back({ProjectionSite::q, 0, &weight, rows_of(outputs[cc][j], n, n_outs[j])});
+        }
+      }
+      backend->begin([&] {
+        for (std::int64_t c = 1; c < kTokens; ++c) {
+          backend->project(rows_of(dx, c + 1, n_in), projections[static_cast<std::size_t>(c)]);
+        }
+      });
+      backend->wait();
+      invariant->begin([&] {
+        invariant->project(rows_of(dx, 1, n_in), projections.front());
+        invariant->project(rows_of(dx, kInvariantTokens, n_in), projections.back());
+      });
+      invariant->wait();
+      for (std::size_t j = 0; j < std::size(n_outs); ++j) {
+        if (j == 3) continue;  // the f32 output: the matvec kernels' test
+        const std::int64_t n_out = n_outs[j];
+        const std::vector<float> all =
+            to_host(outputs.back()[j], static_cast<std::size_t>(kInvariantTokens * n_out));
+        double worst = 0;
+        for (std::int64_t tok = 0; tok < kInvariantTokens; ++tok) {
+          for (std::int64_t o = 0; o < n_out; ++o) {
+            double ref = 0;
+            for (std::int64_t i = 0; i < n_in; ++i) {
+              ref += static_cast<double>(m[j].values[static_cast<std::size_t>(o * n_in + i)]) *
+                     x[static_cast<std::size_t>(tok * n_in + i)];
+            }
+            const float got = all[static_cast<std::size_t>(tok * n_out + o)];
+            ASSERT_TRUE(std::isfinite(got)) << "output " << j << " token " << tok << " row " << o;
+            worst = std::max(worst, std::fabs(got - ref) / (1.0 + std::fabs(ref)));
+          }
+        }
+        EXPECT_LT(worst, 1e-4) << "output " << j;
+        std::printf("tensor-core products: %s rows of %lld, output %zu: worst %.3g\n", std::string(tensor::dtype_name(type)).c_str(),
+                    static_cast<long long>(n_in), j, worst);
+        for (std::int64_t c = 0; c < kTokens; ++c) {
+          const std::vector<float> part =
+              to_host(outputs[static_cast<std::size_t>(c)][j], static_cast<std::size_t>((c + 1) * n_out));
+          for (std::size_t i = 0; i < part.size(); ++i) {
+            ASSERT_EQ(part[i], all[i]) << "output " << j << ", " << c + 1 << " tokens: token " << i / n_out << " row "
+                                       << i % n_out;
           }
         }
       }

@@ -55,8 +55,10 @@ constexpr int kMatmulWarps = 4, kMatmulTokens = 8;  // WARPS and TOKENS of decod
 // (batch invariance), never on how many sequences share the step.
 constexpr std::int32_t kDecodeChunk = 512;
 
-// The source holding an entry point: nf4_ops.cu for the nf4 products, decoder_ops.cu for the rest.
+// The source holding an entry point: nf4_ops.cu for the nf4 products, matvec_mma_ops.cu for the tensor-core
+// products of few tokens, decoder_ops.cu for the rest.
 const char* source_of(const std::string& entry) {
+  if (entry.starts_with("mma_")) return "matvec_mma_ops.cu";
   return entry.ends_with("_nf4") ? "nf4_ops.cu" : "decoder_ops.cu";
 }
 
@@ -201,6 +203,11 @@ class CudaBackend final : public Backend {
         [this](tc::DeviceBuffer& b, std::size_t bytes) -> tc::DeviceBuffer& { return grown(b, bytes); });
     const char* graphs = std::getenv("ORCHARD_CUDA_GRAPHS");
     graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
+    // ORCHARD_CUDA_MMA=0 keeps f16 / bf16 products of few tokens on the matvec kernels (a before / after);
+    // cards before sm_80 have no bf16 mma.sync and keep them too.
+    const char* mma = std::getenv("ORCHARD_CUDA_MMA");
+    mma_enabled_ = (mma == nullptr || std::string(mma) != "0") && tc::device_info(ordinal_).arch() >= 80;
+    batch_invariant_ = options.batch_invariant;
     lora_ = std::make_unique<cuda::CudaLora>(ordinal_, stream_.get());
     sampling_ = std::make_unique<cuda::CudaSampling>(stream_.get());
   }
@@ -357,26 +364,47 @@ class CudaBackend final : public Backend {
     bool quantized = false;  // `in` as q8_1 blocks, made once for all of outs that read them
     int n_tokens = static_cast<int>(in.n_rows);
     gemm_->new_input();
+    // The run of outputs of one type from outs[i] on (up to four), for one launch; i moves past them.
+    const auto run_of = [&](std::size_t& i, tensor::DType type) {
+      cuda::ProductOutputs po;
+      for (; i < outs.size() && po.count < cuda::kMatvecMaxOutputs && outs[i].weight->dtype() == type; ++i) {
+        const Weight& wi = *outs[i].weight;
+        const auto j = static_cast<std::size_t>(po.count++);
+        po.w[j] = weight_ptr(wi);
+        po.y[j] = outs[i].out.data;
+        po.row_bytes[j] = wi.strides().bytes[0];
+        po.n_out[j] = static_cast<int>(wi.dim(0));
+      }
+      return po;
+    };
     for (std::size_t i = 0; i < outs.size();) {
-      if (gemm_->project(in, outs[i])) {  // many tokens: tensor cores (gemm.h)
+      const Weight& w = *outs[i].weight;
+      const tensor::DType type = w.dtype();
+      int n_in = static_cast<int>(w.dim(1));
+      // f16 / bf16 from 2 tokens on tensor cores (matvec_mma_ops.cu), up to 16 before cuBLAS; with
+      // --batch-invariant from 1 token and past 16: one kernel family, a token's result never depending on
+      // the others.
+      const bool mma =
+          mma_enabled_ && cuda::mma_takes(type, n_in) && (batch_invariant_ || n_tokens >= cuda::kMmaMinTokens);
+      if (!(mma && n_tokens <= cuda::kMmaMaxTile) && gemm_->project(in, outs[i])) {  // many tokens: cuBLAS
         ++i;
         continue;
       }
-      const Weight& w = *outs[i].weight;
-      const tensor::DType type = w.dtype();
+      if (mma) {
+        cuda::ProductOutputs po = run_of(i, type);
+        const int tile = cuda::mma_tile(n_tokens);
+        const cuda::MatvecShape shape;
+        const tc::Dim3 grid{cuda::matvec_layout(po, shape.mma_rows),
+                            static_cast<unsigned>((n_tokens + tile - 1) / tile), 1};
+        const float* x = in.data;
+        void* args[] = {&po, &n_in, &x, &n_tokens};
+        kernel(cuda::mma_entry(type_suffix(type, "projection"), tile))
+            .launch(grid, {static_cast<unsigned>(shape.mma_threads), 1, 1}, 0, stream_.get(), args);
+        continue;
+      }
       const std::string suffix = type_suffix(type, "projection");
-      int n_in = static_cast<int>(w.dim(1));
       if (cuda::matvec_takes(type, n_in)) {
-        // The run of outputs of this type (up to four) in one launch.
-        cuda::ProductOutputs po;
-        for (; i < outs.size() && po.count < cuda::kMatvecMaxOutputs && outs[i].weight->dtype() == type; ++i) {
-          const Weight& wi = *outs[i].weight;
-          const auto j = static_cast<std::size_t>(po.count++);
-          po.w[j] = weight_ptr(wi);
-          po.y[j] = outs[i].out.data;
-          po.row_bytes[j] = wi.strides().bytes[0];
-          po.n_out[j] = static_cast<int>(wi.dim(0));
-        }
+        cuda::ProductOutputs po = run_of(i, type);
         const int tile = cuda::matvec_tile(n_tokens);
         const tc::Dim3 grid{cuda::matvec_layout(po, cuda::matvec_rows(tile)),
                             static_cast<unsigned>((n_tokens + tile - 1) / tile), 1};
@@ -801,6 +829,8 @@ class CudaBackend final : public Backend {
   PinnedStaging staging_;
   tc::GraphCache graphs_;
   bool graphs_enabled_ = true, capturing_ = false;
+  bool mma_enabled_ = true;      // f16 / bf16 products of few tokens on tensor cores (matvec_mma_ops.cu)
+  bool batch_invariant_ = false;  // CudaOptions::batch_invariant: the mma products at every token count
   int failed_captures_ = 0;
   bool in_flight_ = false;
   std::exception_ptr error_;

@@ -163,42 +163,21 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 #endif
 #define MV_WARPS 4
 #define MV_THREADS (32 * MV_WARPS)
-#define MV_MAX_OUTS 4
+#define MV_MAX_OUTS PRODUCT_MAX_OUTS
 #define MV_ROWS_FOR(NT) ((NT) >= 4 ? MV_ROWS_WIDE : MV_ROWS_NARROW)
-
-// The outputs of one launch (the host's pie::cuda::ProductOutputs, product_launch.h, byte for byte).
-struct ProductOutputs {
-  const u8* w[MV_MAX_OUTS];
-  float* y[MV_MAX_OUTS];
-  long long row_bytes[MV_MAX_OUTS];
-  int n_out[MV_MAX_OUTS];
-  int first_block[MV_MAX_OUTS + 1];
-  int count;
-};
 
 // This block's output, its first row o0, and its ROWS row pointers (a row past n_out reads row n_out - 1;
 // its sums are dropped).
 template <int ROWS>
 __device__ __forceinline__ void mv_target(const ProductOutputs& p, const u8* (&rows)[ROWS], float*& y, int& n_out,
                                           int& o0) {
-  // Static indices only: the parameter block stays in constant memory (a dynamic index would copy it to
-  // each thread's local memory).
   const int bx = static_cast<int>(blockIdx.x);
-  const u8* w = p.w[0];
-  long long row_bytes = p.row_bytes[0];
-  int first = 0;
-  y = p.y[0];
-  n_out = p.n_out[0];
-#pragma unroll
-  for (int j = 1; j < MV_MAX_OUTS; ++j) {
-    if (j < p.count && bx >= p.first_block[j]) {
-      w = p.w[j];
-      row_bytes = p.row_bytes[j];
-      first = p.first_block[j];
-      y = p.y[j];
-      n_out = p.n_out[j];
-    }
-  }
+  const ProductTarget t = product_target(p, bx);
+  y = t.y;
+  n_out = t.n_out;
+  const u8* w = t.w;
+  const long long row_bytes = t.row_bytes;
+  const int first = t.first_block;
   o0 = (bx - first) * ROWS;
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) rows[r] = w + row_bytes * min(o0 + r, n_out - 1);

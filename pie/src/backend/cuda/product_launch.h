@@ -1,5 +1,6 @@
-// How the CUDA backend launches its small-token products, decoder_ops.cu's matvec_* entries: which entry,
-// how many rows a block and tokens a tile, and the grid over several outputs of one launch. Shared with
+// How the CUDA backend launches its small-token products, decoder_ops.cu's matvec_* entries and
+// matvec_mma_ops.cu's mma_* entries (f16 / bf16 on tensor cores): which entry, how many rows a block and tokens
+// a tile, and the grid over several outputs of one launch. Shared with
 // orchard_bench_products (tests/bench/cuda), which times exactly these launches. Private to the backend,
 // its tests and its benchmarks.
 #pragma once
@@ -17,7 +18,7 @@ inline constexpr int kMatvecThreads = 128;   // decoder_ops.cu's MV_THREADS
 inline constexpr int kMatvecMaxOutputs = 4;  // MV_MAX_OUTS
 inline constexpr int kMatvecMaxTile = 8;     // the widest token tile
 
-// The outputs of one launch, as decoder_ops.cu's ProductOutputs reads them (same members, same order).
+// The outputs of one launch, as weight_blocks.cuh's ProductOutputs reads them (same members, same order).
 struct ProductOutputs {
   std::array<const void*, kMatvecMaxOutputs> w{};
   std::array<float*, kMatvecMaxOutputs> y{};
@@ -26,13 +27,15 @@ struct ProductOutputs {
   std::array<int, kMatvecMaxOutputs + 1> first_block{};
   int count = 0;
 };
-static_assert(sizeof(ProductOutputs) == 136, "decoder_ops.cu's ProductOutputs layout");
+static_assert(sizeof(ProductOutputs) == 136, "weight_blocks.cuh's ProductOutputs layout");
 
-// The kernels' tunables (decoder_ops.cu's MV_ROWS_NARROW / MV_ROWS_WIDE defaults; the benchmark passes
-// other values to both sides).
+// The kernels' tunables (decoder_ops.cu's MV_ROWS_NARROW / MV_ROWS_WIDE and matvec_mma_ops.cu's MMA_TILES /
+// MMA_WARPS defaults; the benchmark passes other values to both sides).
 struct MatvecShape {
-  int rows_narrow = 2;  // rows a block for tiles of 1 or 2 tokens
-  int rows_wide = 4;    // for tiles of 4 or 8
+  int rows_narrow = 2;   // rows a block for tiles of 1 or 2 tokens
+  int rows_wide = 4;     // for tiles of 4 or 8
+  int mma_rows = 16;      // rows a block of the mma products (16 MMA_TILES)
+  int mma_threads = 256;  // threads a block of the mma products (32 MMA_WARPS)
 };
 
 // Whether rows of n_in elements of `type` go through the matvec kernels: the float types with rows of a
@@ -57,6 +60,19 @@ inline int matvec_rows(int tile, const MatvecShape& s = {}) { return tile >= 4 ?
 inline std::string matvec_entry(tensor::DType t, const std::string& suffix, int tile) {
   return fmt::format("{}{}_t{}", matvec_reads_q8_1(t) ? "matvec_q8_1_" : "matvec_", suffix, tile);
 }
+
+// Whether rows of n_in elements of `type` go through the tensor-core kernels (matvec_mma_ops.cu): f16 / bf16
+// rows of a multiple of 8 elements (16-byte pieces). The backend sends them calls of 2 tokens or more (one token
+// stays on the matvec kernels, 7% faster there on an H100; --batch-invariant sends every call), up to 16
+// before cuBLAS (more where cuBLAS declines).
+inline constexpr int kMmaMinTokens = 2;
+inline constexpr int kMmaMaxTile = 16;  // tokens a block at most (grid.y tiles more)
+inline bool mma_takes(tensor::DType t, long long n_in) {
+  return (t == tensor::DType::f16 || t == tensor::DType::bf16) && n_in % 8 == 0;
+}
+// The mma token tile of a call of n_tokens: 8 or 16 (grid.y = ceil(n_tokens / tile)).
+inline int mma_tile(int n_tokens) { return n_tokens <= 8 ? 8 : kMmaMaxTile; }
+inline std::string mma_entry(const std::string& suffix, int tile) { return fmt::format("mma_{}_n{}", suffix, tile); }
 
 // Numbers the blocks of p's outputs 0 .. count - 1 at `rows` rows a block; returns the grid's x.
 inline unsigned matvec_layout(ProductOutputs& p, int rows) {

@@ -1,7 +1,8 @@
-// What the CUDA backend's product sources share (decoder_ops.cu, gemm_ops.cu): the element types, the weight
-// types as tensor::DType numbers them, f16 / bf16 conversions, and a 32-element chunk of a weight row read in
-// every file type (load_chunk). NVRTC has no include path here: cuda_sources.cpp's kernel_text() puts this
-// text before each source that needs it.
+// What the CUDA backend's product sources share (decoder_ops.cu, gemm_ops.cu, matvec_mma_ops.cu): the
+// element types, the weight types as tensor::DType numbers them, f16 / bf16 conversions, a 32-element chunk
+// of a weight row read in every file type (load_chunk), and the outputs of one small-token product launch.
+// NVRTC has no include path here: cuda_sources.cpp's kernel_text() puts this text before each source that
+// needs it.
 
 typedef unsigned char u8;
 typedef signed char i8;
@@ -124,4 +125,37 @@ __device__ __forceinline__ void load_chunk(const u8* row, int c, int n, float* w
       w[l] = d * static_cast<float>(sc[l / 16]) * static_cast<float>(q);
     }
   }
+}
+
+// The outputs of one small-token product launch (the host's pie::cuda::ProductOutputs, product_launch.h, byte
+// for byte): output j takes the grid's blocks [first_block[j], first_block[j + 1]).
+#define PRODUCT_MAX_OUTS 4
+struct ProductOutputs {
+  const u8* w[PRODUCT_MAX_OUTS];
+  float* y[PRODUCT_MAX_OUTS];
+  long long row_bytes[PRODUCT_MAX_OUTS];
+  int n_out[PRODUCT_MAX_OUTS];
+  int first_block[PRODUCT_MAX_OUTS + 1];
+  int count;
+};
+
+// The output that block bx of a launch computes.
+struct ProductTarget {
+  const u8* w;
+  long long row_bytes;
+  float* y;
+  int n_out;
+  int first_block;  // the output's first block: block bx takes its rows from (bx - first_block) * rows a block
+};
+__device__ __forceinline__ ProductTarget product_target(const ProductOutputs& p, int bx) {
+  // Static indices only: the parameter block stays in constant memory (a dynamic index would copy it to
+  // each thread's local memory).
+  ProductTarget t{p.w[0], p.row_bytes[0], p.y[0], p.n_out[0], 0};
+#pragma unroll
+  for (int j = 1; j < PRODUCT_MAX_OUTS; ++j) {
+    if (j < p.count && bx >= p.first_block[j]) {
+      t = ProductTarget{p.w[j], p.row_bytes[j], p.y[j], p.n_out[j], p.first_block[j]};
+    }
+  }
+  return t;
 }
