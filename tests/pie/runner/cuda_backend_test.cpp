@@ -31,6 +31,7 @@
 #include "pie/engine.h"
 #include "pie/model.h"
 #include "pie/runner.h"
+#include "pie/speculation.h"
 #include "pse/json_schema.h"
 #include "runner_test_util.h"
 #include "tensor/cuda/blas.h"
@@ -916,6 +917,58 @@ TEST(CudaBackendEngine, ConstrainedGenerationValidatesAndBatchingMatchesAlone) {
     EXPECT_EQ(result.samples[0].text, alone[i]) << "request " << i;
   }
   EXPECT_GT(engine.stats().device_sampled_rows, 0u);  // the rows were sampled on the device
+}
+
+// Speculation on CUDA with the random model's matrices in f16 and in bf16, so that the tensor-core products
+// verify the drafts: greedy outputs identical with and without it. --batch-invariant is what guarantees it
+// (without it one-token steps run on the matvec kernels, which round differently: docs/cuda-backend.md). The
+// oracle drafter replays the recorded output with about a third of its tokens wrong, 4 and 15 a step (steps
+// of up to 16 rows: both token tiles), so drafts are kept and rejected (the KV rollback too).
+TEST(CudaBackendEngine, SpeculationOnTensorCoresKeepsTheGreedyOutput) {
+  REQUIRE_GPU();
+  // The engine's custom drafter, pointed at each run's oracle.
+  class SwitchedDrafter final : public Drafter {
+   public:
+    void set(std::unique_ptr<Drafter> inner) { inner_ = std::move(inner); }
+    void propose(std::span<Row> rows) override {
+      if (inner_) inner_->propose(rows);
+    }
+
+   private:
+    std::unique_ptr<Drafter> inner_;
+  };
+  for (DType type : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(std::string(tensor::dtype_name(type)));
+    const auto model = with_matrices(*random_model(), type, false);
+    auto drafter = std::make_shared<SwitchedDrafter>();
+    EngineOptions options;
+    options.device = DeviceRequest::cuda;
+    options.max_running = 1;
+    options.context_length = 256;
+    options.batch_invariant = true;
+    options.custom_drafter = drafter;
+    Engine engine(model, options);
+    GenerateRequest request;
+    request.prompt = model->tokenizer->encode("Once upon a time", {});
+    request.max_tokens = 64;
+    request.sampling.temperature = 0;
+    request.ignore_eos = true;
+    request.speculative = SpeculativeOptions{};
+    const RunResult plain = collect(*engine.submit(request));
+    ASSERT_EQ(plain.samples.size(), 1u);
+    ASSERT_EQ(plain.samples[0].tokens.size(), 64u);
+    std::vector<std::int32_t> sequence = request.prompt;
+    sequence.insert(sequence.end(), plain.samples[0].tokens.begin(), plain.samples[0].tokens.end());
+    for (const std::int32_t k : {4, 15}) {
+      drafter->set(make_oracle_drafter(sequence, 0.7, 7, model->config.n_vocab));
+      request.speculative = SpeculativeOptions{DraftMode::custom, k};
+      const RunResult fast = collect(*engine.submit(request));
+      ASSERT_EQ(fast.samples.size(), 1u);
+      EXPECT_EQ(fast.samples[0].tokens, plain.samples[0].tokens) << "K = " << k;
+      EXPECT_GT(fast.usage.accepted_draft_tokens, 0) << "K = " << k;
+      EXPECT_LT(fast.usage.accepted_draft_tokens, fast.usage.draft_tokens) << "K = " << k;
+    }
+  }
 }
 
 TEST(CudaBackendErrors, ModelLargerThanTheGpuNamesBothSizes) {
