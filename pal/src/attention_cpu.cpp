@@ -235,7 +235,23 @@ void prefill_attention(const PagedKv& kv, const AttentionParams& params, const P
     return;
   }
   const std::int32_t group = params.n_q_heads / kv.n_kv_heads;
-  const std::int32_t block = prefill_block(group);
+  std::int32_t block = prefill_block(group);
+  // A few query rows of few sequences (a verify step's drafted tokens) make fewer units than two per thread
+  // (one per KV head: three units on two threads leave one thread a third of the time idle): their runs of
+  // tokens are then cut shorter until there are. A row's arithmetic does not depend on the run it is in.
+  const std::int64_t want = pool != nullptr && pool->n_threads() > 1 ? 2 * pool->n_threads() : 1;
+  std::int64_t n_units = 0;
+  std::int32_t max_n = 0;
+  for (std::int32_t s = 0; s < kv.n_seqs; ++s) {
+    const std::int32_t n = args.qo_indptr[s + 1] - args.qo_indptr[s];
+    n_units += static_cast<std::int64_t>((n + block - 1) / block) * kv.n_kv_heads;
+    max_n = std::max(max_n, n);
+  }
+  if (n_units < want && max_n > 1) {
+    const std::int64_t per_seq = static_cast<std::int64_t>(kv.n_seqs) * kv.n_kv_heads;
+    const auto pieces = static_cast<std::int32_t>((want + per_seq - 1) / per_seq);
+    block = std::max<std::int32_t>(1, (max_n + pieces - 1) / pieces);
+  }
   const std::int64_t tok_stride = static_cast<std::int64_t>(params.n_q_heads) * kv.head_dim;
   thread_local std::vector<detail::AttentionUnit> units;  // reused between calls (capacity kept)
   units.clear();

@@ -1,6 +1,6 @@
 // Batch invariance of the fast CPU attention: a query row's output is bit-for-bit the same whatever else is
 // in the call (other sequences, more query rows of its own sequence, the thread count, split-KV decode) and
-// whether it goes through decode or prefill.
+// whether it goes through decode or prefill, and how a few rows of one sequence are cut into runs.
 #include <gtest/gtest.h>
 #include <pal/attention.h>
 #include <tensor/thread_pool.h>
@@ -97,6 +97,7 @@ void check_invariance(int head_dim, tensor::DType dtype, std::int32_t window) {
     for (std::int32_t n : {1, 7, 16, 33}) {
       if (n > pos + 1) continue;
       same(row_output(p, pos, n, false, false, nullptr), "prefill chunk");
+      same(row_output(p, pos, n, false, false, &pool), "prefill chunk alone on a pool (shorter runs of tokens)");
       same(row_output(p, pos, n, false, true, &pool), "prefill chunk in a batch on a pool");
     }
   }
