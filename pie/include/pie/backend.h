@@ -121,6 +121,12 @@ class Backend {
   virtual void embed(const Weight& table, std::span<const std::int32_t> tokens, const Rows& out) = 0;
   // out[r] = x[r] / rms(x[r]) * weight (weight: f32 of n_cols); out may be x.
   virtual void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) = 0;
+  // acc += x, then out = rms_norm(acc) (a residual add and the next block's norm): add() then rms_norm()
+  // unless the backend does both in one pass. out may not be x.
+  virtual void add_rms_norm(const Rows& acc, const Rows& x, const Weight& weight, float eps, const Rows& out) {
+    add(acc, x);
+    rms_norm(acc, weight, eps, out);
+  }
   // Every projection of `in` (all [n_rows] of them) in one call: outs[i].out = in W_i^T, plus the
   // low-rank terms of outs[i].lora's adapters for their rows.
   virtual void project(const Rows& in, std::span<const Projection> outs) = 0;

@@ -44,6 +44,9 @@ class ForwardingBackend : public Backend {
   void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) override {
     inner_->rms_norm(x, weight, eps, out);
   }
+  void add_rms_norm(const Rows& acc, const Rows& x, const Weight& weight, float eps, const Rows& out) override {
+    inner_->add_rms_norm(acc, x, weight, eps, out);
+  }
   void project(const Rows& in, std::span<const Projection> outs) override { inner_->project(in, outs); }
   void add_bias(const Rows& x, const Weight& bias) override { inner_->add_bias(x, bias); }
   void add(const Rows& acc, const Rows& x) override { inner_->add(acc, x); }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "pal/error.h"
 #include "pie/error.h"
@@ -99,7 +100,7 @@ void Decoder::attention_block(std::int32_t layer) {
   const Rows q = b.scratch(kQ, n_tokens_, q_dim), k = b.scratch(kK, n_tokens_, kv_dim),
              v = b.scratch(kV, n_tokens_, kv_dim), attn = b.scratch(kAttn, n_tokens_, q_dim),
              proj = b.scratch(kProj, n_tokens_, c_.n_embd);
-  b.rms_norm(x_, l.attn_norm, c_.norm_eps, xn_);
+  norm(l.attn_norm, xn_);
   const std::span<const LoraGroup> lora = f_.layout.lora;
   const Projection qkv[] = {{ProjectionSite::q, layer, &l.wq, q, lora},
                             {ProjectionSite::k, layer, &l.wk, k, lora},
@@ -119,7 +120,7 @@ void Decoder::attention_block(std::int32_t layer) {
   b.attention(f_.layout, params, q, f_.kv, layer, attn);
   const Projection o[] = {{ProjectionSite::o, layer, &l.wo, proj, lora}};
   b.project(attn, o);
-  b.add(x_, proj);
+  residual_ = proj;
 }
 
 void Decoder::swiglu_block(std::int32_t layer) {
@@ -127,7 +128,7 @@ void Decoder::swiglu_block(std::int32_t layer) {
   const LayerWeights& l = f_.weights.layers[static_cast<std::size_t>(layer)];
   const Rows gate = b.scratch(kGate, n_tokens_, c_.n_ff), up = b.scratch(kUp, n_tokens_, c_.n_ff),
              proj = b.scratch(kProj, n_tokens_, c_.n_embd);
-  b.rms_norm(x_, l.ffn_norm, c_.norm_eps, xn_);
+  norm(l.ffn_norm, xn_);
   const std::span<const LoraGroup> lora = f_.layout.lora;
   const Projection gate_up[] = {{ProjectionSite::gate, layer, &l.w_gate, gate, lora},
                                 {ProjectionSite::up, layer, &l.w_up, up, lora}};
@@ -135,7 +136,24 @@ void Decoder::swiglu_block(std::int32_t layer) {
   b.swiglu(gate, up);
   const Projection down[] = {{ProjectionSite::down, layer, &l.w_down, proj, lora}};
   b.project(gate, down);
-  b.add(x_, proj);
+  residual_ = proj;
+}
+
+void Decoder::norm(const Weight& weight, const Rows& out) {
+  if (residual_.data != nullptr) {
+    f_.backend.add_rms_norm(x_, residual_, weight, c_.norm_eps, out);
+    residual_ = {};
+  } else {
+    f_.backend.rms_norm(x_, weight, c_.norm_eps, out);
+  }
+}
+
+bool Decoder::every_row_in_order(std::span<const std::int32_t> rows) const {
+  if (static_cast<std::int64_t>(rows.size()) != n_tokens_) return false;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] != static_cast<std::int32_t>(i)) return false;
+  }
+  return true;
 }
 
 void Decoder::output() {
@@ -143,8 +161,13 @@ void Decoder::output() {
   if (n_rows == 0) return;
   Backend& b = f_.backend;
   const Rows last = b.scratch(kLast, n_rows, c_.n_embd);
-  b.gather_rows(x_, f_.logit_rows, last);
-  b.rms_norm(last, f_.weights.output_norm, c_.norm_eps, last);
+  if (every_row_in_order(f_.logit_rows)) {  // every row wanted (a decode step): no gather
+    norm(f_.weights.output_norm, last);
+  } else {
+    if (residual_.data != nullptr) b.add(x_, std::exchange(residual_, {}));
+    b.gather_rows(x_, f_.logit_rows, last);
+    b.rms_norm(last, f_.weights.output_norm, c_.norm_eps, last);
+  }
   const Projection head[] = {{ProjectionSite::output, -1, &f_.weights.output, f_.logits, f_.layout.lora}};
   b.project(last, head);
   if (c_.final_logit_softcap > 0) b.soft_cap(f_.logits, c_.final_logit_softcap);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "models/architecture.h"
 
@@ -32,15 +33,24 @@ class Decoder {
   // when the layer has them, per-head q/k norms (qk_norm), the sliding window.
   void attention_block(std::int32_t layer);
   // x += down(silu(gate(norm(x))) * up(norm(x))).
+  // Both blocks leave their add to x pending: the next norm (a block's or the output head's) does it.
   void swiglu_block(std::int32_t layer);
   // The logits of the wanted rows: norm(x[rows]) output^T, soft-capped when the config says so.
   void output();
 
  private:
+  // out = norm(x) with `weight`, after adding the residual the last block left pending (one pass where
+  // the backend fuses them).
+  void norm(const Weight& weight, const Rows& out);
+  // Whether rows are 0, 1, ..., n_tokens - 1.
+  bool every_row_in_order(std::span<const std::int32_t> rows) const;
+
   const ForwardContext& f_;
   const ModelConfig& c_;
   std::int64_t n_tokens_;
   Rows x_, xn_;  // [n_tokens, n_embd]: the residual stream, its norm
+  // A block's output not yet added to x_: the next norm adds it (Backend::add_rms_norm); empty: none.
+  Rows residual_;
 };
 
 // The Llama family's forward pass (Llama, Mistral, Qwen2 and Qwen3 share it; their weights and

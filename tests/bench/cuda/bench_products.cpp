@@ -164,7 +164,9 @@ class Bench {
     float* y = y_.as<float>();
     const tc::Kernel k = module_->kernel("rms_norm");
     const double ms = time_ms([&] {
-      void* args[] = {&x, &w, &eps, &n, &y};
+      void* xq = nullptr;  // no q8_1 blocks alongside
+      void* xd = nullptr;
+      void* args[] = {&x, &w, &eps, &n, &y, &xq, &xd};
       k.launch({static_cast<unsigned>(n_tokens), 1, 1}, {256, 1, 1}, 0, &stream_, args);
     });
     std::printf("{\"bench\": \"rms_norm\", \"variant\": \"%s\", \"n\": 4096, \"tokens\": %d, \"time_us\": %.2f}\n",

@@ -447,6 +447,137 @@ TEST(CudaBackendKernels, NormAndElementWiseOpsMatchTheCpuBackend) {
   expect_close(to_host(dgather, gathered.size()), gathered, "gather_rows");
 }
 
+// The residual add and the next norm in one kernel (add_rms_norm): against the CPU backend's composition
+// (add, then rms_norm) within rounding, and bit for bit against the GPU's own add and rms_norm (a row's
+// logits must not depend on which of the two paths a step takes: batch invariance), with rows of 4,096
+// (float4 loads, whole q8_1 blocks) and 300, one row and three, outputs poisoned; on a backend that also
+// writes the q8_1 blocks alongside (a q8_0 model uploaded) and on one that does not.
+TEST(CudaBackendKernels, AddRmsNormMatchesTheCpuCompositionAndTheGpuOpsBitForBit) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_backend(1);
+  std::mt19937 rng(std::random_device{}());
+  for (const bool q8_1_model : {false, true}) {
+    auto gpu = make_cuda_backend();
+    TestMatrix m = random_matrix(DType::q8_0, 64, 4096, rng);
+    auto quantized = std::make_shared<Model>();
+    quantized->weights.output = weight_view(m.bytes.data(), m.bytes.size(), DType::q8_0, 64, 4096);
+    std::shared_ptr<const ModelWeights> kept;
+    if (q8_1_model) kept = gpu->upload(quantized);
+    for (const std::int64_t n_cols : {4096, 300}) {
+      for (const std::int64_t n_rows : {1, 3}) {
+        SCOPED_TRACE(std::to_string(n_rows) + " rows of " + std::to_string(n_cols) +
+                     (q8_1_model ? ", q8_1 alongside" : ""));
+        const std::size_t n = static_cast<std::size_t>(n_rows * n_cols);
+        std::vector<float> a = random_floats(n, rng, 2.0f), b = random_floats(n, rng);
+        std::vector<float> w = random_floats(static_cast<std::size_t>(n_cols), rng);
+        auto model = std::make_shared<Model>();
+        model->weights.output_norm =
+            weight_view(w.data(), w.size() * sizeof(float), DType::f32, 1, n_cols).reshape({n_cols});
+        const auto gw = gpu->upload(model);
+        const auto cw = cpu->upload(model);
+        tc::DeviceBuffer fused_acc = device_floats(a), plain_acc = device_floats(a), db = device_floats(b),
+                         fused_out = device_floats({}, n), plain_out = device_floats({}, n);
+        gpu->begin([&] {
+          gpu->add_rms_norm(rows_of(fused_acc, n_rows, n_cols), rows_of(db, n_rows, n_cols), gw->output_norm, 1e-5f,
+                            rows_of(fused_out, n_rows, n_cols));
+          gpu->add(rows_of(plain_acc, n_rows, n_cols), rows_of(db, n_rows, n_cols));
+          gpu->rms_norm(rows_of(plain_acc, n_rows, n_cols), gw->output_norm, 1e-5f, rows_of(plain_out, n_rows, n_cols));
+        });
+        gpu->wait();
+        std::vector<float> want(n);
+        cpu->add({a.data(), n_rows, n_cols}, {b.data(), n_rows, n_cols});
+        cpu->rms_norm({a.data(), n_rows, n_cols}, cw->output_norm, 1e-5f, {want.data(), n_rows, n_cols});
+        const std::vector<float> got_acc = to_host(fused_acc, n), got = to_host(fused_out, n),
+                                 plain = to_host(plain_out, n), plain_sum = to_host(plain_acc, n);
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(std::isfinite(got[i])) << "element " << i << " unwritten";
+          ASSERT_NEAR(got_acc[i], a[i], 1e-6 * (1 + std::fabs(a[i]))) << "the sum, element " << i;
+          ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "the norm, element " << i;
+          ASSERT_EQ(got_acc[i], plain_sum[i]) << "the sum against the GPU's add, element " << i;
+          ASSERT_EQ(got[i], plain[i]) << "the norm against the GPU's add and rms_norm, element " << i;
+        }
+      }
+    }
+  }
+}
+
+// The q8_1 blocks an op writes alongside its rows (rms_norm, add_rms_norm, swiglu, on a backend whose model
+// has q8_1-reading products) are what the next product reads in place of quantizing the rows again: its
+// results equal bit for bit those of the same rows quantized by the product itself (the chain broken by an
+// add of zeros, which changes no value); and blocks made for rows that another op then changed are not
+// used (rms_norm, then an add into the normed rows, then the product: equal to the product of the changed
+// rows). q8_0 and q4_0 weights, 3 tokens, rows of 512, outputs poisoned.
+TEST(CudaBackendKernels, ProductsReadTheQ8_1BlocksTheirInputsOpMadeAndNeverStaleOnes) {
+  REQUIRE_GPU();
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t n_tokens = 3, n_in = 512, n_out = 96;
+  for (const DType type : {DType::q8_0, DType::q4_0}) {
+    SCOPED_TRACE(tensor::dtype_name(type));
+    auto gpu = make_cuda_backend();
+    TestMatrix m = random_matrix(type, n_out, n_in, rng);
+    std::vector<float> w = random_floats(static_cast<std::size_t>(n_in), rng);
+    auto model = std::make_shared<Model>();
+    model->weights.output = weight_view(m.bytes.data(), m.bytes.size(), type, n_out, n_in);
+    model->weights.output_norm = weight_view(w.data(), w.size() * sizeof(float), DType::f32, 1, n_in).reshape({n_in});
+    const auto gw = gpu->upload(model);
+    const std::size_t n = static_cast<std::size_t>(n_tokens * n_in), n_y = static_cast<std::size_t>(n_tokens * n_out);
+    const std::vector<float> x = random_floats(n, rng, 2.0f), r = random_floats(n, rng), up = random_floats(n, rng);
+    tc::DeviceBuffer zeros = device_floats(std::vector<float>(n, 0.0f)), dup = device_floats(up), dr = device_floats(r);
+    const Rows z = rows_of(zeros, n_tokens, n_in);
+    auto product = [&](const Rows& in, tc::DeviceBuffer& y) {
+      const Projection p[] = {{ProjectionSite::output, -1, &gw->output, rows_of(y, n_tokens, n_out)}};
+      gpu->project(in, p);
+    };
+    // Each case: ops on fresh copies of x (xs) and a poisoned `in`, returning the rows the product reads;
+    // `broken` adds zeros to them before the product.
+    using Ops = std::function<Rows(const Rows& xs, const Rows& in)>;
+    auto run = [&](const Ops& ops, bool broken, std::vector<float>& read) {
+      tc::DeviceBuffer xs = device_floats(x), in = device_floats({}, n), y = device_floats({}, n_y);
+      Rows rows;
+      gpu->begin([&] {
+        rows = ops(rows_of(xs, n_tokens, n_in), rows_of(in, n_tokens, n_in));
+        if (broken) gpu->add(rows, z);
+        product(rows, y);
+      });
+      gpu->wait();
+      read = to_host(rows.data == xs.as<float>() ? xs : in, n);
+      return to_host(y, n_y);
+    };
+    const Rows dr_rows = rows_of(dr, n_tokens, n_in), up_rows = rows_of(dup, n_tokens, n_in);
+    const std::vector<std::pair<const char*, Ops>> cases = {
+        {"rms_norm",
+         [&](const Rows& xs, const Rows& in) {
+           gpu->rms_norm(xs, gw->output_norm, 1e-5f, in);
+           return in;
+         }},
+        {"add_rms_norm",
+         [&](const Rows& xs, const Rows& in) {
+           gpu->add_rms_norm(xs, dr_rows, gw->output_norm, 1e-5f, in);
+           return in;
+         }},
+        {"swiglu",
+         [&](const Rows& xs, const Rows&) {
+           gpu->swiglu(xs, up_rows);
+           return xs;
+         }},
+        {"stale", [&](const Rows& xs, const Rows& in) {
+           gpu->rms_norm(xs, gw->output_norm, 1e-5f, in);
+           gpu->add(in, dr_rows);
+           return in;
+         }}};
+    for (const auto& [name, ops] : cases) {
+      SCOPED_TRACE(name);
+      std::vector<float> read_fused, read_plain;
+      const std::vector<float> fused = run(ops, false, read_fused), plain = run(ops, true, read_plain);
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(read_fused[i], read_plain[i]) << "input element " << i;
+      for (std::size_t i = 0; i < n_y; ++i) {
+        ASSERT_TRUE(std::isfinite(fused[i])) << "output " << i << " unwritten";
+        ASSERT_EQ(fused[i], plain[i]) << "output " << i;
+      }
+    }
+  }
+}
+
 // RMSNorm on rows of every kind its kernel tells apart: 4,096 and 4,100 (float4 loads, several a thread,
 // 4,100 not a multiple of the block's 1,024 elements a pass) and 301 (element loads), one row and three,
 // into poisoned outputs, against the CPU backend.

@@ -289,10 +289,12 @@ class CudaBackend final : public Backend {
     // Every matrix type is checked here, at load, not at the first step.
     type_suffix(out->token_embd.dtype(), "token_embd");
     type_suffix(out->output.dtype(), "output");
+    if (cuda::matvec_reads_q8_1(out->output.dtype())) q8_1_products_ = true;
     for (std::size_t i = 0; i < out->layers.size(); ++i) {
       const LayerWeights& l = out->layers[i];
       for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
         type_suffix(w->dtype(), fmt::format("layer {}", i).c_str());
+        if (cuda::matvec_reads_q8_1(w->dtype())) q8_1_products_ = true;
       }
     }
     return out;
@@ -338,6 +340,7 @@ class CudaBackend final : public Backend {
   }
 
   void embed(const Weight& table, std::span<const std::int32_t> tokens, const Rows& out) override {
+    ++ops_;
     if (tokens.empty()) return;
     const std::int32_t* dev_tokens = upload_ints(kTokens, tokens);
     const std::uint8_t* w = weight_ptr(table);
@@ -350,18 +353,40 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) override {
+    ++ops_;
     if (x.n_rows == 0) return;
     const float* xp = x.data;
     const float* w = weight.data_as<const float>();
     int n = static_cast<int>(x.n_cols);
     float* o = out.data;
-    void* args[] = {&xp, &w, &eps, &n, &o};
+    void* xq = nullptr;
+    void* xd = nullptr;
+    q8_1_alongside(out, xq, xd);
+    void* args[] = {&xp, &w, &eps, &n, &o, &xq, &xd};
     kernel("rms_norm").launch({static_cast<unsigned>(x.n_rows), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
   }
 
+  void add_rms_norm(const Rows& acc, const Rows& x, const Weight& weight, float eps, const Rows& out) override {
+    ++ops_;
+    if (acc.n_rows == 0) return;
+    float* a = acc.data;
+    const float* xp = x.data;
+    const float* w = weight.data_as<const float>();
+    int n = static_cast<int>(acc.n_cols);
+    float* o = out.data;
+    void* xq = nullptr;
+    void* xd = nullptr;
+    q8_1_alongside(out, xq, xd);
+    void* args[] = {&a, &xp, &w, &eps, &n, &o, &xq, &xd};
+    kernel("add_rms_norm").launch({static_cast<unsigned>(acc.n_rows), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+  }
+
   void project(const Rows& in, std::span<const Projection> outs) override {
+    // `in` as q8_1 blocks, made once for all of outs that read them, or already made by the op that wrote it
+    bool quantized = q8_1_.op == ops_ && q8_1_.data == in.data && q8_1_.n_rows == in.n_rows &&
+                     q8_1_.n_cols == in.n_cols;
+    ++ops_;
     if (in.n_rows == 0) return;
-    bool quantized = false;  // `in` as q8_1 blocks, made once for all of outs that read them
     int n_tokens = static_cast<int>(in.n_rows);
     gemm_->new_input();
     // The run of outputs of one type from outs[i] on (up to four), for one launch; i moves past them.
@@ -443,6 +468,7 @@ class CudaBackend final : public Backend {
   }
 
   void add_bias(const Rows& x, const Weight& bias) override {
+    ++ops_;
     long long total = x.n_rows * x.n_cols;
     if (total == 0) return;
     float* xp = x.data;
@@ -452,11 +478,30 @@ class CudaBackend final : public Backend {
     kernel("add_bias").launch({grid_for(total), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
   }
 
-  void add(const Rows& acc, const Rows& x) override { elementwise("add", acc, x.data); }
-  void swiglu(const Rows& gate, const Rows& up) override { elementwise("swiglu", gate, up.data); }
+  void add(const Rows& acc, const Rows& x) override {
+    ++ops_;
+    elementwise("add", acc, x.data);
+  }
+  void swiglu(const Rows& gate, const Rows& up) override {
+    ++ops_;
+    void* xq = nullptr;
+    void* xd = nullptr;
+    q8_1_alongside(gate, xq, xd);
+    if (xq == nullptr) {
+      elementwise("swiglu", gate, up.data);
+      return;
+    }
+    float* g = gate.data;
+    const float* u = up.data;
+    long long n_blocks = gate.n_rows * gate.n_cols / 32;
+    void* args[] = {&g, &u, &n_blocks, &xq, &xd};
+    kernel("swiglu_q8_1")
+        .launch({static_cast<unsigned>((n_blocks + 7) / 8), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+  }
 
   void rope_append(const StepLayout& layout, const pal::RopeTable& rope, const Rows& q, const Rows& k, const Rows& v,
                    KvStorage& kv, std::int32_t layer) override {
+    ++ops_;
     const std::int32_t n_tokens = static_cast<std::int32_t>(k.n_rows);
     if (n_tokens == 0) return;
     const KvCacheConfig& c = kv.config();
@@ -491,6 +536,7 @@ class CudaBackend final : public Backend {
 
   void attention(const StepLayout& layout, const pal::AttentionParams& params, const Rows& q, KvStorage& kv,
                  std::int32_t layer, const Rows& out) override {
+    ++ops_;
     const KvCacheConfig& c = kv.config();
     for (const AttentionGroup* g : {&layout.decode, &layout.prefill}) {
       if (g->empty()) continue;
@@ -505,12 +551,14 @@ class CudaBackend final : public Backend {
   }
 
   void gather_rows(const Rows& x, std::span<const std::int32_t> rows, const Rows& out) override {
+    ++ops_;
     if (rows.empty()) return;
     const std::int32_t* dev_rows = upload_ints(kGatherRows, rows);
     gather(x, dev_rows, static_cast<unsigned>(rows.size()), out);
   }
 
   void soft_cap(const Rows& x, float cap) override {
+    ++ops_;
     long long total = x.n_rows * x.n_cols;
     if (total == 0) return;
     float* xp = x.data;
@@ -583,20 +631,38 @@ class CudaBackend final : public Backend {
     const std::int32_t* rows = nullptr;
     const std::int32_t* seqs = nullptr;
     std::int32_t n_queries = 0, max_seq_len = 0, max_q_len = 0;
+    // The group's rows when they are first_row, first_row + 1, ... (a pure decode or prefill step, or a
+    // group whose rows come in one run): attention reads and writes them in place; -1 otherwise.
+    std::int32_t first_row = -1;
   };
 
   // `in` quantized to q8_1 blocks into xq_ / xd_ (decoder_ops.cu's quantize_q8_1).
   void quantize_q8_1(const Rows& in) {
     const long long n_blocks = (in.n_cols + 31) / 32;
     const long long total = n_blocks * in.n_rows;
-    grown(xq_, static_cast<std::size_t>(total) * 32);
-    grown(xd_, static_cast<std::size_t>(total) * 2 * sizeof(float));
+    grow_q8_1(total);
     const float* x = in.data;
     int n_in = static_cast<int>(in.n_cols), n_tokens = static_cast<int>(in.n_rows);
     void* xq = xq_.as<void>();
     void* xd = xd_.as<void>();
     void* args[] = {&x, &n_in, &n_tokens, &xq, &xd};
     kernel("quantize_q8_1").launch({static_cast<unsigned>((total + 7) / 8), 1, 1}, {256, 1, 1}, 0, stream_.get(), args);
+  }
+
+  void grow_q8_1(long long n_blocks) {
+    grown(xq_, static_cast<std::size_t>(n_blocks) * 32);
+    grown(xd_, static_cast<std::size_t>(n_blocks) * 2 * sizeof(float));
+  }
+
+  // Where an op writing `rows` also writes them as q8_1 blocks (xq_ / xd_) for the product that reads them
+  // next (project() then skips quantize_q8_1): when the model has products that read q8_1 and the rows are
+  // whole blocks of 32. Leaves xq / xd null otherwise. Called by the op (after its ++ops_) before its launch.
+  void q8_1_alongside(const Rows& rows, void*& xq, void*& xd) {
+    if (!q8_1_products_ || rows.n_cols % 32 != 0 || rows.n_rows == 0) return;
+    grow_q8_1(rows.n_rows * rows.n_cols / 32);
+    xq = xq_.as<void>();
+    xd = xd_.as<void>();
+    q8_1_ = {rows.data, rows.n_rows, rows.n_cols, ops_};
   }
 
   // A new step: the staging and the step's upload caches start afresh.
@@ -712,6 +778,10 @@ class CudaBackend final : public Backend {
     const std::int32_t* dev = upload_ints(base + 4, both);
     t.rows = dev;
     t.seqs = dev + g.rows.size();
+    t.first_row = g.rows.empty() ? -1 : g.rows.front();
+    for (std::size_t i = 1; i < g.rows.size() && t.first_row >= 0; ++i) {
+      if (g.rows[i] != g.rows[i - 1] + 1) t.first_row = -1;
+    }
     (void)layout;
     return t;
   }
@@ -720,8 +790,11 @@ class CudaBackend final : public Backend {
                      const Rows& q, KvStorage& kv, std::int32_t layer, const Rows& out) {
     const KvCacheConfig& c = kv.config();
     const auto n = static_cast<unsigned>(g.rows.size());
-    const Rows gq = scratch(kGatheredQ, n, q.n_cols), go = scratch(kGatheredOut, n, q.n_cols);
-    gather(q, t.rows, n, gq);
+    // The group's queries and outputs: the rows themselves when they are one run, else gathered copies.
+    const bool in_place = t.first_row >= 0;
+    const Rows gq = in_place ? Rows{q.row(t.first_row), n, q.n_cols} : scratch(kGatheredQ, n, q.n_cols);
+    const Rows go = in_place ? Rows{out.row(t.first_row), n, q.n_cols} : scratch(kGatheredOut, n, q.n_cols);
+    if (!in_place) gather(q, t.rows, n, gq);
     pal::PagedKv p;
     p.k_pages = kv.k_pool(layer);
     p.v_pages = kv.v_pool(layer);
@@ -740,6 +813,7 @@ class CudaBackend final : public Backend {
     } else {
       pal::cuda::prefill_attention(p, params, {t.qo_indptr, gq.data, go.data}, t.max_q_len, stream_.get());
     }
+    if (in_place) return;
     // Scatter back: out[rows[i]] = go[i].
     const float* src = go.data;
     const std::int32_t* rows = t.rows;
@@ -817,6 +891,15 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::GemmProducts> gemm_;  // products of many tokens through cuBLAS (gemm.h)
   std::array<tc::DeviceBuffer, kMaxSlot + 1> scratch_;
   tc::DeviceBuffer xq_, xd_;  // the activations of the current product as q8_1 blocks
+  // The ops queued so far; the rows xq_ / xd_ hold as q8_1 when the op that wrote them (number `op`) made
+  // them too, valid for a project() that comes right after it.
+  std::uint64_t ops_ = 0;
+  struct {
+    const float* data = nullptr;
+    std::int64_t n_rows = 0, n_cols = 0;
+    std::uint64_t op = 0;
+  } q8_1_;
+  bool q8_1_products_ = false;  // an uploaded model has products that read q8_1 (cuda::matvec_reads_q8_1)
   std::array<tc::DeviceBuffer, kNumIntSlots> ints_;
   std::array<std::uint64_t, kNumIntSlots> uploaded_step_{};
   std::array<const std::int32_t*, kNumIntSlots> uploaded_from_{};

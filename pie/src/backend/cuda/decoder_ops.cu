@@ -97,14 +97,11 @@ MATMUL_ENTRY(matmul_q6_K, WT_Q6_K)
 // n_blocks * 32) with xd[t][b] = (d, d * sum q). The CPU backend's q8_0 rule, so that both round alike:
 // q = roundf(x * (1 / (amax / 127))), d = amax / 127 rounded to f16. A warp per block, a lane per element
 // (zeros past n_in).
-extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, int n_in, int n_tokens, i8* __restrict__ xq,
-                                         float2* __restrict__ xd) {
-  const int n_blocks = (n_in + 31) / 32;
-  const long long w = static_cast<long long>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (w >= static_cast<long long>(n_blocks) * n_tokens) return;
-  const int t = static_cast<int>(w / n_blocks), b = static_cast<int>(w % n_blocks), lane = threadIdx.x & 31;
-  const int i = 32 * b + lane;
-  const float v = i < n_in ? x[static_cast<long long>(t) * n_in + i] : 0.0f;
+// One 32-element block of a row as q8_1, a lane per element (v: the lane's element, 0 past the row's end):
+// the warp's amax, the lane's int8, the block's (d, d * sum q). Shared by every kernel that writes q8_1
+// blocks, so that a row quantized where it is made rounds as quantize_q8_1 rounds it.
+__device__ __forceinline__ void quantize_block_q8_1(float v, int lane, i8* __restrict__ q_out,
+                                                    float2* __restrict__ d_out) {
   float amax = fabsf(v);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -113,8 +110,30 @@ extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, int n_in, 
   const int q = static_cast<int>(roundf(__fmul_rn(v, id)));
   const float sum = warp_sum(static_cast<float>(q));  // integers below 2^24: exact
   const float d16 = half_to_f32(f32_to_half(d));
-  xq[static_cast<long long>(t) * n_blocks * 32 + i] = static_cast<i8>(q);
-  if (lane == 0) xd[static_cast<long long>(t) * n_blocks + b] = make_float2(d16, d16 * sum);
+  *q_out = static_cast<i8>(q);
+  if (lane == 0) *d_out = make_float2(d16, d16 * sum);
+}
+
+extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, int n_in, int n_tokens, i8* __restrict__ xq,
+                                         float2* __restrict__ xd) {
+  const int n_blocks = (n_in + 31) / 32;
+  const long long w = static_cast<long long>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (w >= static_cast<long long>(n_blocks) * n_tokens) return;
+  const int t = static_cast<int>(w / n_blocks), b = static_cast<int>(w % n_blocks), lane = threadIdx.x & 31;
+  const int i = 32 * b + lane;
+  const float v = i < n_in ? x[static_cast<long long>(t) * n_in + i] : 0.0f;
+  quantize_block_q8_1(v, lane, xq + static_cast<long long>(t) * n_blocks * 32 + i,
+                      xd + static_cast<long long>(t) * n_blocks + b);
+}
+
+// A row of n (a multiple of 32) as q8_1 blocks by a whole block of threads, a warp per 32 elements: the row
+// was written by this block before a __syncthreads().
+__device__ __forceinline__ void quantize_row_q8_1(const float* row, int n, i8* __restrict__ xq,
+                                                  float2* __restrict__ xd) {
+  const int lane = threadIdx.x & 31;
+  for (int b = threadIdx.x >> 5; b < n / 32; b += blockDim.x >> 5) {
+    quantize_block_q8_1(row[32 * b + lane], lane, xq + 32 * b + lane, xd + b);
+  }
 }
 
 __device__ __forceinline__ int dp4a(int a, int b, int c) {
@@ -522,13 +541,11 @@ EMBED_ENTRY(embed_q4_K, WT_Q4_K)
 EMBED_ENTRY(embed_q5_K, WT_Q5_K)
 EMBED_ENTRY(embed_q6_K, WT_Q6_K)
 
-// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w: a block per row. Rows of a multiple of 4 are read as float4
-// with four loads in flight a thread (a decode step's norm is one row: its time is the loads' latency); the
-// squares are summed in an order set by n and the block size alone.
-extern "C" __global__ void rms_norm(const float* x, const float* w, float eps, int n, float* out) {
+// o = xr / sqrt(mean(xr^2) + eps) * w for one row, by a whole block. Rows of a multiple of 4 are read as
+// float4 with four loads in flight a thread (a decode step's norm is one row: its time is the loads'
+// latency); the squares are summed in an order set by n and the block size alone.
+__device__ __forceinline__ void rms_norm_row(const float* xr, const float* w, float eps, int n, float* o) {
   __shared__ float partial[32];
-  const float* xr = x + static_cast<long long>(blockIdx.x) * n;
-  float* o = out + static_cast<long long>(blockIdx.x) * n;
   const bool vec = (n & 3) == 0;
   float s = 0.0f;
   if (vec) {
@@ -565,6 +582,119 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float eps, i
   }
 }
 
+
+// q8_1 of a row as a block of threads holds it, a float4 (elements 4 i .. 4 i + 3) a thread: the 8 lanes
+// of a 32-element block (i = 8 b .. 8 b + 7, aligned lanes of one warp) find its amax and its sum with 3
+// shuffles each. The same blocks quantize_block_q8_1 makes (max and integer sums: exact in any order).
+// Every lane of the warp calls it; `in` says whether the lane holds elements (whole groups of 8 do or don't).
+__device__ __forceinline__ void quantize4_q8_1(float4 v, long long i, bool in, i8* __restrict__ xq,
+                                               float2* __restrict__ xd) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const int qx = static_cast<int>(roundf(__fmul_rn(v.x, id))), qy = static_cast<int>(roundf(__fmul_rn(v.y, id)));
+  const int qz = static_cast<int>(roundf(__fmul_rn(v.z, id))), qw = static_cast<int>(roundf(__fmul_rn(v.w, id)));
+  int sum = qx + qy + qz + qw;
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (!in) return;
+  const float d16 = half_to_f32(f32_to_half(d));
+  *reinterpret_cast<char4*>(xq + 4 * i) =
+      make_char4(static_cast<signed char>(qx), static_cast<signed char>(qy), static_cast<signed char>(qz),
+                 static_cast<signed char>(qw));
+  if ((i & 7) == 0) xd[i / 8] = make_float2(d16, d16 * static_cast<float>(sum));
+}
+
+// The float4s a thread keeps in registers between a row's sum of squares and its output: rows up to
+// NORM_CACHE * 4 * blockDim elements (8,192 at 256 threads) are read from memory once.
+#define NORM_CACHE 8
+
+// One row's norm by a block: o = row / sqrt(mean(row^2) + eps) * w, where row is acc, or acc + x written
+// back to acc (ADD: the residual add); with xq, also o as q8_1 blocks (n a multiple of 32). Rows of a
+// multiple of 4 up to the cache's size are read once (row, x and w loads all in flight together, the
+// row kept in registers); others take rms_norm_row over the row in memory. Either way the squares are
+// summed in the order rms_norm_row sums them (a thread's float4s in order, then the block's tree), so a
+// row's norm is the same bits with or without the add.
+template <bool ADD>
+__device__ __forceinline__ void norm_row(float* acc, const float* x, const float* w, float eps, int n, float* o,
+                                         i8* xq, float2* xd) {
+  const int n4 = n / 4;
+  if ((n & 3) != 0 || n4 > NORM_CACHE * static_cast<int>(blockDim.x)) {
+    if (ADD) {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) acc[i] += x[i];
+      __syncthreads();  // the row's sums, written by other threads of the block
+    }
+    rms_norm_row(acc, w, eps, n, o);
+    if (xq != nullptr) {
+      __syncthreads();  // the row's elements, written by other threads of the block
+      quantize_row_q8_1(o, n, xq, xd);
+    }
+    return;
+  }
+  __shared__ float partial[32];
+  float4* a4 = reinterpret_cast<float4*>(acc);
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+  float4 v[NORM_CACHE], g[NORM_CACHE];
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NORM_CACHE; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n4) {
+      v[k] = a4[i];
+      if (ADD) {
+        const float4 b = x4[i];
+        v[k] = make_float4(v[k].x + b.x, v[k].y + b.y, v[k].z + b.z, v[k].w + b.w);
+        a4[i] = v[k];
+      }
+      g[k] = w4[i];
+      s += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    }
+  }
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) partial[0] = t;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(partial[0] / static_cast<float>(n) + eps);
+  float4* o4 = reinterpret_cast<float4*>(o);
+#pragma unroll
+  for (int k = 0; k < NORM_CACHE; ++k) {
+    if (k * static_cast<int>(blockDim.x) >= n4) break;  // the same for the whole block
+    const int i = threadIdx.x + k * blockDim.x;
+    const bool in = i < n4;
+    float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (in) {
+      r = make_float4(v[k].x * scale * g[k].x, v[k].y * scale * g[k].y, v[k].z * scale * g[k].z,
+                      v[k].w * scale * g[k].w);
+      o4[i] = r;
+    }
+    if (xq != nullptr) quantize4_q8_1(r, i, in, xq, xd);
+  }
+}
+
+// out[r] = rms_norm(x[r]) * w: a block per row; with xq, also out[r] as q8_1 blocks. out may be x.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float eps, int n, float* out, i8* xq, float2* xd) {
+  const long long r = blockIdx.x;
+  norm_row<false>(const_cast<float*>(x) + r * n, nullptr, w, eps, n, out + r * n, xq == nullptr ? nullptr : xq + r * n,
+                  xd == nullptr ? nullptr : xd + r * (n / 32));
+}
+
+// acc[r] += x[r], then out[r] = rms_norm(acc[r]) * w (a residual add and the next norm): a block per row;
+// with xq, also out[r] as q8_1 blocks.
+extern "C" __global__ void add_rms_norm(float* acc, const float* x, const float* w, float eps, int n, float* out,
+                                        i8* xq, float2* xd) {
+  const long long r = blockIdx.x;
+  norm_row<true>(acc + r * n, x + r * n, w, eps, n, out + r * n, xq == nullptr ? nullptr : xq + r * n,
+                 xd == nullptr ? nullptr : xd + r * (n / 32));
+}
+
 // x[r][i] += bias[i], over n_rows * n elements.
 extern "C" __global__ void add_bias(float* x, const float* bias, int n, long long total) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
@@ -580,13 +710,26 @@ extern "C" __global__ void add(float* acc, const float* x, long long total) {
   }
 }
 
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // gate = silu(gate) * up.
 extern "C" __global__ void swiglu(float* gate, const float* up, long long total) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    gate[i] = silu_mul(gate[i], up[i]);
   }
+}
+
+// gate = silu(gate) * up, and the result as q8_1 blocks for the down product: a warp per 32 elements
+// (n_blocks of them in all; rows of a multiple of 32, so a block never spans two rows).
+extern "C" __global__ void swiglu_q8_1(float* gate, const float* up, long long n_blocks, i8* xq, float2* xd) {
+  const long long b = static_cast<long long>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (b >= n_blocks) return;
+  const int lane = threadIdx.x & 31;
+  const long long i = 32 * b + lane;
+  const float v = silu_mul(gate[i], up[i]);
+  gate[i] = v;
+  quantize_block_q8_1(v, lane, xq + i, xd + b);
 }
 
 extern "C" __global__ void soft_cap(float* x, float cap, long long total) {
