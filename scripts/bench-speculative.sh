@@ -10,12 +10,14 @@
 #   scripts/bench-speculative.sh [BUILD_DIR]   Environment: THREADS (2), REPS (5), PARALLEL (16),
 #   ORCHARD_BIN (a prebuilt orchard; nothing is built then), MODEL (a model path; default: the store's
 #   default model), RUNNER (a prebuilt orchard_bench_runner, with MODEL: it also prints what a step of 1, 2,
-#   3, 5 and 9 tokens of one sequence costs, the price of verifying 0..8 drafted tokens), PYTHON (python3).
+#   3, 5 and 9 tokens of one sequence costs, the price of verifying 0..8 drafted tokens), PRODUCTS (a prebuilt
+#   few_token_products_bench: it also prints what a step's products cost at 1, 2, 3, 5, 9 tokens, product by
+#   product, on one thread), PYTHON (python3).
 #
-# On another machine (the GPU host's CPU, pinned, no GPU): carry the two binaries, their shared libraries
+# On another machine (the GPU host's CPU, pinned, no GPU): carry the three binaries, their shared libraries
 # and the model, then
-#   CUDA_VISIBLE_DEVICES= ORCHARD_BIN=orchard RUNNER=orchard_bench_runner MODEL=model.gguf REPS=3 \
-#     taskset -c 0,1 scripts/bench-speculative.sh
+#   CUDA_VISIBLE_DEVICES= ORCHARD_BIN=orchard RUNNER=orchard_bench_runner PRODUCTS=few_token_products_bench \
+#     MODEL=model.gguf REPS=3 taskset -c 0,1 scripts/bench-speculative.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -69,6 +71,9 @@ if [ -n "${RUNNER:-}" ]; then
   flock "$LOCK" "$RUNNER" "$MODEL" --threads "$THREADS" --batches 1 \
     --prompt 128 --steps 24 --reps 3 --chunks 1,2,3,5,9 >"$WORK/chunks.json"
 fi
+if [ -n "${PRODUCTS:-}" ]; then
+  flock "$LOCK" "$PRODUCTS" --threads 1 --reps 10 >"$WORK/products.txt"
+fi
 "$PY" - "$WORK" "$cases" "$THREADS" "$PARALLEL" <<'PY'
 import json, os, statistics, sys
 work, cases, threads, parallel = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
@@ -94,4 +99,6 @@ if os.path.exists(os.path.join(work, "chunks.json")):
     ms = json.load(open(os.path.join(work, "chunks.json")))["chunk_step_ms"]
     print("a step of one sequence's T tokens against one of 1 token: " +
           ", ".join(f"T={t}: {ms[t] / ms['1']:.2f}x" for t in ms) + f" (1 token: {ms['1']:.2f} ms)")
+if os.path.exists(os.path.join(work, "products.txt")):
+    print(open(os.path.join(work, "products.txt")).read(), end="")
 PY

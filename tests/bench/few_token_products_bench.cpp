@@ -79,6 +79,10 @@ int main(int argc, char** argv) {
     } else if (a == "--reps") {
       reps = std::atoi(v.c_str());
     } else if (a == "--isa") {
+      if (v != "avx512" && v != "avx2" && v != "scalar") {
+        std::fprintf(stderr, "few_token_products_bench: --isa takes avx512, avx2 or scalar, got %s\n", v.c_str());
+        return 2;
+      }
       isa = v == "avx512" ? kernels::Isa::avx512 : v == "avx2" ? kernels::Isa::avx2 : kernels::Isa::scalar;
     } else {
       std::fprintf(stderr, "usage: few_token_products_bench [--threads N] [--reps R] [--isa avx512|avx2|scalar]\n");
