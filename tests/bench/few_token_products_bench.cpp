@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
       best[j] = std::min(best[j], (now_us(cpu_time) - t0) / (sh.per_step == 0 ? calls : 1));
     }
   }
-  std::printf("%s, %d thread(s), best of %d interleaved repetitions, %s\n", std::string(kernels::isa_name(isa)).c_str(), threads, reps,
+  const std::string isa_text(kernels::isa_name(isa));
+  std::printf("%s, %d thread(s), best of %d interleaved repetitions, %s\n", isa_text.c_str(), threads, reps,
               cpu_time ? "thread CPU time" : "wall time");
   std::printf("%-26s %10s", "product", "T=1 (us)");
   for (std::size_t i = 1; i < n_t; ++i) std::printf("  T=%d", kTokens[i]);
