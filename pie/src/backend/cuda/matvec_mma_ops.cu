@@ -1,6 +1,7 @@
-// Products of 1 to 16 tokens on tensor cores, for f16 / bf16 weight rows of a multiple of 8 elements: a
-// memory-bound product reads every weight once whatever the token count, so 16 tokens should cost what one
-// does. mma.sync m16n8k16 (f16 or bf16 inputs, f32 accumulation: sm_80 and later), the weights as A (16 rows
+// Products of few tokens on tensor cores, for f16 / bf16 weight rows of a multiple of 8 elements (the backend
+// sends them those of 2 to 16 tokens, and of every count with --batch-invariant: project() in
+// cuda_backend.cpp): a memory-bound product reads every weight once whatever the token count, so 16 tokens
+// should cost what one does. mma.sync m16n8k16 (f16 or bf16 inputs, f32 accumulation: sm_80 and later), the weights as A (16 rows
 // x 16 k), the activations as B (16 k x 8 tokens), one or two 8-token column tiles a block (entries _n8 and
 // _n16; grid.y tiles more tokens, for --batch-invariant).
 //
