@@ -668,6 +668,7 @@ class CudaBackend final : public Backend {
   // A new step: the staging and the step's upload caches start afresh.
   void new_step() {
     ++step_id_;
+    ++ops_;  // q8_1 blocks made by the last step's last op are not the next step's (its rows may be rewritten)
     staging_.reset();
   }
 
