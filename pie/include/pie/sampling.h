@@ -77,6 +77,9 @@ class Sampler {
   // The draw sample() would take now, for a token sampled elsewhere (on the device: device_sampling.h):
   // advances the stream as sample() does, so the stream position stays the number of tokens sampled.
   double next_draw();
+  // The draw the (n + 1)-th next sample() would take, the stream left as it is: the draws of a drafted row's
+  // positions, taken ahead for the device, of which next_draw() then moves past those verified.
+  double draw_ahead(std::size_t n) const;
 
   const SamplingParams& params() const { return params_; }
 

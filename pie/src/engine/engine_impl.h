@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -137,6 +138,25 @@ struct PromptRow {
   std::size_t logits_row = 0;
 };
 
+// What a step samples once its forward pass is done: its plain rows (samples[i]'s logits at row
+// logits_rows[i] of the step's, under mask i when constrained) and its drafted rows (one logits row and,
+// when constrained, one mask per position), with the masks' errors (empty: none).
+struct StepRows {
+  std::span<Sample* const> samples;
+  std::span<const std::size_t> logits_rows;
+  std::span<const std::uint32_t> masks;  // [samples.size() * words]
+  std::span<const std::string> mask_errors;
+  std::span<const DraftedRow> drafted;
+  std::span<const std::uint32_t> draft_masks;  // DraftedRow::first_mask indexes these
+  std::span<const std::string> draft_mask_errors;
+};
+
+// A drafted row's token at position i (its logits row i) under `mask`, where the draft holds `draft` (-1:
+// the position after the draft): drawn from the host's logits or taken from the device's result. Throws
+// what Sampler::sample throws.
+using PositionSampler =
+    std::function<SampledToken(std::size_t i, std::span<const std::uint32_t> mask, std::int32_t draft)>;
+
 // Prompt tokens a prompt_logprobs sequence computes per step: each asks for a row of logits (n_vocab
 // floats), so this bounds the step's logits to a few tens of megabytes whatever the batch size.
 inline constexpr std::int32_t kPromptLogprobsChunk = 64;
@@ -223,17 +243,19 @@ struct Engine::Impl {
   void close_row(Sample& s, RowOutput& out, bool going, std::size_t n_known = 0);
   void count_generated(std::size_t n_tokens, std::int32_t n_forced);
   void handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask);
+  // The step's rows sampled from the logits in host memory.
+  void sample_on_host(const detail::StepRows& rows, std::span<float> logits);
   // Device sampling (EngineOptions::device_sampling): whether a row can be sampled where its logits are,
-  // and the step's rows sampled there (Backend::sample_rows), each with its own sampler's draw.
+  // and the step's rows sampled there (Backend::sample_rows; a drafted row's every verified position),
+  // each at its own sampler's draw.
   bool device_samples(const Sample& s) const;
-  void sample_rows_on_device(std::span<Sample* const> row_samples, std::span<const std::size_t> sample_logits,
-                             std::span<const std::uint32_t> masks, std::span<const std::string> mask_errors);
+  void sample_on_device(const detail::StepRows& rows);
   void row_failed(Sample& s, const std::string& error);
   // Speculative decoding: drafts for the decoding rows before the step is scheduled, and a drafted row's
-  // verification from its logits (one row per position) and masks.
+  // verification, position by position under its masks, with the tokens `sample_position` gives.
   void propose_drafts();
-  void verify_row(Sample& s, std::int32_t first_position, std::span<float> logits,
-                  std::span<const std::uint32_t> masks);
+  void verify_row(Sample& s, std::int32_t first_position, std::span<const std::uint32_t> masks,
+                  const detail::PositionSampler& sample_position);
   void fork_samples(Request& r);
   void drop_finished();
   void publish_stats();

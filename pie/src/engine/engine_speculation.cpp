@@ -190,15 +190,15 @@ void Engine::Impl::propose_drafts() {
   }
 }
 
-// Verifies a drafted row: position by position, a guessed token is kept or replaced (Sampler::verify,
-// each position under its own mask), a forced one appended as jump-forward appends it; the first
+// Verifies a drafted row: position by position, a guessed token is kept or replaced (by the token that
+// sample_position draws there under the position's own mask: the host's Sampler::verify or the device's
+// row at the same draw), a forced one appended as jump-forward appends it; the first
 // replacement, or the token after a fully kept draft, ends the row. Kept tokens are events of their own
 // (events carry one sampled token, then forced ones). The K/V of the row's tokens and of the kept drafts
 // stay; the rest is truncated.
-void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<float> logits,
-                              std::span<const std::uint32_t> masks) {
+void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<const std::uint32_t> masks,
+                              const detail::PositionSampler& sample_position) {
   Request& r = *s.request;
-  const GenerateRequest& q = r.req;
   const std::vector<std::int32_t> draft = std::move(s.draft);
   const std::vector<DraftKind> kinds = std::move(s.draft_kinds);
   s.draft.clear();
@@ -232,15 +232,15 @@ void Engine::Impl::verify_row(Sample& s, std::int32_t first_position, std::span<
       n_forced = 0;
       n_known = 0;
     }
-    const std::span<float> row = logits.subspan(i * vocab, vocab);
     const std::span<const std::uint32_t> mask = per_position ? masks.subspan(i * words, words) : masks;
     out = RowOutput{};
     out.n_allowed = per_position ? count_allowed(mask, n_vocab) : -1;
     SampledToken sampled;
     bool accepted = false;
     try {
-      sampled = i < draft.size() ? s.sampler->verify(row, mask, q.prompt, s.output, draft[i], accepted)
-                                 : s.sampler->sample(row, mask, q.prompt, s.output);
+      // The token sample() draws here with the sampler's own draw; a guess is kept iff it is that token.
+      sampled = sample_position(i, mask, i < draft.size() ? draft[i] : -1);
+      accepted = i < draft.size() && sampled.token == draft[i];
     } catch (const std::exception& e) {
       finish(s, FinishReason::error, fmt::format("sampling failed: {}", e.what()));
       ended = true;

@@ -15,6 +15,7 @@ using detail::DraftKind;
 using detail::DraftedRow;
 using detail::PromptRow;
 using detail::seconds_since;
+using detail::StepRows;
 using detail::spell;
 
 // Appends one token: grammar, detokenizer, stop strings, limits. Returns false when the sample ended (with
@@ -253,10 +254,12 @@ bool Engine::Impl::step() {
     if (drafted[i].sample->matcher) drafted_masks.push_back(i);
   }
   std::vector<std::string> draft_mask_errors(drafted.size());
-  // Every row sampled on the device: the logits stay there.
-  const bool device_step = device_sampling && prompt_rows.empty() && drafted.empty() && !row_samples.empty() &&
-                           std::all_of(row_samples.begin(), row_samples.end(),
-                                       [&](const Sample* s) { return device_samples(*s); });
+  // Every row sampled on the device (plain rows and drafted ones): the logits stay there. Prompt logprobs
+  // are computed on the host, from the raw logits.
+  const bool device_step =
+      device_sampling && prompt_rows.empty() && (!row_samples.empty() || !drafted.empty()) &&
+      std::all_of(row_samples.begin(), row_samples.end(), [&](const Sample* s) { return device_samples(*s); }) &&
+      std::all_of(drafted.begin(), drafted.end(), [&](const DraftedRow& d) { return device_samples(*d.sample); });
   step_logits.resize(logit_rows.size() * static_cast<std::size_t>(n_vocab));
   std::span<float> logits(step_logits);
   std::string forward_error;
@@ -359,19 +362,32 @@ bool Engine::Impl::step() {
     if (!prompt_errors[i].empty() && !r.failed) fail_request(r, "prompt logprobs failed: " + prompt_errors[i]);
   }
 
-  if (device_step) sample_rows_on_device(row_samples, sample_logits, masks, mask_errors);
-  for (std::size_t row = 0; row < row_samples.size() && !device_step; ++row) {
-    Sample& s = *row_samples[row];
+  const StepRows rows{row_samples, sample_logits, masks, mask_errors, drafted, draft_masks, draft_mask_errors};
+  if (device_step) {
+    sample_on_device(rows);
+  } else {
+    sample_on_host(rows, logits);
+  }
+  return true;
+}
+
+// The step's rows sampled from the logits in host memory: plain rows in order (the first row of a request
+// with n > 1 forks its other samples from its logits), then drafted rows, each verified position by
+// position.
+void Engine::Impl::sample_on_host(const StepRows& rows, std::span<float> logits) {
+  const auto vocab = static_cast<std::size_t>(n_vocab);
+  const std::size_t words = (vocab + 31) / 32;
+  for (std::size_t row = 0; row < rows.samples.size(); ++row) {
+    Sample& s = *rows.samples[row];
     if (s.finished) continue;
-    if (!mask_errors[row].empty()) {
-      row_failed(s, "grammar mask failed: " + mask_errors[row]);
+    if (!rows.mask_errors[row].empty()) {
+      row_failed(s, "grammar mask failed: " + rows.mask_errors[row]);
       continue;
     }
-    std::span<float> row_logits(logits.data() + sample_logits[row] * static_cast<std::size_t>(n_vocab),
-                                static_cast<std::size_t>(n_vocab));
+    const std::span<float> row_logits = logits.subspan(rows.logits_rows[row] * vocab, vocab);
     std::span<const std::uint32_t> mask;
     if (s.matcher) {
-      mask = masks.subspan(row * words, words);
+      mask = rows.masks.subspan(row * words, words);
     } else if (s.request->req.ignore_eos) {
       mask = no_eos_mask;
     }
@@ -400,25 +416,30 @@ bool Engine::Impl::step() {
     handle_row(s, row_logits, mask);
   }
 
-  for (std::size_t i = 0; i < drafted.size(); ++i) {
-    const DraftedRow& d = drafted[i];
+  for (std::size_t i = 0; i < rows.drafted.size(); ++i) {
+    const DraftedRow& d = rows.drafted[i];
     Sample& s = *d.sample;
     if (s.finished) continue;
-    if (!draft_mask_errors[i].empty()) {
-      finish(s, FinishReason::error, "grammar mask failed: " + draft_mask_errors[i]);
+    if (!rows.draft_mask_errors[i].empty()) {
+      finish(s, FinishReason::error, "grammar mask failed: " + rows.draft_mask_errors[i]);
       continue;
     }
     std::span<const std::uint32_t> row_masks;
     if (s.matcher) {
-      row_masks = draft_masks.subspan(d.first_mask * words, d.n * words);
+      row_masks = rows.draft_masks.subspan(d.first_mask * words, d.n * words);
     } else if (s.request->req.ignore_eos) {
       row_masks = no_eos_mask;  // the same mask at every position
     }
-    verify_row(s, d.first_position, logits.subspan(d.first_logits * static_cast<std::size_t>(n_vocab),
-                                                   d.n * static_cast<std::size_t>(n_vocab)),
-               row_masks);
+    const std::span<float> row_logits = logits.subspan(d.first_logits * vocab, d.n * vocab);
+    const GenerateRequest& q = s.request->req;
+    verify_row(s, d.first_position, row_masks,
+               [&](std::size_t p, std::span<const std::uint32_t> mask, std::int32_t draft) {
+                 const std::span<float> row = row_logits.subspan(p * vocab, vocab);
+                 bool accepted = false;
+                 return draft >= 0 ? s.sampler->verify(row, mask, q.prompt, s.output, draft, accepted)
+                                   : s.sampler->sample(row, mask, q.prompt, s.output);
+               });
   }
-  return true;
 }
 
 }  // namespace pie

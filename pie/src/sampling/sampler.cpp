@@ -362,6 +362,12 @@ SampledToken Sampler::sample_at(std::span<float> logits, std::span<const std::ui
 
 double Sampler::next_draw() { return sampling_detail::next_uniform(rng_state_); }
 
+double Sampler::draw_ahead(std::size_t n) const {
+  std::uint64_t state[4] = {rng_state_[0], rng_state_[1], rng_state_[2], rng_state_[3]};
+  for (std::size_t i = 0; i < n; ++i) sampling_detail::next_xoshiro(state);
+  return sampling_detail::next_uniform(state);
+}
+
 SampledToken token_logprob(std::span<const float> logits, std::int32_t token, std::int32_t top_logprobs) {
   if (token < 0 || static_cast<std::size_t>(token) >= logits.size()) {
     throw Error("[sampler] token_logprob: token " + std::to_string(token) + " is outside the " +

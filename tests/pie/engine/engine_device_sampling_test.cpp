@@ -3,9 +3,10 @@
 // engine's draws and hides the logits of its kept steps from the host (NaN there), so the engine's side is
 // exercised without a GPU: the outputs (tokens, texts, logprobs) equal the host path's for greedy, logprobs,
 // penalties and bias, seeded sampling, n > 1, prompt logprobs, a top_k the device does not sort, constraints
-// and ignore_eos; off, nothing goes to the device; a failing device sampler fails its rows and the engine
-// goes on; a broken logit ends its sample with the CPU sampler's error; a ForwardingBackend over nothing
-// is refused. The kernels on a GPU: tests/pie/runner/cuda_sampling_test.cpp.
+// and ignore_eos; speculative decoding's drafted rows verified there give the host path's outputs and
+// decoding's without drafts; off, nothing goes to the device; a failing device sampler fails its rows and
+// the engine goes on; a broken logit (at a drafted position too) ends its sample with the CPU sampler's
+// error; a ForwardingBackend over nothing is refused. The kernels on a GPU: tests/pie/runner/cuda_sampling_test.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -33,6 +34,7 @@ struct Control {
   std::atomic<int> sampled_rows{0};
   std::atomic<bool> fail{false};       // sample_rows throws
   std::atomic<bool> nan_logits{false};  // every kept row's first logit becomes NaN
+  std::atomic<bool> nan_drafted{false};  // so in steps of more than one logits row (a drafted row's)
 };
 
 class HostSampledBackend final : public ForwardingBackend {
@@ -53,7 +55,7 @@ class HostSampledBackend final : public ForwardingBackend {
     // The "device's" copy; the host rows get NaN, so a host read of a kept step's logits shows.
     kept_.assign(host_.begin(), host_.end());
     std::fill(host_.begin(), host_.end(), kNan);
-    if (c_->nan_logits) {
+    if (c_->nan_logits || (c_->nan_drafted && kept_.size() > static_cast<std::size_t>(n_cols_))) {
       for (std::size_t i = 0; i < kept_.size(); i += static_cast<std::size_t>(n_cols_)) kept_[i] = kNan;
     }
     ++c_->kept_steps;
@@ -247,6 +249,64 @@ TEST(EngineDeviceSampling, ABrokenLogitEndsItsSampleWithTheCpuSamplersError) {
   EXPECT_EQ(r.samples[0].finish, FinishReason::error);
   EXPECT_NE(r.samples[0].error.find("sampling failed: [sampler] logit of token 0 is nan"), std::string::npos)
       << r.samples[0].error;
+}
+
+Outputs run_one_at_a_time(const EngineOptions& o, const std::vector<GenerateRequest>& reqs) {
+  Engine engine(random_model(), o);
+  Outputs out;
+  for (const GenerateRequest& r : reqs) out.results.push_back(run(engine, r));
+  out.stats = engine.stats();
+  return out;
+}
+
+// Speculative decoding's drafted rows (drafting_requests) verified on the "device", one request at a time: every output equals the host path's with the same drafts (tokens, text,
+// logprobs bit for bit), the greedy and seeded ones also equal decoding without speculation (the seed's
+// stream kept), constraints included (a forced draft's text, the masks per position); the verified
+// positions went to the device (more device rows than steps: a step of one request samples one plain row
+// unless its drafts are there too) and drafts were kept.
+TEST(EngineDeviceSampling, DraftedRowsAreVerifiedOnTheDevice) {
+  const auto reqs = drafting_requests(*random_model());
+  std::vector<GenerateRequest> plain_reqs = reqs;
+  for (GenerateRequest& r : plain_reqs) r.speculative = SpeculativeOptions{};
+  Control control;
+  const Outputs device = run_one_at_a_time(options(&control), reqs);
+  const Outputs host = run_one_at_a_time(options(nullptr), reqs);
+  const Outputs plain = run_one_at_a_time(options(nullptr), plain_reqs);
+  ASSERT_EQ(device.results.size(), reqs.size());
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    const SampleResult& d = device.results[i].samples.at(0);
+    const SampleResult& h = host.results[i].samples.at(0);
+    const std::string what = "request " + std::to_string(i);
+    EXPECT_EQ(d.error, "") << what;
+    EXPECT_EQ(d.tokens, h.tokens) << what;
+    EXPECT_EQ(d.text, h.text) << what;
+    EXPECT_EQ(d.finish, h.finish) << what;
+    ASSERT_EQ(d.logprobs.size(), h.logprobs.size()) << what;
+    for (std::size_t t = 0; t < h.logprobs.size(); ++t) {
+      EXPECT_EQ(d.logprobs[t].token, h.logprobs[t].token) << what;
+      EXPECT_EQ(d.logprobs[t].logprob, h.logprobs[t].logprob) << what;
+      ASSERT_EQ(d.logprobs[t].top.size(), h.logprobs[t].top.size()) << what;
+    }
+    EXPECT_EQ(d.tokens, plain.results[i].samples.at(0).tokens) << what << ": not what decoding without drafts gives";
+    EXPECT_GT(device.results[i].usage.draft_tokens, 0) << what;
+  }
+  EXPECT_GT(device.stats.accepted_draft_tokens, 0u);
+  EXPECT_EQ(device.stats.device_sampled_rows, static_cast<std::uint64_t>(control.sampled_rows.load()));
+  EXPECT_GT(device.stats.device_sampled_rows, device.stats.steps);
+  EXPECT_EQ(host.stats.device_sampled_rows, 0u);
+}
+
+// A broken logit at a verified position ends the sample with the CPU sampler's error, as on the host.
+TEST(EngineDeviceSampling, ABrokenLogitAtADraftedPositionEndsItsSample) {
+  Control control;
+  control.nan_drafted = true;
+  Engine engine(random_model(), options(&control));
+  const RunResult r = run(engine, drafting_requests(*random_model())[0]);
+  ASSERT_EQ(r.samples.size(), 1u);
+  EXPECT_EQ(r.samples[0].finish, FinishReason::error);
+  EXPECT_NE(r.samples[0].error.find("sampling failed: [sampler] logit of token 0 is nan"), std::string::npos)
+      << r.samples[0].error;
+  EXPECT_GT(r.samples[0].tokens.size(), 0u);  // the steps before the first draft went on
 }
 
 TEST(ForwardingBackend, RefusesToWrapNothing) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pie/engine.h"
+#include "pse/json_schema.h"
 
 namespace pie::testing {
 
@@ -64,6 +65,57 @@ inline RunResult collect(RequestStream& stream, std::chrono::seconds timeout = s
   }
   EXPECT_TRUE(out.done) << "no done event within the timeout";
   return out;
+}
+
+// Requests that draft (prompt lookup on prompts that repeat themselves, the random model), one of each
+// kind of row: greedy with fixed and adaptive draft lengths, logprobs, penalties, seeded sampling, and
+// constrained (forced text drafted, a mask per position) greedy and sampled.
+inline std::vector<GenerateRequest> drafting_requests(const Model& model) {
+  const auto& tok = *model.tokenizer;
+  std::vector<GenerateRequest> reqs;
+  for (const char* p : {"a b c a b c a b c a b", "1 2 3 1 2 3 1 2", "Once upon a time, once upon a time, once"}) {
+    GenerateRequest r;
+    r.prompt = {*tok.special_tokens().bos};
+    const auto body = tok.encode(p, {});
+    r.prompt.insert(r.prompt.end(), body.begin(), body.end());
+    r.max_tokens = 40;
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    r.speculative = SpeculativeOptions{DraftMode::ngram, 4};
+    reqs.push_back(r);
+  }
+  reqs[1].sampling.logprobs = true;
+  reqs[1].sampling.top_logprobs = 3;
+  reqs[1].speculative->k = 0;  // adaptive
+  GenerateRequest penalised = reqs[0];
+  penalised.sampling.repetition_penalty = 1.1f;
+  penalised.sampling.frequency_penalty = 0.2f;
+  penalised.sampling.presence_penalty = -0.2f;
+  reqs.push_back(penalised);
+  for (const float temperature : {0.7f, 1.0f}) {
+    GenerateRequest seeded = reqs[2];
+    seeded.sampling.temperature = temperature;
+    seeded.sampling.top_k = 40;
+    seeded.sampling.top_p = 0.95f;
+    seeded.sampling.seed = 42;
+    seeded.sampling.logprobs = true;
+    reqs.push_back(seeded);
+  }
+  GenerateRequest constrained = reqs[0];
+  constrained.ignore_eos = false;
+  constrained.max_tokens = 80;
+  constrained.grammar = pse::json_schema_to_grammar(
+      std::string_view(R"({"type":"object","properties":{"a":{"type":"string","maxLength":6},)"
+                       R"("b":{"type":"string","maxLength":6}},"required":["a","b"],"additionalProperties":false})"),
+      pse::JsonSchemaOptions{.layout = pse::JsonLayout::kCompact});
+  constrained.prompt = {*tok.special_tokens().bos};
+  const auto json = tok.encode(R"({"a":"cat","b":"dog"} {"a":"cat","b":"dog"} {"a":"cat)", {});
+  constrained.prompt.insert(constrained.prompt.end(), json.begin(), json.end());
+  reqs.push_back(constrained);
+  constrained.sampling.temperature = 0.8f;
+  constrained.sampling.seed = 3;
+  reqs.push_back(constrained);
+  return reqs;
 }
 
 inline RunResult run(Engine& engine, GenerateRequest request) {

@@ -6,8 +6,9 @@
 // of a boundary may differ: at most 1% of rows are allowed to); NaN, +inf and all -inf rows report the
 // CPU's errors; the step's host rows stay untouched (no copy); bad calls are errors. The engine on CUDA:
 // greedy, constrained, seeded sampled, logprobs, n > 1 and prompt-logprobs requests (one at a time) give
-// with device sampling what they give without it, on the random model and stories260K. The CPU tests (the seam's
-// refusals) run everywhere; the GPU ones skip without a GPU.
+// with device sampling what they give without it, on the random model and stories260K, and so do drafted
+// rows verified there (speculative decoding). The CPU tests (the seam's refusals) run everywhere; the GPU
+// ones skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -375,12 +376,14 @@ struct EngineOutputs {
   EngineStats stats;
 };
 
-EngineOutputs run_all(std::shared_ptr<const Model> model, bool device_sampling, const std::vector<GenerateRequest>& reqs) {
+EngineOutputs run_all(std::shared_ptr<const Model> model, bool device_sampling, const std::vector<GenerateRequest>& reqs,
+                      bool batch_invariant = false) {
   EngineOptions o;
   o.device = DeviceRequest::cuda;
   o.max_running = 8;
   o.context_length = 512;
   o.device_sampling = device_sampling;
+  o.batch_invariant = batch_invariant;
   Engine engine(std::move(model), o);
   // One request at a time, so both engines run the same batches: on CUDA a token's logits differ in their
   // last bits between a prefill chunk and a decode row (other attention kernels), so batches that the
@@ -470,6 +473,44 @@ TEST(CudaSamplingEngine, Stories260KGivesWhatTheHostPathGives) {
   const EngineOutputs device = run_all(model, true, reqs), host = run_all(model, false, reqs);
   expect_same_outputs(device, host);
   EXPECT_EQ(device.results[4].samples[0].tokens, device.results[5].samples[0].tokens);
+}
+
+// Speculative decoding's drafted rows (drafting_requests, each at a fixed draft length so that both runs
+// take the same steps) verified on the device: what the host path gives with the same drafts; the
+// verified positions sampled there (more device rows than steps: one request at a time, a step samples one
+// plain row unless its drafts are there). Against decoding without drafts, greedy: a verify step's
+// attention is the prefill kernel's (f16 operands) where a one-token step's is the decode kernel's, so
+// their logits part in the last bits: the texts agree up to the first token whose top-two margin without
+// drafts is under 1e-2 (issue 35's agreement rule).
+TEST(CudaSamplingEngine, DraftedRowsGiveWhatTheHostPathGives) {
+  REQUIRE_GPU();
+  const auto model = random_model();
+  std::vector<GenerateRequest> reqs = drafting_requests(*model);
+  for (GenerateRequest& r : reqs) r.speculative->k = 4;
+  std::vector<GenerateRequest> plain_reqs = reqs;
+  for (GenerateRequest& r : plain_reqs) {
+    r.speculative = SpeculativeOptions{};
+    r.sampling.logprobs = true;
+    r.sampling.top_logprobs = std::max(r.sampling.top_logprobs, 2);
+  }
+  const EngineOutputs device = run_all(model, true, reqs, true), host = run_all(model, false, reqs, true);
+  expect_same_outputs(device, host);
+  const EngineOutputs plain = run_all(model, true, plain_reqs, true);
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_GT(device.results[i].usage.draft_tokens, 0) << "request " << i;
+    if (reqs[i].sampling.temperature > 0) continue;
+    const SampleResult& d = device.results[i].samples.at(0);
+    const SampleResult& p = plain.results[i].samples.at(0);
+    std::size_t t = 0;
+    while (t < d.tokens.size() && t < p.tokens.size() && d.tokens[t] == p.tokens[t]) ++t;
+    if (t == d.tokens.size() && t == p.tokens.size()) continue;
+    ASSERT_LT(t, p.logprobs.size()) << "request " << i;
+    const std::vector<TokenLogprob>& top = p.logprobs[t].top;
+    ASSERT_GE(top.size(), 2u) << "request " << i;
+    EXPECT_LT(top[0].logprob - top[1].logprob, 1e-2f) << "request " << i << " parts at token " << t;
+  }
+  EXPECT_GT(device.stats.accepted_draft_tokens, 0u);
+  EXPECT_GT(device.stats.device_sampled_rows, device.stats.steps);
 }
 
 TEST(CudaSamplingEngine, ConstrainedRequestsValidate) {

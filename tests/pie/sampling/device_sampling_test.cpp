@@ -181,5 +181,23 @@ TEST(DeviceSamplingDraws, SampleAtTheStreamsDrawIsSample) {
   }
 }
 
+// draw_ahead(n) is the draw the (n + 1)-th next sample takes, and takes none itself: a drafted row's
+// positions sampled on the device at draws taken ahead, the stream then moved past those verified.
+TEST(DeviceSamplingDraws, DrawAheadIsALaterDrawAndTakesNone) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  Sampler ahead(p, 77), stream(p, 77);
+  std::vector<double> seen;
+  for (std::size_t n = 0; n < 8; ++n) seen.push_back(ahead.draw_ahead(n));
+  for (std::size_t n = 0; n < 8; ++n) EXPECT_EQ(seen[n], stream.next_draw()) << n;
+  EXPECT_NE(seen[0], seen[1]);
+  EXPECT_EQ(ahead.next_draw(), seen[0]);  // the eight look-aheads drew nothing
+  EXPECT_EQ(ahead.draw_ahead(0), seen[1]);
+  std::vector<float> logits(64, 0.0f), copy = logits;
+  Sampler sampled(p, 77);
+  sampled.sample(copy, {}, {}, {});
+  EXPECT_EQ(sampled.draw_ahead(2), seen[3]);  // after one sample, ahead of the stream's position
+}
+
 }  // namespace
 }  // namespace pie
