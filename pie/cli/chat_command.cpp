@@ -186,9 +186,7 @@ int run_chat(std::span<const std::string> args) {
   pie::EngineOptions engine_options;
   engine_options.max_running = 1;
   spec.apply(engine_options);
-  engine_options.device = device.get();
-  engine_options.gpu_memory = device.gpu_memory();
-  engine_options.batch_invariant = device.batch_invariant;
+  device.apply(engine_options);
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 1, 1024));
   if (ctx) engine_options.context_length = static_cast<std::int32_t>(parse_int(*ctx, "--ctx", 16, 1 << 20));
 

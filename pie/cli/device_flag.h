@@ -10,6 +10,7 @@
 
 #include "arg_parser.h"
 #include "pie/backend.h"
+#include "pie/engine.h"
 
 namespace orchard::cli {
 
@@ -55,6 +56,14 @@ struct DeviceFlag {
       throw UsageError("--device: expected cpu, cuda or auto, got '" + *value + "'");
     }
     return pie::parse_device_request(*value);
+  }
+
+  // Sets the engine's device, gpu_memory and batch_invariant. Throws UsageError on a bad value (call it,
+  // or get() and gpu_memory(), before the model loads).
+  void apply(pie::EngineOptions& options) const {
+    options.device = get();
+    options.gpu_memory = gpu_memory();
+    options.batch_invariant = batch_invariant;
   }
 };
 

@@ -37,9 +37,7 @@ void write_out(const std::string& text) {
 
 struct RunSettings {
   int n_threads = 0;
-  pie::DeviceRequest device = pie::DeviceRequest::automatic;
-  double gpu_memory = 0.9;
-  bool batch_invariant = false;
+  DeviceFlag device;
   int parallel = 1;             // concurrent requests (seeds seed, seed + 1, ...)
   std::optional<bool> add_bos;  // --bos / --no-bos; nullopt: as the model's metadata says
   bool json_stats = false;
@@ -94,15 +92,13 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
   if (grammar.given()) request.grammar = grammar.load();
 
   pie::EngineOptions options;
-  options.device = settings.device;
-  options.gpu_memory = settings.gpu_memory;
-  options.batch_invariant = settings.batch_invariant;
+  settings.device.apply(options);
   options.n_threads = settings.n_threads;
   settings.speculative.apply(options);
   options.max_running = settings.parallel;
   pie::Engine engine(model, options);
   request.loras = settings.lora.attach(engine);
-  log_device(engine.device(), settings.device);
+  log_device(engine.device(), settings.device.get());
   const auto t0 = std::chrono::steady_clock::now();
   // --parallel N: N requests at once, seeds seed .. seed + N - 1 (the grammar is compiled once: cached).
   std::vector<std::shared_ptr<pie::RequestStream>> streams;
@@ -167,16 +163,14 @@ int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s,
                   const nlohmann::ordered_json& fields, const std::optional<std::string>& system,
                   const RunSettings& settings) {
   pie::EngineOptions options;
-  options.device = settings.device;
-  options.gpu_memory = settings.gpu_memory;
-  options.batch_invariant = settings.batch_invariant;
+  settings.device.apply(options);
   options.n_threads = settings.n_threads;
   settings.speculative.apply(options);
   options.max_running = 1;
   auto engine = std::make_shared<pie::Engine>(model, options);
   nlohmann::ordered_json request_fields = fields;
   if (const auto loras = settings.lora.attach(*engine); !loras.empty()) request_fields["lora"] = LoraFlags::field(loras);
-  log_device(engine->device(), settings.device);
+  log_device(engine->device(), settings.device.get());
   pie::ChatSession session(engine);
   if (system) session.set_system(*system);
   const auto t0 = std::chrono::steady_clock::now();
@@ -284,9 +278,8 @@ int run_run(std::span<const std::string> args) {
   (void)spec.get();  // a malformed --spec is a usage error before the model loads
   settings.lora = lora;
   (void)lora.specs();  // a malformed --lora is a usage error before the model loads
-  settings.device = device.get();
-  settings.gpu_memory = device.gpu_memory();
-  settings.batch_invariant = device.batch_invariant;
+  settings.device = device;
+  (void)device.get(), (void)device.gpu_memory();  // a malformed --device or --gpu-memory: before the model loads
 
   // A model that cannot be found or loaded, a bad prompt, grammar or request: thrown to main, which
   // writes one line and exits with status 2. A generation that fails once running: status 1.

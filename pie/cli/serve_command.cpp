@@ -124,9 +124,7 @@ int run_serve(std::span<const std::string> args) {
   engine_options.grammar_tables = table_build_option(grammar_tables, "--grammar-tables");
   engine_options.kv_resident = true;  // a server's memory stays level as its prefix cache fills
   spec.apply(engine_options);
-  engine_options.device = device.get();
-  engine_options.gpu_memory = device.gpu_memory();
-  engine_options.batch_invariant = device.batch_invariant;
+  device.apply(engine_options);
   if (threads) engine_options.n_threads = static_cast<std::int32_t>(parse_int(*threads, "--threads", 0, 1024));
   engine_options.max_queued = max_queue ? static_cast<std::int32_t>(parse_int(*max_queue, "--max-queue", 1, 1 << 20))
                                         : 4 * engine_options.max_running;

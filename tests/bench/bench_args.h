@@ -1,4 +1,5 @@
-// The command-line checks of the engine-level benchmark programs (orchard_bench_runner, orchard_bench_lora):
+// The command-line checks of the engine-level benchmark programs (orchard_bench_runner, orchard_bench_lora,
+// orchard_bench_spec_oracle):
 // a bad value is a message naming the flag and the value, the usage line, and exit status 2.
 #pragma once
 
@@ -29,6 +30,27 @@ class BenchArgs {
       fail(flag + " wants a positive integer, got '" + text + "'");
     }
     return static_cast<std::int32_t>(v);
+  }
+
+  // `text` as a number in [lo, hi], or fail naming `flag`.
+  double number(const std::string& flag, const std::string& text, double lo, double hi) const {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0' || !(v >= lo && v <= hi)) {
+      std::ostringstream why;
+      why << flag << " wants a number in [" << lo << ", " << hi << "], got '" << text << "'";
+      fail(why.str());
+    }
+    return v;
+  }
+
+  // `text` as comma-separated numbers in [lo, hi] (at least one).
+  std::vector<double> number_list(const std::string& flag, const std::string& text, double lo, double hi) const {
+    std::vector<double> out;
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');) out.push_back(number(flag, item, lo, hi));
+    if (out.empty()) fail(flag + " wants a comma-separated list");
+    return out;
   }
 
   // `text` as comma-separated positive integers (at least one).

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "pie/engine.h"
 #include "pie/model_store.h"
 
@@ -34,67 +35,46 @@ struct Options {
   std::string prompt = "The history of the city begins with a small settlement on the river, where";
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "orchard_bench_spec_oracle: %s\nusage: orchard_bench_spec_oracle MODEL [--device cpu|cuda|auto] "
-               "[--threads N] [--tokens N] [--acceptance 0.2,...,1.0] [--k 1,...,8] [--reps R] [--prompt TEXT]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-double number(const std::string& flag, const std::string& text, double lo, double hi) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !(v >= lo && v <= hi)) {
-    usage(flag + " wants a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + text + "'");
-  }
-  return v;
-}
-
-template <typename T>
-std::vector<T> list(const std::string& flag, const std::string& text, double lo, double hi) {
-  std::vector<T> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(static_cast<T>(number(flag, item, lo, hi)));
-  if (out.empty()) usage(flag + " wants a comma-separated list");
-  return out;
-}
+const orchard::bench::BenchArgs kArgs(
+    "orchard_bench_spec_oracle",
+    "MODEL [--device cpu|cuda|auto] [--threads N] [--tokens N] [--acceptance 0.2,...,1.0] [--k 1,...,8] [--reps R] "
+    "[--prompt TEXT]");
 
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
+      if (i + 1 >= argc) kArgs.fail(a + " needs a value");
       return argv[++i];
     };
     if (a == "--device") {
       try {
         o.device = pie::parse_device_request(value());
       } catch (const std::exception& e) {
-        usage(e.what());
+        kArgs.fail(e.what());
       }
     } else if (a == "--threads") {
-      o.threads = static_cast<int>(number(a, value(), 1, 1024));
+      o.threads = kArgs.positive(a, value(), 1024);
     } else if (a == "--tokens") {
-      o.tokens = static_cast<std::int32_t>(number(a, value(), 2, 8192));
+      o.tokens = static_cast<std::int32_t>(kArgs.number(a, value(), 2, 8192));
     } else if (a == "--acceptance") {
-      o.acceptance = list<double>(a, value(), 0, 1);
+      o.acceptance = kArgs.number_list(a, value(), 0, 1);
     } else if (a == "--k") {
-      o.ks = list<std::int32_t>(a, value(), 1, pie::kMaxDraftTokens);
+      o.ks = kArgs.positive_list(a, value(), pie::kMaxDraftTokens);
     } else if (a == "--reps") {
-      o.reps = static_cast<int>(number(a, value(), 1, 100));
+      o.reps = kArgs.positive(a, value(), 100);
     } else if (a == "--prompt") {
       o.prompt = value();
     } else if (!a.empty() && a[0] == '-') {
-      usage("unknown option " + a);
+      kArgs.fail("unknown option " + a);
     } else if (o.model.empty()) {
       o.model = a;
     } else {
-      usage("one MODEL only");
+      kArgs.fail("one MODEL only");
     }
   }
-  if (o.model.empty()) usage("MODEL is missing");
+  if (o.model.empty()) kArgs.fail("MODEL is missing");
   return o;
 }
 
