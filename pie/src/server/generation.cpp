@@ -197,12 +197,7 @@ std::string Generation::on_event(const Event& event) {
           }
           break;
         case Api::ollama_chat:
-          if (!delta.content.empty() || !delta.reasoning_content.empty()) {
-            Json message{{"role", "assistant"}, {"content", delta.content}};
-            if (!delta.reasoning_content.empty()) message["thinking"] = delta.reasoning_content;
-            out += dump_json(Json{{"model", setup_.header.model}, {"created_at", created_at()},
-                                  {"message", std::move(message)}, {"done", false}}) + "\n";
-          }
+          out += ollama_chat_line(delta);
           break;
         case Api::ollama_generate:
           if (!event.text.empty()) {
@@ -250,17 +245,21 @@ std::string Generation::choice_finished(ChoiceOutput& choice) {
                                              nullptr, setup_.include_usage));
       break;
     case Api::ollama_chat:
-      if (!rest.content.empty() || !rest.reasoning_content.empty()) {
-        Json message{{"role", "assistant"}, {"content", rest.content}};
-        if (!rest.reasoning_content.empty()) message["thinking"] = rest.reasoning_content;
-        out += dump_json(Json{{"model", setup_.header.model}, {"created_at", created_at()},
-                              {"message", std::move(message)}, {"done", false}}) + "\n";
-      }
+      out += ollama_chat_line(rest);
       break;
     case Api::ollama_generate:
       break;
   }
   return out;
+}
+
+std::string Generation::ollama_chat_line(const StreamDelta& delta) const {
+  if (delta.content.empty() && delta.reasoning_content.empty()) return {};
+  Json message{{"role", "assistant"}, {"content", delta.content}};
+  if (!delta.reasoning_content.empty()) message["thinking"] = delta.reasoning_content;
+  return dump_json(Json{{"model", setup_.header.model}, {"created_at", created_at()}, {"message", std::move(message)},
+                        {"done", false}}) +
+         "\n";
 }
 
 std::string Generation::ollama_final(const ChoiceOutput& choice) const {

@@ -67,6 +67,8 @@ class Generation {
   std::string choice_finished(ChoiceOutput& choice);
   std::string on_done();
   std::string error_event(const std::string& message, const std::string& code = {}) const;
+  // A streamed /api/chat line of the delta's text and thinking (empty when it has neither).
+  std::string ollama_chat_line(const StreamDelta& delta) const;
   std::string ollama_final(const ChoiceOutput& choice) const;
   std::string created_at() const;
 
