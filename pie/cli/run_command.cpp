@@ -43,6 +43,16 @@ struct RunSettings {
   bool json_stats = false;
   SpeculativeFlags speculative;
   LoraFlags lora;
+
+  // The engine's options for max_running requests at once (the draft model loaded with --spec draft=MODEL).
+  pie::EngineOptions engine_options(std::int32_t max_running) const {
+    pie::EngineOptions options;
+    device.apply(options);
+    options.n_threads = n_threads;
+    speculative.apply(options);
+    options.max_running = max_running;
+    return options;
+  }
 };
 
 struct RunSummary {
@@ -91,12 +101,7 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
   }
   if (grammar.given()) request.grammar = grammar.load();
 
-  pie::EngineOptions options;
-  settings.device.apply(options);
-  options.n_threads = settings.n_threads;
-  settings.speculative.apply(options);
-  options.max_running = settings.parallel;
-  pie::Engine engine(model, options);
+  pie::Engine engine(model, settings.engine_options(settings.parallel));
   request.loras = settings.lora.attach(engine);
   log_device(engine.device(), settings.device.get());
   const auto t0 = std::chrono::steady_clock::now();
@@ -162,12 +167,7 @@ int generate(const std::shared_ptr<const pie::Model>& model, double load_s, cons
 int generate_chat(const std::shared_ptr<const pie::Model>& model, double load_s, const std::string& prompt,
                   const nlohmann::ordered_json& fields, const std::optional<std::string>& system,
                   const RunSettings& settings) {
-  pie::EngineOptions options;
-  settings.device.apply(options);
-  options.n_threads = settings.n_threads;
-  settings.speculative.apply(options);
-  options.max_running = 1;
-  auto engine = std::make_shared<pie::Engine>(model, options);
+  auto engine = std::make_shared<pie::Engine>(model, settings.engine_options(1));
   nlohmann::ordered_json request_fields = fields;
   if (const auto loras = settings.lora.attach(*engine); !loras.empty()) request_fields["lora"] = LoraFlags::field(loras);
   log_device(engine->device(), settings.device.get());
