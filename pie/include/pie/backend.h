@@ -176,8 +176,11 @@ struct CudaOptions {
   bool batch_invariant = false;
   // The fewest tokens a product sends to cuBLAS (0: the measured defaults of gemm.cpp).
   std::int32_t gemm_min_tokens = 0;
-  // The bytes of a slab of quantized rows expanded to f16 for cuBLAS (0: a third of the GPU's L2).
+  // The bytes of a slab of quantized rows expanded to f16 for cuBLAS (0: 128 MiB).
   std::size_t gemm_slab_bytes = 0;
+  // At most this many parts a tensor-core product's sum is cut into, as many as its output tiles
+  // leave multiprocessors idle (0 or 1: never cut, the default; measured slower in the engine).
+  std::int32_t gemm_splits = 0;
 };
 
 // The CUDA backend on device `ordinal`: weights in device memory in their file type (f32, f16, bf16, q8_0,

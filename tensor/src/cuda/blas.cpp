@@ -50,6 +50,12 @@ struct BlasApi {
   cublasStatus_t (*gemm_ex)(cublasHandle_t, int, int, int, int, int, const void*, const void*, int,
                             int, const void*, int, int, const void*, void*, int, int, int,
                             int) = nullptr;
+  // cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B,
+  // Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo)
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, int, int, int, int, int, const void*,
+                                            const void*, int, int, long long, const void*, int, int,
+                                            long long, const void*, void*, int, int, long long, int,
+                                            int, int) = nullptr;
 };
 
 struct LoadedBlas {
@@ -85,7 +91,8 @@ LoadedBlas load_blas() {
          load_symbol(lib, "cublasSetStream_v2", a.set_stream, e) &&
          load_symbol(lib, "cublasSetWorkspace_v2", a.set_workspace, e) &&
          load_symbol(lib, "cublasGetStatusName", a.status_name, e) &&
-         load_symbol(lib, "cublasGemmEx", a.gemm_ex, e));
+         load_symbol(lib, "cublasGemmEx", a.gemm_ex, e) &&
+         load_symbol(lib, "cublasGemmStridedBatchedEx", a.gemm_strided_batched_ex, e));
   return out;
 }
 
@@ -140,18 +147,27 @@ Blas::~Blas() {
   if (handle_ != nullptr) loaded().api.destroy(handle_);
 }
 
-void Blas::gemm(GemmInput input, const void* w, std::int64_t ldw, const void* x, std::int64_t ldx,
-                float* y, std::int64_t ldy, std::int64_t n_out, std::int64_t n_tokens,
-                std::int64_t n_in) const {
+namespace {
+
+void check_sizes(const char* op, std::int64_t n_out, std::int64_t n_tokens, std::int64_t n_in,
+                 std::int64_t ldw, std::int64_t ldx, std::int64_t ldy) {
   constexpr std::int64_t kMax = std::numeric_limits<int>::max();
   if (n_out <= 0 || n_tokens <= 0 || n_in <= 0 || n_out > kMax || n_tokens > kMax || n_in > kMax ||
       ldw < n_in || ldx < n_in || ldy < n_out || ldw > kMax || ldx > kMax || ldy > kMax) {
-    throw ShapeError("[tensor::cuda::Blas::gemm] sizes n_out " + std::to_string(n_out) +
-                     ", n_tokens " + std::to_string(n_tokens) + ", n_in " + std::to_string(n_in) +
-                     " with strides ldw " + std::to_string(ldw) + ", ldx " + std::to_string(ldx) +
-                     ", ldy " + std::to_string(ldy) +
+    throw ShapeError(std::string("[tensor::cuda::Blas::") + op + "] sizes n_out " +
+                     std::to_string(n_out) + ", n_tokens " + std::to_string(n_tokens) + ", n_in " +
+                     std::to_string(n_in) + " with strides ldw " + std::to_string(ldw) + ", ldx " +
+                     std::to_string(ldx) + ", ldy " + std::to_string(ldy) +
                      ": expected positive sizes below 2^31 and strides at least the rows' lengths");
   }
+}
+
+}  // namespace
+
+void Blas::gemm(GemmInput input, const void* w, std::int64_t ldw, const void* x, std::int64_t ldx,
+                float* y, std::int64_t ldy, std::int64_t n_out, std::int64_t n_tokens,
+                std::int64_t n_in) const {
+  check_sizes("gemm", n_out, n_tokens, n_in, ldw, ldx, ldy);
   const int type = input == GemmInput::f16 ? kR16F : kR16BF;
   const float alpha = 1.0f, beta = 0.0f;
   // Column-major, as cuBLAS sees it: y^T [n_out, n_tokens] = (w as [n_in, n_out])^T x^T [n_in,
@@ -161,6 +177,28 @@ void Blas::gemm(GemmInput input, const void* w, std::int64_t ldw, const void* x,
                              static_cast<int>(ldw), x, type, static_cast<int>(ldx), &beta, y, kR32F,
                              static_cast<int>(ldy), kCompute32F, kGemmDefault),
         "cublasGemmEx");
+}
+
+void Blas::gemm_split_k(GemmInput input, const void* w, std::int64_t ldw, const void* x,
+                        std::int64_t ldx, float* partials, std::int64_t n_out,
+                        std::int64_t n_tokens, std::int64_t n_in, int splits) const {
+  check_sizes("gemm_split_k", n_out, n_tokens, n_in, ldw, ldx, n_out);
+  if (splits < 1 || n_in % splits != 0 || (n_in / splits) % 8 != 0) {
+    throw ShapeError("[tensor::cuda::Blas::gemm_split_k] " + std::to_string(splits) +
+                     " parts of n_in " + std::to_string(n_in) +
+                     ": expected parts of a multiple of 8 elements each");
+  }
+  const int type = input == GemmInput::f16 ? kR16F : kR16BF;
+  const float alpha = 1.0f, beta = 0.0f;
+  const std::int64_t part = n_in / splits;
+  // Part s: columns [s part, (s + 1) part) of w and x (an element offset along their rows), its
+  // output the s-th [n_tokens, n_out] block of partials.
+  check(loaded().api.gemm_strided_batched_ex(
+            handle_, kOpT, kOpN, static_cast<int>(n_out), static_cast<int>(n_tokens),
+            static_cast<int>(part), &alpha, w, type, static_cast<int>(ldw), part, x, type,
+            static_cast<int>(ldx), part, &beta, partials, kR32F, static_cast<int>(n_out),
+            n_out * n_tokens, splits, kCompute32F, kGemmDefault),
+        "cublasGemmStridedBatchedEx");
 }
 
 #else  // !ORCHARD_HAVE_CUDA
@@ -174,6 +212,10 @@ Blas::~Blas() = default;
 void Blas::gemm(GemmInput, const void*, std::int64_t, const void*, std::int64_t, float*,
                 std::int64_t, std::int64_t, std::int64_t, std::int64_t) const {
   detail::throw_built_without_cuda("tensor::cuda::Blas::gemm");
+}
+void Blas::gemm_split_k(GemmInput, const void*, std::int64_t, const void*, std::int64_t, float*,
+                        std::int64_t, std::int64_t, std::int64_t, int) const {
+  detail::throw_built_without_cuda("tensor::cuda::Blas::gemm_split_k");
 }
 
 #endif

@@ -169,6 +169,12 @@ void synchronize() {
   detail::check(detail::driver().cuCtxSynchronize(), "tensor::cuda::synchronize", "cuCtxSynchronize");
 }
 
+void profiler_range(bool open) {
+  make_current();
+  detail::check(open ? detail::driver().cuProfilerStart() : detail::driver().cuProfilerStop(),
+                "tensor::cuda::profiler_range", open ? "cuProfilerStart" : "cuProfilerStop");
+}
+
 MemoryInfo memory_info(int ordinal) {
   make_current(ordinal);
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -184,6 +190,7 @@ std::string unavailable_reason() {
 const DeviceInfo& device_info(int) { detail::throw_built_without_cuda("tensor::cuda::device_info"); }
 void make_current(int) { detail::throw_built_without_cuda("tensor::cuda::make_current"); }
 void synchronize() { detail::throw_built_without_cuda("tensor::cuda::synchronize"); }
+void profiler_range(bool) { detail::throw_built_without_cuda("tensor::cuda::profiler_range"); }
 MemoryInfo memory_info(int) { detail::throw_built_without_cuda("tensor::cuda::memory_info"); }
 
 #endif

@@ -8,6 +8,7 @@
 
 #if ORCHARD_HAVE_CUDA
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #include <string>
 
@@ -18,11 +19,12 @@ namespace tensor::cuda::detail {
   X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)              \
   X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuFuncSetAttribute)  \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)    \
-  X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
+  X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)            \
   X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)          \
   X(cuEventElapsedTime) X(cuGetErrorName) X(cuGetErrorString) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuMemGetInfo)                                 \
   X(cuMemAllocHost) X(cuMemFreeHost) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)   \
-  X(cuGraphExecUpdate) X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuGraphGetNodes)
+  X(cuGraphExecUpdate) X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuGraphGetNodes)    \
+  X(cuProfilerStart) X(cuProfilerStop)
 
 struct DriverApi {
 #define ORCHARD_CU_MEMBER(fn) decltype(&::fn) fn = nullptr;

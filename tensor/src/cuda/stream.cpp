@@ -36,6 +36,13 @@ void Stream::synchronize() const {
         "cuStreamSynchronize");
 }
 
+bool Stream::done() const {
+  const CUresult status = driver().cuStreamQuery(static_cast<CUstream>(handle_));
+  if (status == CUDA_ERROR_NOT_READY) return false;
+  check(status, "tensor::cuda::Stream::done", "cuStreamQuery");
+  return true;
+}
+
 Event::Event() {
   make_current();
   CUevent e = nullptr;
@@ -79,6 +86,7 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 void Stream::synchronize() const { detail::throw_built_without_cuda("tensor::cuda::Stream::synchronize"); }
+bool Stream::done() const { detail::throw_built_without_cuda("tensor::cuda::Stream::done"); }
 Event::Event() { detail::throw_built_without_cuda("tensor::cuda::Event"); }
 Event::~Event() = default;
 void Event::record(const Stream&) { detail::throw_built_without_cuda("tensor::cuda::Event::record"); }

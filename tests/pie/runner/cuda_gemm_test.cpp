@@ -195,6 +195,44 @@ TEST(CudaGemm, BlockTypesExpandedInSlabsMatchTheReference) {
   check_product(DType::q4_K, 1000, 256, 512, {}, rng);     // the default slab and threshold
 }
 
+// A product's sum cut into parts (one strided-batched call, the parts summed by sum_parts4, or
+// sum_parts where 4 does not divide the rows): several caps, one where the length does not divide
+// (fewer parts), float and slab weights, rows ldy apart wider than the product (the slabs' outputs).
+TEST(CudaGemm, CutSumsMatchTheReference) {
+  REQUIRE_CUBLAS();
+  std::mt19937 rng(std::random_device{}());
+  for (std::int32_t splits : {0, 2, 4, 16}) {  // 0: whole
+    SCOPED_TRACE("gemm_splits " + std::to_string(splits));
+    check_product(DType::f16, 200, 4096, 64, {.gemm_min_tokens = 1, .gemm_splits = splits}, rng);
+    check_product(DType::bf16, 67, 1024, 33, {.gemm_min_tokens = 1, .gemm_splits = splits}, rng);
+    check_product(DType::q8_0, 300, 2048, 64,
+                  {.gemm_min_tokens = 1, .gemm_slab_bytes = 256 << 10, .gemm_splits = splits}, rng);
+  }
+  // 768 elements: 5 parts do not divide it, 4 of 192 are too short; 3 of 256 are taken.
+  check_product(DType::f16, 130, 768, 17, {.gemm_min_tokens = 1, .gemm_splits = 5}, rng);
+}
+
+TEST(CudaGemm, PartsFollowTheProductsShape) {
+  REQUIRE_CUBLAS();
+  tc::Stream stream;
+  const int sms = tc::device_info().n_sms;
+  const cuda::GemmProducts whole(stream, {}, plain_growth());
+  EXPECT_EQ(whole.splits(4096, 64, 4096), 1);  // the default: never cut
+  EXPECT_EQ(whole.splits(1024, 64, 4096), 1);
+  const cuda::GemmProducts gemm(stream, {.gemm_splits = 16}, plain_growth());
+  // [4096, 4096] over 64 tokens: 32 output tiles of 128 x 128, so n_sms / 32 parts (4 on an H100).
+  EXPECT_EQ(gemm.splits(4096, 64, 4096), std::min(16, std::max(1, sms / 32))) << sms << " multiprocessors";
+  EXPECT_EQ(gemm.splits(1024, 64, 4096), std::min(16, std::max(1, sms / 8)));  // 8 tiles
+  EXPECT_EQ(gemm.splits(28672, 64, 4096), 1);  // more tiles than multiprocessors
+  EXPECT_EQ(gemm.splits(4096, 512, 4096), std::max(1, std::min(16, sms / 128)));
+  EXPECT_EQ(gemm.splits(128, 8, 96), 1);  // parts would be shorter than 256
+  const cuda::GemmProducts three(stream, {.gemm_splits = 3}, plain_growth());
+  if (sms >= 24) {
+    EXPECT_EQ(three.splits(1024, 64, 4096), 2);  // 4096 / 3 is no whole part: 2
+    EXPECT_EQ(three.splits(1024, 64, 768), 3);
+  }
+}
+
 TEST(CudaGemm, ThresholdsAndUnsupportedTypesLeaveTheProductToTheKernels) {
   REQUIRE_CUBLAS();
   tc::Stream stream;
@@ -241,6 +279,14 @@ TEST(CudaGemm, ShapesOutOfRangeAreShapeErrors) {
                tensor::ShapeError);  // ldy < n_out
   EXPECT_THROW(blas.gemm(tc::GemmInput::f16, p, 32, p, 32, y, 8, std::int64_t{1} << 32, 4, 32),
                tensor::ShapeError);
+  EXPECT_THROW(blas.gemm_split_k(tc::GemmInput::f16, p, 96, p, 96, y, 8, 4, 96, 5),
+               tensor::ShapeError);  // 96 in 5 parts
+  EXPECT_THROW(blas.gemm_split_k(tc::GemmInput::f16, p, 96, p, 96, y, 8, 4, 96, 8),
+               tensor::ShapeError);  // parts of 12: not 16-byte runs
+  EXPECT_THROW(blas.gemm_split_k(tc::GemmInput::f16, p, 96, p, 96, y, 8, 4, 96, 0),
+               tensor::ShapeError);
+  EXPECT_THROW(blas.gemm_split_k(tc::GemmInput::f16, p, 64, p, 96, y, 8, 4, 96, 2),
+               tensor::ShapeError);  // ldw < n_in
 }
 
 TEST(CudaGemmFallback, TheVariableHidesCublas) {  // no GPU needed
@@ -281,27 +327,32 @@ TEST(CudaGemmFallback, HiddenCublasLeavesEveryProductToTheBuiltInKernelsBitForBi
   }
 }
 
-// Not a test: the times of one product at growing token counts, built-in kernels against cuBLAS, on
-// Llama-3-8B's shapes, as JSON lines (how gemm.cpp's thresholds were chosen). Run by hand:
+// Not a test: the times of one product at growing token counts, built-in kernels against cuBLAS with
+// its sum whole (gemm_splits 1) and cut as the shape asks (the default), on Llama-3-8B's shapes, as
+// JSON lines (how gemm.cpp's thresholds and parts were chosen). Run by hand:
 //   pie_cuda_gemm_test --gtest_also_run_disabled_tests --gtest_filter='*ProductTimes*'
 TEST(CudaGemm, DISABLED_ProductTimes) {
   REQUIRE_CUBLAS();
   std::mt19937 rng(1);
   auto kernels = make_cuda_backend(0, {.batch_invariant = true});
-  auto tensor_cores = make_cuda_backend(0, {.gemm_min_tokens = 1});
-  for (DType type : {DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K}) {
-    for (const auto& [n_out, n_in] :
-         {std::pair<std::int64_t, std::int64_t>{4096, 4096}, {14336, 4096}}) {
+  auto whole = make_cuda_backend(0, {.gemm_min_tokens = 1, .gemm_splits = 1});
+  auto cut = make_cuda_backend(0, {.gemm_min_tokens = 1});
+  for (DType type : {DType::f16, DType::q8_0, DType::q4_0, DType::q4_K}) {
+    for (const auto& [n_out, n_in] : {std::pair<std::int64_t, std::int64_t>{4096, 4096},
+                                      {1024, 4096},
+                                      {14336, 4096},
+                                      {4096, 14336}}) {
       const DeviceWeight w = make_weight(*kernels, type, n_out, n_in, rng);
-      for (std::int64_t n_tokens : {2, 4, 8, 16, 32, 64, 128}) {
+      for (std::int64_t n_tokens : {4, 8, 16, 32, 64, 128, 256}) {
         tc::DeviceBuffer dx =
             device_floats(random_floats(static_cast<std::size_t>(n_tokens * n_in), rng));
         tc::DeviceBuffer dy = poisoned(static_cast<std::size_t>(n_tokens * n_out));
         const Projection p[] = {
             {ProjectionSite::q, 0, &w.weight(), {dy.as<float>(), n_tokens, n_out}}};
-        double us[2] = {0, 0};
-        for (int which = 0; which < 2; ++which) {
-          Backend& b = which == 0 ? *kernels : *tensor_cores;
+        double us[3] = {0, 0, 0};
+        Backend* backends[3] = {kernels.get(), whole.get(), cut.get()};
+        for (int which = 0; which < 3; ++which) {
+          Backend& b = *backends[which];
           constexpr int kReps = 20;
           const auto step = [&] {
             for (int r = 0; r < kReps; ++r) b.project({dx.as<float>(), n_tokens, n_in}, p);
@@ -317,12 +368,12 @@ TEST(CudaGemm, DISABLED_ProductTimes) {
               kReps;
         }
         std::printf(
-            "{\"type\": \"%s\", \"n_out\": %lld, \"n_in\": %lld, \"tokens\": %lld, \"kernels_us\": "
-            "%.1f, "
-            "\"cublas_us\": %.1f, \"ratio\": %.2f}\n",
+            "{\"type\": \"%s\", \"n_out\": %lld, \"n_in\": %lld, \"tokens\": %lld, "
+            "\"kernels_us\": %.1f, \"cublas_us\": %.1f, \"cut_us\": %.1f, \"weight_tb_s\": %.2f}\n",
             std::string(tensor::dtype_name(type)).c_str(), static_cast<long long>(n_out),
-            static_cast<long long>(n_in), static_cast<long long>(n_tokens), us[0], us[1],
-            us[0] / us[1]);
+            static_cast<long long>(n_in), static_cast<long long>(n_tokens), us[0], us[1], us[2],
+            static_cast<double>(w.bytes.size()) / (std::min({us[0], us[1], us[2]}) * 1e6));
+        std::fflush(stdout);
       }
     }
   }

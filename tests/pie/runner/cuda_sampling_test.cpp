@@ -287,6 +287,44 @@ TEST(CudaSamplingKernel, SampledRowsDrawTheCpuSamplersTokens) {
   EXPECT_LE(differ * 100, rows) << differ << " of " << rows << " rows differ";
 }
 
+// Rows handed one mask (the same span, as the engine hands every ignore_eos row its one mask) share its
+// upload; rows between them with masks of their own keep theirs: each row's token is the CPU's under its
+// own mask (two random masks of half the vocabulary: a row read under the other mask would pick another
+// token).
+TEST(CudaSamplingKernel, RowsHandedOneMaskShareItsUpload) {
+  REQUIRE_GPU();
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<std::uint32_t> shared = random_mask(0.5, rng), own_a = random_mask(0.5, rng),
+                                   own_b = random_mask(0.5, rng);
+  const std::uint32_t* const masks[] = {shared.data(), own_a.data(), shared.data(), own_b.data(), shared.data()};
+  const std::size_t n_rows = std::size(masks), words = shared.size();
+  std::vector<float> logits;
+  for (std::size_t i = 0; i < n_rows; ++i) {
+    const std::vector<float> row = normal_logits(static_cast<std::size_t>(kVocab), 3.0f, rng);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  DeviceLogits dev;
+  dev.load(logits, static_cast<std::int64_t>(n_rows));
+  SamplingParams params;
+  params.temperature = 0;  // greedy
+  std::vector<DeviceSampleRow> rows(n_rows);
+  std::vector<std::int32_t> expected(n_rows);
+  for (std::size_t i = 0; i < n_rows; ++i) {
+    const std::span<const std::uint32_t> mask(masks[i], words);
+    std::vector<float> row(logits.begin() + static_cast<std::ptrdiff_t>(i * kVocab),
+                           logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * kVocab));
+    Sampler cpu(params, 1);
+    expected[i] = cpu.sample(row, mask, {}, {}).token;
+    rows[i] = {static_cast<std::int32_t>(i), &params, mask, {}, {}, 0.5};
+  }
+  std::vector<DeviceSampleResult> got(n_rows);
+  dev.backend->sample_rows(rows, got);
+  for (std::size_t i = 0; i < n_rows; ++i) {
+    EXPECT_EQ(got[i].status, DeviceSampleResult::Status::ok) << "row " << i;
+    EXPECT_EQ(got[i].sampled.token, expected[i]) << "row " << i;
+  }
+}
+
 TEST(CudaSamplingKernel, BrokenAndEmptyRowsReportTheCpuSamplersErrors) {
   REQUIRE_GPU();
   std::mt19937 rng(3);

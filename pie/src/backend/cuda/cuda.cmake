@@ -7,6 +7,7 @@ orchard_embed_sources(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/pie_backend_cuda_source
                               ${CMAKE_CURRENT_LIST_DIR}/weight_blocks.cuh)
 target_sources(pie_backend PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cpp ${CMAKE_CURRENT_LIST_DIR}/cuda_lora.cpp
                                    ${CMAKE_CURRENT_LIST_DIR}/cuda_sampling.cpp ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
+                                   ${CMAKE_CURRENT_LIST_DIR}/step_times.cpp
                                    ${CMAKE_CURRENT_LIST_DIR}/cuda_sources.cpp
                                    ${CMAKE_CURRENT_BINARY_DIR}/pie_backend_cuda_sources.cpp)
 target_include_directories(pie_backend PRIVATE ${CMAKE_CURRENT_LIST_DIR})

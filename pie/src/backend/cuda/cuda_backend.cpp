@@ -9,15 +9,21 @@
 // The step's host-side tables (tokens, positions, KV slots, page tables) are staged in page-locked memory and
 // copied to the device once per step, at their first use, and reused by every layer.
 //
-// A step is captured as a CUDA graph and replayed (tc::GraphCache: one executable per shape, updated in
+// A step is captured as CUDA graphs and replayed (tc::GraphCache: one executable per shape, updated in
 // place while the shape holds), so the device runs its ~500 kernels back to back instead of waiting on the
-// host's launches. What cannot be captured (a buffer that must grow, pal's split workspace growing: both
-// synchronize) abandons the capture and runs the step with plain launches, which grows what was short, so
-// the next step captures. ORCHARD_CUDA_GRAPHS=0 turns capture off.
+// host's launches. The step is captured in pieces (a layer, then 2, then 4 at most), each launched as soon
+// as it is captured on a stream of its own (ordered after the backend's stream's earlier work by an event,
+// and the backend's stream after the last piece), so the device works on the first layers while the host
+// captures the next ones instead of waiting for the whole step's capture (at batch 64 on an 8B model the
+// capture takes about half as long as the device's work). What cannot be captured (a buffer that must grow,
+// pal's split workspace growing: both synchronize) abandons the capture and runs the step with plain launches
+// (after the pieces already launched are done), which grows what was short, so the next step captures.
+// ORCHARD_CUDA_GRAPHS=0 turns capture off, ORCHARD_CUDA_GRAPHS=step captures each step as one graph.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -38,6 +44,7 @@
 #include "cuda_sources.h"
 #include "gemm.h"
 #include "product_launch.h"
+#include "step_times.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/cuda/jit.h"
@@ -198,6 +205,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int ordinal, const CudaOptions& options) : ordinal_(ordinal) {
     tc::make_current(ordinal_);
     stream_ = std::make_unique<tc::Stream>();
+    launch_stream_ = std::make_unique<tc::Stream>();
     gemm_ = std::make_unique<cuda::GemmProducts>(
         *stream_, options,
         [this](tc::DeviceBuffer& b, std::size_t bytes) -> tc::DeviceBuffer& { return grown(b, bytes); });
@@ -208,12 +216,15 @@ class CudaBackend final : public Backend {
     const char* mma = std::getenv("ORCHARD_CUDA_MMA");
     mma_enabled_ = (mma == nullptr || std::string(mma) != "0") && tc::device_info(ordinal_).arch() >= 80;
     batch_invariant_ = options.batch_invariant;
+    piecewise_ = graphs == nullptr || std::string(graphs) != "step";
+    times_ = cuda::StepTimes::from_env();
     lora_ = std::make_unique<cuda::CudaLora>(ordinal_, stream_.get());
     sampling_ = std::make_unique<cuda::CudaSampling>(stream_.get());
   }
   ~CudaBackend() override {
     try {
       tc::make_current(ordinal_);
+      launch_stream_->synchronize();
       stream_->synchronize();
     } catch (...) {  // a faulted context: nothing left to wait for
     }
@@ -342,6 +353,7 @@ class CudaBackend final : public Backend {
   void embed(const Weight& table, std::span<const std::int32_t> tokens, const Rows& out) override {
     ++ops_;
     if (tokens.empty()) return;
+    step_tokens_ = static_cast<std::int64_t>(tokens.size());
     const std::int32_t* dev_tokens = upload_ints(kTokens, tokens);
     const std::uint8_t* w = weight_ptr(table);
     long long row_bytes = table.strides().bytes[0];
@@ -355,6 +367,7 @@ class CudaBackend final : public Backend {
   void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) override {
     ++ops_;
     if (x.n_rows == 0) return;
+    piece_boundary();
     const float* xp = x.data;
     const float* w = weight.data_as<const float>();
     int n = static_cast<int>(x.n_cols);
@@ -369,6 +382,7 @@ class CudaBackend final : public Backend {
   void add_rms_norm(const Rows& acc, const Rows& x, const Weight& weight, float eps, const Rows& out) override {
     ++ops_;
     if (acc.n_rows == 0) return;
+    piece_boundary();
     float* a = acc.data;
     const float* xp = x.data;
     const float* w = weight.data_as<const float>();
@@ -571,11 +585,15 @@ class CudaBackend final : public Backend {
     in_flight_ = true;
     error_ = nullptr;
     logits_ready_ = false;
+    step_tokens_ = 0;
     try {
       tc::make_current(ordinal_);
-      if (graphs_enabled_ && run_captured(step)) return;
-      new_step();
-      step();
+      if (times_) times_->begin_entered(*stream_);
+      if (!(graphs_enabled_ && run_captured(step))) {
+        new_step();
+        step();
+      }
+      if (times_) times_->begin_left(*stream_, step_tokens_);
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -587,7 +605,9 @@ class CudaBackend final : public Backend {
     std::exception_ptr error = std::exchange(error_, nullptr);
     try {
       tc::make_current(ordinal_);
+      if (times_) times_->wait_entered();
       stream_->synchronize();
+      if (times_) times_->wait_left();
       lora_->end_step();
       if (!error && !output_host_.empty() && !keep_logits_) {
         scratch_[kOutput].copy_to_host(output_host_.data(), output_host_.size_bytes(), 0, stream_.get());
@@ -608,7 +628,9 @@ class CudaBackend final : public Backend {
     if (!logits_ready_) throw Error("[backend:cuda] sample_rows: no step's logits to sample (after a step's wait())");
     try {
       tc::make_current(ordinal_);
+      if (times_) times_->sample_entered();
       sampling_->sample(scratch_[kOutput].as<const float>(), output_shape_[0], output_shape_[1], rows, out);
+      if (times_) times_->sample_left();
     } catch (const tensor::Error& e) {
       throw Error(fmt::format("[backend:cuda] sampling on the device failed: {}", e.what()));
     }
@@ -672,29 +694,75 @@ class CudaBackend final : public Backend {
     staging_.reset();
   }
 
-  // The step captured as a graph and launched; false (nothing queued) when it could not be captured.
-  // Three failed captures in a row turn capture off for this backend (a step that never captures, e.g. an
-  // operation that synchronizes, would otherwise pay for two runs of its host code every time).
+  // The step captured as graphs and launched, piece by piece; false when it could not be captured (what
+  // was launched of it done by then: a plain run of the step does it all again). Three failed captures in
+  // a row turn capture off for this backend (a step that never captures, e.g. an operation that
+  // synchronizes, would otherwise pay for two runs of its host code every time); a capture abandoned
+  // because a buffer must grow does not count (the plain run grows it: while a large batch fills, its
+  // steps grow the tables step after step, and counting them turned capture off for the whole run).
   bool run_captured(const std::function<void()>& step) {
     new_step();
-    graphs_.capture_begin(*stream_);
+    grew_ = false;
+    piece_ = 0;
+    piece_norms_ = 0;
+    pieces_launched_ = 0;
+    piece_graphs(0).capture_begin(*stream_);
     capturing_ = true;
     bool captured = false;
     try {
       step();
       capturing_ = false;
-      captured = graphs_.capture_end(*stream_);
+      captured = piece_graphs(piece_).capture_end(*stream_);
     } catch (...) {
+      if (capturing_) piece_graphs(piece_).capture_abandon(*stream_);
       capturing_ = false;
-      graphs_.capture_abandon(*stream_);
     }
     if (!captured) {
-      if (++failed_captures_ >= 3) graphs_enabled_ = false;
+      // The plain run reuses the staging the launched pieces' copies read.
+      if (pieces_launched_ > 0) launch_stream_->synchronize();
+      if (!grew_ && ++failed_captures_ >= 3) graphs_enabled_ = false;
       return false;
     }
     failed_captures_ = 0;
-    graphs_.launch(*stream_);
+    launch_piece();
+    // The backend's stream (wait(), the logits' copy, the sampling) goes on after the last piece.
+    joined_.record(*launch_stream_);
+    joined_.wait_on(*stream_);
     return true;
+  }
+
+  // The piece just captured, launched on the launch stream (after the backend's stream's earlier work,
+  // for the step's first piece) and handed to the device at once.
+  void launch_piece() {
+    if (pieces_launched_ == 0) {
+      forked_.record(*stream_);
+      forked_.wait_on(*launch_stream_);
+    }
+    piece_graphs(piece_).launch(*launch_stream_);
+    if (pieces_launched_ == 0 && times_) times_->first_piece_launched(*launch_stream_);
+    ++pieces_launched_;
+    (void)launch_stream_->done();
+  }
+
+  // The executables of the step's `i`-th piece.
+  tc::GraphCache& piece_graphs(int i) {
+    while (static_cast<int>(graphs_.size()) <= i) graphs_.push_back(std::make_unique<tc::GraphCache>());
+    return *graphs_[static_cast<std::size_t>(i)];
+  }
+
+  // At each norm (rms_norm or add_rms_norm: a block's start) while capturing: the piece under way is launched,
+  // and the next one begun, once it holds 2^(piece + 1) norms (a layer's two, then 2 layers, then 4 at most:
+  // the last piece's device time is what the capture leaves unhidden).
+  void piece_boundary() {
+    if (!capturing_ || !piecewise_) return;
+    if (++piece_norms_ <= std::min(2 << std::min(piece_, 8), kMaxPieceNorms)) return;
+    capturing_ = false;
+    if (!piece_graphs(piece_).capture_end(*stream_)) throw NotCapturable{};
+    launch_piece();
+    ++piece_;
+    piece_norms_ = 1;
+    piece_graphs(piece_).capture_begin(*stream_);
+    capturing_ = true;
   }
 
   static std::size_t dense_size(const Weight& w) {
@@ -727,7 +795,10 @@ class CudaBackend final : public Backend {
   // `b` with at least `bytes`; a buffer that must grow is replaced once the stream is done with it.
   tc::DeviceBuffer& grown(tc::DeviceBuffer& b, std::size_t bytes) {
     if (b.bytes() < bytes) {
-      if (capturing_) throw NotCapturable{};
+      if (capturing_) {
+        grew_ = true;
+        throw NotCapturable{};
+      }
       if (!b.empty()) stream_->synchronize();
       b = tc::MemoryPool::global().allocate(std::max<std::size_t>(bytes, 256));
     }
@@ -740,7 +811,9 @@ class CudaBackend final : public Backend {
         slot != kTokens && slot != kGatherRows) {
       return ints_[s].as<const std::int32_t>();
     }
-    tc::DeviceBuffer& b = grown(ints_[s], host.size_bytes());
+    // Room to double: the page tables grow a little most steps while a batch fills, and each growth
+    // costs a capture.
+    tc::DeviceBuffer& b = grown(ints_[s], std::bit_ceil(host.size_bytes()));
     if (!host.empty()) {
       b.copy_from_host(staging_.take(host.data(), host.size_bytes()), host.size_bytes(), 0, stream_.get());
     }
@@ -911,10 +984,17 @@ class CudaBackend final : public Backend {
   std::uint64_t rope_step_ = 0;
   std::uint64_t step_id_ = 0;
   PinnedStaging staging_;
-  tc::GraphCache graphs_;
-  bool graphs_enabled_ = true, capturing_ = false;
+  static constexpr int kMaxPieceNorms = 8;
+  std::unique_ptr<tc::Stream> launch_stream_;  // where the pieces run
+  tc::Event forked_, joined_;  // the launch stream after the backend's stream, and back
+  std::vector<std::unique_ptr<tc::GraphCache>> graphs_;  // per piece of a step
+  int piece_ = 0, piece_norms_ = 0, pieces_launched_ = 0;
+  bool graphs_enabled_ = true, capturing_ = false, piecewise_ = true;
+  bool grew_ = false;  // the capture under way was abandoned for a buffer that must grow
   bool mma_enabled_ = true;      // f16 / bf16 products of few tokens on tensor cores (matvec_mma_ops.cu)
   bool batch_invariant_ = false;  // CudaOptions::batch_invariant: the mma products at every token count
+  std::unique_ptr<cuda::StepTimes> times_;  // ORCHARD_CUDA_STEP_TIMES / _PROFILE_STEP (step_times.h)
+  std::int64_t step_tokens_ = 0;
   int failed_captures_ = 0;
   bool in_flight_ = false;
   std::exception_ptr error_;

@@ -51,6 +51,12 @@ class CudaSampling {
   std::vector<SampleRowDesc> descs_;
   std::vector<std::int32_t> ints_;
   std::vector<std::uint32_t> masks_;
+  struct MaskSpan {  // a row's mask as handed in, and where its upload starts in masks_
+    const std::uint32_t* data;
+    std::int32_t n_words;
+    std::int64_t offset;
+  };
+  std::vector<MaskSpan> mask_spans_;
   tensor::cuda::HostBuffer staging_, results_;  // page-locked: the inputs up, the results down
   tensor::cuda::DeviceBuffer inputs_, outputs_, work_;
 };

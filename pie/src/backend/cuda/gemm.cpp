@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -28,6 +30,15 @@ constexpr std::int32_t kMinTokensKQuant = 8;
 // q8_0, q4_0, q4_1 (8-bit integer products, the weight expanded to f16 first): 1.5-1.9x at 64
 // tokens, 0.9-1.0x at 32.
 constexpr std::int32_t kMinTokensDp4a = 64;
+// Cutting a product's sum (CudaOptions::gemm_splits, off by default): the output tile assumed of
+// cuBLAS (its large kernels' 128 x 128) and the fewest elements a part sums.
+constexpr std::int64_t kTile = 128;
+constexpr std::int64_t kMinPart = 256;
+// A slab of expanded rows: a whole [14336, 4096] matrix of an 8B model in f16. Measured on an H100
+// at batch 64 (Q8_0, 8B-shaped): a step's device time 21.4 ms with slabs of a third of L2 (16 MiB,
+// each slab's product too small to fill the GPU, and eight launches where one does), 17.9 ms with
+// these.
+constexpr std::size_t kSlabBytes = std::size_t{128} << 20;
 
 const tc::Kernel& kernel(const std::string& entry) {
   static std::mutex mutex;
@@ -75,7 +86,10 @@ void log_unavailable(const std::string& why) {
 }  // namespace
 
 GemmProducts::GemmProducts(const tc::Stream& stream, const CudaOptions& options, Grow grow)
-    : stream_(stream), min_tokens_override_(options.gemm_min_tokens), grow_(std::move(grow)) {
+    : stream_(stream),
+      min_tokens_override_(options.gemm_min_tokens),
+      max_splits_(options.gemm_splits),
+      grow_(std::move(grow)) {
   if (options.batch_invariant) return;
   const std::string why = tc::blas_unavailable_reason();
   if (!why.empty()) {
@@ -88,11 +102,17 @@ GemmProducts::GemmProducts(const tc::Stream& stream, const CudaOptions& options,
     log_unavailable(e.what());
     return;
   }
-  // A slab of expanded rows: a third of L2, so that it is still there when cuBLAS reads it.
-  slab_bytes_ = options.gemm_slab_bytes > 0
-                    ? options.gemm_slab_bytes
-                    : std::clamp<std::size_t>(tc::device_info().l2_bytes / 3, std::size_t{4} << 20,
-                                              std::size_t{32} << 20);
+  n_sms_ = tc::device_info().n_sms;
+  // Developers' knobs for measuring in the engine (gemm.h).
+  if (const char* env = std::getenv("ORCHARD_GEMM_SPLITS"); env != nullptr && max_splits_ == 0) {
+    max_splits_ = std::max(0, std::atoi(env));
+  }
+  if (const char* env = std::getenv("ORCHARD_GEMM_SLAB_MB");
+      env != nullptr && options.gemm_slab_bytes == 0) {
+    slab_bytes_ = static_cast<std::size_t>(std::max(1, std::atoi(env))) << 20;
+    return;
+  }
+  slab_bytes_ = options.gemm_slab_bytes > 0 ? options.gemm_slab_bytes : kSlabBytes;
 }
 
 GemmProducts::~GemmProducts() = default;
@@ -105,6 +125,39 @@ std::int32_t GemmProducts::min_tokens(DType t) const {
   if (is_float) return kMinTokensFloat;
   const bool dp4a = t == DType::q8_0 || t == DType::q4_0 || t == DType::q4_1;
   return dp4a ? kMinTokensDp4a : kMinTokensKQuant;
+}
+
+int GemmProducts::splits(std::int64_t n_out, std::int64_t n_tokens, std::int64_t n_in) const {
+  if (max_splits_ < 2) return 1;
+  const std::int64_t tiles = ((n_out + kTile - 1) / kTile) * ((n_tokens + kTile - 1) / kTile);
+  const std::int64_t want =
+      std::min<std::int64_t>(n_sms_ / std::max<std::int64_t>(tiles, 1), max_splits_);
+  // The largest count not above it whose parts are whole 16-byte runs of at least kMinPart.
+  for (std::int64_t s = want; s > 1; --s) {
+    if (n_in % s == 0 && (n_in / s) % 8 == 0 && n_in / s >= kMinPart) return static_cast<int>(s);
+  }
+  return 1;
+}
+
+void GemmProducts::product(tc::GemmInput type, const void* w, std::int64_t ldw, const void* x,
+                           std::int64_t n_in, float* y, std::int64_t ldy, std::int64_t n_out,
+                           std::int64_t n_tokens) {
+  const int parts = splits(n_out, n_tokens, n_in);
+  if (parts == 1) {
+    blas_->gemm(type, w, ldw, x, n_in, y, ldy, n_out, n_tokens, n_in);
+    return;
+  }
+  tc::DeviceBuffer& buf =
+      grow_(partials_, static_cast<std::size_t>(parts * n_tokens * n_out) * sizeof(float));
+  float* p = buf.as<float>();
+  blas_->gemm_split_k(type, w, ldw, x, n_in, p, n_out, n_tokens, n_in, parts);
+  const float* pp = p;
+  int np = parts;
+  const bool by4 = n_out % 4 == 0 && ldy % 4 == 0 && reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
+  long long no = by4 ? n_out / 4 : n_out, nt = n_tokens, ly = ldy;
+  void* args[] = {&pp, &np, &no, &nt, &y, &ly};
+  kernel(by4 ? "sum_parts4" : "sum_parts")
+      .launch({grid_for(no * n_tokens, 256), 1, 1}, {256, 1, 1}, 0, &stream_, args);
 }
 
 const void* GemmProducts::converted(const Rows& in, tc::GemmInput type) {
@@ -136,7 +189,7 @@ bool GemmProducts::project(const Rows& in, const Projection& p) {
     const tc::GemmInput type = w.dtype() == DType::f16 ? tc::GemmInput::f16 : tc::GemmInput::bf16;
     if (row_bytes % 2 != 0) return false;
     const void* x = converted(in, type);
-    blas_->gemm(type, wp, row_bytes / 2, x, n_in, y, p.out.n_cols, n_out, n_tokens, n_in);
+    product(type, wp, row_bytes / 2, x, n_in, y, p.out.n_cols, n_out, n_tokens);
     return true;
   }
   // A block type: slabs of rows expanded to f16, each slab's product by cuBLAS.
@@ -159,8 +212,7 @@ bool GemmProducts::project(const Rows& in, const Projection& p) {
     void* args[] = {&wp, &rb, &ni, &first, &n_rows, &out};
     expand.launch({grid_for(static_cast<long long>(n_rows) * (n_in / per_thread), 256), 1, 1},
                   {256, 1, 1}, 0, &stream_, args);
-    blas_->gemm(tc::GemmInput::f16, out, n_in, x, n_in, y + first, p.out.n_cols, n_rows, n_tokens,
-                n_in);
+    product(tc::GemmInput::f16, out, n_in, x, n_in, y + first, p.out.n_cols, n_rows, n_tokens);
   }
   return true;
 }

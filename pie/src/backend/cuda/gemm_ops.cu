@@ -32,6 +32,36 @@ extern "C" __global__ void to_bf16(const float* x, long long n4, u16* out) {
   convert<true>(x, n4, out);
 }
 
+// y[t][o] (rows ldy apart) = the sum of a cut product's parts, p[s][t][o] for s < parts (p dense,
+// [parts, n_tokens, n_out]).
+extern "C" __global__ void sum_parts(const float* __restrict__ p, int parts, long long n_out,
+                                     long long n_tokens, float* __restrict__ y, long long ldy) {
+  const long long n = n_out * n_tokens;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float acc = p[i];
+    for (int s = 1; s < parts; ++s) acc += p[s * n + i];
+    y[(i / n_out) * ldy + i % n_out] = acc;
+  }
+}
+// As sum_parts, four outputs a thread (n_out and ldy multiples of 4, p and y 16-byte aligned).
+extern "C" __global__ void sum_parts4(const float4* __restrict__ p, int parts, long long n_out4,
+                                      long long n_tokens, float* __restrict__ y, long long ldy) {
+  const long long n = n_out4 * n_tokens;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float4 acc = p[i];
+    for (int s = 1; s < parts; ++s) {
+      const float4 v = p[s * n + i];
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    reinterpret_cast<float4*>(y + (i / n_out4) * ldy)[i % n_out4] = acc;
+  }
+}
+
 // Rows [first, first + n_rows) of a weight (rows row_bytes apart, n_in elements each, a multiple of
 // the block) as f16 into out [n_rows, n_in]: a thread per 32-element chunk, written as four 16-byte
 // stores.

@@ -41,6 +41,15 @@ class Blas {
             float* y, std::int64_t ldy, std::int64_t n_out, std::int64_t n_tokens,
             std::int64_t n_in) const;
 
+  // The same product with its sum over i cut into `splits` equal parts, one strided-batched call:
+  // partials[s][t][o] = sum over i in [s n_in / splits, (s + 1) n_in / splits) of w[o][i] x[t][i]
+  // (partials [splits, n_tokens, n_out], dense). A product of few output tiles otherwise leaves
+  // most multiprocessors idle; the caller sums the parts. n_in / splits must be a multiple of 8
+  // (16-byte aligned parts). Throws tensor::ShapeError for sizes or strides out of range.
+  void gemm_split_k(GemmInput input, const void* w, std::int64_t ldw, const void* x,
+                    std::int64_t ldx, float* partials, std::int64_t n_out, std::int64_t n_tokens,
+                    std::int64_t n_in, int splits) const;
+
  private:
   void* handle_ = nullptr;  // the cublasHandle_t
   DeviceBuffer workspace_;

@@ -49,4 +49,8 @@ MemoryInfo memory_info(int ordinal = 0);
 // Blocks until all work on the current device is done. Throws DriverError (e.g. a kernel fault).
 void synchronize();
 
+// Opens / closes the range a profiler started with its collection off records (ncu
+// --profile-from-start off): a developer's hook to profile chosen steps. Throws DriverError.
+void profiler_range(bool open);
+
 }  // namespace tensor::cuda

@@ -18,6 +18,9 @@ class Stream {
 
   // Waits for everything queued on this stream; throws DriverError (e.g. a kernel fault).
   void synchronize() const;
+  // Whether everything queued is done, without waiting; asking also hands what was queued to the
+  // device now (the driver may hold launches back otherwise). Throws DriverError (a kernel fault).
+  bool done() const;
   void* handle() const { return handle_; }  // the CUstream
 
  private:
