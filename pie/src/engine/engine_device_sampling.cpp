@@ -89,12 +89,7 @@ void Engine::Impl::sample_on_device(const StepRows& rows) {
       row_failed(s, "grammar mask failed: " + rows.mask_errors[row]);
       continue;
     }
-    std::span<const std::uint32_t> mask;
-    if (s.matcher) {
-      mask = rows.masks.subspan(row * words, words);
-    } else if (s.request->req.ignore_eos) {
-      mask = no_eos_mask;
-    }
+    const std::span<const std::uint32_t> mask = plain_mask(s, rows, row);
     PlainRow p{&s, mask, 0, nullptr};
     p.index = add_row(s, rows.logits_rows[row], mask, s.output, s.sampler->next_draw(), p.error);
     if (p.error) {
@@ -128,11 +123,7 @@ void Engine::Impl::sample_on_device(const StepRows& rows) {
     Drafted v{&d, i, {}, std::vector<Position>(d.n)};
     if (rows.draft_mask_errors[i].empty()) {  // else verify_row is not reached: the error is the row's
       const bool per_position = s.matcher.has_value();
-      if (per_position) {
-        v.masks = rows.draft_masks.subspan(d.first_mask * words, d.n * words);
-      } else if (s.request->req.ignore_eos) {
-        v.masks = no_eos_mask;
-      }
+      v.masks = drafted_masks(s, rows, d);
       std::vector<std::int32_t> output = s.output;  // the output at position p: the draft's tokens before it
       std::size_t n_draws = 0;
       for (std::size_t p = 0; p < d.n; ++p) {

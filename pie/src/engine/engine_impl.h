@@ -245,6 +245,11 @@ struct Engine::Impl {
   void handle_row(Sample& s, std::span<float> logits, std::span<const std::uint32_t> mask);
   // The step's rows sampled from the logits in host memory.
   void sample_on_host(const detail::StepRows& rows, std::span<float> logits);
+  // The mask plain row `row` samples under: its grammar's, ignore_eos's ban of the end-of-sequence ids, or
+  // none; and a drafted row's: one per position (a grammar) or the one ban for every position.
+  std::span<const std::uint32_t> plain_mask(const Sample& s, const detail::StepRows& rows, std::size_t row) const;
+  std::span<const std::uint32_t> drafted_masks(const Sample& s, const detail::StepRows& rows,
+                                               const detail::DraftedRow& d) const;
   // Device sampling (EngineOptions::device_sampling): whether a row can be sampled where its logits are,
   // and the step's rows sampled there (Backend::sample_rows; a drafted row's every verified position),
   // each at its own sampler's draw.

@@ -371,12 +371,26 @@ bool Engine::Impl::step() {
   return true;
 }
 
+std::span<const std::uint32_t> Engine::Impl::plain_mask(const Sample& s, const StepRows& rows, std::size_t row) const {
+  const std::size_t words = (static_cast<std::size_t>(n_vocab) + 31) / 32;
+  if (s.matcher) return rows.masks.subspan(row * words, words);
+  if (s.request->req.ignore_eos) return no_eos_mask;
+  return {};
+}
+
+std::span<const std::uint32_t> Engine::Impl::drafted_masks(const Sample& s, const StepRows& rows,
+                                                           const DraftedRow& d) const {
+  const std::size_t words = (static_cast<std::size_t>(n_vocab) + 31) / 32;
+  if (s.matcher) return rows.draft_masks.subspan(d.first_mask * words, d.n * words);
+  if (s.request->req.ignore_eos) return no_eos_mask;  // the same mask at every position
+  return {};
+}
+
 // The step's rows sampled from the logits in host memory: plain rows in order (the first row of a request
 // with n > 1 forks its other samples from its logits), then drafted rows, each verified position by
 // position.
 void Engine::Impl::sample_on_host(const StepRows& rows, std::span<float> logits) {
   const auto vocab = static_cast<std::size_t>(n_vocab);
-  const std::size_t words = (vocab + 31) / 32;
   for (std::size_t row = 0; row < rows.samples.size(); ++row) {
     Sample& s = *rows.samples[row];
     if (s.finished) continue;
@@ -385,12 +399,7 @@ void Engine::Impl::sample_on_host(const StepRows& rows, std::span<float> logits)
       continue;
     }
     const std::span<float> row_logits = logits.subspan(rows.logits_rows[row] * vocab, vocab);
-    std::span<const std::uint32_t> mask;
-    if (s.matcher) {
-      mask = rows.masks.subspan(row * words, words);
-    } else if (s.request->req.ignore_eos) {
-      mask = no_eos_mask;
-    }
+    const std::span<const std::uint32_t> mask = plain_mask(s, rows, row);
     Request& r = *s.request;
     if (r.req.prompt_logprobs && !r.prompt_logprobs_sent) {
       // The prompt is whole: its logprobs go out before the first token, and from now on the sequence
@@ -424,12 +433,7 @@ void Engine::Impl::sample_on_host(const StepRows& rows, std::span<float> logits)
       finish(s, FinishReason::error, "grammar mask failed: " + rows.draft_mask_errors[i]);
       continue;
     }
-    std::span<const std::uint32_t> row_masks;
-    if (s.matcher) {
-      row_masks = rows.draft_masks.subspan(d.first_mask * words, d.n * words);
-    } else if (s.request->req.ignore_eos) {
-      row_masks = no_eos_mask;  // the same mask at every position
-    }
+    const std::span<const std::uint32_t> row_masks = drafted_masks(s, rows, d);
     const std::span<float> row_logits = logits.subspan(d.first_logits * vocab, d.n * vocab);
     const GenerateRequest& q = s.request->req;
     verify_row(s, d.first_position, row_masks,
