@@ -10,14 +10,12 @@
 
 #include <random>
 
+#include "require_gpu.h"
 #include "cuda_lab.h"
 
 namespace {
 
 namespace lab = orchard::cuda_lab;
-
-#define REQUIRE_GPU() \
-  if (!tensor::cuda::available()) GTEST_SKIP() << "no usable CUDA GPU: " << tensor::cuda::unavailable_reason()
 
 void expect_all_ok(const std::vector<lab::CaseResult>& results) {
   ASSERT_FALSE(results.empty());

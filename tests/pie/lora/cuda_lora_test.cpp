@@ -17,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "require_gpu.h"
 #include "cuda_lora.h"
 #include "kernels/lora.h"
 #include "lora_test_util.h"
@@ -33,11 +34,6 @@ namespace pie::testing {
 namespace {
 
 namespace tc = tensor::cuda;
-
-#define REQUIRE_GPU()                                                                   \
-  do {                                                                                  \
-    if (!tc::available()) GTEST_SKIP() << "no usable GPU: " << tc::unavailable_reason(); \
-  } while (0)
 
 // The committed models and adapters; the environment's ORCHARD_RUNNER_TEST_MODELS and
 // ORCHARD_LORA_TEST_ADAPTERS override the build's paths (a copy of the tree on a GPU machine).

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "require_gpu.h"
 #include "../engine/engine_test_util.h"
 #include "default_model.h"
 #include "shared_data.h"
@@ -43,11 +44,6 @@ namespace {
 
 using tensor::DType;
 namespace tc = tensor::cuda;
-
-#define REQUIRE_GPU()                                                                                    \
-  do {                                                                                                   \
-    if (!tc::available()) GTEST_SKIP() << "no usable GPU: " << tc::unavailable_reason();                  \
-  } while (0)
 
 // The committed test models; ORCHARD_RUNNER_TEST_MODELS in the environment overrides the build's path
 // (a copy of the tree elsewhere, e.g. on a GPU machine).

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "require_gpu.h"
 #include "gemm.h"
 #include "kernels/quant.h"
 #include "pie/backend.h"
@@ -33,10 +34,6 @@ namespace {
 using tensor::DType;
 namespace tc = tensor::cuda;
 
-#define REQUIRE_GPU()                                                                    \
-  do {                                                                                   \
-    if (!tc::available()) GTEST_SKIP() << "no usable GPU: " << tc::unavailable_reason(); \
-  } while (0)
 #define REQUIRE_CUBLAS()                                              \
   do {                                                                \
     REQUIRE_GPU();                                                    \

@@ -18,6 +18,7 @@
 #include <numeric>
 #include <random>
 
+#include "require_gpu.h"
 #include "../engine/engine_test_util.h"
 #include "shared_data.h"
 #include "pie/backend.h"
@@ -35,11 +36,6 @@ namespace pie::testing {
 namespace {
 
 namespace tc = tensor::cuda;
-
-#define REQUIRE_GPU()                                                                                    \
-  do {                                                                                                   \
-    if (!tc::available()) GTEST_SKIP() << "no usable GPU: " << tc::unavailable_reason();                  \
-  } while (0)
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
