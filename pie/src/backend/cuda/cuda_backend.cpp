@@ -31,7 +31,9 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -69,16 +71,46 @@ const char* source_of(const std::string& entry) {
   return entry.ends_with("_nf4") ? "nf4_ops.cu" : "decoder_ops.cu";
 }
 
+// NVRTC options for the backend's kernels: none, or for a developer's sweep the tunables in
+// ORCHARD_CUDA_KERNEL_DEFINES ("NAME=VALUE ...", e.g. MV_PREFETCH_L2=0), each passed as -DNAME=VALUE.
+std::vector<std::string> kernel_options() {
+  std::vector<std::string> options;
+  if (const char* env = std::getenv("ORCHARD_CUDA_KERNEL_DEFINES"); env != nullptr) {
+    std::istringstream defines(env);
+    for (std::string d; defines >> d;) options.push_back("-D" + d);
+  }
+  return options;
+}
+
 // An entry point of the backend's kernels for the current device, its module compiled (or read from the
 // JIT cache) once.
 const tc::Kernel& kernel(const std::string& entry) {
   static std::mutex mutex;
   static std::map<std::string, tc::Kernel> kernels;
+  static const std::vector<std::string> options = kernel_options();
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = kernels.find(entry); it != kernels.end()) return it->second;
   const char* source = source_of(entry);
-  const tc::Module& module = tc::load_module(source, cuda::kernel_text(source), {});
+  const tc::Module& module = tc::load_module(source, cuda::kernel_text(source), options);
   return kernels.emplace(entry, module.kernel(entry.c_str())).first->second;
+}
+
+// Launches an entry point on `stream`. decoder_ops.cu's entries go with programmatic dependent launch (sm_90
+// and later; plain launches before): each waits for the kernel before it where it must (the file's opening),
+// so its blocks are scheduled while that kernel still runs and a product loads its first weights meanwhile.
+// Every other source's entries start only when the kernel before them has ended. ORCHARD_CUDA_PDL=0 launches
+// everything plainly (a before / after).
+void launch(const std::string& entry, tc::Dim3 grid, tc::Dim3 block, const tc::Stream* stream, void** args) {
+  static const bool pdl = [] {
+    const char* env = std::getenv("ORCHARD_CUDA_PDL");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  const tc::Kernel& k = kernel(entry);
+  if (pdl && std::string_view(source_of(entry)) == "decoder_ops.cu") {
+    k.launch_dependent(grid, block, 0, stream, args);
+  } else {
+    k.launch(grid, block, 0, stream, args);
+  }
 }
 
 // The entry-point suffix of a weight type; throws pie::Error for a type the kernels cannot read.
@@ -144,7 +176,7 @@ class DeviceKvStorage final : public KvStorage {
         std::uint16_t* d = pool->as<std::uint16_t>() + dst_off;
         long long count = n;
         void* args[] = {&s, &d, &count};
-        kernel("copy_u16").launch({grid_for(n), 1, 1}, {kThreads, 1, 1}, 0, stream_, args);
+        launch("copy_u16", {grid_for(n), 1, 1}, {kThreads, 1, 1}, stream_, args);
       }
     }
   }
@@ -360,8 +392,8 @@ class CudaBackend final : public Backend {
     int n_embd = static_cast<int>(out.n_cols);
     float* o = out.data;
     void* args[] = {&w, &row_bytes, &n_embd, &dev_tokens, &o};
-    kernel("embed_" + type_suffix(table.dtype(), "token_embd"))
-        .launch({static_cast<unsigned>(tokens.size()), 1, 1}, {64, 1, 1}, 0, stream_.get(), args);
+    launch("embed_" + type_suffix(table.dtype(), "token_embd"), {static_cast<unsigned>(tokens.size()), 1, 1},
+           {64, 1, 1}, stream_.get(), args);
   }
 
   void rms_norm(const Rows& x, const Weight& weight, float eps, const Rows& out) override {
@@ -376,7 +408,7 @@ class CudaBackend final : public Backend {
     void* xd = nullptr;
     q8_1_alongside(out, xq, xd);
     void* args[] = {&xp, &w, &eps, &n, &o, &xq, &xd};
-    kernel("rms_norm").launch({static_cast<unsigned>(x.n_rows), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+    launch("rms_norm", {static_cast<unsigned>(x.n_rows), 1, 1}, {kThreads, 1, 1}, stream_.get(), args);
   }
 
   void add_rms_norm(const Rows& acc, const Rows& x, const Weight& weight, float eps, const Rows& out) override {
@@ -392,7 +424,7 @@ class CudaBackend final : public Backend {
     void* xd = nullptr;
     q8_1_alongside(out, xq, xd);
     void* args[] = {&a, &xp, &w, &eps, &n, &o, &xq, &xd};
-    kernel("add_rms_norm").launch({static_cast<unsigned>(acc.n_rows), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+    launch("add_rms_norm", {static_cast<unsigned>(acc.n_rows), 1, 1}, {kThreads, 1, 1}, stream_.get(), args);
   }
 
   void project(const Rows& in, std::span<const Projection> outs) override {
@@ -437,8 +469,8 @@ class CudaBackend final : public Backend {
                             static_cast<unsigned>((n_tokens + tile - 1) / tile), 1};
         const float* x = in.data;
         void* args[] = {&po, &n_in, &x, &n_tokens};
-        kernel(cuda::mma_entry(type_suffix(type, "projection"), tile))
-            .launch(grid, {static_cast<unsigned>(shape.mma_threads), 1, 1}, 0, stream_.get(), args);
+        launch(cuda::mma_entry(type_suffix(type, "projection"), tile), grid,
+               {static_cast<unsigned>(shape.mma_threads), 1, 1}, stream_.get(), args);
         continue;
       }
       const std::string suffix = type_suffix(type, "projection");
@@ -453,11 +485,11 @@ class CudaBackend final : public Backend {
           const void* xq = xq_.as<void>();
           const void* xd = xd_.as<void>();
           void* args[] = {&po, &n_in, &xq, &xd, &n_tokens};
-          kernel(cuda::matvec_entry(type, suffix, tile)).launch(grid, {cuda::kMatvecThreads, 1, 1}, 0, stream_.get(), args);
+          launch(cuda::matvec_entry(type, suffix, tile), grid, {cuda::kMatvecThreads, 1, 1}, stream_.get(), args);
         } else {
           const float* x = in.data;
           void* args[] = {&po, &n_in, &x, &n_tokens};
-          kernel(cuda::matvec_entry(type, suffix, tile)).launch(grid, {cuda::kMatvecThreads, 1, 1}, 0, stream_.get(), args);
+          launch(cuda::matvec_entry(type, suffix, tile), grid, {cuda::kMatvecThreads, 1, 1}, stream_.get(), args);
         }
         continue;
       }
@@ -469,8 +501,8 @@ class CudaBackend final : public Backend {
       const auto token_blocks = static_cast<unsigned>((n_tokens + kMatmulTokens - 1) / kMatmulTokens);
       void* args[] = {&wp, &row_bytes, &n_out, &n_in, &x, &n_tokens, &y};
       // A block of kMatmulWarps warps per row.
-      kernel("matmul_" + suffix).launch({static_cast<unsigned>(n_out), token_blocks, 1}, {kMatmulWarps * 32, 1, 1}, 0,
-                                        stream_.get(), args);
+      launch("matmul_" + suffix, {static_cast<unsigned>(n_out), token_blocks, 1}, {kMatmulWarps * 32, 1, 1},
+             stream_.get(), args);
       ++i;
     }
     if (std::any_of(outs.begin(), outs.end(), [](const Projection& p) { return !p.lora.empty(); })) {
@@ -489,7 +521,7 @@ class CudaBackend final : public Backend {
     const float* b = bias.data_as<const float>();
     int n = static_cast<int>(x.n_cols);
     void* args[] = {&xp, &b, &n, &total};
-    kernel("add_bias").launch({grid_for(total), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+    launch("add_bias", {grid_for(total), 1, 1}, {kThreads, 1, 1}, stream_.get(), args);
   }
 
   void add(const Rows& acc, const Rows& x) override {
@@ -509,8 +541,7 @@ class CudaBackend final : public Backend {
     const float* u = up.data;
     long long n_blocks = gate.n_rows * gate.n_cols / 32;
     void* args[] = {&g, &u, &n_blocks, &xq, &xd};
-    kernel("swiglu_q8_1")
-        .launch({static_cast<unsigned>((n_blocks + 7) / 8), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+    launch("swiglu_q8_1", {static_cast<unsigned>((n_blocks + 7) / 8), 1, 1}, {kThreads, 1, 1}, stream_.get(), args);
   }
 
   void rope_append(const StepLayout& layout, const pal::RopeTable& rope, const Rows& q, const Rows& k, const Rows& v,
@@ -537,7 +568,7 @@ class CudaBackend final : public Backend {
       float* xp = x->data;
       int n_heads = static_cast<int>(x->n_cols / head_dim);
       void* args[] = {&xp, &cos_rows, &sin_rows, &n_heads, &head_dim, &n_pairs, &gptj};
-      kernel("rope_rows").launch({static_cast<unsigned>(n_tokens), 1, 1}, {128, 1, 1}, 0, stream_.get(), args);
+      launch("rope_rows", {static_cast<unsigned>(n_tokens), 1, 1}, {128, 1, 1}, stream_.get(), args);
     }
     const float* kp = k.data;
     const float* vp = v.data;
@@ -545,7 +576,7 @@ class CudaBackend final : public Backend {
     void* kpool = kv.k_pool(layer);
     void* vpool = kv.v_pool(layer);
     void* args[] = {&kp, &vp, &slots, &row, &kpool, &vpool};
-    kernel("kv_append_f16").launch({static_cast<unsigned>(n_tokens), 1, 1}, {128, 1, 1}, 0, stream_.get(), args);
+    launch("kv_append_f16", {static_cast<unsigned>(n_tokens), 1, 1}, {128, 1, 1}, stream_.get(), args);
   }
 
   void attention(const StepLayout& layout, const pal::AttentionParams& params, const Rows& q, KvStorage& kv,
@@ -577,7 +608,7 @@ class CudaBackend final : public Backend {
     if (total == 0) return;
     float* xp = x.data;
     void* args[] = {&xp, &cap, &total};
-    kernel("soft_cap").launch({grid_for(total), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+    launch("soft_cap", {grid_for(total), 1, 1}, {kThreads, 1, 1}, stream_.get(), args);
   }
 
   void begin(std::function<void()> step) override {
@@ -668,7 +699,7 @@ class CudaBackend final : public Backend {
     void* xq = xq_.as<void>();
     void* xd = xd_.as<void>();
     void* args[] = {&x, &n_in, &n_tokens, &xq, &xd};
-    kernel("quantize_q8_1").launch({static_cast<unsigned>((total + 7) / 8), 1, 1}, {256, 1, 1}, 0, stream_.get(), args);
+    launch("quantize_q8_1", {static_cast<unsigned>((total + 7) / 8), 1, 1}, {256, 1, 1}, stream_.get(), args);
   }
 
   void grow_q8_1(long long n_blocks) {
@@ -894,7 +925,7 @@ class CudaBackend final : public Backend {
     int cols = static_cast<int>(q.n_cols);
     float* dst = out.data;
     void* args[] = {&src, &rows, &cols, &dst};
-    kernel("scatter_rows").launch({n, 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+    launch("scatter_rows", {n, 1, 1}, {kThreads, 1, 1}, stream_.get(), args);
   }
 
   void generic_attention(const StepLayout& layout, const GroupTables& t, const pal::AttentionParams& params, const Rows& q, KvStorage& kv,
@@ -916,8 +947,7 @@ class CudaBackend final : public Backend {
                     &page_indptr, &page_indices, &kp,   &vp,         &n_q_heads, &n_kv_heads,
                     &head_dim,    &scale,        &cap,  &window};
     const long long warps = static_cast<long long>(n_queries) * n_q_heads;
-    kernel("attention_generic")
-        .launch({static_cast<unsigned>((warps + 3) / 4), 1, 1}, {128, 1, 1}, 0, stream_.get(), args);
+    launch("attention_generic", {static_cast<unsigned>((warps + 3) / 4), 1, 1}, {128, 1, 1}, stream_.get(), args);
   }
 
   void gather(const Rows& x, const std::int32_t* dev_rows, unsigned n, const Rows& out) {
@@ -925,7 +955,7 @@ class CudaBackend final : public Backend {
     int cols = static_cast<int>(x.n_cols);
     float* dst = out.data;
     void* args[] = {&src, &dev_rows, &cols, &dst};
-    kernel("gather_rows").launch({n, 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+    launch("gather_rows", {n, 1, 1}, {kThreads, 1, 1}, stream_.get(), args);
   }
 
   // The cos / sin rows of the step's positions ([n_tokens][n_pairs], attention factor folded in), once a step.
@@ -955,7 +985,7 @@ class CudaBackend final : public Backend {
     if (total == 0) return;
     float* a = acc.data;
     void* args[] = {&a, &x, &total};
-    kernel(entry).launch({grid_for(total), 1, 1}, {kThreads, 1, 1}, 0, stream_.get(), args);
+    launch(entry, {grid_for(total), 1, 1}, {kThreads, 1, 1}, stream_.get(), args);
   }
 
   int ordinal_;

@@ -8,6 +8,28 @@
 
 // The types, conversions and load_chunk come first, from weight_blocks.cuh (cuda_sources.cpp: kernel_text).
 
+// Programmatic dependent launch (sm_90 and later; cuda_backend.cpp launches every entry of this file with it
+// unless ORCHARD_CUDA_PDL=0): a kernel may be scheduled while the one before it on the stream still runs, so
+// its blocks are resident and waiting when that one ends (no launch ramp between the two), and a product
+// loads its first weights, which no kernel writes, during the kernel before. Every entry calls
+// let_next_kernel_start() first (the next kernel's blocks may then take the room this one leaves) and
+// wait_for_previous_kernel() before it reads or writes anything another kernel touches: that wait returns
+// once the kernel before has finished and its writes are visible, and since every entry waits, so have
+// all kernels before it. Both are no-ops on a plain launch and before sm_90.
+__device__ __forceinline__ void let_next_kernel_start() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+#define AFTER_PREVIOUS_KERNEL() \
+  let_next_kernel_start();      \
+  wait_for_previous_kernel()
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -80,6 +102,7 @@ __device__ __forceinline__ void matmul(const u8* __restrict__ w, long long row_b
   extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(const u8* w, long long row_bytes, int n_out, \
                                                                 int n_in, const float* x, int n_tokens,       \
                                                                 float* y) {                                   \
+    AFTER_PREVIOUS_KERNEL();                                                                                  \
     matmul<T>(w, row_bytes, n_out, n_in, x, n_tokens, y);                                                     \
   }
 MATMUL_ENTRY(matmul_f32, WT_F32)
@@ -116,6 +139,7 @@ __device__ __forceinline__ void quantize_block_q8_1(float v, int lane, i8* __res
 
 extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, int n_in, int n_tokens, i8* __restrict__ xq,
                                          float2* __restrict__ xd) {
+  AFTER_PREVIOUS_KERNEL();
   const int n_blocks = (n_in + 31) / 32;
   const long long w = static_cast<long long>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (w >= static_cast<long long>(n_blocks) * n_tokens) return;
@@ -174,6 +198,9 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 #ifndef MV_SPLIT
 #define MV_SPLIT 1  // lanes sharing one 32-element block in the q8_1 products: 1, 2 or 4
 #endif
+#ifndef MV_PREFETCH_L2
+#define MV_PREFETCH_L2 1  // the rows past a lane's first loads asked into L2 before waiting for the kernel before
+#endif
 #ifndef MV_PIPELINE_WIDE
 #define MV_PIPELINE_WIDE 1  // float types, tiles of 4 or 8: a lane loads its next pieces before it computes
 #endif
@@ -200,6 +227,18 @@ __device__ __forceinline__ void mv_target(const ProductOutputs& p, const u8* (&r
   o0 = (bx - first) * ROWS;
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) rows[r] = w + row_bytes * min(o0 + r, n_out - 1);
+}
+
+// Before a product waits for the kernel before it (wait_for_previous_kernel), its lanes have loaded the first
+// piece (block) of each of the block's rows; bytes [from, to) of the rows, the rest, are asked into L2 here,
+// a 128-byte line a lane at a time, so that the whole block's weights stream while the kernel before ends.
+template <int ROWS>
+__device__ __forceinline__ void mv_prefetch_rest(const u8* const (&rows)[ROWS], long long from, long long to) {
+  if (!MV_PREFETCH_L2) return;
+  for (long long b = from + 128LL * threadIdx.x; b < to; b += 128LL * MV_THREADS) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) asm volatile("prefetch.global.L2 [%0];" ::"l"(rows[r] + b));
+  }
 }
 
 // The block's sums of acc[r][t] (each warp's butterfly, then the warps in order) into y[t0 + t][o0 + r].
@@ -276,6 +315,7 @@ __device__ __forceinline__ void dense_load(const u8* const (&rows)[ROWS], int k0
 template <int T, int NT>
 __device__ __forceinline__ void matvec_dense(const ProductOutputs& p, int n_in, const float* __restrict__ x,
                                              int n_tokens) {
+  let_next_kernel_start();
   constexpr int ROWS = MV_ROWS_FOR(NT);
   const u8* rows[ROWS];
   float* y;
@@ -293,6 +333,9 @@ __device__ __forceinline__ void matvec_dense(const ProductOutputs& p, int n_in, 
   constexpr bool PIPE = NT >= 4 ? MV_PIPELINE_WIDE : MV_PIPELINE;
   uint4 raw[MV_UNROLL][ROWS][2];
   dense_load<T, ROWS>(rows, threadIdx.x, n8, raw);
+  constexpr long long PIECE_BYTES = T == WT_F32 ? 32 : 16;
+  mv_prefetch_rest<ROWS>(rows, PIECE_BYTES * STEP, PIECE_BYTES * n8);
+  wait_for_previous_kernel();  // x, y: written or read by the kernels before
   for (int k0 = threadIdx.x; k0 < n8; k0 += STEP) {
     uint4 cur[MV_UNROLL][ROWS][2];
 #pragma unroll
@@ -418,6 +461,7 @@ __device__ __forceinline__ void load_run(const int* p, int* out) {
 template <int T, int NT>
 __device__ __forceinline__ void matvec_q8(const ProductOutputs& p, int n_in, const i8* __restrict__ xq,
                                           const float2* __restrict__ xd, int n_tokens) {
+  let_next_kernel_start();
   constexpr int ROWS = MV_ROWS_FOR(NT);
   constexpr int QV = 8 / MV_SPLIT, NV = 4 / MV_SPLIT, PW = Q8Stage<T, ROWS>::PW;
   const u8* rows[ROWS];
@@ -436,6 +480,9 @@ __device__ __forceinline__ void matvec_q8(const ProductOutputs& p, int n_in, con
   }
   Q8Stage<T, ROWS> st;
   q8_load<T, ROWS>(rows, threadIdx.x / MV_SPLIT, n_blocks, h, st);
+  constexpr long long BLOCK_BYTES = T == WT_Q8_0 ? 34 : T == WT_Q4_0 ? 18 : 20;
+  mv_prefetch_rest<ROWS>(rows, BLOCK_BYTES * STEP, BLOCK_BYTES * n_blocks);
+  wait_for_previous_kernel();  // xq, xd, y: written or read by the kernels before
   for (int c0 = threadIdx.x / MV_SPLIT; c0 < n_blocks; c0 += STEP) {
     const Q8Stage<T, ROWS> cur = st;
     if (MV_PIPELINE) q8_load<T, ROWS>(rows, c0 + STEP, n_blocks, h, st);
@@ -529,6 +576,7 @@ __device__ __forceinline__ void embed(const u8* table, long long row_bytes, int 
 }
 #define EMBED_ENTRY(NAME, T)                                                                                   \
   extern "C" __global__ void NAME(const u8* table, long long row_bytes, int n_embd, const int* tokens, float* out) { \
+    AFTER_PREVIOUS_KERNEL();                                                                                     \
     embed<T>(table, row_bytes, n_embd, tokens, out);                                                             \
   }
 EMBED_ENTRY(embed_f32, WT_F32)
@@ -681,6 +729,7 @@ __device__ __forceinline__ void norm_row(float* acc, const float* x, const float
 
 // out[r] = rms_norm(x[r]) * w: a block per row; with xq, also out[r] as q8_1 blocks. out may be x.
 extern "C" __global__ void rms_norm(const float* x, const float* w, float eps, int n, float* out, i8* xq, float2* xd) {
+  AFTER_PREVIOUS_KERNEL();
   const long long r = blockIdx.x;
   norm_row<false>(const_cast<float*>(x) + r * n, nullptr, w, eps, n, out + r * n, xq == nullptr ? nullptr : xq + r * n,
                   xd == nullptr ? nullptr : xd + r * (n / 32));
@@ -690,6 +739,7 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float eps, i
 // with xq, also out[r] as q8_1 blocks.
 extern "C" __global__ void add_rms_norm(float* acc, const float* x, const float* w, float eps, int n, float* out,
                                         i8* xq, float2* xd) {
+  AFTER_PREVIOUS_KERNEL();
   const long long r = blockIdx.x;
   norm_row<true>(acc + r * n, x + r * n, w, eps, n, out + r * n, xq == nullptr ? nullptr : xq + r * n,
                  xd == nullptr ? nullptr : xd + r * (n / 32));
@@ -697,6 +747,7 @@ extern "C" __global__ void add_rms_norm(float* acc, const float* x, const float*
 
 // x[r][i] += bias[i], over n_rows * n elements.
 extern "C" __global__ void add_bias(float* x, const float* bias, int n, long long total) {
+  AFTER_PREVIOUS_KERNEL();
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     x[i] += bias[i % n];
@@ -704,6 +755,7 @@ extern "C" __global__ void add_bias(float* x, const float* bias, int n, long lon
 }
 
 extern "C" __global__ void add(float* acc, const float* x, long long total) {
+  AFTER_PREVIOUS_KERNEL();
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     acc[i] += x[i];
@@ -714,6 +766,7 @@ __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f +
 
 // gate = silu(gate) * up.
 extern "C" __global__ void swiglu(float* gate, const float* up, long long total) {
+  AFTER_PREVIOUS_KERNEL();
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     gate[i] = silu_mul(gate[i], up[i]);
@@ -723,6 +776,7 @@ extern "C" __global__ void swiglu(float* gate, const float* up, long long total)
 // gate = silu(gate) * up, and the result as q8_1 blocks for the down product: a warp per 32 elements
 // (n_blocks of them in all; rows of a multiple of 32, so a block never spans two rows).
 extern "C" __global__ void swiglu_q8_1(float* gate, const float* up, long long n_blocks, i8* xq, float2* xd) {
+  AFTER_PREVIOUS_KERNEL();
   const long long b = static_cast<long long>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (b >= n_blocks) return;
   const int lane = threadIdx.x & 31;
@@ -733,6 +787,7 @@ extern "C" __global__ void swiglu_q8_1(float* gate, const float* up, long long n
 }
 
 extern "C" __global__ void soft_cap(float* x, float cap, long long total) {
+  AFTER_PREVIOUS_KERNEL();
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     x[i] = cap * tanhf(x[i] / cap);
@@ -741,6 +796,7 @@ extern "C" __global__ void soft_cap(float* x, float cap, long long total) {
 
 // out[i] = x[rows[i]] (scatter: out[rows[i]] = x[i]): a block per row.
 extern "C" __global__ void gather_rows(const float* x, const int* rows, int n, float* out) {
+  AFTER_PREVIOUS_KERNEL();
   const float* s = x + static_cast<long long>(rows[blockIdx.x]) * n;
   float* d = out + static_cast<long long>(blockIdx.x) * n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
@@ -750,6 +806,7 @@ extern "C" __global__ void gather_rows(const float* x, const int* rows, int n, f
 // ([n_tokens][n_pairs], the attention factor folded in): NeoX pairs (i, i + n_pairs), GPT-J (2i, 2i + 1).
 extern "C" __global__ void rope_rows(float* x, const float* cos_rows, const float* sin_rows, int n_heads,
                                      int head_dim, int n_pairs, int gptj) {
+  AFTER_PREVIOUS_KERNEL();
   const int t = blockIdx.x;
   const float* cs = cos_rows + static_cast<long long>(t) * n_pairs;
   const float* sn = sin_rows + static_cast<long long>(t) * n_pairs;
@@ -766,6 +823,7 @@ extern "C" __global__ void rope_rows(float* x, const float* cos_rows, const floa
 // K and V rows [n_tokens][row] into their f16 page slots (slot = page * 16 + offset): a block per token.
 extern "C" __global__ void kv_append_f16(const float* k, const float* v, const int* slots, int row, u16* k_pages,
                                          u16* v_pages) {
+  AFTER_PREVIOUS_KERNEL();
   const int t = blockIdx.x;
   const long long dst = static_cast<long long>(slots[t]) * row;
   for (int i = threadIdx.x; i < row; i += blockDim.x) {
@@ -783,6 +841,7 @@ extern "C" __global__ void attention_generic(const float* q, float* out, const i
                                              const int* page_indices, const u16* k_pages, const u16* v_pages,
                                              int n_q_heads, int n_kv_heads, int head_dim, float scale,
                                              float soft_cap, int window) {
+  AFTER_PREVIOUS_KERNEL();
   const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (warp >= n_queries * n_q_heads) return;
@@ -831,6 +890,7 @@ extern "C" __global__ void attention_generic(const float* q, float* out, const i
 
 // out[rows[i]] = x[i]: a block per row.
 extern "C" __global__ void scatter_rows(const float* x, const int* rows, int n, float* out) {
+  AFTER_PREVIOUS_KERNEL();
   const float* s = x + static_cast<long long>(blockIdx.x) * n;
   float* d = out + static_cast<long long>(rows[blockIdx.x]) * n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
@@ -838,6 +898,7 @@ extern "C" __global__ void scatter_rows(const float* x, const int* rows, int n, 
 
 // dst[i] = src[i] for n 16-bit elements (KV page copies; the ranges do not overlap).
 extern "C" __global__ void copy_u16(const u16* src, u16* dst, long long n) {
+  AFTER_PREVIOUS_KERNEL();
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     dst[i] = src[i];
