@@ -76,12 +76,12 @@ TEST_P(JitCompile, PieBackendSources) {
 
 // The matvec products' tunables other than the defaults (orchard_bench_products sweeps them with -D): four
 // lanes a block (the smallest parts), two pieces a load, pipelined loads everywhere but the float types' wide
-// tiles, eight rows a wide tile, no L2 prefetch before the wait for the kernel before. About 11 s of NVRTC an
+// tiles, eight rows a wide tile, the rows asked into L2 before the wait for the kernel before. About 11 s of NVRTC an
 // architecture (conformance label).
 TEST_P(JitCompile, PieBackendProductTunables) {
   const int arch = GetParam();
   const std::vector<std::string> options = {"-DMV_SPLIT=4", "-DMV_UNROLL=2", "-DMV_PIPELINE=1", "-DMV_PIPELINE_WIDE=0",
-                                            "-DMV_ROWS_WIDE=8", "-DMV_PREFETCH_L2=0"};
+                                            "-DMV_ROWS_WIDE=8", "-DMV_PREFETCH_L2=1"};
   std::string cubin;
   EXPECT_NO_THROW(cubin = tc::compile_cubin("decoder_ops.cu", pie::cuda::kernel_text("decoder_ops.cu"), options, arch));
   EXPECT_GT(cubin.size(), 0u);

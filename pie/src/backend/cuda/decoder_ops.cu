@@ -199,8 +199,8 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 #define MV_SPLIT 1  // lanes sharing one 32-element block in the q8_1 products: 1, 2 or 4
 #endif
 #ifndef MV_PREFETCH_L2
-#define MV_PREFETCH_L2 1  // the rows past a lane's first loads asked into L2 before waiting for the kernel before
-#endif
+#define MV_PREFETCH_L2 0  // the rows past a lane's first loads asked into L2 before waiting for the kernel before
+#endif                    // (measured slower: docs/cuda-backend.md, "Programmatic dependent launch")
 #ifndef MV_PIPELINE_WIDE
 #define MV_PIPELINE_WIDE 1  // float types, tiles of 4 or 8: a lane loads its next pieces before it computes
 #endif
@@ -230,8 +230,9 @@ __device__ __forceinline__ void mv_target(const ProductOutputs& p, const u8* (&r
 }
 
 // Before a product waits for the kernel before it (wait_for_previous_kernel), its lanes have loaded the first
-// piece (block) of each of the block's rows; bytes [from, to) of the rows, the rest, are asked into L2 here,
-// a 128-byte line a lane at a time, so that the whole block's weights stream while the kernel before ends.
+// piece (block) of each of the block's rows; with MV_PREFETCH_L2, bytes [from, to) of the rows, the rest, are
+// asked into L2 here, a 128-byte line a lane at a time (off: every block's extra requests cost more than the
+// early start of the first wave's rest gained).
 template <int ROWS>
 __device__ __forceinline__ void mv_prefetch_rest(const u8* const (&rows)[ROWS], long long from, long long to) {
   if (!MV_PREFETCH_L2) return;
