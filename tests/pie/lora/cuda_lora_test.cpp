@@ -5,7 +5,8 @@
 // batch mixing three adapters, a stack and none; rows without adapters bit-identical to the base on CUDA;
 // after release the base logits exactly; residency least-recently-used first under a byte budget; the
 // engine on CUDA (attach places the adapter): greedy outputs with adapters equal the merged models', requests
-// of different adapters at once equal each alone, detach refuses the name and leaves the base's outputs.
+// of different adapters at once equal each alone (submitted together, and two of them submitted while the
+// third decodes), detach refuses the name and leaves the base's outputs.
 // Every test skips with the reason where CUDA cannot be used.
 #include <gtest/gtest.h>
 
@@ -307,21 +308,31 @@ TEST(CudaLoraResidency, LeastRecentlyUsedEvictedPastTheBudget) {
   EXPECT_FALSE(lora.resident(*wide));
 }
 
-std::vector<std::int32_t> greedy(Engine& engine, const std::vector<std::int32_t>& prompt,
-                                 std::vector<LoraRequest> loras) {
+std::shared_ptr<RequestStream> submit_greedy(Engine& engine, const std::vector<std::int32_t>& prompt,
+                                             std::vector<LoraRequest> loras) {
   GenerateRequest r;
   r.prompt = prompt;
   r.max_tokens = 12;
   r.ignore_eos = true;
   r.sampling.temperature = 0;
   r.loras = std::move(loras);
+  return engine.submit(std::move(r));
+}
+
+// The tokens of a stream's events from here to its end (or only its next event's).
+std::vector<std::int32_t> tokens_of(RequestStream& stream, bool next_only = false) {
   std::vector<std::int32_t> tokens;
-  auto stream = engine.submit(std::move(r));
-  while (auto e = stream->next()) {
+  while (auto e = stream.next()) {
     tokens.insert(tokens.end(), e->tokens.begin(), e->tokens.end());
     EXPECT_NE(e->finish, FinishReason::error) << e->error;
+    if (next_only) break;
   }
   return tokens;
+}
+
+std::vector<std::int32_t> greedy(Engine& engine, const std::vector<std::int32_t>& prompt,
+                                 std::vector<LoraRequest> loras) {
+  return tokens_of(*submit_greedy(engine, prompt, std::move(loras)));
 }
 
 TEST(CudaLoraEngine, AdapterOutputsEqualTheMergedModelsAndDetachGivesTheBase) {
@@ -347,11 +358,14 @@ TEST(CudaLoraEngine, AdapterOutputsEqualTheMergedModelsAndDetachGivesTheBase) {
   EXPECT_EQ(greedy(merged_a, prompt, {}), with_a);
   Engine merged_ab(merge_lora_adapters(model, {{a, 0.5f}, {b, 1.5f}}), o);
   EXPECT_EQ(greedy(merged_ab, prompt, {}), stacked);
-  // Requests of an adapter, a stack and none at once give what each gives alone.
+  // Requests of an adapter, a stack and none at once give what each gives alone. Which steps they share
+  // depends on timing: submitted together, and then with the adapter's request already decoding while the
+  // other two prefill (steps of decode rows and prefill chunks, the request's rows not the first of their
+  // attention group: the generic attention kernel once gave them the first rows' positions there).
+  const std::vector<std::vector<LoraRequest>> sets = {{{"a", 1.0f}}, {}, {{"a", 0.5f}, {"b", 1.5f}}};
   std::vector<std::vector<std::int32_t>> together(3);
   {
     std::vector<std::thread> threads;
-    const std::vector<std::vector<LoraRequest>> sets = {{{"a", 1.0f}}, {}, {{"a", 0.5f}, {"b", 1.5f}}};
     for (std::size_t i = 0; i < sets.size(); ++i) {
       threads.emplace_back([&, i] { together[i] = greedy(engine, prompt, sets[i]); });
     }
@@ -360,6 +374,20 @@ TEST(CudaLoraEngine, AdapterOutputsEqualTheMergedModelsAndDetachGivesTheBase) {
   EXPECT_EQ(together[0], with_a);
   EXPECT_EQ(together[1], base);
   EXPECT_EQ(together[2], stacked);
+  std::vector<std::vector<std::int32_t>> staggered(3);
+  {
+    auto first = submit_greedy(engine, prompt, sets[0]);
+    staggered[0] = tokens_of(*first, true);  // its first token: it decodes from now on
+    std::vector<std::shared_ptr<RequestStream>> later = {submit_greedy(engine, prompt, sets[1]),
+                                                         submit_greedy(engine, prompt, sets[2])};
+    const std::vector<std::int32_t> rest = tokens_of(*first);
+    staggered[0].insert(staggered[0].end(), rest.begin(), rest.end());
+    staggered[1] = tokens_of(*later[0]);
+    staggered[2] = tokens_of(*later[1]);
+  }
+  EXPECT_EQ(staggered[0], with_a);
+  EXPECT_EQ(staggered[1], base);
+  EXPECT_EQ(staggered[2], stacked);
   // Detached: a request naming it is refused; the base gives its own outputs.
   engine.detach_lora("a");
   EXPECT_THROW(greedy(engine, prompt, {{"a", 1.0f}}), LoraNotFoundError);

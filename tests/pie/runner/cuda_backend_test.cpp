@@ -6,7 +6,8 @@
 // wherever the CPU's top-two margin exceeds 1e-2; the same with every product on tensor cores (cuBLAS,
 // activations rounded to 16 bits: 2e-2 for f16, 3e-2 for the block types, 0.12 for bf16); the real default
 // model when the store holds it, within 5e-2), steps captured as CUDA graphs equal to plain launches bit
-// for bit (with and without cuBLAS), the engine on CUDA (a
+// for bit (with and without cuBLAS), a sequence's logits the same bits alone or among other sequences'
+// prefill chunks and decode rows (the test models), the engine on CUDA (a
 // constrained generation that validates, continuous batching equal to each request alone), and the errors:
 // no GPU when cuda is asked for, a model larger than the GPU's free memory. The GPU tests skip with the
 // reason where CUDA cannot be used; the error tests of a machine without a GPU run everywhere.
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -701,6 +703,41 @@ TEST_P(CudaBackendModels, LogitsAgreeWithTheCpuBackend) {
                                        some_tokens(21, n_vocab, std::random_device{}()));
   EXPECT_LT(a.max_abs, 1e-2);
   RecordProperty("max_abs", std::to_string(a.max_abs));
+}
+
+// Batch invariance on CUDA (the built-in kernels, as --batch-invariant keeps them): a sequence's logits are
+// the same bits whether its steps run alone or among 16 other sequences prefilling in chunks and decoding,
+// the sequence at another place in each step's batch, so its rows are seldom the first of their attention
+// group (the generic attention kernel of head dims other than 64, 128 and 256 once gave such rows the
+// positions of the step's first rows: a request's output then changed with what shared its steps). Chunked
+// alike both ways: a chunk of 1 is a decode row, which pal's attention computes with another kernel than
+// a prefill chunk.
+TEST_P(CudaBackendModels, LogitsOfASequenceDoNotDependOnWhatSharesItsSteps) {
+  REQUIRE_GPU();
+  const auto model = load_model(model_dir(GetParam()).string());
+  ModelRunner gpu(model, make_cuda_backend(0, {.batch_invariant = true}));
+  const auto kv = [&] {
+    KvCacheConfig c = gpu.kv_config(256, DType::f16);
+    c.prefix_caching = false;
+    return KvCache(gpu.make_kv_storage(c));
+  };
+  const std::vector<std::int32_t> tokens = some_tokens(70, model->config.n_vocab, std::random_device{}());
+  for (std::int32_t chunk : {1, 7, 33}) {
+    KvCache alone_kv = kv(), crowd_kv = kv();
+    const auto alone = run_probe(gpu, alone_kv, tokens, chunk, false);
+    const auto crowd = run_probe(gpu, crowd_kv, tokens, chunk, true);
+    ASSERT_EQ(alone.size(), tokens.size());
+    ASSERT_EQ(crowd.size(), tokens.size());
+    for (std::size_t pos = 0; pos < tokens.size(); ++pos) {
+      double max_abs = 0;
+      for (std::size_t i = 0; i < alone[pos].size(); ++i) {
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(crowd[pos][i] - alone[pos][i])));
+      }
+      ASSERT_EQ(std::memcmp(crowd[pos].data(), alone[pos].data(), alone[pos].size() * sizeof(float)), 0)
+          << GetParam() << ": position " << pos << " with chunks of " << chunk << " differs among 16 other "
+          << "sequences from alone (max |difference| " << max_abs << ")";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TestModels, CudaBackendModels, ::testing::Values("llama", "mistral", "qwen2", "qwen3"));

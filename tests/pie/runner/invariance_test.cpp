@@ -21,45 +21,10 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The probe's logits at every position, computed in steps of `chunk` tokens; with `crowd`, each step also
-// carries the next piece of 16 other sequences (prompts of 1..90 tokens, chunked by 5, then decode rows).
-Logits run_probe(ModelRunner& runner, const std::vector<std::int32_t>& tokens, std::int32_t chunk, bool crowd) {
+// The probe's logits at every position (runner_test_util.h's run_probe) over a KV cache of its own.
+Logits probe_logits(ModelRunner& runner, const std::vector<std::int32_t>& tokens, std::int32_t chunk, bool crowd) {
   KvCache kv = make_kv(runner, 256);
-  Seq probe;
-  probe.id = kv.create();
-  probe.tokens = tokens;
-  std::vector<Seq> others;
-  std::mt19937 rng(99);
-  const std::int32_t n_vocab = runner.model().config.n_vocab;
-  if (crowd) {
-    for (int i = 0; i < 16; ++i) {
-      Seq s;
-      s.id = kv.create();
-      const int len = 1 + static_cast<int>(rng() % 90);
-      for (int t = 0; t < len + 40; ++t) s.tokens.push_back(static_cast<std::int32_t>(rng() % n_vocab));
-      s.n_cached = 0;
-      others.push_back(std::move(s));
-    }
-  }
-  Logits out;
-  while (probe.n_cached < static_cast<std::int32_t>(tokens.size())) {
-    const std::int32_t n = std::min<std::int32_t>(chunk, static_cast<std::int32_t>(tokens.size()) - probe.n_cached);
-    std::vector<std::pair<Seq*, std::int32_t>> work;
-    // The probe sits at a different place in the batch on different steps.
-    const std::size_t at = others.empty() ? 0 : out.size() % (others.size() + 1);
-    for (std::size_t i = 0; i < others.size(); ++i) {
-      if (i == at) work.emplace_back(&probe, n);
-      Seq& s = others[i];
-      const std::int32_t left = static_cast<std::int32_t>(s.tokens.size()) - s.n_cached;
-      if (left > 0) work.emplace_back(&s, std::min<std::int32_t>(left, s.n_cached < 40 ? 5 : 1));
-    }
-    if (at >= others.size()) work.emplace_back(&probe, n);
-    auto logits = run_step(runner, kv, work);
-    for (std::size_t i = 0; i < work.size(); ++i) {
-      if (work[i].first == &probe) out.insert(out.end(), logits[i].begin(), logits[i].end());
-    }
-  }
-  return out;
+  return run_probe(runner, kv, tokens, chunk, crowd);
 }
 
 void check_model(const std::string& name) {
@@ -69,12 +34,12 @@ void check_model(const std::string& name) {
   tensor::ThreadPool pool(3);
   for (tensor::ThreadPool* p : {static_cast<tensor::ThreadPool*>(nullptr), &pool}) {
     ModelRunner runner(load_hf_model(test_model_dir(name)), p);
-    const Logits alone = run_probe(runner, tokens, static_cast<std::int32_t>(tokens.size()), false);
+    const Logits alone = probe_logits(runner, tokens, static_cast<std::int32_t>(tokens.size()), false);
     ASSERT_EQ(alone.size(), tokens.size());
     for (std::int32_t chunk : {1, 7, 16, 33}) {
       for (bool crowd : {false, true}) {
         if (chunk == 16 && !crowd) continue;
-        const Logits got = run_probe(runner, tokens, chunk, crowd);
+        const Logits got = probe_logits(runner, tokens, chunk, crowd);
         ASSERT_EQ(got.size(), alone.size());
         for (std::size_t pos = 0; pos < alone.size(); ++pos) {
           ASSERT_TRUE(same_bits(got[pos], alone[pos]))
@@ -98,8 +63,8 @@ void check_truncation(const std::string& name) {
   std::vector<std::int32_t> other = tokens;  // b's continuation after position 60
   for (std::size_t i = 60; i < tokens.size(); ++i) other[i] = (tokens[i] + 13) % 256;
   ModelRunner runner(load_hf_model(test_model_dir(name)), nullptr);
-  const Logits alone_a = run_probe(runner, tokens, n, false);
-  const Logits alone_b = run_probe(runner, other, n, false);
+  const Logits alone_a = probe_logits(runner, tokens, n, false);
+  const Logits alone_b = probe_logits(runner, other, n, false);
 
   KvCache kv = make_kv(runner, 64);
   Seq a;
@@ -143,10 +108,10 @@ TEST(RunnerInvarianceTest, DefaultModelQuantized) {
   std::vector<std::int32_t> tokens;
   std::mt19937 rng(3);
   for (int i = 0; i < 70; ++i) tokens.push_back(static_cast<std::int32_t>(rng() % 49152));
-  const Logits alone = run_probe(runner, tokens, static_cast<std::int32_t>(tokens.size()), false);
+  const Logits alone = probe_logits(runner, tokens, static_cast<std::int32_t>(tokens.size()), false);
   for (std::int32_t chunk : {1, 2, 4, 7, 33}) {
     for (bool crowd : {false, true}) {
-      const Logits got = run_probe(runner, tokens, chunk, crowd);
+      const Logits got = probe_logits(runner, tokens, chunk, crowd);
       ASSERT_EQ(got.size(), alone.size());
       for (std::size_t pos = 0; pos < alone.size(); ++pos) {
         ASSERT_TRUE(same_bits(got[pos], alone[pos]))

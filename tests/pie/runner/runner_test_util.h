@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -112,6 +113,48 @@ inline KvCache make_kv(const ModelRunner& runner, std::int32_t n_pages, tensor::
   KvCacheConfig c = runner.kv_config(n_pages, dtype);
   c.prefix_caching = false;
   return KvCache(c);
+}
+
+// A probe sequence's logits at every position ([position][n_vocab]), computed in steps of `chunk` tokens
+// over `kv` (fresh, 256 pages or more); with `crowd`, each step also carries the next piece of 16 other
+// sequences (prompts of 1..90 tokens, chunked by 5, then decode rows), the probe at a different place in the
+// batch on different steps: batch invariance holds when the probe's logits are the same bits either way.
+inline std::vector<std::vector<float>> run_probe(ModelRunner& runner, KvCache& kv, const std::vector<std::int32_t>& tokens,
+                                                 std::int32_t chunk, bool crowd) {
+  Seq probe;
+  probe.id = kv.create();
+  probe.tokens = tokens;
+  std::vector<Seq> others;
+  std::mt19937 rng(99);
+  const std::int32_t n_vocab = runner.model().config.n_vocab;
+  if (crowd) {
+    for (int i = 0; i < 16; ++i) {
+      Seq s;
+      s.id = kv.create();
+      const int len = 1 + static_cast<int>(rng() % 90);
+      for (int t = 0; t < len + 40; ++t) s.tokens.push_back(static_cast<std::int32_t>(rng() % n_vocab));
+      s.n_cached = 0;
+      others.push_back(std::move(s));
+    }
+  }
+  std::vector<std::vector<float>> out;
+  while (probe.n_cached < static_cast<std::int32_t>(tokens.size())) {
+    const std::int32_t n = std::min<std::int32_t>(chunk, static_cast<std::int32_t>(tokens.size()) - probe.n_cached);
+    std::vector<std::pair<Seq*, std::int32_t>> work;
+    const std::size_t at = others.empty() ? 0 : out.size() % (others.size() + 1);
+    for (std::size_t i = 0; i < others.size(); ++i) {
+      if (i == at) work.emplace_back(&probe, n);
+      Seq& s = others[i];
+      const std::int32_t left = static_cast<std::int32_t>(s.tokens.size()) - s.n_cached;
+      if (left > 0) work.emplace_back(&s, std::min<std::int32_t>(left, s.n_cached < 40 ? 5 : 1));
+    }
+    if (at >= others.size()) work.emplace_back(&probe, n);
+    auto logits = run_step(runner, kv, work);
+    for (std::size_t i = 0; i < work.size(); ++i) {
+      if (work[i].first == &probe) out.insert(out.end(), logits[i].begin(), logits[i].end());
+    }
+  }
+  return out;
 }
 
 // Greedy decoding of n tokens after `prompt` (one prefill of the whole prompt, then decode rows).

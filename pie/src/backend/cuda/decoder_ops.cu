@@ -834,7 +834,8 @@ extern "C" __global__ void kv_append_f16(const float* k, const float* v, const i
 }
 
 // Paged attention for any even head dim up to 256, f16 pages, one warp per (query, query head): query i is
-// step row rows[i] of sequence seqs[i] at position pos[i], and sees keys max(0, pos - window + 1) .. pos.
+// step row rows[i] of sequence seqs[i] at position pos[rows[i]] (pos: the step's positions, by row), and
+// sees keys max(0, pos - window + 1) .. pos.
 // Online softmax over the keys in order (lane l holds dims l, l + 32, ...).
 #define MAX_DIMS_PER_LANE 8
 extern "C" __global__ void attention_generic(const float* q, float* out, const int* rows, const int* seqs,
@@ -856,7 +857,7 @@ extern "C" __global__ void attention_generic(const float* q, float* out, const i
     qv[d] = dim < head_dim ? q[q_off + dim] : 0.0f;
     acc[d] = 0.0f;
   }
-  const int p = pos[i];
+  const int p = pos[rows[i]];
   const int first = window > 0 ? max(0, p - window + 1) : 0;
   const int* pages = page_indices + page_indptr[seqs[i]];
   float m = -1.0e30f, l = 0.0f;
