@@ -72,6 +72,7 @@ TEST_P(JitCompile, PieBackendSources) {
   EXPECT_NO_THROW(pie::cuda::embedded_source("weight_blocks.cuh"));
   EXPECT_NO_THROW(pie::cuda::embedded_source("lora_ops.cu"));
   EXPECT_NO_THROW(pie::cuda::embedded_source("matvec_mma_ops.cu"));
+  EXPECT_NO_THROW(pie::cuda::embedded_source("mmq_ops.cu"));
 }
 
 // The matvec products' tunables other than the defaults (orchard_bench_products sweeps them with -D): four
@@ -98,6 +99,17 @@ TEST_P(JitCompile, PieBackendMmaProductTunables) {
   std::string cubin;
   EXPECT_NO_THROW(cubin = tc::compile_cubin("matvec_mma_ops.cu", pie::cuda::kernel_text("matvec_mma_ops.cu"), options,
                                             arch));
+  EXPECT_GT(cubin.size(), 0u);
+}
+
+// The int8 tensor-core products' tunables other than the defaults (orchard_bench_products --mmq sweeps them
+// with -D): a 2 x 2 warp grid of two 16-row and four 8-token tiles each, four stages.
+TEST_P(JitCompile, PieBackendMmqProductTunables) {
+  const int arch = GetParam();
+  const std::vector<std::string> options = {"-DMMQ_WARPS_M=2", "-DMMQ_WARPS_N=2", "-DMMQ_WM=2", "-DMMQ_WN=4",
+                                            "-DMMQ_STAGES=4"};
+  std::string cubin;
+  EXPECT_NO_THROW(cubin = tc::compile_cubin("mmq_ops.cu", pie::cuda::kernel_text("mmq_ops.cu"), options, arch));
   EXPECT_GT(cubin.size(), 0u);
 }
 

@@ -1,18 +1,21 @@
 // The CUDA backend's small-token products on the Llama-3.1-8B shapes (4096 -> 4096, 1024, 14336; 14336 ->
 // 4096; 4096 -> 128256), and the launches the backend makes of them (q + k + v and gate + up in one launch),
-// at 1, 2, 4, 5 and 8 tokens (1 to 16 with --tokens): weight bytes per second against the card's
+// at 1, 2, 4, 5 and 8 tokens (1 to 512 with --tokens): weight bytes per second against the card's
 // device-to-device copy rate measured in the same run; and RMSNorm of as many rows of 4096. The launches are
 // product_launch.h's, the backend's own; the q8_1 types include the activations' quantization, as a
 // project() call does. One JSON object per line on stdout.
 //
 //   orchard_bench_products [--types f16,q8_0,q4_0] [--tokens 1,2,4,5,8] [--reps N] [-D NAME=VALUE]...
-//                          [--source FILE] [--legacy] [--mma] [--compile-only]
+//                          [--source FILE] [--legacy] [--mma] [--mmq] [--compile-only]
 //
 // --mma launches the f16 / bf16 products on tensor cores (matvec_mma_ops.cu, as the backend does from 2
-// tokens; the other types as without it); without it they run on the matvec kernels. -D passes a tunable to
+// tokens; the other types as without it); without it they run on the matvec kernels. --mmq launches the q8_0 /
+// q4_0 / q4_1 products on int8 tensor cores (mmq_ops.cu) at every token count (the backend sends them q8_0
+// products of kMmqMinTokens to kMmqMaxTokens tokens). -D passes a tunable to
 // NVRTC: of decoder_ops.cu's matvec kernels (MV_ROWS_NARROW, MV_ROWS_WIDE, MV_UNROLL, MV_SPLIT), or of
 // matvec_mma_ops.cu's (MMA_WARPS, MMA_TILES, MMA_UNROLL, MMA_PIPELINE, MMA_PIPELINE_N16, MMA_EXACT_X,
-// MMA_MIN_BLOCKS: the MMA_ names go to that source only, so the matvec module stays cached); --source reads
+// MMA_MIN_BLOCKS: the MMA_ names go to that source only, so the matvec module stays cached), or of mmq_ops.cu's
+// (MMQ_WARPS_M, MMQ_WARPS_N, MMQ_WM, MMQ_WN, MMQ_STAGES, MMQ_KSPLIT); --source reads
 // the matvec kernels from FILE instead of the embedded decoder_ops.cu; --legacy launches the products as the
 // backend did before the matvec kernels (9bc0eb0: matmul_<type> a block per row, matmul_q8_1_<type> a warp
 // per row, one output a launch), for a before/after in one run. --compile-only loads the module (filling the
@@ -60,6 +63,7 @@ struct Options {
   std::string source_file;
   bool legacy = false;
   bool mma = false;
+  bool mmq = false;
   bool compile_only = false;
   int reps = 15;
 };
@@ -97,9 +101,9 @@ class Bench {
       if (!f) throw std::runtime_error("cannot read " + o.source_file);
       text.assign(std::istreambuf_iterator<char>(f), {});
     }
-    std::vector<std::string> opts, mma_opts;
+    std::vector<std::string> opts, mma_opts, mmq_opts;
     for (const std::string& d : o.defines) {
-      (d.starts_with("MMA_") ? mma_opts : opts).push_back("-D" + d);
+      (d.starts_with("MMA_") ? mma_opts : d.starts_with("MMQ_") ? mmq_opts : opts).push_back("-D" + d);
       const auto eq = d.find('=');
       const std::string name = d.substr(0, eq);
       const int value = eq == std::string::npos ? 1 : std::atoi(d.c_str() + eq + 1);
@@ -107,13 +111,26 @@ class Bench {
       if (name == "MV_ROWS_WIDE") shape_.rows_wide = value;
       if (name == "MMA_TILES") shape_.mma_rows = 16 * value;
       if (name == "MMA_WARPS") shape_.mma_threads = 32 * value;
+      if (name == "MMQ_WARPS_M") mmq_shape_.warps_m = value;
+      if (name == "MMQ_WARPS_N") mmq_shape_.warps_n = value;
+      if (name == "MMQ_WM") mmq_shape_.wm = value;
+      if (name == "MMQ_WN") mmq_shape_.wn = value;
+      if (name == "MMQ_STAGES") mmq_shape_.stages = value;
+      if (name == "MMQ_KSPLIT") mmq_shape_.ksplit = value;
     }
     for (const std::string& d : o.defines) variant_ += (variant_.empty() ? "" : " ") + d;
     if (o.legacy) variant_ = "legacy";
     if (variant_.empty()) variant_ = "default";
     if (o.mma) variant_ = "mma " + variant_;
+    if (o.mmq) variant_ = "mmq " + variant_;
     module_ = &tc::load_module(o.source_file.empty() ? "decoder_ops.cu" : "decoder_ops_bench.cu", text, opts);
     if (o.mma) mma_module_ = &tc::load_module("matvec_mma_ops.cu", pc::kernel_text("matvec_mma_ops.cu"), mma_opts);
+    if (o.mmq) {
+      mmq_module_ = &tc::load_module("mmq_ops.cu", pc::kernel_text("mmq_ops.cu"), mmq_opts);
+      for (DType t : {DType::q8_0, DType::q4_0, DType::q4_1}) {
+        mmq_module_->kernel(pc::mmq_entry(std::string(tensor::dtype_name(t))).c_str()).set_max_dynamic_shared(mmq_shape_.shared_bytes(t));
+      }
+    }
     spin_ = tc::load_module("bench_spin.cu", kSpinSource, {}).kernel("spin");
     weights_ = tc::MemoryPool::global().allocate(kWeightBytes);
     weights_.fill_bytes(0x11);
@@ -192,7 +209,7 @@ class Bench {
   static constexpr std::size_t kWeightBytes = 1200ull << 20;
 
  public:
-  static constexpr int kMaxTokens = 16;
+  static constexpr int kMaxTokens = 512;
 
  private:
 
@@ -238,6 +255,15 @@ class Bench {
       po.n_out[j] = n_out;
       w += row_bytes * n_out;
       y += static_cast<std::size_t>(n_out) * kMaxTokens;
+    }
+    if (o_.mmq && pc::mmq_takes(type, n_in, row_bytes, base)) {
+      const tc::Dim3 grid{pc::matvec_layout(po, mmq_shape_.rows()),
+                          static_cast<unsigned>((n_tokens + mmq_shape_.tokens() - 1) / mmq_shape_.tokens()), 1};
+      void* args[] = {&po, &n_in, &xq, &xd, &n_tokens};
+      mmq_module_->kernel(pc::mmq_entry(suffix).c_str())
+          .launch(grid, {static_cast<unsigned>(mmq_shape_.threads()), 1, 1},
+                  static_cast<unsigned>(mmq_shape_.shared_bytes(type)), &stream_, args);
+      return;
     }
     if (o_.mma && pc::mma_takes(type, n_in)) {
       const int tile = pc::mma_tile(n_tokens);
@@ -285,8 +311,10 @@ class Bench {
   tc::Stream stream_;
   const tc::Module* module_ = nullptr;
   const tc::Module* mma_module_ = nullptr;
+  const tc::Module* mmq_module_ = nullptr;
   tc::Kernel spin_;
   pc::MatvecShape shape_;
+  pc::MmqShape mmq_shape_;
   std::string variant_;
   tc::DeviceBuffer weights_, x_, y_, xq_, xd_;
   std::map<std::pair<std::string, int>, std::map<std::string, double>> times_;
@@ -321,12 +349,14 @@ int main(int argc, char** argv) {
       o.legacy = true;
     } else if (a == "--mma") {
       o.mma = true;
+    } else if (a == "--mmq") {
+      o.mmq = true;
     } else if (a == "--compile-only") {
       o.compile_only = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--types f16,q8_0,q4_0] [--tokens 1,2,4,5,8] [--reps N] [-D NAME=VALUE]... "
-                   "[--source FILE] [--legacy] [--mma] [--compile-only]\n",
+                   "[--source FILE] [--legacy] [--mma] [--mmq] [--compile-only]\n",
                    argv[0]);
       return 2;
     }

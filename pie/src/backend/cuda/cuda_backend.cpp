@@ -65,9 +65,10 @@ constexpr int kMatmulWarps = 4, kMatmulTokens = 8;  // WARPS and TOKENS of decod
 constexpr std::int32_t kDecodeChunk = 512;
 
 // The source holding an entry point: nf4_ops.cu for the nf4 products, matvec_mma_ops.cu for the tensor-core
-// products of few tokens, decoder_ops.cu for the rest.
+// products of few tokens, mmq_ops.cu for the int8 tensor-core products of many, decoder_ops.cu for the rest.
 const char* source_of(const std::string& entry) {
   if (entry.starts_with("mma_")) return "matvec_mma_ops.cu";
+  if (entry.starts_with("mmq_")) return "mmq_ops.cu";
   return entry.ends_with("_nf4") ? "nf4_ops.cu" : "decoder_ops.cu";
 }
 
@@ -83,16 +84,20 @@ std::vector<std::string> kernel_options() {
 }
 
 // An entry point of the backend's kernels for the current device, its module compiled (or read from the
-// JIT cache) once.
-const tc::Kernel& kernel(const std::string& entry) {
+// JIT cache) once for each set of extra NVRTC options (after ORCHARD_CUDA_KERNEL_DEFINES's).
+const tc::Kernel& kernel(const std::string& entry, const std::vector<std::string>& extra = {}) {
   static std::mutex mutex;
   static std::map<std::string, tc::Kernel> kernels;
-  static const std::vector<std::string> options = kernel_options();
+  static const std::vector<std::string> defines = kernel_options();
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = kernels.find(entry); it != kernels.end()) return it->second;
+  std::string key = entry;
+  for (const std::string& o : extra) key += " " + o;
+  if (auto it = kernels.find(key); it != kernels.end()) return it->second;
+  std::vector<std::string> options = defines;
+  options.insert(options.end(), extra.begin(), extra.end());
   const char* source = source_of(entry);
   const tc::Module& module = tc::load_module(source, cuda::kernel_text(source), options);
-  return kernels.emplace(entry, module.kernel(entry.c_str())).first->second;
+  return kernels.emplace(key, module.kernel(entry.c_str())).first->second;
 }
 
 // Launches an entry point on `stream`. decoder_ops.cu's entries go with programmatic dependent launch (sm_90
@@ -247,6 +252,20 @@ class CudaBackend final : public Backend {
     // cards before sm_80 have no bf16 mma.sync and keep them too.
     const char* mma = std::getenv("ORCHARD_CUDA_MMA");
     mma_enabled_ = (mma == nullptr || std::string(mma) != "0") && tc::device_info(ordinal_).arch() >= 80;
+    // ORCHARD_CUDA_MMQ=0 keeps the block types' products of many tokens on the slabs and cuBLAS (a before /
+    // after); int8
+    // mma.sync needs sm_80 too.
+    const char* mmq = std::getenv("ORCHARD_CUDA_MMQ");
+    mmq_enabled_ = (mmq == nullptr || std::string(mmq) != "0") && tc::device_info(ordinal_).arch() >= 80 &&
+                   !options.batch_invariant;
+    if (const char* shape = std::getenv("ORCHARD_CUDA_MMQ_SHAPE")) {  // another block shape (a developer's knob)
+      try {
+        mmq_shape_ = cuda::MmqShape::parse(shape);
+        mmq_defines_ = mmq_shape_.defines();
+      } catch (const std::invalid_argument& e) {
+        throw Error(std::string("[backend:cuda] ORCHARD_CUDA_MMQ_SHAPE: ") + e.what());
+      }
+    }
     batch_invariant_ = options.batch_invariant;
     piecewise_ = graphs == nullptr || std::string(graphs) != "step";
     times_ = cuda::StepTimes::from_env();
@@ -455,6 +474,38 @@ class CudaBackend final : public Backend {
       // f16 / bf16 from 2 tokens on tensor cores (matvec_mma_ops.cu), up to 16 before cuBLAS; with
       // --batch-invariant from 1 token and past 16: one kernel family, a token's result never depending on
       // the others.
+      // q8_0 of 32 to 64 tokens on int8 tensor cores (mmq_ops.cu; product_launch.h's mmq_sent), every output of
+      // the run it takes in one launch (never with --batch-invariant: the matvec kernels keep every count).
+      if (mmq_enabled_ && cuda::mmq_sent(type, n_tokens) &&
+          cuda::mmq_takes(type, n_in, w.strides().bytes[0], weight_ptr(w))) {
+        cuda::ProductOutputs po;
+        for (; i < outs.size() && po.count < cuda::kMatvecMaxOutputs; ++i) {
+          const Weight& wi = *outs[i].weight;
+          if (wi.dtype() != type || !cuda::mmq_takes(type, n_in, wi.strides().bytes[0], weight_ptr(wi))) break;
+          const auto j = static_cast<std::size_t>(po.count++);
+          po.w[j] = weight_ptr(wi);
+          po.y[j] = outs[i].out.data;
+          po.row_bytes[j] = wi.strides().bytes[0];
+          po.n_out[j] = static_cast<int>(wi.dim(0));
+        }
+        if (!quantized) quantize_q8_1(in);
+        quantized = true;
+        const cuda::MmqShape& shape = mmq_shape_;
+        const tc::Kernel& k = kernel(cuda::mmq_entry(type_suffix(type, "projection")), mmq_defines_);
+        const unsigned type_bit = 1u << static_cast<unsigned>(type);
+        if ((mmq_shared_set_ & type_bit) == 0) {
+          k.set_max_dynamic_shared(shape.shared_bytes(type));
+          mmq_shared_set_ |= type_bit;
+        }
+        const tc::Dim3 grid{cuda::matvec_layout(po, shape.rows()),
+                            static_cast<unsigned>((n_tokens + shape.tokens() - 1) / shape.tokens()), 1};
+        const void* xq = xq_.as<void>();
+        const void* xd = xd_.as<void>();
+        void* args[] = {&po, &n_in, &xq, &xd, &n_tokens};
+        k.launch(grid, {static_cast<unsigned>(shape.threads()), 1, 1}, static_cast<unsigned>(shape.shared_bytes(type)),
+                 stream_.get(), args);
+        continue;
+      }
       const bool mma =
           mma_enabled_ && cuda::mma_takes(type, n_in) && (batch_invariant_ || n_tokens >= cuda::kMmaMinTokens);
       if (!(mma && n_tokens <= cuda::kMmaMaxTile) && gemm_->project(in, outs[i])) {  // many tokens: cuBLAS
@@ -1022,6 +1073,10 @@ class CudaBackend final : public Backend {
   bool graphs_enabled_ = true, capturing_ = false, piecewise_ = true;
   bool grew_ = false;  // the capture under way was abandoned for a buffer that must grow
   bool mma_enabled_ = true;      // f16 / bf16 products of few tokens on tensor cores (matvec_mma_ops.cu)
+  bool mmq_enabled_ = true;      // block-type products of many tokens on int8 tensor cores (mmq_ops.cu)
+  unsigned mmq_shared_set_ = 0;  // the mmq entries (a bit per tensor::DType) whose shared memory limit is raised
+  cuda::MmqShape mmq_shape_;     // their block shape (ORCHARD_CUDA_MMQ_SHAPE, else mmq_ops.cu's defaults)
+  std::vector<std::string> mmq_defines_;  // the NVRTC options of a shape other than the defaults
   bool batch_invariant_ = false;  // CudaOptions::batch_invariant: the mma products at every token count
   std::unique_ptr<cuda::StepTimes> times_;  // ORCHARD_CUDA_STEP_TIMES / _PROFILE_STEP (step_times.h)
   std::int64_t step_tokens_ = 0;

@@ -1,14 +1,19 @@
-// How the CUDA backend launches its small-token products, decoder_ops.cu's matvec_* entries and
-// matvec_mma_ops.cu's mma_* entries (f16 / bf16 on tensor cores): which entry, how many rows a block and tokens
-// a tile, and the grid over several outputs of one launch. Shared with
+// How the CUDA backend launches its small-token products, decoder_ops.cu's matvec_* entries,
+// matvec_mma_ops.cu's mma_* entries (f16 / bf16 on tensor cores) and mmq_ops.cu's mmq_* entries (q8_0 of 32-64
+// tokens on int8 tensor cores): which entry, how many rows a block and tokens a tile, and the grid over several
+// outputs of one launch. Shared with
 // orchard_bench_products (tests/bench/cuda), which times exactly these launches. Private to the backend,
 // its tests and its benchmarks.
 #pragma once
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tensor/dtype.h"
 
@@ -73,6 +78,79 @@ inline bool mma_takes(tensor::DType t, long long n_in) {
 // The mma token tile of a call of n_tokens: 8 or 16 (grid.y = ceil(n_tokens / tile)).
 inline int mma_tile(int n_tokens) { return n_tokens <= 8 ? 8 : kMmaMaxTile; }
 inline std::string mma_entry(const std::string& suffix, int tile) { return fmt::format("mma_{}_n{}", suffix, tile); }
+
+// Products of many tokens with q8_0 / q4_0 / q4_1 rows on int8 tensor cores (mmq_ops.cu), reading the blocks as
+// the file has them against the activations as q8_1 blocks: rows of a multiple of 256 elements (whole stages
+// of 8 blocks) that start 16-byte aligned (cp.async of 16 bytes).
+inline bool mmq_takes(tensor::DType t, long long n_in, long long row_bytes, const void* w) {
+  return matvec_reads_q8_1(t) && n_in % 256 == 0 && row_bytes % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
+}
+// The calls the backend sends them: q8_0 of kMmqMinTokens to kMmqMaxTokens tokens, where they measured faster
+// (H200, the 8B shapes; docs/cuda-backend.md): than the matvec kernels from 32 tokens (products of a step
+// 15.0 against 19.4 ms at 32 tokens, 15.9 against 10.3 at 16, with an earlier, slower shape), than the slabs
+// and cuBLAS at 64 (batch-64 decode 4,812-4,846 t/s against 4,427); at 256 the products alone take 37.4 ms
+// of a step, more than a whole slab step. Fewer tokens stay on the matvec kernels, more on cuBLAS; q4_0 /
+// q4_1 were not measured faster than either (their kernels are tested, not sent calls); --batch-invariant
+// keeps every count on the matvec kernels.
+inline constexpr int kMmqMinTokens = 32;
+inline constexpr int kMmqMaxTokens = 64;
+inline bool mmq_sent(tensor::DType t, int n_tokens) {
+  return t == tensor::DType::q8_0 && n_tokens >= kMmqMinTokens && n_tokens <= kMmqMaxTokens;
+}
+inline std::string mmq_entry(const std::string& suffix) { return "mmq_" + suffix; }
+// A block's shape (mmq_ops.cu's MMQ_WARPS_M, MMQ_WARPS_N, MMQ_WM, MMQ_WN, MMQ_STAGES, MMQ_KSPLIT defaults; the
+// benchmark passes other values to both sides).
+struct MmqShape {
+  int warps_m = 2, warps_n = 1;  // the warp grid
+  int wm = 1, wn = 8;            // 16-row and 8-token tiles a warp
+  int stages = 3;                // stages of 8 blocks in flight
+  int ksplit = 4;                // warps sharing a tile's length (1, 2, 4 or 8)
+  int rows() const { return 16 * wm * warps_m; }
+  int tokens() const { return 8 * wn * warps_n; }
+  int threads() const { return 32 * warps_m * warps_n * ksplit; }
+  // mmq_stage_bytes a stage: the rows' 8 blocks (272 bytes of q8_0, 144 of q4_0, 160 of q4_1), the tokens'
+  // int8 (256 + 16) and (d, d * sum).
+  int shared_bytes(tensor::DType t) const {
+    const int row = t == tensor::DType::q8_0 ? 272 : t == tensor::DType::q4_0 ? 144 : 160;
+    // The parts of a split length are added through the same memory: (ksplit - 1) tiles of f32.
+    return std::max(stages * (rows() * row + tokens() * (272 + 64)), (ksplit - 1) * rows() * tokens() * 4);
+  }
+  // The NVRTC options that compile mmq_ops.cu for this shape.
+  std::vector<std::string> defines() const {
+    return {fmt::format("-DMMQ_WARPS_M={}", warps_m), fmt::format("-DMMQ_WARPS_N={}", warps_n),
+            fmt::format("-DMMQ_WM={}", wm),           fmt::format("-DMMQ_WN={}", wn),
+            fmt::format("-DMMQ_STAGES={}", stages),   fmt::format("-DMMQ_KSPLIT={}", ksplit)};
+  }
+  // A shape written "warps_m,warps_n,wm,wn,stages,ksplit" (the backend's ORCHARD_CUDA_MMQ_SHAPE, a developer's
+  // knob for measuring shapes in the engine); throws std::invalid_argument, saying why, for anything else.
+  static MmqShape parse(const std::string& text) {
+    MmqShape s;
+    const std::string want = "mmq shape '" + text + "': want warps_m,warps_n,wm,wn,stages,ksplit";
+    int* fields[] = {&s.warps_m, &s.warps_n, &s.wm, &s.wn, &s.stages, &s.ksplit};
+    std::size_t at = 0;
+    for (int* f : fields) {
+      std::size_t used = 0;
+      try {
+        *f = std::stoi(text.substr(at), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || *f < 1 || *f > 16) {
+        throw std::invalid_argument(want + ", each 1 to 16");
+      }
+      at += used;
+      if (f != fields[5]) {
+        if (at >= text.size() || text[at] != ',') throw std::invalid_argument(want + ", each 1 to 16");
+        ++at;
+      }
+    }
+    if (at != text.size()) throw std::invalid_argument(want + ", each 1 to 16");
+    if (8 % s.ksplit != 0) throw std::invalid_argument(want + " (ksplit 1, 2, 4 or 8)");
+    if (s.threads() > 1024) throw std::invalid_argument(want + " (at most 32 warps)");
+    return s;
+  }
+};
 
 // Numbers the blocks of p's outputs 0 .. count - 1 at `rows` rows a block; returns the grid's x.
 inline unsigned matvec_layout(ProductOutputs& p, int rows) {
