@@ -86,16 +86,19 @@ class StepCost {
   std::int32_t count_[kMaxSize + 1] = {};
 };
 
-// How many tokens a request drafts next (adaptive K): the K in [0, max_k] that maximizes the tokens a
-// step yields per unit of its cost, (1 - a^(K+1)) / (1 - a) / costs[K], for the request's running
-// acceptance rate a and the cost of a step with K drafted tokens against one without (StepCost); 0 when
-// no K yields more than one token per one-token step's cost. A fixed K (SpeculativeOptions::k) drafts K
-// whatever the rate.
+// How many tokens a request drafts next (adaptive K): the K in [0, max_k] that maximizes the tokens the
+// step it joins yields per unit of that step's cost, (R - 1 + (1 - a^(K+1)) / (1 - a)) / costs[K], for
+// the request's running acceptance rate a, the R rows of the step (this one and R - 1 others, a token
+// each) and the cost of the step with K drafted tokens against the step without them (StepCost); 0 when
+// no K yields more than R tokens per the draftless step's cost (by 2%). In a batch a drafted token must pay
+// for the growth of every row's step: at R = 4 a draft needs four times the accepted tokens it needs at
+// batch 1. A fixed K (SpeculativeOptions::k) drafts K whatever the rate.
 class DraftLength {
  public:
   explicit DraftLength(std::int32_t max_k = 8, bool fixed = false);
-  // costs[k] for k = 0..max_k (costs[0] = 1); a shorter span caps K at its size - 1.
-  std::int32_t next(std::span<const double> costs);
+  // costs[k] for k = 0..max_k (costs[0] = 1); a shorter span caps K at its size - 1. n_rows: the rows
+  // of the step the draft joins, this one included.
+  std::int32_t next(std::span<const double> costs, std::int32_t n_rows = 1);
   // Each drafted token a fraction token_cost of a step: costs[k] = 1 + token_cost * k.
   std::int32_t next(double token_cost);
   void record(std::int32_t drafted, std::int32_t accepted);

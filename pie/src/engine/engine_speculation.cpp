@@ -21,7 +21,7 @@ void Engine::Impl::propose_drafts() {
   // Rows that are still prefilling decode in the next steps: counting only those decoding now would let a
   // large batch draft while it fills, at the cost of the compute-bound steps it is about to run.
   std::vector<Sample*> rows;
-  std::int32_t n_step_tokens = 0, n_live = 0;
+  std::int32_t n_step_tokens = 0, n_step_rows = 0, n_live = 0;
   for (auto& r : active) {
     for (Sample& s : r->samples) {
       if (!s.finished) ++n_live;
@@ -30,6 +30,7 @@ void Engine::Impl::propose_drafts() {
       const std::int32_t computed = scheduler->n_computed(*s.seq);
       if (n_tokens - computed < 1 || computed < static_cast<std::int32_t>(r->req.prompt.size())) continue;
       n_step_tokens += n_tokens - computed;
+      ++n_step_rows;
       if (r->speculative.mode != DraftMode::off) rows.push_back(&s);
     }
   }
@@ -90,6 +91,7 @@ void Engine::Impl::propose_drafts() {
       if (m.must_stop()) return false;
     }
   };
+  std::int32_t n_planned = 0;  // draft tokens planned so far this step (asked guesses at their most)
   for (const DraftMode mode : {DraftMode::ngram, DraftMode::draft, DraftMode::custom}) {
     Drafter* drafter = drafter_for(mode);
     if (drafter == nullptr) continue;
@@ -120,15 +122,18 @@ void Engine::Impl::propose_drafts() {
         }
       }
       if (open && !p.full()) {
-        // The step as it is (every row's tokens, this row's draft so far) against it with k more tokens.
-        const auto n = n_step_tokens + static_cast<std::int32_t>(p.tokens.size());
+        // The step as it is (every row's tokens, the drafts planned for the rows before this one, this
+        // row's draft so far) against it with k more tokens, weighed for the step's every row.
+        const auto n = n_step_tokens + n_planned + static_cast<std::int32_t>(p.tokens.size());
         std::vector<double> costs = step_cost.relative_costs(n, s->draft_length.max_k());
         const double base = step_cost.seconds(n);
         if (base > 0) {
           for (std::size_t k = 1; k < costs.size(); ++k) costs[k] += static_cast<double>(k) * drafter_seconds / base;
         }
-        p.ask = std::min(p.room - static_cast<std::int32_t>(p.tokens.size()), s->draft_length.next(costs));
+        p.ask = std::min(p.room - static_cast<std::int32_t>(p.tokens.size()),
+                         s->draft_length.next(costs, n_step_rows));
       }
+      n_planned += static_cast<std::int32_t>(p.tokens.size()) + p.ask;
     }
     std::vector<Drafter::Row> asks;
     std::vector<Plan*> asked;

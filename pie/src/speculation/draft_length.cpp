@@ -127,19 +127,29 @@ std::int32_t DraftLength::next(double token_cost) {
   return next(costs);
 }
 
-std::int32_t DraftLength::next(std::span<const double> costs) {
+std::int32_t DraftLength::next(std::span<const double> costs, std::int32_t n_rows) {
   if (fixed_) return max_k_;
+  // The step's other rows yield a token each whatever this row drafts: a draft must pay for the growth
+  // of the whole step, not of this row's share of it.
+  const double others = std::max(1, n_rows) - 1.0;
   std::int32_t best_k = 0;
-  double best = 1.0;  // no draft: one token per step, at its cost
+  double best = others + 1.0;  // no draft: a token per row, at the step's cost
   const std::int32_t top = std::min<std::int32_t>(max_k_, static_cast<std::int32_t>(costs.size()) - 1);
   for (std::int32_t k = 1; k <= top; ++k) {
-    const double value = expected_tokens(acceptance_, k) / costs[static_cast<std::size_t>(k)];
+    const double value = (others + expected_tokens(acceptance_, k)) / costs[static_cast<std::size_t>(k)];
     if (value > best * 1.02) {  // a gain worth the risk of a misread cost
       best = value;
       best_k = k;
     }
   }
-  if (best_k == 0 && ++idle_ >= kRetrySteps) {
+  // The retry relearns a rate that may have risen: pointless where even a rate of 1 would not pay.
+  const auto could_pay = [&] {
+    for (std::int32_t k = 1; k <= top; ++k) {
+      if ((others + k + 1.0) / costs[static_cast<std::size_t>(k)] > (others + 1.0) * 1.02) return true;
+    }
+    return false;
+  };
+  if (best_k == 0 && ++idle_ >= kRetrySteps && could_pay()) {
     idle_ = 0;
     return 1;
   }

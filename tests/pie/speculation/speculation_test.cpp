@@ -128,6 +128,32 @@ TEST(DraftLength, NeverDraftsWhenTheMeasuredCostLoses) {
   EXPECT_EQ(fixed.next(steep), 4);
 }
 
+// In a batch a draft pays for the whole step's growth: a rate of 3/4 with a token costing a fifth of the
+// step drafts for a lone row, not for one of four rows (its 0.75 expected tokens against the 0.8 tokens the
+// four rows' step loses to the growth), and drafts again once tokens cost little; the same costs at one
+// row give the same answer as the rule without rows.
+TEST(DraftLength, ARowOfABatchDraftsOnlyWhatPaysForEveryRow) {
+  const std::vector<double> batch{1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.4, 2.6};
+  const std::vector<double> cheap{1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08};
+  DraftLength k(8);
+  for (int i = 0; i < 30; ++i) k.record(4, 3);
+  ASSERT_NEAR(k.acceptance(), 0.75, 0.01);
+  EXPECT_GE(k.next(batch, 1), 1);
+  EXPECT_EQ(k.next(batch, 1), k.next(batch));
+  EXPECT_EQ(k.next(batch, 4), 0);
+  EXPECT_EQ(k.next(batch, 16), 0);
+  EXPECT_GE(k.next(cheap, 4), 1);
+  // Sixteen steps without a draft bring the retry of one token where a higher rate could pay (four rows:
+  // a rate of 1 would), none where even every token kept would not (sixteen rows).
+  for (const auto& [rows, retries] : {std::pair{4, 1}, std::pair{16, 0}}) {
+    DraftLength idle(8);
+    for (int i = 0; i < 30; ++i) idle.record(4, 3);
+    std::int32_t retried = 0;
+    for (int i = 0; i < 16; ++i) retried += idle.next(batch, rows);
+    EXPECT_EQ(retried, retries) << rows << " rows";
+  }
+}
+
 // Each size's own mean, not a line through them: a two-token step measured at 1.5x a one-token step is
 // 1.5x, though the larger ones grow by a quarter a token; unseen sizes lie between seen ones; steps without
 // logits on every token (a prompt chunk) stay out of the means.
