@@ -6,6 +6,7 @@
 #include "dot.h"
 #include "kernels/error.h"
 #include "matmul_check.h"
+#include "q4_1_x16.h"
 #include "kernels/quant.h"
 #include "quant_common.h"
 
@@ -33,11 +34,13 @@ detail::TileKernels pick_tile(DType w, Isa isa) {
   return {};
 }
 
-// Per-thread scratch for the converted activations (reused between calls: no allocation per layer).
-std::vector<unsigned char>& act_scratch(std::size_t bytes) {
+// Per-thread scratch for the converted activations (reused between calls: no allocation per layer), from
+// a 64-byte boundary: the kernels' 64-byte loads of it then never straddle two cache lines.
+unsigned char* act_scratch(std::size_t bytes) {
   thread_local std::vector<unsigned char> buf;
-  if (buf.size() < bytes) buf.resize(bytes);
-  return buf;
+  if (buf.size() < bytes + 64) buf.resize(bytes + 64);
+  const auto address = reinterpret_cast<std::uintptr_t>(buf.data());
+  return buf.data() + ((64 - address % 64) % 64);
 }
 
 void run_rows(std::int64_t n_out, tensor::ThreadPool* pool, tensor::FunctionRef<void(std::int64_t, std::int64_t)> fn) {
@@ -100,6 +103,8 @@ void matmul_ref(const MatmulParams& p, const float* x, std::int64_t n_tokens, fl
   const std::size_t stride = detail::checked_row_stride(p, "matmul_ref");
   const detail::DotFn dot = pick_dot(p.w_type, Isa::scalar, "matmul_ref");
   const DType act = vec_dot_type(p.w_type);
+  // Weights in another layout: each row back to plain blocks first.
+  std::vector<unsigned char> plain(p.w_layout == WeightLayout::plain ? 0 : tensor::row_bytes(p.w_type, p.n_in));
   const std::size_t act_bytes = tensor::row_bytes(act, p.n_in);
   std::vector<unsigned char> xq(act_bytes * static_cast<std::size_t>(std::max<std::int64_t>(n_tokens, 0)));
   for (std::int64_t t = 0; t < n_tokens; ++t) {
@@ -108,7 +113,12 @@ void matmul_ref(const MatmulParams& p, const float* x, std::int64_t n_tokens, fl
   const auto* w = static_cast<const unsigned char*>(p.w);
   for (std::int64_t t = 0; t < n_tokens; ++t) {
     for (std::int64_t r = 0; r < p.n_out; ++r) {
-      y[t * p.n_out + r] = dot(p.n_in, w + static_cast<std::size_t>(r) * stride, xq.data() + static_cast<std::size_t>(t) * act_bytes);
+      const unsigned char* row = w + static_cast<std::size_t>(r) * stride;
+      if (!plain.empty()) {
+        unpack_weight_row(p.w_layout, p.w_type, row, p.n_in, plain.data());
+        row = plain.data();
+      }
+      y[t * p.n_out + r] = dot(p.n_in, row, xq.data() + static_cast<std::size_t>(t) * act_bytes);
     }
   }
 }
@@ -137,8 +147,27 @@ Product prepare(const MatmulParams& p, std::int64_t n_tokens, float* y, Isa isa)
   q.w = static_cast<const unsigned char*>(p.w);
   q.n_out = p.n_out;
   q.n_in = p.n_in;
-  q.dot = pick_dot(p.w_type, isa, "matmul");
   const bool avx512 = isa == Isa::avx512 && isa_supported(Isa::avx512);
+  if (p.w_layout == WeightLayout::q4_1_x16) {
+    if (p.w_type != DType::q4_1) {
+      throw ShapeError("[kernels::matmul] the q4_1_x16 layout holds q4_1 weights, not " +
+                       std::string(tensor::dtype_name(p.w_type)));
+    }
+    // The layout's own kernels: one row at one token, four rows at more (same bits per (row, token)).
+    const detail::TileKernels tile = avx512 ? detail::tile_q4_1_x16_avx512() : detail::TileKernels{};
+    if (tile.dot == nullptr) {
+      throw UnsupportedError(std::string("[kernels::matmul] weights in the q4_1_x16 layout need AVX-512/VNNI (isa ") +
+                             std::string(isa_name(isa)) + ")");
+    }
+    q.dot = tile.dot;
+    if (n_tokens >= 2) q.dot4xt = tile.dot4xt;
+    q.act = vec_dot_type(p.w_type);
+    q.pack = tile.pack;
+    q.act_bytes = tile.packed_bytes(p.n_in);
+    q.y = y;
+    return q;
+  }
+  q.dot = pick_dot(p.w_type, isa, "matmul");
   q.dot4 = avx512 ? detail::dot4_avx512_fn(p.w_type) : nullptr;
   q.dot4x3 = q.dot4 != nullptr && n_tokens >= 3 ? detail::dot4x3_avx512_fn(p.w_type) : nullptr;
   // Quantized types: four rows x up to kDot4xTMaxTokens tokens per weight load (same bits per product as
@@ -260,10 +289,10 @@ void matmul_multi(std::span<const MatmulParams> ps, const float* x, std::int64_t
     layouts[n_layouts++] = {prod[i].act, prod[i].pack, prod[i].act_bytes, total};
     total += prod[i].act_bytes * static_cast<std::size_t>(n_tokens);
   }
-  std::vector<unsigned char>& buf = act_scratch(total);
+  unsigned char* const scratch = act_scratch(total);
   for (std::size_t k = 0; k < n_layouts; ++k) {
     const Layout& l = layouts[k];
-    unsigned char* dst = buf.data() + l.offset;
+    unsigned char* dst = scratch + l.offset;
     auto convert = [&](std::int64_t t0, std::int64_t t1) {
       thread_local std::vector<unsigned char> tmp;
       tmp.resize(tensor::row_bytes(l.act, n_in));
@@ -287,7 +316,7 @@ void matmul_multi(std::span<const MatmulParams> ps, const float* x, std::int64_t
   }
   for (std::size_t i = 0; i < ps.size(); ++i) {
     prod[i].xq = prod[i].act == DType::f32 ? reinterpret_cast<const unsigned char*>(x)
-                                           : buf.data() + layouts[find(prod[i])].offset;
+                                           : scratch + layouts[find(prod[i])].offset;
   }
   // Every product's rows as one range: one parallel region for the lot.
   std::int64_t first[kMaxProducts + 1] = {0};

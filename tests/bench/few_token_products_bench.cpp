@@ -12,7 +12,10 @@
 // --threads 1 the times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), which other processes on the
 // core disturb less than wall time; with more threads, wall time through kernels::matmul's pool.
 //
-//   few_token_products_bench [--threads N] [--reps R] [--isa avx512|avx2|scalar]
+//   few_token_products_bench [--threads N] [--reps R] [--isa avx512|avx2|scalar] [--layout preferred|plain]
+//
+// --layout: the weights as the CPU backend holds them (preferred: kernels::preferred_layout, q4_1 repacked
+// where the ISA has kernels for it) or as the file has them (plain).
 //
 // Prints one line per shape: microseconds at T = 1 (all of a step's copies; the slice: one call) and each
 // T's time as a multiple of it, then the whole step's products (30 layers + the head) the same way.
@@ -67,6 +70,7 @@ double now_us(bool cpu) {
 int main(int argc, char** argv) {
   int threads = 1, reps = 20;
   kernels::Isa isa = kernels::Isa::avx512;
+  bool preferred = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) {
@@ -84,8 +88,16 @@ int main(int argc, char** argv) {
         return 2;
       }
       isa = v == "avx512" ? kernels::Isa::avx512 : v == "avx2" ? kernels::Isa::avx2 : kernels::Isa::scalar;
+    } else if (a == "--layout") {
+      if (v != "preferred" && v != "plain") {
+        std::fprintf(stderr, "few_token_products_bench: --layout takes preferred or plain, got %s\n", v.c_str());
+        return 2;
+      }
+      preferred = v == "preferred";
     } else {
-      std::fprintf(stderr, "usage: few_token_products_bench [--threads N] [--reps R] [--isa avx512|avx2|scalar]\n");
+      std::fprintf(stderr,
+                   "usage: few_token_products_bench [--threads N] [--reps R] [--isa avx512|avx2|scalar] "
+                   "[--layout preferred|plain]\n");
       return 2;
     }
   }
@@ -99,6 +111,8 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const std::size_t n_shapes = std::size(kShapes), n_t = std::size(kTokens);
   std::vector<std::vector<unsigned char>> weights(n_shapes);  // per_step copies (at least one) side by side
+  std::vector<kernels::WeightLayout> layouts(n_shapes);
+  std::vector<std::size_t> strides(n_shapes, 0), offsets(n_shapes, 0);  // 0: dense rows from the start
   std::vector<float> x(9 * 1536), y(9 * 49152);
   for (float& v : x) v = dist(rng);
   for (std::size_t s = 0; s < n_shapes; ++s) {
@@ -111,6 +125,16 @@ int main(int argc, char** argv) {
       for (float& v : wf) v = dist(rng);
       kernels::quantize_row_ref(sh.type, wf.data(), weights[s].data() + static_cast<std::size_t>(r) * row, sh.n_in);
     }
+    const kernels::WeightLayout l = preferred ? kernels::preferred_layout(sh.type, isa) : kernels::WeightLayout::plain;
+    layouts[s] = l;
+    if (l != kernels::WeightLayout::plain) {  // as the CPU backend holds them: rows on 64-byte boundaries
+      strides[s] = kernels::aligned_row_bytes(sh.type, sh.n_in);
+      std::vector<unsigned char> repacked(strides[s] * static_cast<std::size_t>(rows) + 64);
+      offsets[s] = (64 - reinterpret_cast<std::uintptr_t>(repacked.data()) % 64) % 64;
+      kernels::repack_weights(l, sh.type, weights[s].data(), 0, rows, sh.n_in, repacked.data() + offsets[s],
+                              strides[s]);
+      weights[s] = std::move(repacked);
+    }
   }
   std::vector<double> best(n_shapes * n_t, 1e30);
   for (int rep = 0; rep < reps; ++rep) {
@@ -122,19 +146,22 @@ int main(int argc, char** argv) {
       p.w_type = sh.type;
       p.n_out = sh.n_out;
       p.n_in = sh.n_in;
-      const std::size_t matrix = tensor::row_bytes(sh.type, sh.n_in) * static_cast<std::size_t>(sh.n_out);
+      p.w_layout = layouts[j / n_t];
+      p.w_row_bytes = strides[j / n_t];
+      const std::size_t matrix =
+          (p.w_row_bytes != 0 ? p.w_row_bytes : tensor::row_bytes(sh.type, sh.n_in)) * static_cast<std::size_t>(sh.n_out);
       const int calls = std::max(1, sh.per_step) * (sh.per_step == 0 ? 8 : 1);
       const double t0 = now_us(cpu_time);
       for (int c = 0; c < calls; ++c) {
-        p.w = weights[j / n_t].data() + matrix * static_cast<std::size_t>(c % std::max(1, sh.per_step));
+        p.w = weights[j / n_t].data() + offsets[j / n_t] + matrix * static_cast<std::size_t>(c % std::max(1, sh.per_step));
         kernels::matmul(p, x.data(), t, y.data(), cpu_time ? nullptr : &pool, isa);
       }
       best[j] = std::min(best[j], (now_us(cpu_time) - t0) / (sh.per_step == 0 ? calls : 1));
     }
   }
   const std::string isa_text(kernels::isa_name(isa));
-  std::printf("%s, %d thread(s), best of %d interleaved repetitions, %s\n", isa_text.c_str(), threads, reps,
-              cpu_time ? "thread CPU time" : "wall time");
+  std::printf("%s, %s weight layout, %d thread(s), best of %d interleaved repetitions, %s\n", isa_text.c_str(),
+              preferred ? "preferred" : "plain", threads, reps, cpu_time ? "thread CPU time" : "wall time");
   std::printf("%-26s %10s", "product", "T=1 (us)");
   for (std::size_t i = 1; i < n_t; ++i) std::printf("  T=%d", kTokens[i]);
   std::printf("\n");

@@ -16,13 +16,36 @@
 
 namespace kernels {
 
+// How a weight row's bytes are laid out. plain: w_type's blocks one after the other (the GGUF layout).
+// q4_1_x16: q4_1 rows repacked for the AVX-512/VNNI kernels (repack_weights): each run of 16 blocks as
+// their 16 scales, 16 mins (f16) and 4 x 64 bytes of nibbles, byte 4 b + k of the j-th holding qs[4 j + k]
+// of block b, so that one 32-bit lane sums one block; a row's last nb % 16 blocks stay plain. A row takes
+// the same bytes in both.
+enum class WeightLayout : std::uint8_t { plain, q4_1_x16 };
+
 struct MatmulParams {
   tensor::DType w_type = tensor::DType::f32;
   const void* w = nullptr;       // [n_out, n_in] of w_type, rows w_row_bytes apart
   std::size_t w_row_bytes = 0;   // 0: dense rows (tensor::row_bytes(w_type, n_in))
   std::int64_t n_out = 0;
   std::int64_t n_in = 0;         // a multiple of block_size(w_type)
+  WeightLayout w_layout = WeightLayout::plain;
 };
+
+// The layout the fastest kernels of `isa` on this CPU take weights of type w in: q4_1_x16 for q4_1 where
+// AVX-512/VNNI runs, plain otherwise. Products of weights in another layout than plain need that ISA
+// (matmul throws UnsupportedError without it); the references take every layout.
+WeightLayout preferred_layout(tensor::DType w, Isa isa = best_isa());
+// Rows [n_out, n_in] of plain w_type weights (rows row_bytes apart, 0: dense) written to `out` in
+// `layout`, rows out_row_bytes apart (0: dense; the bytes between rows are left alone). The q4_1_x16
+// kernels load 64 bytes at a time: rows that start on 64-byte boundaries (aligned_row_bytes) spare them
+// loads that straddle two cache lines. Throws ShapeError on a layout that is not of w_type or a bad size.
+void repack_weights(WeightLayout layout, tensor::DType w_type, const void* w, std::size_t row_bytes,
+                    std::int64_t n_out, std::int64_t n_in, void* out, std::size_t out_row_bytes = 0);
+// A row's bytes rounded up to a multiple of 64.
+std::size_t aligned_row_bytes(tensor::DType w_type, std::int64_t n_in);
+// One row of n elements in `layout` back to plain blocks (the references' view of it).
+void unpack_weight_row(WeightLayout layout, tensor::DType w_type, const void* row, std::int64_t n, void* out);
 
 // The type the activations are converted to for a dot product with weights of type w.
 tensor::DType vec_dot_type(tensor::DType w);

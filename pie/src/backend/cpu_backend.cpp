@@ -15,7 +15,10 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/lora.h"
@@ -32,8 +35,69 @@
 namespace pie {
 namespace {
 
-kernels::MatmulParams params_of(const Weight& w) {
+// Weights a backend repacked at upload into a layout of the CPU's fastest kernels (kernels::WeightLayout),
+// by data pointer: shared by the backend and the uploads that own the buffers (either may go first).
+class RepackedWeights {
+ public:
+  void add(const void* data, kernels::WeightLayout layout) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    layouts_[data] = layout;
+  }
+  void remove(const void* data) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    layouts_.erase(data);
+  }
+  kernels::WeightLayout layout(const void* data) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = layouts_.find(data);
+    return it == layouts_.end() ? kernels::WeightLayout::plain : it->second;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<const void*, kernels::WeightLayout> layouts_;
+};
+
+// An upload: the model's weights, the projections the CPU has faster kernels for in another layout
+// repacked into buffers of their own (rows on 64-byte boundaries), the rest viewed where they are.
+struct CpuWeights {
+  std::shared_ptr<const Model> model;
+  ModelWeights weights;
+  std::shared_ptr<RepackedWeights> registry;
+  std::vector<const void*> repacked;
+  CpuWeights() = default;
+  CpuWeights(const CpuWeights&) = delete;
+  CpuWeights& operator=(const CpuWeights&) = delete;
+  ~CpuWeights() {
+    for (const void* p : repacked) registry->remove(p);
+  }
+
+  void repack(Weight& w) {
+    if (w.rank() != 2 || w.data() == nullptr) return;
+    const kernels::WeightLayout layout = kernels::preferred_layout(w.dtype());
+    if (layout == kernels::WeightLayout::plain) return;
+    const std::int64_t n_out = w.dim(0), n_in = w.dim(1);
+    const std::size_t stride = kernels::aligned_row_bytes(w.dtype(), n_in);
+    tensor::Buffer buffer = tensor::Buffer::allocate(stride * static_cast<std::size_t>(n_out));
+    kernels::repack_weights(layout, w.dtype(), w.data(), static_cast<std::size_t>(w.strides().bytes[0]), n_out, n_in,
+                            buffer.data(), stride);
+    tensor::Strides strides = tensor::contiguous_strides(w.dtype(), w.shape());
+    strides.bytes[0] = static_cast<std::int64_t>(stride);
+    w = tensor::Tensor(std::move(buffer), 0, w.dtype(), w.shape(), strides);
+    registry->add(w.data(), layout);
+    repacked.push_back(w.data());
+  }
+};
+
+// ORCHARD_CPU_REPACK=0 keeps every weight in its file's layout (for comparisons); anything else repacks.
+bool repack_enabled() {
+  const char* v = std::getenv("ORCHARD_CPU_REPACK");
+  return v == nullptr || std::string(v) != "0";
+}
+
+kernels::MatmulParams params_of(const Weight& w, const RepackedWeights& repacked) {
   kernels::MatmulParams p;
+  p.w_layout = repacked.layout(w.data());
   p.w_type = w.dtype();
   p.w = w.data();
   p.w_row_bytes = static_cast<std::size_t>(w.strides().bytes[0]);
@@ -112,11 +176,24 @@ class CpuBackend final : public Backend {
   tensor::Device device() const override { return tensor::Device::cpu; }
   bool supports_lora() const override { return true; }
 
-  // Host memory is the CPU's: the model's tensors are used where they are (mapped files, owned buffers).
+  // Host memory is the CPU's: the model's tensors are used where they are (mapped files, owned buffers),
+  // but the layers' projections of a type this CPU's kernels take faster in another layout (q4_1 with
+  // AVX-512/VNNI: kernels::preferred_layout), which are repacked into buffers of the upload's (the
+  // model's bytes again, once). ORCHARD_CPU_REPACK=0 repacks nothing.
   std::shared_ptr<const ModelWeights> upload(std::shared_ptr<const Model> model) override {
     if (!model) throw Error("[backend] upload: no model");
-    const ModelWeights* weights = &model->weights;
-    return std::shared_ptr<const ModelWeights>(std::move(model), weights);
+    if (!repack_enabled_) {
+      const ModelWeights* weights = &model->weights;
+      return std::shared_ptr<const ModelWeights>(std::move(model), weights);
+    }
+    auto up = std::make_shared<CpuWeights>();
+    up->weights = model->weights;
+    up->model = std::move(model);
+    up->registry = repacked_;
+    for (LayerWeights& l : up->weights.layers) {
+      for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) up->repack(*w);
+    }
+    return std::shared_ptr<const ModelWeights>(up, &up->weights);
   }
 
   std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) override {
@@ -168,7 +245,7 @@ class CpuBackend final : public Backend {
 
   void base_project(const Rows& in, std::span<const Projection> outs) {
     if (outs.size() == 1) {
-      kernels::matmul(params_of(*outs[0].weight), in.data, in.n_rows, outs[0].out.data, pool_);
+      kernels::matmul(params_of(*outs[0].weight, *repacked_), in.data, in.n_rows, outs[0].out.data, pool_);
       return;
     }
     // Several products of one input in one call: the activations converted once, one parallel region.
@@ -176,7 +253,7 @@ class CpuBackend final : public Backend {
     std::array<kernels::MatmulParams, kMaxProducts> ps;
     std::array<float*, kMaxProducts> ys{};
     for (std::size_t i = 0; i < outs.size(); ++i) {
-      ps[i] = params_of(*outs[i].weight);
+      ps[i] = params_of(*outs[i].weight, *repacked_);
       ys[i] = outs[i].out.data;
     }
     kernels::matmul_multi(std::span(ps).first(outs.size()), in.data, in.n_rows, std::span(ys).first(outs.size()),
@@ -380,6 +457,8 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<tensor::ThreadPool> owned_pool_;
   tensor::ThreadPool* pool_;
+  bool repack_enabled_ = repack_enabled();
+  std::shared_ptr<RepackedWeights> repacked_ = std::make_shared<RepackedWeights>();
   std::vector<std::vector<float>> scratch_;
   StepThread step_thread_;  // last: stopped (joined) before the pool and scratch go
 };
