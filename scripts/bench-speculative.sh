@@ -12,7 +12,9 @@
 #   default model), RUNNER (a prebuilt orchard_bench_runner, with MODEL: it also prints what a step of 1, 2,
 #   3, 5 and 9 tokens of one sequence costs, the price of verifying 0..8 drafted tokens), PRODUCTS (a prebuilt
 #   few_token_products_bench: it also prints what a step's products cost at 1, 2, 3, 5, 9 tokens, product by
-#   product, on one thread), PYTHON (python3).
+#   product, on one thread, with the weights as the CPU backend holds them (q4_1 repacked where AVX-512/VNNI
+#   runs) and as the file has them), PYTHON (python3). ORCHARD_CPU_REPACK=0 in the environment runs orchard
+#   on the file's weight layout (docs/cpu-kernels.md).
 #
 # On another machine (the GPU host's CPU, pinned, no GPU): carry the three binaries, their shared libraries
 # and the model, then
@@ -73,6 +75,7 @@ if [ -n "${RUNNER:-}" ]; then
 fi
 if [ -n "${PRODUCTS:-}" ]; then
   flock "$LOCK" "$PRODUCTS" --threads 1 --reps 10 >"$WORK/products.txt"
+  flock "$LOCK" "$PRODUCTS" --threads 1 --reps 10 --layout plain >>"$WORK/products.txt"
 fi
 "$PY" - "$WORK" "$cases" "$THREADS" "$PARALLEL" <<'PY'
 import json, os, statistics, sys

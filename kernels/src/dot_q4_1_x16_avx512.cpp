@@ -1,7 +1,7 @@
 // AVX-512/VNNI kernels of q4_1 weights in the q4_1_x16 layout (kernels/matmul.h) against q8_0 activations
 // in runs (ActRun, q4_1_x16.h): one template of R weight rows x T tokens. matvec runs it with R = T = 1,
-// matmul with four rows at 1 and 2 tokens, two rows at 3 and 4, and more tokens in runs of four, so every
-// accumulator stays in a register.
+// matmul with four rows at 1 token, two rows at 2..4 (four rows x 2 tokens spilled its accumulators and
+// was slower on Zen 4), and more tokens in runs of four.
 //
 // Per run of 16 blocks and (row, token), one 32-bit lane per block, with q the nibbles as u8 and y the
 // activation levels:
@@ -116,7 +116,7 @@ inline void tail(const tensor::BlockQ4_1* const (&tb)[R], int c, const ActRun* c
       wm[r] = _mm512_maskz_mov_ps(0x0101, scale_pair(b0.m, two ? tb[r][2 * p + 1].m : std::uint16_t{0}));
     }
     for (int t = 0; t < T; ++t) {
-      const __m512i y = _mm512_loadu_si512(&x[t]->lo[0][64 * p]);
+      const __m512i y = _mm512_loadu_si512(reinterpret_cast<const unsigned char*>(x[t]) + 64 * p);  // lo, then hi
       const __m512 yd = halves(x[t]->d + 2 * p), ys = halves(x[t]->s + 2 * p);
       for (int r = 0; r < R; ++r) {
         const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], y);
@@ -173,7 +173,7 @@ float dot1(std::int64_t n, const void* w, const void* x) {
   return y;
 }
 
-// Four rows: in one pass at 1 and 2 tokens, two passes of two rows at 3 and 4; more tokens in runs of four.
+// Four rows: in one pass at 1 token, two passes of two rows at 2..4; more tokens in runs of four.
 template <int T>
 void rows4(std::int64_t n, const void* w, std::size_t stride, const void* x, std::size_t x_stride, float* y,
            std::size_t y_stride) {

@@ -129,7 +129,7 @@ void act_pack_runs(const void* x, void* out, std::int64_t n) {
         std::memcpy(a.hi[j] + 4 * k, b[i].qs + 16 + 4 * j, 4);
       }
     } else {  // the last blocks, as the weights' plain ones: 32 levels each, side by side
-      std::memcpy(&a.lo[0][0] + 32 * k, b[i].qs, 32);
+      std::memcpy(reinterpret_cast<unsigned char*>(&a) + 32 * k, b[i].qs, 32);  // lo, then hi
     }
     int sum = 0;
     for (int j = 0; j < kQK; ++j) sum += b[i].qs[j];
