@@ -1,6 +1,6 @@
 // --device cpu|cuda|auto, the device option of the commands that run a model (run, chat, serve, perplexity),
-// --gpu-memory FRACTION and --batch-invariant (run, chat, serve: the engine on a GPU), and the log line that says which
-// device was chosen and why.
+// --gpu-memory FRACTION, --batch-invariant and --kv-type f32|f16 (run, chat, serve: the engine; perplexity
+// parses --kv-type with parse_kv_type), and the log line that says which device was chosen and why.
 #pragma once
 
 #include <cstdio>
@@ -14,10 +14,18 @@
 
 namespace orchard::cli {
 
+// --kv-type's value: f32 or f16 (llama.cpp's cache type names). Throws UsageError naming the flag otherwise.
+inline tensor::DType parse_kv_type(const std::string& value) {
+  if (value == "f32") return tensor::DType::f32;
+  if (value == "f16") return tensor::DType::f16;
+  throw UsageError("--kv-type: expected f32 or f16, got '" + value + "'");
+}
+
 struct DeviceFlag {
   std::optional<std::string> value;
   std::optional<std::string> gpu_memory_value;
   bool batch_invariant = false;
+  std::optional<std::string> kv_type_value;
 
   void add_options(ArgParser& p) {
     p.option("device", 0, "DEVICE",
@@ -31,6 +39,10 @@ struct DeviceFlag {
            "on a GPU, keep a token's logits bit-identical whatever else the step holds: no tensor-core (cuBLAS) "
            "products for prefill and large batches, which are faster but sum in an order that follows the batch",
            &batch_invariant);
+    p.option("kv-type", 0, "TYPE",
+             "the KV cache's element type, f32 or f16 (default: f16 on a GPU, f32 on the CPU); f32 takes twice the "
+             "memory a token and keeps keys and values unrounded",
+             &kv_type_value);
   }
 
   // Throws UsageError unless the value is a number in (0, 1].
@@ -58,12 +70,13 @@ struct DeviceFlag {
     return pie::parse_device_request(*value);
   }
 
-  // Sets the engine's device, gpu_memory and batch_invariant. Throws UsageError on a bad value (call it,
-  // or get() and gpu_memory(), before the model loads).
+  // Sets the engine's device, gpu_memory, batch_invariant and (where given) kv_dtype. Throws UsageError on a
+  // bad value (call it, or get() and gpu_memory(), before the model loads).
   void apply(pie::EngineOptions& options) const {
     options.device = get();
     options.gpu_memory = gpu_memory();
     options.batch_invariant = batch_invariant;
+    if (kv_type_value) options.kv_dtype = parse_kv_type(*kv_type_value);
   }
 };
 

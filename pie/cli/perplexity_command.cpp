@@ -108,9 +108,6 @@ int compute_perplexity(const std::string& model_path, const std::string& text_pa
   const std::int32_t step_tokens = std::min(s.n_batch, n_ctx);
 
   const pie::DeviceChoice device = pie::choose_device(s.device);
-  if (device.device == tensor::Device::cuda && s.kv_dtype != tensor::DType::f16) {
-    throw UsageError("--kv-type f32 is CPU-only: the CUDA backend keeps the KV cache in f16");
-  }
   if (!s.json) log_device(device, s.device);
   tensor::ThreadPool pool(device.device == tensor::Device::cpu ? s.n_threads : 1);
   pie::ModelRunner runner(model, device.device == tensor::Device::cuda ? pie::make_cuda_backend(0)
@@ -253,15 +250,7 @@ int run_perplexity(std::span<const std::string> args) {
   if (chunks) s.max_chunks = static_cast<std::int32_t>(parse_int(*chunks, "--chunks", 1, 1 << 30));
   if (batch) s.n_batch = static_cast<std::int32_t>(parse_int(*batch, "--batch", 1, 1 << 16));
   if (threads) s.n_threads = static_cast<int>(parse_int(*threads, "--threads", 1, 1024));
-  if (kv_type) {
-    if (*kv_type == "f16") {
-      s.kv_dtype = tensor::DType::f16;
-    } else if (*kv_type == "f32") {
-      s.kv_dtype = tensor::DType::f32;
-    } else {
-      throw UsageError(fmt::format("--kv-type must be f16 or f32, got '{}'", *kv_type));
-    }
-  }
+  if (kv_type) s.kv_dtype = parse_kv_type(*kv_type);
   s.json = json;
   s.device = DeviceFlag{device}.get();
   return compute_perplexity(*model_path, *file, s);

@@ -21,6 +21,7 @@ case $case_name in
     grep -q "usage: orchard run" "$tmp/out" || fail "no usage line"
     grep -q -- "--schema" "$tmp/out" || fail "--schema undocumented"
     grep -q -- "--batch-invariant" "$tmp/out" || fail "--batch-invariant undocumented"
+    grep -q -- "--kv-type" "$tmp/out" || fail "--kv-type undocumented"
     grep -q "RANDOM weights" "$tmp/out" || fail "the default model's random weights are not said" ;;
   run_unknown_option)
     run run --frobnicate; expect_rc 2; expect_err_line "unknown option '--frobnicate'" ;;
@@ -31,6 +32,12 @@ case $case_name in
     run serve -m orchard-random --kv-cache-mb 0; expect_rc 2; expect_err_line "--kv-cache-mb"
     run serve -m orchard-random --kv-cache-mb 1 --ctx 1000000 --port 0; expect_rc 2
     expect_err_line "one context of 1000000 tokens needs" ;;
+  run_kv_type)  # a bad type refused by name before the model loads; f16 and f32 both run on the CPU
+    run run -m orchard-random -p hi --kv-type q8_0; expect_rc 2; expect_err_line "--kv-type: expected f32 or f16, got 'q8_0'"
+    for t in f16 f32; do
+      run run -m orchard-random -p 'Once upon a time' -n 4 --seed 3 --ignore-eos --device cpu --kv-type $t; expect_rc 0
+      [[ "$err" == *"4 tokens"* ]] || fail "--kv-type $t: $err"
+    done ;;
   run_two_grammars)
     run run --regex 'a' --gbnf x.gbnf; expect_rc 2; expect_err_line "grammar" ;;
   run_layout_without_schema)

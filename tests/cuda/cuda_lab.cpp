@@ -45,9 +45,53 @@ DeviceBuffer poisoned(std::size_t bytes) {
   return b;
 }
 
-std::uint16_t to_bits(float x, DType t) { return t == DType::bf16 ? tensor::f32_to_bf16(x) : tensor::f32_to_f16(x); }
-float from_bits(std::uint16_t b, DType t) { return t == DType::bf16 ? tensor::bf16_to_f32(b) : tensor::f16_to_f32(b); }
-const char* dname(DType t) { return t == DType::bf16 ? "bf16" : "f16"; }
+const char* dname(DType t) { return t == DType::bf16 ? "bf16" : t == DType::f16 ? "f16" : "f32"; }
+std::size_t element_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+
+// KV elements as the device holds them (f32, f16 or bf16), as raw bytes.
+struct KvElements {
+  DType dtype = DType::f16;
+  std::vector<std::uint8_t> bytes;
+
+  KvElements(DType t, std::size_t n) : dtype(t), bytes(n * element_bytes(t)) {}
+  // Stores x rounded to the type.
+  void set(std::size_t i, float x) {
+    if (dtype == DType::f32) {
+      std::memcpy(bytes.data() + 4 * i, &x, 4);
+      return;
+    }
+    const std::uint16_t b = dtype == DType::bf16 ? tensor::f32_to_bf16(x) : tensor::f32_to_f16(x);
+    std::memcpy(bytes.data() + 2 * i, &b, 2);
+  }
+  float at(std::size_t i) const {
+    if (dtype == DType::f32) {
+      float x;
+      std::memcpy(&x, bytes.data() + 4 * i, 4);
+      return x;
+    }
+    std::uint16_t b;
+    std::memcpy(&b, bytes.data() + 2 * i, 2);
+    return dtype == DType::bf16 ? tensor::bf16_to_f32(b) : tensor::f16_to_f32(b);
+  }
+  // Whether element i holds exactly x rounded to the type (bit for bit).
+  bool holds(std::size_t i, float x) const {
+    KvElements one(dtype, 1);
+    one.set(0, x);
+    return std::memcmp(bytes.data() + i * element_bytes(dtype), one.bytes.data(), element_bytes(dtype)) == 0;
+  }
+  // Whether element i still holds the poison (all bytes 0xff).
+  bool poisoned(std::size_t i) const {
+    const std::size_t w = element_bytes(dtype);
+    return std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(i * w),
+                       bytes.begin() + static_cast<std::ptrdiff_t>((i + 1) * w), [](std::uint8_t b) { return b == 0xff; });
+  }
+};
+
+KvElements download_kv(const DeviceBuffer& b, DType t, std::size_t n) {
+  KvElements e(t, n);
+  b.copy_to_host(e.bytes.data(), e.bytes.size());
+  return e;
+}
 
 // ||out - ref|| / ||ref||; flags the first non-finite output.
 void compare(const float* out, const float* ref, std::size_t n, CaseResult& r) {
@@ -76,11 +120,12 @@ std::vector<float> randn(std::mt19937_64& rng, std::size_t n, float sigma = 1.0f
   return v;
 }
 
-// A paged cache on the host: 16-bit pages as the GPU holds them and their exact f32 copy for the reference.
+// A paged cache on the host: pages as the GPU holds them (f32, f16 or bf16) and their exact f32 copy for the
+// reference.
 struct Paged {
   DType dtype = DType::bf16;
   int n_kv_heads = 0, head_dim = 0, n_pages = 0;
-  std::vector<std::uint16_t> k16, v16;
+  KvElements kdev{DType::bf16, 0}, vdev{DType::bf16, 0};
   std::vector<float> k32, v32;
   std::vector<std::int32_t> indptr, indices, lens;
 
@@ -120,15 +165,15 @@ Paged make_paged(std::mt19937_64& rng, const std::vector<std::int32_t>& lens, in
   p.indices.assign(perm.begin(), perm.begin() + used);
   const std::size_t n = static_cast<std::size_t>(p.n_pages) * 16 * n_kv_heads * head_dim;
   const auto k = randn(rng, n), v = randn(rng, n);
-  p.k16.resize(n);
-  p.v16.resize(n);
+  p.kdev = KvElements(dtype, n);
+  p.vdev = KvElements(dtype, n);
   p.k32.resize(n);
   p.v32.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
-    p.k16[i] = to_bits(k[i], dtype);
-    p.v16[i] = to_bits(v[i], dtype);
-    p.k32[i] = from_bits(p.k16[i], dtype);
-    p.v32[i] = from_bits(p.v16[i], dtype);
+    p.kdev.set(i, k[i]);
+    p.vdev.set(i, v[i]);
+    p.k32[i] = p.kdev.at(i);
+    p.v32[i] = p.vdev.at(i);
   }
   return p;
 }
@@ -137,7 +182,7 @@ struct DevPaged {
   DeviceBuffer k, v, indptr, indices, lens;
   pal::PagedKv kv;
   explicit DevPaged(const Paged& p)
-      : k(upload(p.k16)), v(upload(p.v16)), indptr(upload(p.indptr)), indices(upload(p.indices)), lens(upload(p.lens)) {
+      : k(upload(p.kdev.bytes)), v(upload(p.vdev.bytes)), indptr(upload(p.indptr)), indices(upload(p.indices)), lens(upload(p.lens)) {
     kv.k_pages = k.as<void>();
     kv.v_pages = v.as<void>();
     kv.dtype = p.dtype;
@@ -183,9 +228,9 @@ std::string describe(const char* op, const AttnCase& c) {
 CaseResult run_decode(std::mt19937_64& rng, const AttnCase& c) {
   CaseResult r;
   r.name = describe("decode", c);
-  // The SIMT kernel (head_dim 256, or asked for) does f32 arithmetic on the same 16-bit KV values as the
+  // The SIMT kernel (head_dim 256, f32 KV, or asked for) does f32 arithmetic on the same KV values as the
   // reference; the tensor-core kernel also rounds q and the softmax weights to the KV type.
-  const bool simt = c.simt || c.head_dim > 128;
+  const bool simt = c.simt || c.head_dim > 128 || c.dtype == DType::f32;
   r.tolerance = simt ? 1e-3 : 1e-2;
   const Paged host = make_paged(rng, c.lens, c.n_kv_heads, c.head_dim, c.dtype, 3);
   DevPaged dev(host);
@@ -214,7 +259,8 @@ CaseResult run_decode(std::mt19937_64& rng, const AttnCase& c) {
 CaseResult run_prefill(std::mt19937_64& rng, const AttnCase& c) {
   CaseResult r;
   r.name = describe("prefill", c);
-  r.tolerance = 1e-2;  // Q and P rounded to the 16-bit type for the tensor cores
+  // 16-bit KV: Q and P rounded to the KV type for the tensor cores; f32 KV: the SIMT kernel's f32 arithmetic.
+  r.tolerance = c.dtype == DType::f32 ? 1e-4 : 1e-2;
   const Paged host = make_paged(rng, c.lens, c.n_kv_heads, c.head_dim, c.dtype, 2);
   DevPaged dev(host);
   pal::AttentionParams params;
@@ -234,7 +280,8 @@ CaseResult run_prefill(std::mt19937_64& rng, const AttnCase& c) {
   tuning.warps = c.chunk;
   tuning.rows_per_warp = c.rows;
   pal::cuda::prefill_attention(dev.kv, params, {dqo.as<std::int32_t>(), dq.as<float>(), dout.as<float>()},
-                               *std::max_element(c.q_lens.begin(), c.q_lens.end()), nullptr, tuning);
+                               *std::max_element(c.q_lens.begin(), c.q_lens.end()), nullptr, tuning,
+                               *std::max_element(c.lens.begin(), c.lens.end()));
   tensor::cuda::synchronize();
   const auto out = download<float>(dout, n);
   compare(out.data(), ref.data(), n, r);
@@ -264,6 +311,11 @@ std::vector<CaseResult> check_decode(std::uint64_t seed) {
       // the first splits, and short sequences whose later splits are empty.
       {DType::bf16, 128, 32, 8, {len4k(rng) + 3000, 5, 700}, {}, 0.0f, 1000, 64},
       {DType::bf16, 256, 16, 2, {len4k(rng) + 1000, 40}, {}, 0.0f, 0, 64},
+      // f32 KV (the SIMT kernel) at every head dim: one split and many, a window and a soft cap, GQA.
+      {DType::f32, 64, 9, 3, {1, len700(rng), len4k(rng), 17}, {}},
+      {DType::f32, 128, 32, 8, {len4k(rng) + 3000, 5, 700}, {}, 0.0f, 1000, 64},
+      {DType::f32, 256, 16, 2, {len700(rng) + 300, 33}, {}, 30.0f, 0},
+      {DType::f32, 64, 8, 1, {len4k(rng), 40}, {}, 0.0f, 0, 64},
   };
   std::vector<CaseResult> out;
   for (const auto& c : cases) out.push_back(run_decode(rng, c));
@@ -282,6 +334,11 @@ std::vector<CaseResult> check_prefill(std::uint64_t seed) {
       {DType::f16, 64, 4, 1, {100}, {100}, 10.0f, 40, 8},
       {DType::bf16, 128, 8, 2, {300, 700}, {300, 200}, 0.0f, 0, 0, false, 16},  // one m16 tile per warp
       {DType::f16, 128, 4, 2, {500}, {333}, 0.0f, 70, 8, false, 16},
+      // f32 KV (the split kernel over query rows) at every head dim: whole prompts and chunks over cached
+      // tokens, a one-row sequence, a window and a soft cap.
+      {DType::f32, 64, 9, 3, {64, 1000, 5}, {64, 130, 1}},
+      {DType::f32, 128, 8, 2, {300, 700}, {300, 200}, 20.0f, 50},
+      {DType::f32, 256, 4, 1, {200, 17}, {70, 17}},
   };
   std::vector<CaseResult> out;
   for (const auto& c : cases) out.push_back(run_prefill(rng, c));
@@ -321,6 +378,11 @@ std::vector<CaseResult> check_rope_append(std::uint64_t seed) {
       {DType::bf16, cfg(64, 20, L::neox, S::none, 1.0, 0), true},   // rotary_dim % 8 != 0: the scalar kernel
       {DType::f16, cfg(128, 36, L::gptj, S::linear, 4.0, 0), true},  // likewise
       {DType::bf16, cfg(128, 128, L::neox, S::none, 1.0, 0), false, true},
+      {DType::f32, cfg(64, 64, L::neox, S::none, 1.0, 0), true},
+      {DType::f32, cfg(128, 128, L::gptj, S::yarn, 4.0, 4096), true},
+      {DType::f32, cfg(256, 256, L::neox, S::dynamic_ntk, 2.0, 4096), false},
+      {DType::f32, cfg(64, 20, L::neox, S::none, 1.0, 0), true},  // the scalar kernel
+      {DType::f32, cfg(128, 128, L::neox, S::none, 1.0, 0), false, true},
   };
   std::vector<CaseResult> out;
   for (const auto& rc : cases) {
@@ -341,7 +403,7 @@ std::vector<CaseResult> check_rope_append(std::uint64_t seed) {
     const std::size_t pool = static_cast<std::size_t>(n_pages) * 16 * n_kv * c.head_dim;
     auto q = randn(rng, nq), k = randn(rng, nk), v = randn(rng, nk);
     DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v), dpos = upload(pos), dslots = upload(slots);
-    DeviceBuffer kp = poisoned(pool * 2), vp = poisoned(pool * 2);
+    DeviceBuffer kp = poisoned(pool * element_bytes(rc.dtype)), vp = poisoned(pool * element_bytes(rc.dtype));
     pal::cuda::KvWriteArgs kv{rc.dtype, n_kv, c.head_dim, kp.as<void>(), vp.as<void>()};
     if (rc.plain_append) {
       pal::cuda::kv_append(kv, dk.as<float>(), dv.as<float>(), dslots.as<std::int32_t>(), n_tokens);
@@ -353,7 +415,7 @@ std::vector<CaseResult> check_rope_append(std::uint64_t seed) {
 
     CaseResult r;
     r.name = name.str();
-    r.tolerance = 1e-5;  // the f32 queries; K pages are checked to one 16-bit rounding below
+    r.tolerance = 1e-5;  // the f32 queries; K pages are checked to one rounding to the KV type below
     if (rc.with_q) {
       std::vector<float> qref = q;
       pal::rope_ref(c, pos.data(), qref.data(), n_tokens, n_q);
@@ -362,34 +424,35 @@ std::vector<CaseResult> check_rope_append(std::uint64_t seed) {
     }
     std::vector<float> kref = k;
     if (!rc.plain_append) pal::rope_ref(c, pos.data(), kref.data(), n_tokens, n_kv);
-    const auto kpages = download<std::uint16_t>(kp, pool), vpages = download<std::uint16_t>(vp, pool);
+    const KvElements kpages = download_kv(kp, rc.dtype, pool), vpages = download_kv(vp, rc.dtype, pool);
     std::vector<bool> written(pool, false);
     double knum = 0, kden = 0;
     for (int t = 0; t < n_tokens; ++t) {
       for (std::size_t i = 0; i < static_cast<std::size_t>(n_kv) * c.head_dim; ++i) {
         const std::size_t dst = static_cast<std::size_t>(slots[t]) * n_kv * c.head_dim + i;
         written[dst] = true;
-        const float kg = from_bits(kpages[dst], rc.dtype);
-        if (rc.plain_append && kpages[dst] != to_bits(k[t * n_kv * c.head_dim + i], rc.dtype) && !r.unwritten) {
+        const float kg = kpages.at(dst);
+        if (rc.plain_append && !kpages.holds(dst, k[t * n_kv * c.head_dim + i]) && !r.unwritten) {
           r.unwritten = true;
           r.detail = "K element " + std::to_string(i) + " of token " + std::to_string(t) + " differs";
         }
         const float kr = kref[t * n_kv * c.head_dim + i];
         knum += (kg - kr) * static_cast<double>(kg - kr);
         kden += static_cast<double>(kr) * kr;
-        if (vpages[dst] != to_bits(v[t * n_kv * c.head_dim + i], rc.dtype) && !r.unwritten) {
+        if (!vpages.holds(dst, v[t * n_kv * c.head_dim + i]) && !r.unwritten) {
           r.unwritten = true;
           r.detail = "V element " + std::to_string(i) + " of token " + std::to_string(t) + " differs";
         }
       }
     }
     const double kerr = std::sqrt(knum / kden);
-    if (!(kerr <= 1e-2)) {
+    // One rounding to 16 bits, or (f32) the rotation's own f32 arithmetic.
+    if (!(kerr <= (rc.dtype == DType::f32 ? 1e-5 : 1e-2))) {
       r.unwritten = true;
       r.detail += " K pages off by " + std::to_string(kerr);
     }
     for (std::size_t i = 0; i < pool; ++i) {
-      if (!written[i] && (kpages[i] != 0xffff || vpages[i] != 0xffff) && !r.unwritten) {
+      if (!written[i] && (!kpages.poisoned(i) || !vpages.poisoned(i)) && !r.unwritten) {
         r.unwritten = true;
         r.detail = "slot element " + std::to_string(i) + " outside the appended tokens was written";
       }
@@ -402,7 +465,7 @@ std::vector<CaseResult> check_rope_append(std::uint64_t seed) {
 std::vector<CaseResult> check_copy_pages(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<CaseResult> out;
-  for (DType dt : {DType::bf16, DType::f16}) {
+  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
     for (int d : {64, 128, 256}) {
       const int n_kv = 4, n_pages = 20;
       const Paged host = make_paged(rng, {n_pages * 16}, n_kv, d, dt, 0);
@@ -415,15 +478,15 @@ std::vector<CaseResult> check_copy_pages(std::uint64_t seed) {
       pal::cuda::KvWriteArgs kv{dt, n_kv, d, dev.k.as<void>(), dev.v.as<void>()};
       pal::cuda::copy_pages(kv, dsrc.as<std::int32_t>(), ddst.as<std::int32_t>(), 5);
       tensor::cuda::synchronize();
-      auto kexp = host.k16, vexp = host.v16;
-      const std::size_t page = 16 * static_cast<std::size_t>(n_kv) * d;
+      auto kexp = host.kdev.bytes, vexp = host.vdev.bytes;
+      const std::size_t page = 16 * static_cast<std::size_t>(n_kv) * d * element_bytes(dt);
       for (int i = 0; i < 5; ++i) {
-        std::copy_n(host.k16.begin() + src[i] * page, page, kexp.begin() + dst[i] * page);
-        std::copy_n(host.v16.begin() + src[i] * page, page, vexp.begin() + dst[i] * page);
+        std::copy_n(host.kdev.bytes.begin() + src[i] * page, page, kexp.begin() + dst[i] * page);
+        std::copy_n(host.vdev.bytes.begin() + src[i] * page, page, vexp.begin() + dst[i] * page);
       }
       CaseResult r;
       r.name = std::string("copy_pages ") + dname(dt) + " d" + std::to_string(d);
-      if (download<std::uint16_t>(dev.k, kexp.size()) != kexp || download<std::uint16_t>(dev.v, vexp.size()) != vexp) {
+      if (download<std::uint8_t>(dev.k, kexp.size()) != kexp || download<std::uint8_t>(dev.v, vexp.size()) != vexp) {
         r.unwritten = true;
         r.detail = "pages differ from the expected copy";
       }

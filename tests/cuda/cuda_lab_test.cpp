@@ -40,14 +40,25 @@ TEST(CudaLab, Bitmask) { REQUIRE_GPU(); expect_all_ok(lab::check_bitmask(fresh_s
 // Validation runs before any device work, so these hold on every machine with a CUDA build.
 TEST(CudaLabErrors, UnsupportedShapesThrowPalError) {
   pal::PagedKv kv;
-  kv.dtype = tensor::DType::f32;
+  kv.dtype = tensor::DType::q8_0;
   kv.head_dim = 128;
   kv.n_kv_heads = 8;
   pal::AttentionParams p;
   p.n_q_heads = 32;
   p.scale = 0.1f;
   float dummy = 0;
+  try {
+    pal::cuda::decode_attention(kv, p, {&dummy, &dummy}, 16);
+    ADD_FAILURE() << "a q8_0 KV cache was accepted";
+  } catch (const pal::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV dtype q8_0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(pal::cuda::prefill_attention(kv, p, {&kv.n_kv_heads, &dummy, &dummy}, 16), pal::Error);
+  kv.dtype = tensor::DType::f32;
+  kv.n_seqs = 1;
+  kv.head_dim = 96;  // f32 takes pal's head dims too
   EXPECT_THROW(pal::cuda::decode_attention(kv, p, {&dummy, &dummy}, 16), pal::Error);
+  kv.n_seqs = 0;
   kv.dtype = tensor::DType::bf16;
   kv.head_dim = 96;
   EXPECT_THROW(pal::cuda::decode_attention(kv, p, {&dummy, &dummy}, 16), pal::Error);
@@ -56,6 +67,13 @@ TEST(CudaLabErrors, UnsupportedShapesThrowPalError) {
   EXPECT_THROW(pal::cuda::prefill_attention(kv, p, {nullptr, &dummy, &dummy}, 16), pal::Error);
   pal::cuda::KvWriteArgs w{tensor::DType::bf16, 8, 80, &dummy, &dummy};
   EXPECT_THROW(pal::cuda::kv_append(w, &dummy, &dummy, nullptr, 1), pal::Error);
+  pal::cuda::KvWriteArgs w8{tensor::DType::q8_0, 8, 128, &dummy, &dummy};
+  try {
+    pal::cuda::kv_append(w8, &dummy, &dummy, nullptr, 0);
+    ADD_FAILURE() << "a q8_0 KV write was accepted";
+  } catch (const pal::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV dtype q8_0"), std::string::npos) << e.what();
+  }
   pal::RopeConfig rc;
   rc.head_dim = 64;
   rc.rotary_dim = 64;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -42,6 +43,8 @@ struct DecodeParams {
   float scale;
   float soft_cap;
   std::int32_t window;
+  const std::int32_t* qo_indptr;
+  std::int32_t max_q_len;
 };
 
 // Mirrors PrefillParams in prefill_attention.cu.
@@ -62,9 +65,9 @@ struct PrefillParams {
 };
 
 void validate(const PagedKv& kv, const AttentionParams& p, const char* op) {
-  if (kv.dtype != tensor::DType::f16 && kv.dtype != tensor::DType::bf16) {
-    throw Error(fmt::format("[{}] KV dtype {} is not supported on CUDA (f16 or bf16)", op,
-                            static_cast<int>(kv.dtype)));
+  if (kv.dtype != tensor::DType::f16 && kv.dtype != tensor::DType::bf16 && kv.dtype != tensor::DType::f32) {
+    throw Error(fmt::format("[{}] KV dtype {} is not supported on CUDA (f32, f16 or bf16)", op,
+                            tensor::dtype_name(kv.dtype)));
   }
   if (kv.head_dim != 64 && kv.head_dim != 128 && kv.head_dim != 256) {
     throw Error(fmt::format("[{}] head_dim {} is not supported on CUDA (64, 128 or 256)", op, kv.head_dim));
@@ -85,14 +88,19 @@ void validate(const PagedKv& kv, const AttentionParams& p, const char* op) {
   }
 }
 
-std::vector<std::string> base_options(const PagedKv& kv) {
-  return {"-DHEAD_DIM=" + std::to_string(kv.head_dim),
-          std::string("-DKV_BF16=") + (kv.dtype == tensor::DType::bf16 ? "1" : "0")};
+// The KV element type's option (one, so that the options keep their places in variant keys).
+std::string kv_type_option(tensor::DType t) {
+  if (t == tensor::DType::f32) return "-DKV_F32=1";
+  return std::string("-DKV_BF16=") + (t == tensor::DType::bf16 ? "1" : "0");
 }
 
-std::vector<std::string> decode_options(std::int32_t head_dim, bool bf16, std::int32_t group,
+std::vector<std::string> base_options(const PagedKv& kv) {
+  return {"-DHEAD_DIM=" + std::to_string(kv.head_dim), kv_type_option(kv.dtype)};
+}
+
+std::vector<std::string> decode_options(std::int32_t head_dim, tensor::DType kv_type, std::int32_t group,
                                         std::int32_t unroll = kDecodeUnroll) {
-  return {"-DHEAD_DIM=" + std::to_string(head_dim), std::string("-DKV_BF16=") + (bf16 ? "1" : "0"),
+  return {"-DHEAD_DIM=" + std::to_string(head_dim), kv_type_option(kv_type),
           "-DGROUP=" + std::to_string(group), "-DN_WARPS=" + std::to_string(kDecodeWarps),
           "-DUNROLL=" + std::to_string(unroll)};
 }
@@ -140,9 +148,9 @@ struct DecodeKernel {
   std::string variant;  // options that change occupancy
 };
 
-DecodeKernel decode_kernel(std::int32_t head_dim, bool bf16, std::int32_t group, std::int32_t unroll, bool simt,
-                           int stages = 2) {
-  auto options = decode_options(head_dim, bf16, group, unroll);
+DecodeKernel decode_kernel(std::int32_t head_dim, tensor::DType kv_type, std::int32_t group, std::int32_t unroll,
+                           bool simt, int stages = 2) {
+  auto options = decode_options(head_dim, kv_type, group, unroll);
   DecodeKernel k;
   k.variant = options[0] + options[1] + options[2] + options[4] + (simt ? "simt" : "mma") + std::to_string(stages);
   if (!simt && head_dim <= 128 && group <= 16) {
@@ -193,22 +201,25 @@ int prefill_shared_bytes(std::int32_t head_dim, int block_rows, int block_n) {
   return (block_rows + 4 * block_n) * (head_dim + 8) * 2;  // Q, then two stages of K and V
 }
 
-}  // namespace
+// Whether the SIMT kernel runs decode: head_dim 256, f32 KV (the tensor-core kernel reads 16-bit operands), or
+// asked for.
+bool decode_simt(const PagedKv& kv, bool asked) {
+  return asked || kv.head_dim > 128 || kv.dtype == tensor::DType::f32;
+}
 
-void decode_attention(const PagedKv& kv, const AttentionParams& params, const DecodeArgs& args,
-                      std::int32_t max_seq_len, const tensor::cuda::Stream* stream, const DecodeTuning& tuning) {
-  constexpr const char* op = "pal::cuda::decode_attention";
-  validate(kv, params, op);
-  if (kv.n_seqs == 0) return;
-  if (args.q == nullptr || args.out == nullptr) throw Error(fmt::format("[{}] q or out is null", op));
-  if (max_seq_len <= 0) throw Error(fmt::format("[{}] max_seq_len {} must be positive", op, max_seq_len));
+// The split kernel over query rows (decode: a sequence each, in z; prefill, qo_indptr set: max_q_len per
+// sequence, in x with the splits), each row over at most max_seq_len keys. Checks the shapes and tuning, then
+// launches.
+void launch_split(const PagedKv& kv, const AttentionParams& params, const float* q, float* out,
+                  const std::int32_t* qo_indptr, std::int32_t max_q_len, std::int32_t max_seq_len,
+                  const tensor::cuda::Stream* stream, const DecodeTuning& tuning, const char* op) {
   if (tuning.chunk < 0 || tuning.chunk % 64 != 0 || tuning.chunk > kMaxChunk) {
     throw Error(fmt::format("[{}] tuning chunk {} must be a multiple of 64 in [0, {}]", op, tuning.chunk, kMaxChunk));
   }
   const std::int32_t group = params.n_q_heads / kv.n_kv_heads;
   // The tensor-core kernel takes up to 16 query heads per KV head (one MMA tile of rows); the SIMT kernel
-  // (head_dim 256, or asked for) holds group * head_dim floats per warp in its merge buffer.
-  const bool simt = tuning.simt || kv.head_dim > 128;
+  // holds group * head_dim floats per warp in its merge buffer.
+  const bool simt = decode_simt(kv, tuning.simt);
   const std::int32_t max_group = simt ? 2048 / kv.head_dim : 16;
   if (group > max_group) {
     throw Error(fmt::format("[{}] {} query heads per KV head at head_dim {}: at most {} are supported on CUDA", op,
@@ -220,11 +231,18 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   if (tuning.stages != 0 && tuning.stages != 2 && tuning.stages != 3) {
     throw Error(fmt::format("[{}] tuning stages {} must be 0, 2 or 3", op, tuning.stages));
   }
-  const bool bf16 = kv.dtype == tensor::DType::bf16;
+  const std::int64_t z = static_cast<std::int64_t>(kv.n_seqs) * (qo_indptr != nullptr ? max_q_len : 1);
+  if (qo_indptr == nullptr && z > 65535) {
+    throw Error(fmt::format("[{}] {} sequences: at most 65,535 a call are supported", op, kv.n_seqs));
+  }
+  if (z > std::numeric_limits<std::int32_t>::max()) {
+    throw Error(fmt::format("[{}] {} sequences of up to {} query rows: too many rows", op, kv.n_seqs, max_q_len));
+  }
   const std::int32_t unroll = tuning.unroll == 0 ? kDecodeUnroll : tuning.unroll;
-  DecodeKernel dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt);
+  DecodeKernel dk = decode_kernel(kv.head_dim, kv.dtype, group, unroll, simt);
+  const auto n_rows = static_cast<std::int32_t>(z);
   std::int32_t chunk = tuning.chunk;
-  if (chunk == 0) chunk = decode_chunk(kv.n_seqs, kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant, dk.shared_bytes);
+  if (chunk == 0) chunk = decode_chunk(n_rows, kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant, dk.shared_bytes);
   // A split stages at most kMaxChunk page ids, and a sequence has at most kMaxChunk splits.
   chunk = std::max<std::int32_t>(chunk, static_cast<std::int32_t>((max_seq_len + kMaxChunk - 1) / kMaxChunk + 63) / 64 * 64);
   chunk = std::min(chunk, kMaxChunk);
@@ -232,30 +250,48 @@ void decode_attention(const PagedKv& kv, const AttentionParams& params, const De
   // Two tiles in flight per warp; a third (room for it exists at one block per multiprocessor) measured no
   // faster, and slower at batch 1 with the split kernel launched as a programmatic dependent.
   const int stages = tuning.stages == 0 ? 2 : tuning.stages;
-  if (!simt && stages != 2) dk = decode_kernel(kv.head_dim, bf16, group, unroll, simt, stages);
+  if (!simt && stages != 2) dk = decode_kernel(kv.head_dim, kv.dtype, group, unroll, simt, stages);
 
-  DecodeParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, args.q, args.out,
+  DecodeParams p{kv.k_pages, kv.v_pages, kv.page_indptr, kv.page_indices, kv.seq_lens, q, out,
                  nullptr, nullptr, nullptr, kv.n_kv_heads, params.n_q_heads, n_splits, chunk, params.scale,
-                 params.logit_soft_cap, params.sliding_window};
+                 params.logit_soft_cap, params.sliding_window, qo_indptr, qo_indptr != nullptr ? max_q_len : 0};
   if (n_splits > 1) {
-    const std::size_t rows = static_cast<std::size_t>(kv.n_seqs) * params.n_q_heads * n_splits;
+    const std::size_t rows = static_cast<std::size_t>(n_rows) * params.n_q_heads * n_splits;
     const SplitWorkspace ws = split_workspace(stream, rows * (kv.head_dim + 2),
-                                              static_cast<std::size_t>(kv.n_seqs) * kv.n_kv_heads);
+                                              static_cast<std::size_t>(n_rows) * kv.n_kv_heads);
     p.part_o = ws.partials;
     p.part_ml = ws.partials + rows * kv.head_dim;
     p.counters = ws.counters;
   }
+  if (qo_indptr != nullptr && z * n_splits > std::numeric_limits<std::int32_t>::max()) {
+    throw Error(fmt::format("[{}] {} sequences of up to {} query rows over {} splits: too many blocks", op, kv.n_seqs,
+                            max_q_len, n_splits));
+  }
   void* argv[] = {&p};
   // A programmatic dependent launch (sm_90): its launch and block start-up overlap the previous kernel's tail;
   // the tensor-core kernel reads seq_lens and the page table before it waits for that kernel (see the header),
-  // the SIMT kernel nothing.
-  dk.kernel.launch_dependent({static_cast<unsigned>(n_splits), static_cast<unsigned>(kv.n_kv_heads),
-                              static_cast<unsigned>(kv.n_seqs)},
+  // the SIMT kernel nothing. Query rows of a prefill go in x with the splits (decode_attention.cu's header).
+  const bool rows_in_x = qo_indptr != nullptr;
+  dk.kernel.launch_dependent({static_cast<unsigned>(rows_in_x ? static_cast<std::int64_t>(n_splits) * z : n_splits),
+                              static_cast<unsigned>(kv.n_kv_heads), static_cast<unsigned>(rows_in_x ? 1 : n_rows)},
                              {kDecodeWarps * 32, 1, 1}, static_cast<unsigned>(dk.shared_bytes), stream, argv);
 }
 
+}  // namespace
+
+void decode_attention(const PagedKv& kv, const AttentionParams& params, const DecodeArgs& args,
+                      std::int32_t max_seq_len, const tensor::cuda::Stream* stream, const DecodeTuning& tuning) {
+  constexpr const char* op = "pal::cuda::decode_attention";
+  validate(kv, params, op);
+  if (kv.n_seqs == 0) return;
+  if (args.q == nullptr || args.out == nullptr) throw Error(fmt::format("[{}] q or out is null", op));
+  if (max_seq_len <= 0) throw Error(fmt::format("[{}] max_seq_len {} must be positive", op, max_seq_len));
+  launch_split(kv, params, args.q, args.out, nullptr, 0, max_seq_len, stream, tuning, op);
+}
+
 void prefill_attention(const PagedKv& kv, const AttentionParams& params, const PrefillArgs& args,
-                       std::int32_t max_q_len, const tensor::cuda::Stream* stream, const PrefillTuning& tuning) {
+                       std::int32_t max_q_len, const tensor::cuda::Stream* stream, const PrefillTuning& tuning,
+                       std::int32_t max_seq_len) {
   constexpr const char* op = "pal::cuda::prefill_attention";
   validate(kv, params, op);
   if (kv.n_seqs == 0) return;
@@ -263,6 +299,18 @@ void prefill_attention(const PagedKv& kv, const AttentionParams& params, const P
     throw Error(fmt::format("[{}] q, out or qo_indptr is null", op));
   }
   if (max_q_len <= 0) throw Error(fmt::format("[{}] max_q_len {} must be positive", op, max_q_len));
+  if (max_seq_len < 0) throw Error(fmt::format("[{}] max_seq_len {} is negative", op, max_seq_len));
+  if (kv.dtype == tensor::DType::f32) {
+    // f32 KV: the split kernel over the query rows (the tensor-core kernel reads 16-bit operands), its split
+    // grid sized by max_seq_len, or where that is 0 by the pool (every page of it).
+    const std::int64_t max_keys =
+        max_seq_len > 0 ? max_seq_len
+                        : std::min<std::int64_t>(static_cast<std::int64_t>(kv.n_pages) * kPageSize,
+                                                 std::numeric_limits<std::int32_t>::max());
+    launch_split(kv, params, args.q, args.out, args.qo_indptr, max_q_len, static_cast<std::int32_t>(max_keys), stream,
+                 {}, op);
+    return;
+  }
   if (tuning.warps != 0 && tuning.warps != 4 && tuning.warps != 8) {
     throw Error(fmt::format("[{}] tuning warps {} must be 0, 4 or 8", op, tuning.warps));
   }
@@ -302,8 +350,8 @@ std::int32_t decode_default_chunk(const PagedKv& kv, const AttentionParams& para
   constexpr const char* op = "pal::cuda::decode_default_chunk";
   validate(kv, params, op);
   if (max_seq_len <= 0) throw Error(fmt::format("[{}] max_seq_len {} must be positive", op, max_seq_len));
-  const DecodeKernel dk = decode_kernel(kv.head_dim, kv.dtype == tensor::DType::bf16, params.n_q_heads / kv.n_kv_heads,
-                                        kDecodeUnroll, kv.head_dim > 128);
+  const DecodeKernel dk = decode_kernel(kv.head_dim, kv.dtype, params.n_q_heads / kv.n_kv_heads, kDecodeUnroll,
+                                        decode_simt(kv, false));
   std::int32_t chunk = decode_chunk(std::max(1, kv.n_seqs), kv.n_kv_heads, max_seq_len, dk.kernel, dk.variant,
                                     dk.shared_bytes);
   chunk = std::max<std::int32_t>(chunk, static_cast<std::int32_t>((max_seq_len + kMaxChunk - 1) / kMaxChunk + 63) / 64 * 64);
@@ -312,18 +360,21 @@ std::int32_t decode_default_chunk(const PagedKv& kv, const AttentionParams& para
 
 std::vector<KernelVariant> kernel_variants() {
   // Every entry point, head dim and KV type once, without the full cross product (CI compiles each for two
-  // architectures): bf16 everywhere, f16 on one variant of each kernel.
+  // architectures): bf16 everywhere, f16 on one variant of each kernel, f32 (SIMT decode, KV writes) at each
+  // head dim.
   std::vector<KernelVariant> out;
   auto plain = [](std::int32_t d, bool bf16) {
     return std::vector<std::string>{"-DHEAD_DIM=" + std::to_string(d), std::string("-DKV_BF16=") + (bf16 ? "1" : "0")};
   };
   for (std::int32_t d : {64, 128, 256}) {
-    out.push_back({"decode_attention.cu", decode_options(d, true, 4)});
-    out.push_back({"decode_attention.cu", decode_options(d, false, 1)});
+    out.push_back({"decode_attention.cu", decode_options(d, tensor::DType::bf16, 4)});
+    out.push_back({"decode_attention.cu", decode_options(d, tensor::DType::f16, 1)});
+    out.push_back({"decode_attention.cu", decode_options(d, tensor::DType::f32, 4)});
+    out.push_back({"kv_write.cu", {"-DHEAD_DIM=" + std::to_string(d), kv_type_option(tensor::DType::f32)}});
     out.push_back({"prefill_attention.cu", plain(d, true)});
     out.push_back({"kv_write.cu", plain(d, true)});
   }
-  auto deep = decode_options(128, true, 16);
+  auto deep = decode_options(128, tensor::DType::bf16, 16);
   deep.push_back("-DMMA_STAGES=3");
   out.push_back({"decode_attention.cu", deep});
   auto wide = plain(128, true);

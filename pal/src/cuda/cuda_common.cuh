@@ -1,9 +1,21 @@
 // Device helpers shared by the pal CUDA kernels (prepended to each kernel source by the launchers; NVRTC
-// compiles them with no toolkit headers). KV elements are 16-bit: bf16 when KV_BF16 is 1, else f16.
+// compiles them with no toolkit headers). KV elements are f32 when KV_F32 is 1, else 16-bit: bf16 when
+// KV_BF16 is 1, else f16. The tensor-core kernels take the 16-bit types only.
 #ifndef ORCHARD_PAL_CUDA_COMMON_CUH
 #define ORCHARD_PAL_CUDA_COMMON_CUH
 
+#ifndef KV_F32
+#define KV_F32 0
+#endif
+#ifndef KV_BF16
+#define KV_BF16 0
+#endif
+
+#if KV_F32
+typedef float kv_t;
+#else
 typedef unsigned short kv_t;  // raw bits of one bf16 or f16 element
+#endif
 #define ORCHARD_LOG2E 1.4426950408889634f
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -55,9 +67,49 @@ __device__ __forceinline__ unsigned f32x2_to_kv2(float lo, float hi) {
   return r;
 }
 
-__device__ __forceinline__ unsigned short f32_to_kv(float x) {
+// --- KV elements of any type: loads of eight, stores of one to eight (aligned to their count) ---
+#if KV_F32
+struct kv8_t {
+  float4 lo, hi;
+};
+__device__ __forceinline__ kv8_t load_kv8(const kv_t* p) {
+  const float4* v = reinterpret_cast<const float4*>(p);
+  return {__ldg(v), __ldg(v + 1)};
+}
+__device__ __forceinline__ kv8_t kv8_zero() {
+  return {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+}
+__device__ __forceinline__ void kv8_to_f32(const kv8_t& v, float* f) {
+  f[0] = v.lo.x; f[1] = v.lo.y; f[2] = v.lo.z; f[3] = v.lo.w;
+  f[4] = v.hi.x; f[5] = v.hi.y; f[6] = v.hi.z; f[7] = v.hi.w;
+}
+__device__ __forceinline__ kv_t f32_to_kv(float x) { return x; }
+__device__ __forceinline__ void store_kv2(kv_t* d, float a, float b) {
+  *reinterpret_cast<float2*>(d) = make_float2(a, b);
+}
+__device__ __forceinline__ void store_kv4(kv_t* d, const float4& v) { *reinterpret_cast<float4*>(d) = v; }
+__device__ __forceinline__ void store_kv8(kv_t* d, const float4& a, const float4& b) {
+  reinterpret_cast<float4*>(d)[0] = a;
+  reinterpret_cast<float4*>(d)[1] = b;
+}
+#else
+typedef uint4 kv8_t;
+__device__ __forceinline__ kv8_t load_kv8(const kv_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ kv8_t kv8_zero() { return make_uint4(0, 0, 0, 0); }
+__device__ __forceinline__ kv_t f32_to_kv(float x) {
   return static_cast<unsigned short>(f32x2_to_kv2(x, 0.0f) & 0xffffu);
 }
+__device__ __forceinline__ void store_kv2(kv_t* d, float a, float b) {
+  *reinterpret_cast<unsigned*>(d) = f32x2_to_kv2(a, b);
+}
+__device__ __forceinline__ void store_kv4(kv_t* d, const float4& v) {
+  *reinterpret_cast<uint2*>(d) = make_uint2(f32x2_to_kv2(v.x, v.y), f32x2_to_kv2(v.z, v.w));
+}
+__device__ __forceinline__ void store_kv8(kv_t* d, const float4& a, const float4& b) {
+  *reinterpret_cast<uint4*>(d) =
+      make_uint4(f32x2_to_kv2(a.x, a.y), f32x2_to_kv2(a.z, a.w), f32x2_to_kv2(b.x, b.y), f32x2_to_kv2(b.z, b.w));
+}
+#endif
 
 // --- shared memory, cp.async, tensor-core fragments (sm_80+) ---
 

@@ -1,11 +1,15 @@
 // Paged decode attention, split-KV (flash-decoding). One block per (split, KV head, sequence) handles the
 // GROUP query heads that share the KV head over `chunk` tokens.
-// Compile-time: HEAD_DIM (64, 128, 256), GROUP (query heads per KV head), KV_BF16, N_WARPS, UNROLL.
+// Compile-time: HEAD_DIM (64, 128, 256), GROUP (query heads per KV head), KV_BF16, KV_F32, N_WARPS, UNROLL.
+// The SIMT kernel (decode_attention_split) also takes query rows of a prefill (qo_indptr set): blockIdx.x is
+// then split + n_splits * (sequence * max_q_len + the row's index in its sequence) (x: no 65,535 bound), the
+// row sees the keys up to its own position, and blocks past a sequence's rows return at once. That is the prefill of f32 KV, which the tensor-core
+// kernels (16-bit operands) do not read.
 // With several splits, each block writes its partial rows and the last block of a (sequence, KV head) to
 // finish merges them (finish_split): no second kernel, so the next kernel on the stream follows this one's
 // last block directly.
 //
-// Each token's HEAD_DIM-vector of one KV head is read by LANES = HEAD_DIM / 8 lanes with 16-byte loads, so
+// Each token's HEAD_DIM-vector of one KV head is read by LANES = HEAD_DIM / 8 lanes, 8 elements each, so
 // a warp covers 32 / LANES tokens per step and UNROLL steps are in flight before the first use. The
 // softmax runs online in the log2 domain, once per UNROLL steps. The block's page ids are staged in shared
 // memory first (no dependent page-table load before each KV load), and the next step's K and V are loaded
@@ -33,19 +37,21 @@ struct DecodeParams {
   float scale;               // logits = scale * q.k
   float soft_cap;            // 0: off
   int window;                // 0: off
+  const int* qo_indptr;      // null: decode; else query rows of a prefill (PrefillArgs::qo_indptr)
+  int max_q_len;             // rows per sequence in blockIdx.z (with qo_indptr)
 };
 
 #define MERGE_BATCH 16  // partial rows in flight per thread in the merge (one round for up to 16 splits)
 
-// The merge: run by the last block of a (sequence, KV head) to finish, once every split's partial
-// rows are in memory. Each thread owns 4 dims of one of the GROUP query rows and folds the splits into a
+// The merge: run by the last block of a (query row, KV head) to finish, once every split's partial
+// rows are in memory (qrow: the sequence in decode, the query row in a prefill). Each thread owns 4 dims of one of the GROUP query rows and folds the splits into a
 // running max and sum, MERGE_BATCH partial rows per round of loads. Partials are read through L2 (.cg):
 // other blocks wrote them during this kernel. Splits [s_lo, s_hi) are the ones that hold tokens.
-__device__ __forceinline__ void merge_group(const DecodeParams& p, int seq, int kvh, int s_lo, int s_hi) {
+__device__ __forceinline__ void merge_group(const DecodeParams& p, int qrow, int kvh, int s_lo, int s_hi) {
   for (int idx = threadIdx.x; idx < GROUP * (HEAD_DIM / 4); idx += N_WARPS * 32) {
     const int r = idx / (HEAD_DIM / 4);
     const int dq = idx % (HEAD_DIM / 4);
-    const long long row = static_cast<long long>(seq) * p.n_q_heads + kvh * GROUP + r;
+    const long long row = static_cast<long long>(qrow) * p.n_q_heads + kvh * GROUP + r;
     const float2* ml = reinterpret_cast<const float2*>(p.part_ml) + row * p.n_splits;
     const float4* po = reinterpret_cast<const float4*>(p.part_o + row * p.n_splits * HEAD_DIM) + dq;
     float m = ORCHARD_NEG_BIG, l = 0.0f;
@@ -85,21 +91,20 @@ __device__ __forceinline__ void merge_group(const DecodeParams& p, int seq, int 
 // After a block has written its partial rows: counts it in, and if it is the last split of its (sequence,
 // KV head) to finish, merges them all and leaves the counter at zero for the next call. Every thread of the
 // block calls this (it holds barriers).
-__device__ __forceinline__ void finish_split(const DecodeParams& p, int seq, int kvh) {
+__device__ __forceinline__ void finish_split(const DecodeParams& p, int qrow, int kvh, int len) {
   __shared__ int sm_last;
   __threadfence();  // this thread's partial rows are visible device-wide before the block is counted
   __syncthreads();
-  unsigned* counter = p.counters + static_cast<long long>(seq) * p.n_kv_heads + kvh;
+  unsigned* counter = p.counters + static_cast<long long>(qrow) * p.n_kv_heads + kvh;
   if (threadIdx.x == 0) {
     sm_last = atomicAdd(counter, 1u) == static_cast<unsigned>(p.n_splits - 1);
     __threadfence();
   }
   __syncthreads();
   if (!sm_last) return;
-  const int len = p.seq_lens[seq];
   const int s_hi = min(p.n_splits, (len + p.chunk - 1) / p.chunk);
   const int s_lo = p.window > 0 && len > p.window ? (len - p.window) / p.chunk : 0;
-  merge_group(p, seq, kvh, s_lo, s_hi);
+  merge_group(p, qrow, kvh, s_lo, s_hi);
   if (threadIdx.x == 0) *counter = 0u;
 }
 
@@ -115,15 +120,26 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
   // overlap that kernel's tail): nothing it wrote (q, pages, the split workspace) is touched before this.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
-  const int split = blockIdx.x;
   const int kvh = blockIdx.y;
-  const int seq = blockIdx.z;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int sub = lane / LANES;  // which of the warp's tokens
   const int dl = lane % LANES;   // which 8 dims
 
-  const int len = p.seq_lens[seq];
+  // The query row (q, out, partials, counters) and the keys it sees: [0, len) of its sequence.
+  int split = blockIdx.x, seq = blockIdx.z, qrow = blockIdx.z, len;
+  if (p.qo_indptr != nullptr) {
+    split = blockIdx.x % p.n_splits;
+    const int z = blockIdx.x / p.n_splits;
+    seq = z / p.max_q_len;
+    const int i = z % p.max_q_len;
+    const int first = p.qo_indptr[seq], n = p.qo_indptr[seq + 1] - first;
+    if (i >= n) return;
+    qrow = first + i;
+    len = p.seq_lens[seq] - n + i + 1;
+  } else {
+    len = p.seq_lens[seq];
+  }
   int t_begin = split * p.chunk;
   const int t_end = min(len, t_begin + p.chunk);
   if (p.window > 0) t_begin = max(t_begin, len - p.window);
@@ -133,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
 #pragma unroll
   for (int g = 0; g < GROUP; ++g) {
     const float4* qp = reinterpret_cast<const float4*>(
-        p.q + (static_cast<long long>(seq) * p.n_q_heads + kvh * GROUP + g) * HEAD_DIM + dl * 8);
+        p.q + (static_cast<long long>(qrow) * p.n_q_heads + kvh * GROUP + g) * HEAD_DIM + dl * 8);
     const float4 a = qp[0], b = qp[1];
     q[g][0] = a.x * q_mul; q[g][1] = a.y * q_mul; q[g][2] = a.z * q_mul; q[g][3] = a.w * q_mul;
     q[g][4] = b.x * q_mul; q[g][5] = b.y * q_mul; q[g][6] = b.z * q_mul; q[g][7] = b.w * q_mul;
@@ -162,18 +178,18 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
   const long long head_off = static_cast<long long>(kvh) * HEAD_DIM + dl * 8;
   const int step = N_WARPS * TOKENS_PER_WARP * UNROLL;
 
-  uint4 kr[UNROLL], vr[UNROLL];
-  auto load = [&](int base, uint4* kd, uint4* vd) {
+  kv8_t kr[UNROLL], vr[UNROLL];
+  auto load = [&](int base, kv8_t* kd, kv8_t* vd) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int t = base + u * TOKENS_PER_WARP + sub;
       if (t < t_end) {
         const long long off = (static_cast<long long>(sm_pages[(t >> 4) - first_page]) * 16 + (t & 15)) * slot_stride + head_off;
-        kd[u] = __ldg(reinterpret_cast<const uint4*>(p.k_pages + off));
-        vd[u] = __ldg(reinterpret_cast<const uint4*>(p.v_pages + off));
+        kd[u] = load_kv8(p.k_pages + off);
+        vd[u] = load_kv8(p.v_pages + off);
       } else {
-        kd[u] = make_uint4(0, 0, 0, 0);
-        vd[u] = make_uint4(0, 0, 0, 0);
+        kd[u] = kv8_zero();
+        vd[u] = kv8_zero();
       }
     }
   };
@@ -181,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
   if (base < t_end) load(base, kr, vr);
 
   for (; base < t_end; base += step) {
-    uint4 kn[UNROLL], vn[UNROLL];
+    kv8_t kn[UNROLL], vn[UNROLL];
     if (base + step < t_end) load(base + step, kn, vn);  // in flight while this step computes
     float s[UNROLL][GROUP];
 #pragma unroll
@@ -292,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
       sum += sm_l[w][g] * f;
       o += sm_acc[w][g][d] * f;
     }
-    const long long row = static_cast<long long>(seq) * p.n_q_heads + kvh * GROUP + g;
+    const long long row = static_cast<long long>(qrow) * p.n_q_heads + kvh * GROUP + g;
     if (p.n_splits == 1) {
       p.out[row * HEAD_DIM + d] = sum > 0.0f ? o / sum : 0.0f;
     } else {
@@ -303,7 +319,7 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
       }
     }
   }
-  if (p.n_splits > 1) finish_split(p, seq, kvh);
+  if (p.n_splits > 1) finish_split(p, qrow, kvh, len);
 }
 
 // --- Tensor-core decode (HEAD_DIM <= 128, GROUP <= 16) ------------------------------------------------------
@@ -312,7 +328,7 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_spli
 // memory by cp.async: each warp owns tiles of MMA_KEYS keys (tile i of the split goes to warp i % N_WARPS),
 // two stages deep, with its own online softmax; the warps meet in shared memory at the end. The page table is
 // read and the first tiles are prefetched into L2 before the kernel waits for its predecessor on the stream.
-#if HEAD_DIM <= 128 && GROUP <= 16
+#if HEAD_DIM <= 128 && GROUP <= 16 && !KV_F32
 #define MMA_KEYS 32
 #define MMA_STRIDE (HEAD_DIM + 8)
 #ifndef MMA_STAGES
@@ -580,6 +596,6 @@ extern "C" __global__ void __launch_bounds__(N_WARPS * 32) decode_attention_mma(
       }
     }
   }
-  if (p.n_splits > 1) finish_split(p, seq, kvh);
+  if (p.n_splits > 1) finish_split(p, seq, kvh, len);
 }
 #endif

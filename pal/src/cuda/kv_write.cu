@@ -1,5 +1,5 @@
 // Writing this step's K and V into their pages, with RoPE fused (rope_append), and copying whole pages
-// (copy_pages: the copy-on-write of a shared last page). Compile-time: HEAD_DIM, KV_BF16.
+// (copy_pages: the copy-on-write of a shared last page). Compile-time: HEAD_DIM, KV_BF16, KV_F32.
 //
 // rope_append: one block per token. The token's cos/sin come from inv_freq in double (as the reference);
 // query heads rotate in place (f32), K heads rotate and are rounded to the KV type into their slot, V is
@@ -89,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_append(const RopeAppendPa
     kd[h * HEAD_DIM + i1] = f32_to_kv(y1);
     // V: its own coalesced pass, two consecutive elements per thread.
     const float2 vv = reinterpret_cast<const float2*>(v + h * HEAD_DIM)[j];
-    reinterpret_cast<unsigned*>(vd + h * HEAD_DIM)[j] = f32x2_to_kv2(vv.x, vv.y);
+    store_kv2(vd + h * HEAD_DIM + 2 * j, vv.x, vv.y);
   }
   // Pass-through query dims need no write: they are unchanged in place.
 }
@@ -111,10 +111,6 @@ __device__ __forceinline__ void rotate4_interleaved(float4& v0, float4& v1, cons
   rotate4(a, b, c, sn);
   v0 = make_float4(a.x, b.x, a.y, b.y);
   v1 = make_float4(a.z, b.z, a.w, b.w);
-}
-
-__device__ __forceinline__ uint2 to_kv4(const float4& v) {
-  return make_uint2(f32x2_to_kv2(v.x, v.y), f32x2_to_kv2(v.z, v.w));
 }
 
 // Rotates (or passes through) group `jg` of one head row x, in place, returning the values.
@@ -174,16 +170,14 @@ extern "C" __global__ void __launch_bounds__(256) rope_append_vec(const RopeAppe
     group_values(k + h * HEAD_DIM, jg, half, p.gptj, cs, sn, a, b, split);
     kv_t* row = kd + h * HEAD_DIM;
     if (split) {
-      *reinterpret_cast<uint2*>(row + jg * 4) = to_kv4(a);
-      *reinterpret_cast<uint2*>(row + jg * 4 + half) = to_kv4(b);
+      store_kv4(row + jg * 4, a);
+      store_kv4(row + jg * 4 + half, b);
     } else {
-      const uint2 lo = to_kv4(a), hi = to_kv4(b);
-      *reinterpret_cast<uint4*>(row + jg * 8) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      store_kv8(row + jg * 8, a, b);
     }
     const float4 v0 = *reinterpret_cast<const float4*>(v + h * HEAD_DIM + jg * 8);
     const float4 v1 = *reinterpret_cast<const float4*>(v + h * HEAD_DIM + jg * 8 + 4);
-    const uint2 vlo = to_kv4(v0), vhi = to_kv4(v1);
-    *reinterpret_cast<uint4*>(vd + h * HEAD_DIM + jg * 8) = make_uint4(vlo.x, vlo.y, vhi.x, vhi.y);
+    store_kv8(vd + h * HEAD_DIM + jg * 8, v0, v1);
   }
 }
 

@@ -34,8 +34,9 @@ struct RopeAppendParams {
 };
 
 void validate_kv(const KvWriteArgs& kv, const char* op) {
-  if (kv.dtype != tensor::DType::f16 && kv.dtype != tensor::DType::bf16) {
-    throw Error(fmt::format("[{}] KV dtype {} is not supported on CUDA (f16 or bf16)", op, static_cast<int>(kv.dtype)));
+  if (kv.dtype != tensor::DType::f16 && kv.dtype != tensor::DType::bf16 && kv.dtype != tensor::DType::f32) {
+    throw Error(fmt::format("[{}] KV dtype {} is not supported on CUDA (f32, f16 or bf16)", op,
+                            tensor::dtype_name(kv.dtype)));
   }
   if (kv.head_dim != 64 && kv.head_dim != 128 && kv.head_dim != 256) {
     throw Error(fmt::format("[{}] head_dim {} is not supported on CUDA (64, 128 or 256)", op, kv.head_dim));
@@ -45,6 +46,7 @@ void validate_kv(const KvWriteArgs& kv, const char* op) {
 }
 
 std::vector<std::string> options(const KvWriteArgs& kv) {
+  if (kv.dtype == tensor::DType::f32) return {"-DHEAD_DIM=" + std::to_string(kv.head_dim), "-DKV_F32=1"};
   return {"-DHEAD_DIM=" + std::to_string(kv.head_dim),
           std::string("-DKV_BF16=") + (kv.dtype == tensor::DType::bf16 ? "1" : "0")};
 }
@@ -122,7 +124,8 @@ void copy_pages(const KvWriteArgs& kv, const std::int32_t* src_pages, const std:
   if (n_copies < 0) throw Error(fmt::format("[{}] n_copies {} is negative", op, n_copies));
   if (n_copies == 0) return;
   if (src_pages == nullptr || dst_pages == nullptr) throw Error(fmt::format("[{}] a page list is null", op));
-  long long page_vec16 = 16LL * kv.n_kv_heads * kv.head_dim * 2 / 16;
+  const long long element_bytes = kv.dtype == tensor::DType::f32 ? 4 : 2;
+  long long page_vec16 = 16LL * kv.n_kv_heads * kv.head_dim * element_bytes / 16;
   void* kp = kv.k_pages;
   void* vp = kv.v_pages;
   void* argv[] = {&kp, &vp, &src_pages, &dst_pages,

@@ -146,7 +146,7 @@ class RequestStream {
 
 struct EngineOptions {
   // Where the forward pass runs: automatic takes CUDA when a usable GPU is present (Engine::device() says
-  // which was chosen and why). On CUDA the KV cache is f16 (an f32 kv_dtype becomes f16 there).
+  // which was chosen and why).
   DeviceRequest device = DeviceRequest::automatic;
   std::int32_t n_threads = 0;            // forward-pass threads (0: all cores; the CPU backend's)
   std::int32_t max_running = 16;         // sequences decoding at once
@@ -162,7 +162,9 @@ struct EngineOptions {
   // off, prefill chunks and large batches run their products on tensor cores, faster, in an order of
   // summation that follows the step's size.
   bool batch_invariant = false;
-  tensor::DType kv_dtype = tensor::DType::f32;
+  // The KV cache's element type, f32 or f16 (as llama.cpp's cache types); unset: the device's default, f32 on
+  // the CPU, f16 on CUDA (half the memory a token; the engine's options() give the one chosen).
+  std::optional<tensor::DType> kv_dtype;
   bool prefix_caching = true;
   // The KV pool committed at start (KvCacheConfig::resident): a server's memory stays level as its prefix
   // cache fills the pool; off, pages are committed on first use (a one-shot command touches few).

@@ -77,8 +77,9 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   if (!(options.grammar_compile_ms > 0)) {
     throw Error(fmt::format("[engine] grammar_compile_ms must be > 0, got {}", options.grammar_compile_ms));
   }
-  if (options.kv_dtype != tensor::DType::f32 && options.kv_dtype != tensor::DType::f16) {
-    throw Error("[engine] kv_dtype must be f32 or f16");
+  if (options.kv_dtype && *options.kv_dtype != tensor::DType::f32 && *options.kv_dtype != tensor::DType::f16) {
+    throw Error(fmt::format("[engine] kv_dtype {}: the KV cache takes f32 or f16",
+                            tensor::dtype_name(*options.kv_dtype)));
   }
   options.speculative.validate();
   if (!(options.gpu_memory > 0.0 && options.gpu_memory <= 1.0)) {
@@ -96,9 +97,11 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
   mask_pool = std::make_unique<pse::ThreadPool>(std::clamp<std::size_t>(hw / 4, 2, 8));
   device = choose_device(options.device);
-  if (device.device == tensor::Device::cuda && options.kv_dtype == tensor::DType::f32) {
-    options.kv_dtype = tensor::DType::f16;  // the CUDA backend's KV pages are f16
+  if (!options.kv_dtype) {
+    // Unset: each device's default (f16 on CUDA halves a token's pages; the CPU keeps f32).
+    options.kv_dtype = device.device == tensor::Device::cuda ? tensor::DType::f16 : tensor::DType::f32;
   }
+  const tensor::DType kv_dtype = *options.kv_dtype;
   std::unique_ptr<Backend> backend;
   if (options.draft_model && device.device == tensor::Device::cpu) {
     // The draft model's passes and the target's alternate: one pool of threads serves both.
@@ -114,7 +117,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
   device_sampling = options.device_sampling && runner->backend().samples_on_device() &&
                     !(device_sampling_env != nullptr && std::string_view(device_sampling_env) == "0");
 
-  const std::size_t page_bytes = runner->kv_config(1, options.kv_dtype).page_bytes();
+  const std::size_t page_bytes = runner->kv_config(1, kv_dtype).page_bytes();
   const std::int64_t context_pages = (context_length + kKvPageSize - 1) / kKvPageSize;
   std::int64_t n_pages;
   if (options.kv_cache_bytes > 0) {
@@ -139,7 +142,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
     options.kv_cache_bytes = n_pages * static_cast<std::int64_t>(page_bytes);
   }
   if (n_pages > std::numeric_limits<std::int32_t>::max()) n_pages = std::numeric_limits<std::int32_t>::max();
-  KvCacheConfig kv_config = runner->kv_config(static_cast<std::int32_t>(n_pages), options.kv_dtype);
+  KvCacheConfig kv_config = runner->kv_config(static_cast<std::int32_t>(n_pages), kv_dtype);
   kv_config.prefix_caching = options.prefix_caching;
   kv_config.resident = options.kv_resident;
   kv = std::make_unique<KvCache>(runner->make_kv_storage(kv_config));
@@ -172,7 +175,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> m, EngineOptions o) : model(std:
     d.device = device.device;
     d.pool = cpu_pool.get();
     d.n_pages = static_cast<std::int32_t>(n_pages);
-    d.kv_dtype = options.kv_dtype;
+    d.kv_dtype = kv_dtype;
     d.max_batch_tokens = options.max_batch_tokens;
     d.memory_bytes = options.draft_memory_bytes;
     draft_model_drafter = std::make_unique<DraftModelDrafter>(options.draft_model, *model, d);

@@ -85,6 +85,28 @@ TEST(Engine, RejectsBadOptions) {
   EXPECT_THROW(Engine(nullptr, small_options()), Error);
 }
 
+// kv_dtype: unset takes the device's default (f32 on the CPU), an explicit f16 or f32 is kept, and another
+// type is refused by name.
+TEST(Engine, KvDtypeDefaultsPerDeviceAndBadTypesAreNamed) {
+  EngineOptions o = small_options();
+  o.device = DeviceRequest::cpu;
+  EXPECT_EQ(Engine(random_model(), o).options().kv_dtype, std::optional<tensor::DType>(tensor::DType::f32));
+  o.kv_dtype = tensor::DType::f16;
+  const Engine f16(random_model(), o);
+  EXPECT_EQ(f16.options().kv_dtype, std::optional<tensor::DType>(tensor::DType::f16));
+  o.kv_dtype = tensor::DType::f32;
+  const Engine f32(random_model(), o);
+  // The same pages at 4 bytes an element: twice the bytes (the pool sizing counts the element size).
+  EXPECT_EQ(f32.options().kv_cache_bytes, 2 * f16.options().kv_cache_bytes);
+  o.kv_dtype = tensor::DType::q8_0;
+  try {
+    Engine engine(random_model(), o);
+    ADD_FAILURE() << "kv_dtype q8_0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_dtype q8_0"), std::string::npos) << e.what();
+  }
+}
+
 void expect_request_error(Engine& engine, GenerateRequest r, const std::string& param) {
   try {
     engine.submit(std::move(r));

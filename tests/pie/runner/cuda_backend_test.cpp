@@ -36,6 +36,7 @@
 #include "pie/runner.h"
 #include "pie/speculation.h"
 #include "pse/json_schema.h"
+#include "pse/regex.h"
 #include "runner_test_util.h"
 #include "tensor/cuda/blas.h"
 #include "tensor/cuda/device.h"
@@ -610,8 +611,8 @@ TEST(CudaBackendKernels, RmsNormOfRowsOfEveryLengthMatchesTheCpuBackend) {
   }
 }
 
-// Whole models: the CUDA backend against the CPU backend (f16 KV on both), two sequences, a prefill in two
-// chunks and decode steps, every row's logits compared.
+// Whole models: the CUDA backend against the CPU backend (the same KV type on both: f16 unless asked), two
+// sequences, a prefill in two chunks and decode steps, every row's logits compared.
 struct Agreement {
   double max_abs = 0;
   std::int32_t greedy_compared = 0;
@@ -619,15 +620,16 @@ struct Agreement {
 
 Agreement compare_backends(const std::shared_ptr<const Model>& model, const std::shared_ptr<const Model>& cpu_model,
                            const std::vector<std::int32_t>& prompt_a, const std::vector<std::int32_t>& prompt_b,
-                           float greedy_margin = 1e-2f, const CudaOptions& cuda = {}) {
+                           float greedy_margin = 1e-2f, const CudaOptions& cuda = {},
+                           DType kv_type = DType::f16) {
   ModelRunner gpu(model, make_cuda_backend(0, cuda));
   ModelRunner cpu(cpu_model, make_cpu_backend(0));
   KvCache gkv(gpu.make_kv_storage([&] {
-    KvCacheConfig c = gpu.kv_config(64, DType::f16);
+    KvCacheConfig c = gpu.kv_config(64, kv_type);
     c.prefix_caching = false;
     return c;
   }()));
-  KvCache ckv = make_kv(cpu, 64, DType::f16);
+  KvCache ckv = make_kv(cpu, 64, kv_type);
   Agreement out;
   auto compare = [&](const auto& g, const auto& c) {
     for (std::size_t s = 0; s < g.size(); ++s) {
@@ -832,18 +834,26 @@ TEST(CudaBackendModelsReal, DefaultModelAgreesWithTheCpuBackend) {
   const auto model = load_model(orchard::testing::default_model_path());
   const auto& tok = *model->tokenizer;
   const auto values = dequantized_twin(*model);
-  const Agreement a = compare_backends(with_matrices(*values, DType::f16, false),
-                                       with_matrices(*values, DType::f16, true),
-                                       tok.encode("The capital of France is Paris. The capital of Italy is", {}),
-                                       tok.encode("def fibonacci(n):", {}));
-  RecordProperty("max_abs", std::to_string(a.max_abs));
-  std::printf("default model, f16: max |cuda - cpu| logit %.3g, %d greedy steps compared\n", a.max_abs,
-              a.greedy_compared);
-  // 30 layers of f16 KV: a K/V element that rounds the other way on one backend moves the later layers a
-  // little (measured 0.0187 on an H200, 2026-11-27, over logits of magnitude ~20). A misread block or a
-  // wrong RoPE moves them by whole units.
-  EXPECT_LT(a.max_abs, 5e-2);
-  EXPECT_GT(a.greedy_compared, 0);
+  const auto gpu_model = with_matrices(*values, DType::f16, false);
+  const auto cpu_model = with_matrices(*values, DType::f16, true);
+  const auto prompt_a = tok.encode("The capital of France is Paris. The capital of Italy is", {});
+  const auto prompt_b = tok.encode("def fibonacci(n):", {});
+  // f32 KV on both (issue 35's bound): keys and values unrounded, the same values the CPU attends over.
+  const Agreement f32 = compare_backends(gpu_model, cpu_model, prompt_a, prompt_b, 1e-2f, {}, DType::f32);
+  // f16 KV on both (the GPU's default): a K/V element whose value before rounding differs in its last bits
+  // between the backends may round the other way on one, and 30 layers carry that to the logits (0.0229 on
+  // an H200; the CPU alone, f16 KV against f32 KV on this protocol, differs by 0.0153 on the development
+  // machine, 2026-11-28). A misread block or a wrong RoPE moves them by whole units.
+  const Agreement f16 = compare_backends(gpu_model, cpu_model, prompt_a, prompt_b, 1e-2f, {}, DType::f16);
+  RecordProperty("max_abs_f32_kv", std::to_string(f32.max_abs));
+  RecordProperty("max_abs_f16_kv", std::to_string(f16.max_abs));
+  std::printf("default model, f16 matrices: max |cuda - cpu| logit %.3g at f32 KV, %.3g at f16 KV; %d / %d greedy "
+              "steps compared\n",
+              f32.max_abs, f16.max_abs, f32.greedy_compared, f16.greedy_compared);
+  EXPECT_LT(f32.max_abs, 1e-2);
+  EXPECT_LT(f16.max_abs, 5e-2);
+  EXPECT_GT(f32.greedy_compared, 0);
+  EXPECT_GT(f16.greedy_compared, 0);
 }
 
 // The default model in its file's types (Q4_1, a q8_0 output head) on both backends: both round each
@@ -1044,6 +1054,23 @@ std::string generate(Engine& engine, const std::string& prompt, std::optional<ps
   const RunResult result = collect(*stream);
   EXPECT_TRUE(result.done);
   return result.samples.empty() ? std::string() : result.samples[0].text;
+}
+
+// An explicit f32 KV type is kept on CUDA (unset gives f16: the test below), its pool counted in 4-byte
+// elements, and generation runs through it.
+TEST(CudaBackendEngine, ExplicitF32KvIsKept) {
+  REQUIRE_GPU();
+  EngineOptions options;
+  options.device = DeviceRequest::cuda;
+  options.context_length = 256;
+  options.kv_dtype = DType::f32;
+  options.kv_cache_bytes = std::int64_t{64} << 20;
+  Engine engine(random_model(), options);
+  EXPECT_EQ(engine.options().kv_dtype, std::optional<DType>(DType::f32));
+  const KvCacheConfig one = ModelRunner(random_model(), make_cpu_backend(0)).kv_config(1, DType::f32);
+  EXPECT_EQ(engine.stats().kv_pages, static_cast<std::int32_t>((std::int64_t{64} << 20) / one.page_bytes()));
+  const pse::Grammar digits = pse::parse_regex("[0-9]{5}");
+  EXPECT_EQ(generate(engine, "Numbers:", digits, 16).size(), 5u);
 }
 
 TEST(CudaBackendEngine, ConstrainedGenerationValidatesAndBatchingMatchesAlone) {

@@ -1,6 +1,6 @@
 // CUDA paged attention: the same PagedKv / AttentionParams / DecodeArgs / PrefillArgs as the CPU kernels
-// (pal/attention.h), with every pointer in device memory. KV pages are f16 or bf16 on the GPU (f32 KV is a
-// CPU-only type here); queries and outputs are f32; head dims 64, 128 and 256.
+// (pal/attention.h), with every pointer in device memory. KV pages are f16, bf16 or f32; queries and outputs
+// are f32; head dims 64, 128 and 256.
 //
 // Decode is split-KV (flash-decoding): each (sequence, KV head) is cut into chunks that run in parallel
 // and are merged by the last of their blocks to finish, so batch 1 at 32k context fills the GPU as well as
@@ -8,6 +8,9 @@
 // For head dims up to 128 the query heads of a KV head are the rows of tensor-core MMAs (up to 16 per KV
 // head); head dim 256 takes a SIMT kernel (up to 8 per KV head).
 // Prefill runs on the tensor cores (mma.sync m16n8k16, bf16/f16 operands, f32 accumulation).
+// f32 KV (no rounding of keys, values or queries to 16 bits, for agreement with the CPU's f32 cache) runs on
+// the SIMT kernel in both: decode as above, prefill as that kernel over each query row (its own causal
+// length), slower than the tensor cores over long prompts.
 //
 // Checks that need no device reads run first and throw pal::Error (nothing launched): dtype, head dim,
 // head counts, null pointers, scale, window, soft cap, max lengths. The page table itself lives on the
@@ -54,10 +57,11 @@ struct PrefillTuning {
 };
 
 // Prefill attention on the GPU (causal; query rows are the last rows of each sequence's cached tokens).
-// max_q_len bounds qo_indptr[s + 1] - qo_indptr[s]. Queued on `stream`.
+// max_q_len bounds qo_indptr[s + 1] - qo_indptr[s]; max_seq_len, where not 0, bounds kv.seq_lens (f32 KV
+// sizes its split grid by it; 0: by the pool's n_pages). Queued on `stream`. (tuning: the 16-bit kernel's.)
 void prefill_attention(const PagedKv& kv, const AttentionParams& params, const PrefillArgs& args,
                        std::int32_t max_q_len, const tensor::cuda::Stream* stream = nullptr,
-                       const PrefillTuning& tuning = {});
+                       const PrefillTuning& tuning = {}, std::int32_t max_seq_len = 0);
 
 // One compilation of an embedded kernel: which source and which -D options (for the CI compile test).
 struct KernelVariant {

@@ -1,4 +1,4 @@
-// CUDA writes into the paged KV cache (layout of pal/paged_kv.h, f16 or bf16 pages in device memory):
+// CUDA writes into the paged KV cache (layout of pal/paged_kv.h, f16, bf16 or f32 pages in device memory):
 // this step's K and V appended into their slots with RoPE fused (every pal::RopeConfig variant: NeoX or
 // GPT-J, partial rotary dims, linear / NTK / dynamic NTK / YaRN / Llama 3.1 scaling), and the copy of whole
 // pages (copy-on-write of a shared last page). All pointers are device pointers; calls queue on `stream`.
@@ -14,7 +14,7 @@
 namespace pal::cuda {
 
 struct KvWriteArgs {
-  tensor::DType dtype = tensor::DType::bf16;  // of the pages: f16 or bf16
+  tensor::DType dtype = tensor::DType::bf16;  // of the pages: f16, bf16 or f32
   std::int32_t n_kv_heads = 0;
   std::int32_t head_dim = 0;                  // 64, 128 or 256
   void* k_pages = nullptr;                    // [n_pages][16][n_kv_heads][head_dim]

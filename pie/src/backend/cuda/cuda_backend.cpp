@@ -171,7 +171,9 @@ class DeviceKvStorage final : public KvStorage {
     }
     if (n_slots == 0 || src == dst) return;
     tc::make_current();
-    const long long slot_elems = static_cast<long long>(config_.n_kv_head) * config_.head_dim;
+    // In 16-bit units: an f32 element is two.
+    const long long slot_elems = static_cast<long long>(config_.n_kv_head) * config_.head_dim *
+                                 (config_.dtype == tensor::DType::f32 ? 2 : 1);
     const long long n = slot_elems * n_slots;
     const long long src_off = static_cast<long long>(src) * kKvPageSize * slot_elems;
     const long long dst_off = static_cast<long long>(dst) * kKvPageSize * slot_elems;
@@ -364,9 +366,14 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<KvStorage> make_kv_storage(const KvCacheConfig& config) override {
     config.validate();
-    if (config.dtype != tensor::DType::f16) {
-      throw Error(fmt::format("[backend:cuda] KV dtype {}: the CUDA backend keeps KV pages in f16",
+    if (config.dtype != tensor::DType::f16 && config.dtype != tensor::DType::f32) {
+      throw Error(fmt::format("[backend:cuda] KV dtype {}: the CUDA backend keeps KV pages in f16 or f32",
                               tensor::dtype_name(config.dtype)));
+    }
+    if (config.dtype == tensor::DType::f32 && !pal_head_dim(config.head_dim)) {
+      throw Error(fmt::format("[backend:cuda] KV dtype f32 at head_dim {}: f32 pages take head dims 64, 128 or 256 "
+                              "on CUDA (f16 takes any up to 256)",
+                              config.head_dim));
     }
     if (config.head_dim > 256) {
       throw Error(fmt::format("[backend:cuda] head_dim {}: the CUDA attention takes head dims up to 256",
@@ -605,7 +612,7 @@ class CudaBackend final : public Backend {
     const std::int32_t* slots = upload_ints(kSlots, layout.kv_slots);
     const auto n_q_heads = static_cast<std::int32_t>(q.n_cols / c.head_dim);
     if (pal_head_dim(c.head_dim)) {
-      pal::cuda::KvWriteArgs args{tensor::DType::f16, c.n_kv_head, c.head_dim, kv.k_pool(layer), kv.v_pool(layer)};
+      pal::cuda::KvWriteArgs args{c.dtype, c.n_kv_head, c.head_dim, kv.k_pool(layer), kv.v_pool(layer)};
       pal::cuda::rope_append(rope.config(), args, q.data, k.data, v.data, positions, slots, n_tokens, n_q_heads,
                              stream_.get());
       return;
@@ -954,7 +961,7 @@ class CudaBackend final : public Backend {
     pal::PagedKv p;
     p.k_pages = kv.k_pool(layer);
     p.v_pages = kv.v_pool(layer);
-    p.dtype = tensor::DType::f16;
+    p.dtype = c.dtype;
     p.n_pages = c.n_pages;
     p.n_kv_heads = c.n_kv_head;
     p.head_dim = c.head_dim;
@@ -967,7 +974,8 @@ class CudaBackend final : public Backend {
       tuning.chunk = kDecodeChunk;
       pal::cuda::decode_attention(p, params, {gq.data, go.data}, t.max_seq_len, stream_.get(), tuning);
     } else {
-      pal::cuda::prefill_attention(p, params, {t.qo_indptr, gq.data, go.data}, t.max_q_len, stream_.get());
+      pal::cuda::prefill_attention(p, params, {t.qo_indptr, gq.data, go.data}, t.max_q_len, stream_.get(), {},
+                                   t.max_seq_len);
     }
     if (in_place) return;
     // Scatter back: out[rows[i]] = go[i].
