@@ -1187,7 +1187,9 @@ TEST(CudaBackendErrors, ModelLargerThanTheGpuNamesBothSizes) {
   }
 }
 
-TEST(CudaBackendErrors, KvCacheMustBeF16) {
+// KV pages are f16 (any head dim up to 256) or f32 (pal's head dims 64, 128, 256); anything else is refused
+// naming the type, or the head dim.
+TEST(CudaBackendErrors, KvCacheTypesAndHeadDims) {
   REQUIRE_GPU();
   auto backend = make_cuda_backend();
   KvCacheConfig c;
@@ -1195,8 +1197,25 @@ TEST(CudaBackendErrors, KvCacheMustBeF16) {
   c.n_kv_head = 1;
   c.head_dim = 64;
   c.n_pages = 4;
+  for (DType t : {DType::f16, DType::f32}) {
+    c.dtype = t;
+    EXPECT_NO_THROW(backend->make_kv_storage(c)) << tensor::dtype_name(t);
+  }
+  auto expect_refused = [&](const char* what) {
+    try {
+      backend->make_kv_storage(c);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  c.dtype = DType::bf16;
+  expect_refused("bf16");
   c.dtype = DType::f32;
-  EXPECT_THROW(backend->make_kv_storage(c), Error);
+  c.head_dim = 80;
+  expect_refused("head_dim 80");
+  c.dtype = DType::f16;
+  EXPECT_NO_THROW(backend->make_kv_storage(c));
 }
 
 // Where CUDA cannot be used (CI): asking for it is a clear error, auto falls back to the CPU and says why.
