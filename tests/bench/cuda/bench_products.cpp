@@ -6,12 +6,13 @@
 // project() call does. One JSON object per line on stdout.
 //
 //   orchard_bench_products [--types f16,q8_0,q4_0] [--tokens 1,2,4,5,8] [--reps N] [-D NAME=VALUE]...
-//                          [--source FILE] [--legacy] [--mma] [--mmq] [--compile-only]
+//                          [--source FILE] [--legacy] [--mma] [--mmq] [--mmq-parts N] [--compile-only]
 //
 // --mma launches the f16 / bf16 products on tensor cores (matvec_mma_ops.cu, as the backend does from 2
 // tokens; the other types as without it); without it they run on the matvec kernels. --mmq launches the q8_0 /
 // q4_0 / q4_1 products on int8 tensor cores (mmq_ops.cu) at every token count (the backend sends them q8_0
-// products of kMmqMinTokens to kMmqMaxTokens tokens). -D passes a tunable to
+// products of kMmqMinTokens to kMmqMaxTokens tokens), their lengths in product_launch.h's mmq_parts
+// (--mmq-parts N: N parts where the length has that many stages; 1 is the launch before the parts). -D passes a tunable to
 // NVRTC: of decoder_ops.cu's matvec kernels (MV_ROWS_NARROW, MV_ROWS_WIDE, MV_UNROLL, MV_SPLIT), or of
 // matvec_mma_ops.cu's (MMA_WARPS, MMA_TILES, MMA_UNROLL, MMA_PIPELINE, MMA_PIPELINE_N16, MMA_EXACT_X,
 // MMA_MIN_BLOCKS: the MMA_ names go to that source only, so the matvec module stays cached), or of mmq_ops.cu's
@@ -64,6 +65,7 @@ struct Options {
   bool legacy = false;
   bool mma = false;
   bool mmq = false;
+  int mmq_parts = 0;  // 0: product_launch.h's rule
   bool compile_only = false;
   int reps = 15;
 };
@@ -123,6 +125,7 @@ class Bench {
     if (variant_.empty()) variant_ = "default";
     if (o.mma) variant_ = "mma " + variant_;
     if (o.mmq) variant_ = "mmq " + variant_;
+    if (o.mmq && o.mmq_parts > 0) variant_ += " parts " + std::to_string(o.mmq_parts);
     module_ = &tc::load_module(o.source_file.empty() ? "decoder_ops.cu" : "decoder_ops_bench.cu", text, opts);
     if (o.mma) mma_module_ = &tc::load_module("matvec_mma_ops.cu", pc::kernel_text("matvec_mma_ops.cu"), mma_opts);
     if (o.mmq) {
@@ -257,12 +260,25 @@ class Bench {
       y += static_cast<std::size_t>(n_out) * kMaxTokens;
     }
     if (o_.mmq && pc::mmq_takes(type, n_in, row_bytes, base)) {
-      const tc::Dim3 grid{pc::matvec_layout(po, mmq_shape_.rows()),
-                          static_cast<unsigned>((n_tokens + mmq_shape_.tokens() - 1) / mmq_shape_.tokens()), 1};
-      void* args[] = {&po, &n_in, &xq, &xd, &n_tokens};
+      const unsigned grid_x = pc::matvec_layout(po, mmq_shape_.rows());
+      int n_parts = pc::mmq_parts(grid_x, n_in, o_.mmq_parts);
+      const auto parts_bytes =
+          static_cast<std::size_t>(pc::mmq_parts_floats(n_parts, grid_x, mmq_shape_.rows(), n_tokens)) * sizeof(float);
+      if (parts_.bytes() < parts_bytes) parts_ = tc::MemoryPool::global().allocate(parts_bytes);  // the first run
+      float* parts = n_parts == 1 ? nullptr : parts_.as<float>();
+      const tc::Dim3 grid{grid_x, static_cast<unsigned>((n_tokens + mmq_shape_.tokens() - 1) / mmq_shape_.tokens()),
+                          static_cast<unsigned>(n_parts)};
+      void* args[] = {&po, &n_in, &xq, &xd, &n_tokens, &parts};
       mmq_module_->kernel(pc::mmq_entry(suffix).c_str())
           .launch(grid, {static_cast<unsigned>(mmq_shape_.threads()), 1, 1},
                   static_cast<unsigned>(mmq_shape_.shared_bytes(type)), &stream_, args);
+      if (n_parts > 1) {
+        int n_blocks_x = static_cast<int>(grid_x);
+        void* sum_args[] = {&po, &parts, &n_parts, &n_blocks_x, &n_tokens};
+        mmq_module_->kernel("mmq_sum").launch(
+            {(grid_x * static_cast<unsigned>(mmq_shape_.rows()) + 255) / 256, static_cast<unsigned>(n_tokens), 1},
+            {256, 1, 1}, 0, &stream_, sum_args);
+      }
       return;
     }
     if (o_.mma && pc::mma_takes(type, n_in)) {
@@ -316,7 +332,7 @@ class Bench {
   pc::MatvecShape shape_;
   pc::MmqShape mmq_shape_;
   std::string variant_;
-  tc::DeviceBuffer weights_, x_, y_, xq_, xd_;
+  tc::DeviceBuffer weights_, x_, y_, xq_, xd_, parts_;
   std::map<std::pair<std::string, int>, std::map<std::string, double>> times_;
 };
 
@@ -351,12 +367,14 @@ int main(int argc, char** argv) {
       o.mma = true;
     } else if (a == "--mmq") {
       o.mmq = true;
+    } else if (a == "--mmq-parts" && has_value) {
+      o.mmq_parts = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--compile-only") {
       o.compile_only = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--types f16,q8_0,q4_0] [--tokens 1,2,4,5,8] [--reps N] [-D NAME=VALUE]... "
-                   "[--source FILE] [--legacy] [--mma] [--mmq] [--compile-only]\n",
+                   "[--source FILE] [--legacy] [--mma] [--mmq] [--mmq-parts N] [--compile-only]\n",
                    argv[0]);
       return 2;
     }

@@ -5,10 +5,12 @@
 // whose warps split the length, and one whose warps split the rows); token counts 1, 7, 33, 64, 65 and 200
 // (partial token tiles, several), rows not a multiple of the block's (75; 130, 3 and 64 as three outputs of one
 // launch), rows of 256 (one stage, fewer than the pipeline's depth), 768 and 2,304 (several stages, the ring
-// wrapping); every token of a smaller call the same bits as in the call of 200 (batch invariance by
-// construction). Then the backend's project() of q8_0 at 32, 47 and 64 tokens (the counts it sends the
-// kernel), what the kernel takes (product_launch.h's mmq_takes) and ORCHARD_CUDA_MMQ_SHAPE's parser (both
-// checked everywhere). The GPU tests skip with the reason where CUDA cannot be used. 16 s on an H200 with a
+// wrapping); the length whole and in 2 and 3 parts across blocks added by mmq_sum (parts of unequal stages,
+// the poisoned scratch); every token of a smaller call the same bits as in the call of 200 at the same parts
+// (batch invariance by construction). Then the backend's project() of q8_0 at 32, 47 and 64 tokens (the counts
+// it sends the kernel; a length of 33 stages, split in two by mmq_parts), how many parts mmq_parts gives, what
+// the kernel takes (product_launch.h's mmq_takes) and ORCHARD_CUDA_MMQ_SHAPE's parser (the last three checked
+// everywhere). The GPU tests skip with the reason where CUDA cannot be used. 21 s on an H200 with a
 // cold JIT cache (the double references and six modules).
 #include <gtest/gtest.h>
 
@@ -167,6 +169,7 @@ TEST(CudaMmq, KernelMatchesTheExactIntegerDots) {
   };
   for (DType type : kTypes) {
   const tc::Kernel k = module.kernel(pie::cuda::mmq_entry(std::string(tensor::dtype_name(type))).c_str());
+  const tc::Kernel sum = module.kernel("mmq_sum");
   k.set_max_dynamic_shared(shape.shared_bytes(type));
   for (const Case& c : {Case{512, {75}}, Case{256, {130, 3, 64}}, Case{768, {16}}, Case{2304, {130, 64}}}) {
     const std::int64_t n_in = c.n_in, n_blocks = n_in / 32;
@@ -179,10 +182,22 @@ TEST(CudaMmq, KernelMatchesTheExactIntegerDots) {
     }
     const Q8_1 x = q8_1_of(random_floats(static_cast<std::size_t>(200 * n_in), rng), n_in);
     tc::DeviceBuffer dq = upload(x.q.data(), x.q.size()), dd = upload(x.d.data(), x.d.size() * sizeof(float));
+    // The exact sums of every (output, token, row), the same for a token whatever the call.
+    std::vector<std::vector<Exact>> exact(c.n_out.size());
+    for (std::size_t j = 0; j < c.n_out.size(); ++j) {
+      for (int t = 0; t < 200; ++t) {
+        for (int o = 0; o < c.n_out[j]; ++o) {
+          exact[j].push_back(exact_dot(type, w[j].data() + static_cast<std::size_t>(o) * row, x, static_cast<std::size_t>(t), n_blocks));
+        }
+      }
+    }
+    // The length whole (1) and in parts added by mmq_sum (2; 3: stages not a multiple of the parts for 768
+    // and 2,304; fewer stages than parts asked are refused down to what fits).
+    for (int forced_parts : {1, 2, 3}) {
     std::vector<std::vector<float>> largest(c.n_out.size());
     for (int n_tokens : {200, 1, 7, 33, 64, 65}) {  // the largest first: the others are checked against it
       SCOPED_TRACE(std::string(tensor::dtype_name(type)) + " rows of " + std::to_string(n_in) + ", " + std::to_string(c.n_out.size()) + " outputs, " +
-                   std::to_string(n_tokens) + " tokens");
+                   std::to_string(n_tokens) + " tokens, " + std::to_string(forced_parts) + " parts asked");
       pie::cuda::ProductOutputs po;
       std::vector<tc::DeviceBuffer> dy;
       for (std::size_t j = 0; j < c.n_out.size(); ++j) {
@@ -195,14 +210,27 @@ TEST(CudaMmq, KernelMatchesTheExactIntegerDots) {
         po.n_out[j] = c.n_out[j];
         ++po.count;
       }
-      const tc::Dim3 grid{pie::cuda::matvec_layout(po, shape.rows()),
-                          static_cast<unsigned>((n_tokens + shape.tokens() - 1) / shape.tokens()), 1};
+      const unsigned grid_x = pie::cuda::matvec_layout(po, shape.rows());
+      int n_parts = pie::cuda::mmq_parts(grid_x, n_in, forced_parts);
+      ASSERT_EQ(n_parts, forced_parts <= n_blocks / 8 ? forced_parts : forced_parts == 3 ? 1 : n_blocks / 8);
+      const long long n_part_floats = pie::cuda::mmq_parts_floats(n_parts, grid_x, shape.rows(), n_tokens);
+      ASSERT_EQ(n_part_floats, n_parts == 1 ? 0 : static_cast<long long>(n_parts) * n_tokens * grid_x * shape.rows());
+      tc::DeviceBuffer part_buffer = poisoned(static_cast<std::size_t>(std::max(n_part_floats, 1LL)));
+      float* parts = n_parts == 1 ? nullptr : part_buffer.as<float>();
+      const tc::Dim3 grid{grid_x, static_cast<unsigned>((n_tokens + shape.tokens() - 1) / shape.tokens()),
+                          static_cast<unsigned>(n_parts)};
       int ni = static_cast<int>(n_in), nt = n_tokens;
       const void* q = dq.as<void>();
       const void* d = dd.as<void>();
-      void* args[] = {&po, &ni, &q, &d, &nt};
+      void* args[] = {&po, &ni, &q, &d, &nt, &parts};
       k.launch(grid, {static_cast<unsigned>(shape.threads()), 1, 1}, static_cast<unsigned>(shape.shared_bytes(type)),
                &stream, args);
+      if (n_parts > 1) {
+        int nbx = static_cast<int>(grid_x);
+        void* sum_args[] = {&po, &parts, &n_parts, &nbx, &nt};
+        sum.launch({(grid_x * static_cast<unsigned>(shape.rows()) + 255) / 256, static_cast<unsigned>(n_tokens), 1},
+                   {256, 1, 1}, 0, &stream, sum_args);
+      }
       stream.synchronize();
       for (std::size_t j = 0; j < c.n_out.size(); ++j) {
         const int n_out = c.n_out[j];
@@ -213,8 +241,7 @@ TEST(CudaMmq, KernelMatchesTheExactIntegerDots) {
         for (int t = 0; t < n_tokens; ++t) {
           for (int o = 0; o < n_out; ++o) {
             const float got = y[static_cast<std::size_t>(t * n_out + o)];
-            const Exact e =
-                exact_dot(type, w[j].data() + static_cast<std::size_t>(o) * row, x, static_cast<std::size_t>(t), n_blocks);
+            const Exact& e = exact[j][static_cast<std::size_t>(t * n_out + o)];
             ASSERT_TRUE(std::isfinite(got)) << "output " << j << " token " << t << " row " << o << " unwritten";
             ASSERT_LE(std::fabs(got - e.value), f32_bound(e, n_blocks))
                 << "output " << j << " token " << t << " row " << o << ": " << got << " against " << e.value;
@@ -231,6 +258,7 @@ TEST(CudaMmq, KernelMatchesTheExactIntegerDots) {
         }
       }
     }
+    }
   }
   }
   }
@@ -244,9 +272,12 @@ TEST(CudaMmq, BackendProductsOfThirtyTwoToSixtyFourQ8_0TokensMatchTheExactDots) 
   if (tc::device_info().arch() < 80) GTEST_SKIP() << "int8 mma.sync needs sm_80 (this card is sm_" << tc::device_info().arch() << ")";
   std::mt19937 rng(std::random_device{}());
   auto backend = make_cuda_backend(0, {});
-  const std::int64_t n_in = 512, n_blocks = n_in / 32;
+  // 8,448 inputs: 33 stages, the length in mmq_parts's two parts of 16 and 17 (the launch's 5 blocks of rows).
+  const std::int64_t n_in = 8448, n_blocks = n_in / 32;
   const std::size_t row = tensor::row_bytes(DType::q8_0, n_in);
   const int n_out[] = {75, 40};
+  const int rows = pie::cuda::MmqShape{}.rows();
+  ASSERT_EQ(pie::cuda::mmq_parts(static_cast<unsigned>((n_out[0] + rows - 1) / rows + (n_out[1] + rows - 1) / rows), n_in), 2);
   std::vector<std::uint8_t> bytes[2];
   std::shared_ptr<Model> host[2];
   std::shared_ptr<const ModelWeights> device[2];
@@ -282,6 +313,26 @@ TEST(CudaMmq, BackendProductsOfThirtyTwoToSixtyFourQ8_0TokensMatchTheExactDots) 
       }
     }
   }
+}
+
+// How many parts a launch's length is split into: from the weights' shape only (the blocks of rows and the
+// stages), enough for kMmqTargetBlocks blocks with parts of at least kMmqMinPartStages stages; a forced count
+// only where there are stages for it.
+TEST(CudaMmq, LengthPartsFollowTheWeightsShape) {
+  using pie::cuda::mmq_parts;
+  EXPECT_EQ(mmq_parts(128, 4096), 1);   // o of the 8B shapes (4096 rows at 32 a block): 16 stages
+  EXPECT_EQ(mmq_parts(192, 4096), 1);   // q + k + v
+  EXPECT_EQ(mmq_parts(896, 4096), 1);   // gate + up
+  EXPECT_EQ(mmq_parts(128, 14336), 2);  // down: 56 stages
+  EXPECT_EQ(mmq_parts(4, 8448), 2);     // 33 stages: 2 parts of at least 16
+  EXPECT_EQ(mmq_parts(4, 16384), 4);    // 64 stages: 4 parts of 16
+  EXPECT_EQ(mmq_parts(4, 2304), 1);     // 9 stages: one part
+  EXPECT_EQ(mmq_parts(300, 4096), 1);   // enough blocks already
+  EXPECT_EQ(mmq_parts(4, 768, 3), 3);   // forced: a stage a part
+  EXPECT_EQ(mmq_parts(4, 768, 4), 2);   // forced past the stages: halved until it fits
+  EXPECT_EQ(mmq_parts(4, 256, 2), 1);
+  EXPECT_EQ(pie::cuda::mmq_parts_floats(1, 128, 32, 64), 0);
+  EXPECT_EQ(pie::cuda::mmq_parts_floats(2, 128, 32, 64), 2LL * 64 * 128 * 32);
 }
 
 // What the kernel takes: q8_0 / q4_0 / q4_1 rows of a multiple of 256 elements starting 16-byte aligned; every

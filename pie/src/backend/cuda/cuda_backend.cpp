@@ -504,13 +504,29 @@ class CudaBackend final : public Backend {
           k.set_max_dynamic_shared(shape.shared_bytes(type));
           mmq_shared_set_ |= type_bit;
         }
-        const tc::Dim3 grid{cuda::matvec_layout(po, shape.rows()),
-                            static_cast<unsigned>((n_tokens + shape.tokens() - 1) / shape.tokens()), 1};
+        // The 4096-row products fill the card only with their length in parts (product_launch.h's mmq_parts),
+        // added in a fixed order by mmq_sum.
+        unsigned grid_x = cuda::matvec_layout(po, shape.rows());
+        int n_parts = cuda::mmq_parts(grid_x, n_in);
+        float* parts = n_parts == 1 ? nullptr
+                                    : grown(mmq_parts_, static_cast<std::size_t>(cuda::mmq_parts_floats(
+                                                            n_parts, grid_x, shape.rows(), n_tokens)) *
+                                                            sizeof(float))
+                                          .as<float>();
+        const tc::Dim3 grid{grid_x, static_cast<unsigned>((n_tokens + shape.tokens() - 1) / shape.tokens()),
+                            static_cast<unsigned>(n_parts)};
         const void* xq = xq_.as<void>();
         const void* xd = xd_.as<void>();
-        void* args[] = {&po, &n_in, &xq, &xd, &n_tokens};
+        void* args[] = {&po, &n_in, &xq, &xd, &n_tokens, &parts};
         k.launch(grid, {static_cast<unsigned>(shape.threads()), 1, 1}, static_cast<unsigned>(shape.shared_bytes(type)),
                  stream_.get(), args);
+        if (n_parts > 1) {
+          int n_blocks_x = static_cast<int>(grid_x);
+          void* sum_args[] = {&po, &parts, &n_parts, &n_blocks_x, &n_tokens};
+          kernel("mmq_sum", mmq_defines_)
+              .launch({(grid_x * static_cast<unsigned>(shape.rows()) + 255) / 256, static_cast<unsigned>(n_tokens), 1},
+                      {256, 1, 1}, 0, stream_.get(), sum_args);
+        }
         continue;
       }
       const bool mma =
@@ -1084,6 +1100,7 @@ class CudaBackend final : public Backend {
   bool mmq_enabled_ = true;      // block-type products of many tokens on int8 tensor cores (mmq_ops.cu)
   unsigned mmq_shared_set_ = 0;  // the mmq entries (a bit per tensor::DType) whose shared memory limit is raised
   cuda::MmqShape mmq_shape_;     // their block shape (ORCHARD_CUDA_MMQ_SHAPE, else mmq_ops.cu's defaults)
+  tc::DeviceBuffer mmq_parts_;   // the parts of their split lengths (product_launch.h's mmq_parts)
   std::vector<std::string> mmq_defines_;  // the NVRTC options of a shape other than the defaults
   bool batch_invariant_ = false;  // CudaOptions::batch_invariant: the mma products at every token count
   std::unique_ptr<cuda::StepTimes> times_;  // ORCHARD_CUDA_STEP_TIMES / _PROFILE_STEP (step_times.h)

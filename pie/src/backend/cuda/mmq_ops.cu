@@ -11,7 +11,9 @@
 // the rows being 16-byte aligned) and the activations' int8 and (d, d * sum) go to shared memory by cp.async,
 // MMQ_STAGES stages in flight. Warp (wm, wn, wk) of the MMQ_WARPS_M x MMQ_WARPS_N x MMQ_KSPLIT grid takes MMQ_WM
 // 16-row tiles and MMQ_WN 8-token tiles of the block's, and blocks wk, wk + MMQ_KSPLIT, ... of each stage;
-// the MMQ_KSPLIT parts of a tile are added in warp order at the end.
+// the MMQ_KSPLIT parts of a tile are added in warp order at the end. A long length is also split across blocks:
+// part blockIdx.z of gridDim.z (product_launch.h's mmq_parts, from the weights' shape only) takes a contiguous
+// run of the stages and writes its sums to a scratch buffer, which mmq_sum adds in part order into the outputs.
 //
 // Fragments: an mma sums its 32 k in any order, so any permutation of a block's 32 elements shared by A and
 // B gives the same integer. Lane (g = lane / 4, t = lane % 4) takes bytes [8 t, 8 t + 8) of the block: the
@@ -34,7 +36,8 @@
 // 8 warps; the host reads the block's shape from product_launch.h's MmqShape). Where the time goes: the
 // 8B shapes' products of 64 tokens take 11.0 ms a step against 2 ms of q8_0 bytes at the copy rate: the
 // 4096-row products have 128 blocks of rows for 132 multiprocessors, and each block's stages are latency-bound
-// (splitting the length over more warps is what paid: 12.9 -> 11.0 ms).
+// (splitting the length over more warps is what paid: 12.9 -> 11.0 ms; down's across two blocks 11.0 -> 10.7;
+// even gate + up's 896 blocks read 19% of the copy rate: docs/cuda-backend.md).
 
 #ifndef MMQ_WARPS_M
 #define MMQ_WARPS_M 2  // warps along the rows
@@ -185,7 +188,7 @@ __device__ __forceinline__ float mmq_term(float dw, float mw, float2 dx, int dot
 
 template <int T>
 __device__ __forceinline__ void mmq_product(const ProductOutputs& p, int n_in, const i8* __restrict__ xq,
-                                            const float2* __restrict__ xd, int n_tokens) {
+                                            const float2* __restrict__ xd, int n_tokens, float* __restrict__ parts) {
   extern __shared__ __align__(16) u8 mmq_smem[];
   const ProductTarget target = product_target(p, static_cast<int>(blockIdx.x));
   const int o0 = (static_cast<int>(blockIdx.x) - target.first_block) * MMQ_ROWS;
@@ -194,7 +197,10 @@ __device__ __forceinline__ void mmq_product(const ProductOutputs& p, int n_in, c
   const int g = lane >> 2, t = lane & 3;
   const int wm = warp % MMQ_WARPS_M, wn = (warp / MMQ_WARPS_M) % MMQ_WARPS_N;
   const int wk = MMQ_KSPLIT == 1 ? 0 : warp / (MMQ_WARPS_M * MMQ_WARPS_N);
-  const int n_blocks = n_in / 32, n_stages = n_blocks / MMQ_KB;
+  const int n_blocks = n_in / 32, n_all = n_blocks / MMQ_KB;
+  // Part blockIdx.z of gridDim.z takes stages [first, first + n_stages) of the length (mmq_sum adds the parts).
+  const int part = blockIdx.z, n_parts = gridDim.z;
+  const int first = n_all * part / n_parts, n_stages = n_all * (part + 1) / n_parts - first;
 
   float acc[MMQ_WM][MMQ_WN][4];
 #pragma unroll
@@ -209,7 +215,8 @@ __device__ __forceinline__ void mmq_product(const ProductOutputs& p, int n_in, c
 #pragma unroll
   for (int s = 0; s < MMQ_STAGES - 1; ++s) {
     if (s < n_stages) {
-      mmq_load_stage<T>(mmq_smem + s * mmq_stage_bytes<T>(), target, o0, xq, xd, n_blocks, t0, n_tokens, s * MMQ_KB);
+      mmq_load_stage<T>(mmq_smem + s * mmq_stage_bytes<T>(), target, o0, xq, xd, n_blocks, t0, n_tokens,
+                        (first + s) * MMQ_KB);
     }
     mmq_commit();
   }
@@ -219,7 +226,7 @@ __device__ __forceinline__ void mmq_product(const ProductOutputs& p, int n_in, c
     const int next = ks + MMQ_STAGES - 1;
     if (next < n_stages) {
       mmq_load_stage<T>(mmq_smem + (next % MMQ_STAGES) * mmq_stage_bytes<T>(), target, o0, xq, xd, n_blocks, t0,
-                        n_tokens, next * MMQ_KB);
+                        n_tokens, (first + next) * MMQ_KB);
     }
     mmq_commit();
     const u8* sw = mmq_smem + (ks % MMQ_STAGES) * mmq_stage_bytes<T>();
@@ -294,7 +301,10 @@ __device__ __forceinline__ void mmq_product(const ProductOutputs& p, int n_in, c
       }
     }
   }
-  // acc[m][n][i] of lane (g, t): row 16 m + g + 8 (i / 2), token 8 n + 2 t + i % 2 of the warp's.
+  // acc[m][n][i] of lane (g, t): row 16 m + g + 8 (i / 2), token 8 n + 2 t + i % 2 of the warp's. One part:
+  // the output; several: the part's slice of `parts` ([part][token][block x * MMQ_ROWS + row of the block]).
+  const long long n_slots = static_cast<long long>(gridDim.x) * MMQ_ROWS;
+  float* slice = parts + (static_cast<long long>(part) * n_tokens) * n_slots + blockIdx.x * MMQ_ROWS;
 #pragma unroll
   for (int m = 0; m < MMQ_WM; ++m) {
 #pragma unroll
@@ -303,17 +313,40 @@ __device__ __forceinline__ void mmq_product(const ProductOutputs& p, int n_in, c
       for (int i = 0; i < 4; ++i) {
         const int row = o0 + 16 * (wm * MMQ_WM + m) + g + 8 * (i / 2);
         const int token = t0 + 8 * (wn * MMQ_WN + n) + 2 * t + i % 2;
-        if (row < target.n_out && token < n_tokens) target.y[static_cast<long long>(token) * target.n_out + row] = acc[m][n][i];
+        if (row >= target.n_out || token >= n_tokens) continue;
+        if (n_parts == 1) {
+          target.y[static_cast<long long>(token) * target.n_out + row] = acc[m][n][i];
+        } else {
+          slice[token * n_slots + row - o0] = acc[m][n][i];
+        }
       }
     }
   }
 }
 
-#define MMQ_ENTRY(NAME, T)                                                                          \
-  extern "C" __global__ void __launch_bounds__(MMQ_THREADS)                                         \
-      NAME(const ProductOutputs p, int n_in, const i8* xq, const float2* xd, int n_tokens) {        \
-    mmq_product<T>(p, n_in, xq, xd, n_tokens);                                                      \
+#define MMQ_ENTRY(NAME, T)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(MMQ_THREADS)                                                  \
+      NAME(const ProductOutputs p, int n_in, const i8* xq, const float2* xd, int n_tokens, float* parts) {   \
+    mmq_product<T>(p, n_in, xq, xd, n_tokens, parts);                                                        \
   }
 MMQ_ENTRY(mmq_q8_0, WT_Q8_0)
 MMQ_ENTRY(mmq_q4_0, WT_Q4_0)
 MMQ_ENTRY(mmq_q4_1, WT_Q4_1)
+
+// The parts of a length split over gridDim.z of an mmq_* launch of n_blocks_x blocks of rows, added in part
+// order (a fixed order: an output's sum never depends on the batch) into the outputs: a thread an output row
+// (grid.x over the launch's slots, n_blocks_x * MMQ_ROWS), grid.y a token.
+extern "C" __global__ void __launch_bounds__(256)
+    mmq_sum(const ProductOutputs p, const float* __restrict__ parts, int n_parts, int n_blocks_x, int n_tokens) {
+  const long long n_slots = static_cast<long long>(n_blocks_x) * MMQ_ROWS;
+  const int slot = blockIdx.x * 256 + threadIdx.x;
+  if (slot >= n_slots) return;
+  const ProductTarget target = product_target(p, slot / MMQ_ROWS);
+  const int row = (slot / MMQ_ROWS - target.first_block) * MMQ_ROWS + slot % MMQ_ROWS;
+  if (row >= target.n_out) return;
+  const int token = blockIdx.y;
+  const float* x = parts + static_cast<long long>(token) * n_slots + slot;
+  float sum = x[0];
+  for (int k = 1; k < n_parts; ++k) sum += x[static_cast<long long>(k) * n_tokens * n_slots];
+  target.y[static_cast<long long>(token) * target.n_out + row] = sum;
+}

@@ -152,6 +152,32 @@ struct MmqShape {
   }
 };
 
+// The parts a launch of grid_x blocks of rows splits rows of n_in elements into (grid.z of the mmq_* launch;
+// mmq_sum adds them in order): the fewest that give kMmqTargetBlocks blocks, each part at least
+// kMmqMinPartStages stages of 256 elements. A function of the weights' shape only, never of the tokens, so a
+// token's sums are the same bits whatever the batch. Of the 8B shapes only down (128 blocks of 32 rows, 56
+// stages) is split, in two: on an H200 at 64 tokens 87.3 against 97.5 us, at 32 126.5 against 121.1;
+// o and q + k + v (16 stages) measured slower in two parts at 64 tokens (32.6 against 30.3 us, 52.9 against
+// 47.8), gate + up has 896 blocks. `forced` (the benchmark's --mmq-parts) replaces the rule where the length
+// has the stages.
+inline constexpr int kMmqTargetBlocks = 256;
+inline constexpr int kMmqMinPartStages = 16;
+inline int mmq_parts(unsigned grid_x, long long n_in, int forced = 0) {
+  const long long stages = n_in / 256;
+  int parts = 1;
+  if (forced > 0) {
+    parts = forced;
+  } else {
+    while (static_cast<long long>(grid_x) * parts < kMmqTargetBlocks) parts *= 2;
+  }
+  while (parts > 1 && stages / parts < (forced > 0 ? 1 : kMmqMinPartStages)) parts /= 2;
+  return parts;
+}
+// The floats of scratch the parts of such a launch need (none for one part): [part][token][grid_x * rows].
+inline long long mmq_parts_floats(int parts, unsigned grid_x, int rows, int n_tokens) {
+  return parts == 1 ? 0 : static_cast<long long>(parts) * n_tokens * grid_x * rows;
+}
+
 // Numbers the blocks of p's outputs 0 .. count - 1 at `rows` rows a block; returns the grid's x.
 inline unsigned matvec_layout(ProductOutputs& p, int rows) {
   p.first_block[0] = 0;
