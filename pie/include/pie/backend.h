@@ -181,6 +181,10 @@ struct CudaOptions {
   // At most this many parts a tensor-core product's sum is cut into, as many as its output tiles
   // leave multiprocessors idle (0 or 1: never cut, the default; measured slower in the engine).
   std::int32_t gemm_splits = 0;
+  // q8_0 products of 32-64 tokens on int8 tensor cores, their activations rounded to 8 bits as the matvec
+  // kernels round them (mmq_ops.cu); false sends them to cuBLAS with f16 activations, as the other block
+  // types. ORCHARD_CUDA_MMQ=0 turns them off too.
+  bool int8_products = true;
 };
 
 // The CUDA backend on device `ordinal`: weights in device memory in their file type (f32, f16, bf16, q8_0,

@@ -254,12 +254,11 @@ class CudaBackend final : public Backend {
     // cards before sm_80 have no bf16 mma.sync and keep them too.
     const char* mma = std::getenv("ORCHARD_CUDA_MMA");
     mma_enabled_ = (mma == nullptr || std::string(mma) != "0") && tc::device_info(ordinal_).arch() >= 80;
-    // ORCHARD_CUDA_MMQ=0 keeps the block types' products of many tokens on the slabs and cuBLAS (a before /
-    // after); int8
-    // mma.sync needs sm_80 too.
+    // CudaOptions::int8_products false or ORCHARD_CUDA_MMQ=0 keeps the block types' products of many tokens
+    // on the slabs and cuBLAS (a before / after); int8 mma.sync needs sm_80 too.
     const char* mmq = std::getenv("ORCHARD_CUDA_MMQ");
-    mmq_enabled_ = (mmq == nullptr || std::string(mmq) != "0") && tc::device_info(ordinal_).arch() >= 80 &&
-                   !options.batch_invariant;
+    mmq_enabled_ = options.int8_products && (mmq == nullptr || std::string(mmq) != "0") &&
+                   tc::device_info(ordinal_).arch() >= 80 && !options.batch_invariant;
     if (const char* shape = std::getenv("ORCHARD_CUDA_MMQ_SHAPE")) {  // another block shape (a developer's knob)
       try {
         mmq_shape_ = cuda::MmqShape::parse(shape);
