@@ -54,16 +54,7 @@ for t in f16 q8_0; do
   "$LLAMA_BIN/llama-batched-bench" -m "$work/$t.gguf" -ngl 99 -fa -c 40960 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 64 \
     >"$out/llama-batched-$t.txt" 2>&1
 done
-cat >"$work/list.schema.json" <<'SCHEMA'
-{"type": "array", "minItems": 12, "maxItems": 12,
- "items": {"type": "object", "additionalProperties": false,
-           "required": ["id", "name", "active", "tags"],
-           "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99999},
-                          "name": {"type": "string", "minLength": 1, "maxLength": 12},
-                          "active": {"type": "boolean"},
-                          "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 2}}}}
-SCHEMA
-"$orchard" run --device cuda -m "$f16" -p "$prompt" -n 128 --temp 0 --parallel 64 --schema "$work/list.schema.json" \
+"$orchard" run --device cuda -m "$f16" -p "$prompt" -n 128 --temp 0 --parallel 64 --schema "$ROOT/tests/bench/schemas/list.schema.json" \
   --json-layout compact --json-stats >/dev/null 2>"$out/orchard-constrained.txt"
 python3 - "$out" <<'PY'
 import json, re, sys, pathlib

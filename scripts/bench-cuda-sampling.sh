@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sampling on the GPU: `orchard run --device cuda` at batch PARALLEL (default 64; prompt about 128 tokens,
-# TOKENS = 128 out), free (greedy, --ignore-eos) and JSON-Schema-constrained (bench-engine.sh's list schema,
+# TOKENS = 128 out), free (greedy, --ignore-eos) and JSON-Schema-constrained (tests/bench/schemas/list.schema.json,
 # greedy), each with the rows sampled on the device and with ORCHARD_DEVICE_SAMPLING=0 (the logits copied
 # to the host and sampled there), in one run of the script so the four figures share the machine. JSON
 # lines to standard output. ORDER="0 1" runs the host-sampled one first.
@@ -13,15 +13,7 @@ orchard=${ORCHARD:-build/pie/orchard}
 model=${MODEL:?set MODEL to a GGUF file}
 work=${WORK:-/tmp/orchard-bench-sampling}
 mkdir -p "$work"
-cat > "$work/list.schema.json" <<'SCHEMA'
-{"type": "array", "minItems": 12, "maxItems": 12,
- "items": {"type": "object", "additionalProperties": false,
-           "required": ["id", "name", "active", "tags"],
-           "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99999},
-                          "name": {"type": "string", "minLength": 1, "maxLength": 12},
-                          "active": {"type": "boolean"},
-                          "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 2}}}}
-SCHEMA
+cp "$(cd "$(dirname "$0")/.." && pwd)/tests/bench/schemas/list.schema.json" "$work/list.schema.json"
 # The prompt encodes to about 128 tokens with the 8B-shaped model's placeholder vocabulary (byte by byte).
 prompt="The quick brown fox jumps over the lazy dog and keeps running through the forest until night falls"
 for mode in free schema; do

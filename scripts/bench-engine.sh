@@ -29,15 +29,7 @@ cmake --build "$BUILD" --target orchard -j2 >/dev/null
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-cat > "$WORK/list.schema.json" <<'SCHEMA'
-{"type": "array", "minItems": 12, "maxItems": 12,
- "items": {"type": "object", "additionalProperties": false,
-           "required": ["id", "name", "active", "tags"],
-           "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99999},
-                          "name": {"type": "string", "minLength": 1, "maxLength": 12},
-                          "active": {"type": "boolean"},
-                          "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 2}}}}
-SCHEMA
+cp "$ROOT/tests/bench/schemas/list.schema.json" "$WORK/list.schema.json"
 "$PY" "$ROOT/tests/bench/peers/engine_peers.py" make-model "$WORK/model32k" \
   --tokenizer "$SHARED/tokenizers/hf/phi-3.tokenizer.json" >/dev/null 2>&1
 
