@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "device_buffers.h"
 #include "require_gpu.h"
 #include "../engine/engine_test_util.h"
 #include "default_model.h"
@@ -44,6 +45,8 @@
 
 namespace pie::testing {
 namespace {
+
+using orchard::testing::to_host;
 
 using tensor::DType;
 namespace tc = tensor::cuda;
@@ -72,12 +75,6 @@ tc::DeviceBuffer device_floats(const std::vector<float>& host, std::size_t n = 0
     b.copy_from_host(host.data(), count * sizeof(float));
   }
   return b;
-}
-
-std::vector<float> to_host(const tc::DeviceBuffer& b, std::size_t n) {
-  std::vector<float> v(n);
-  b.copy_to_host(v.data(), n * sizeof(float));
-  return v;
 }
 
 Rows rows_of(const tc::DeviceBuffer& b, std::int64_t n_rows, std::int64_t n_cols) {

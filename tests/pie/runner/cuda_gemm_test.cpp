@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "device_buffers.h"
 #include "require_gpu.h"
 #include "gemm.h"
 #include "kernels/quant.h"
@@ -30,6 +31,10 @@
 
 namespace pie::testing {
 namespace {
+
+using orchard::testing::device_floats;
+using orchard::testing::poisoned;
+using orchard::testing::to_host;
 
 using tensor::DType;
 namespace tc = tensor::cuda;
@@ -98,24 +103,6 @@ DeviceWeight make_weight(Backend& backend, DType type, std::int64_t n_out, std::
   w.host->weights.token_embd = weight_view(w.bytes.data(), w.bytes.size(), type, n_out, n_in);
   w.device = backend.upload(w.host);
   return w;
-}
-
-tc::DeviceBuffer device_floats(const std::vector<float>& host) {
-  tc::DeviceBuffer b = tc::MemoryPool::global().allocate(host.size() * sizeof(float));
-  b.copy_from_host(host.data(), host.size() * sizeof(float));
-  return b;
-}
-
-tc::DeviceBuffer poisoned(std::size_t n) {
-  tc::DeviceBuffer b = tc::MemoryPool::global().allocate(n * sizeof(float));
-  b.fill_bytes(0xFF);  // NaN
-  return b;
-}
-
-std::vector<float> to_host(const tc::DeviceBuffer& b, std::size_t n) {
-  std::vector<float> v(n);
-  b.copy_to_host(v.data(), n * sizeof(float));
-  return v;
 }
 
 cuda::GemmProducts::Grow plain_growth() {

@@ -25,6 +25,7 @@
 #include "pie/backend.h"
 #include "pie/model.h"
 #include "product_launch.h"
+#include "device_buffers.h"
 #include "require_gpu.h"
 #include "tensor/cuda/jit.h"
 #include "tensor/cuda/memory_pool.h"
@@ -33,6 +34,10 @@
 
 namespace pie::testing {
 namespace {
+
+using orchard::testing::poisoned;
+using orchard::testing::to_host;
+using orchard::testing::upload;
 
 using tensor::DType;
 namespace tc = tensor::cuda;
@@ -89,24 +94,6 @@ Q8_1 q8_1_of(const std::vector<float>& x, std::int64_t n_in) {
     a.d[2 * b + 1] = d * static_cast<float>(sum);
   }
   return a;
-}
-
-tc::DeviceBuffer upload(const void* data, std::size_t bytes) {
-  tc::DeviceBuffer b = tc::MemoryPool::global().allocate(bytes);
-  b.copy_from_host(data, bytes);
-  return b;
-}
-
-tc::DeviceBuffer poisoned(std::size_t n) {
-  tc::DeviceBuffer b = tc::MemoryPool::global().allocate(n * sizeof(float));
-  b.fill_bytes(0xFF);  // NaN
-  return b;
-}
-
-std::vector<float> to_host(const tc::DeviceBuffer& b, std::size_t n) {
-  std::vector<float> v(n);
-  b.copy_to_host(v.data(), n * sizeof(float));
-  return v;
 }
 
 // One output row's product with one token from the stored values (the weight's blocks, the activations'
