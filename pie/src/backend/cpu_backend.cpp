@@ -12,10 +12,10 @@
 #include <array>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <unordered_map>
