@@ -269,16 +269,17 @@ def test_single_call_streamed(server):
 
 
 def test_parallel_calls(server):
-    # Greedy, this model calls once; sampled, it sometimes calls several tools: the first of a few seeds
-    # that does serves here (structure is checked, not values).
+    # Greedy, this model calls once; sampled, about one seed in five has it call several tools (7 and 9 of
+    # seeds 1-40 on two kernel layouts of the same weights, which sample differently): the first seed that
+    # does serves here (structure is checked, not values). Forty seeds leave about 1e-4 to chance.
     question = "What's the weather in Paris, London and Berlin?"
     kw = dict(tool_choice="required", temperature=0.8, max_tokens=150)
-    for seed in range(1, 11):
+    for seed in range(1, 41):
         r = tool_chat(server, question, seed=seed, **kw)
         calls = calls_of(r.choices[0].message)
         if len(calls) >= 2:
             break
-    expect(len(calls) >= 2, "no seed out of 10 gave parallel calls")
+    expect(len(calls) >= 2, "no seed out of 40 gave parallel calls")
     finish = r.choices[0].finish_reason
     expect(finish in ("tool_calls", "length"), finish)
     streamed, stream_finish = stream_calls(server, question, seed=seed, **kw)
